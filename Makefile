@@ -1,0 +1,48 @@
+# One task runner; CI calls `make test` verbatim (see .ci/run and README.md).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo serve test lint typecheck gen gen-check bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the reference scenario in process (no services needed).
+demo: $(STAMP)
+	$(BIN)/agency demo
+
+## Serve gRPC on embedded defaults (in-memory catalog, audit log in ./agency-data).
+serve: $(STAMP)
+	$(BIN)/agency serve
+
+## The test suite (needs the local Redis on 127.0.0.1:6379 for the Redis tests).
+test: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check middleware handlers tests scripts bench
+	$(BIN)/ruff format --check middleware handlers tests scripts bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy middleware handlers
+
+## Regenerate the checked-in gRPC stubs from proto/.
+gen: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py
+
+gen-check: $(STAMP)
+	$(BIN)/python scripts/gen_protos.py --check
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

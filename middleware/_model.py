@@ -1,0 +1,74 @@
+"""Shared base for the pydantic models, and the one place pydantic errors become ours."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import InvalidInput, Problem
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Model(BaseModel):
+    """Base of every core model: unknown fields are refused, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    @classmethod
+    def parse(cls: type[M], data: Any, *, what: str | None = None) -> M:
+        """Validate ``data`` (a mapping or JSON text) into this model.
+
+        Raises:
+            InvalidInput: naming every offending field and the reason.
+        """
+        return parse_model(cls, data, what=what)
+
+
+def problems_from(exc: ValidationError, prefix: str = "") -> list[Problem]:
+    """Turn a pydantic ``ValidationError`` into field-named problems."""
+    out: list[Problem] = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err.get("loc", ()) if not _is_union_tag(p)]
+        path = ""
+        for part in loc:
+            if part.isdigit():
+                path += f"[{part}]"
+            else:
+                path += f".{part}" if path else part
+        if prefix:
+            path = f"{prefix}.{path}" if path and not path.startswith("[") else f"{prefix}{path}"
+        msg = str(err.get("msg", "invalid"))
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        elif msg.startswith("Assertion failed, "):
+            msg = msg[len("Assertion failed, ") :]
+        out.append(Problem(path, msg))
+    return out
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic puts the chosen union member (e.g. "function-after[...]") into the location.
+    return isinstance(part, str) and (("[" in part and "]" in part) or part.startswith("function-"))
+
+
+def parse_model(cls: type[M], data: Any, *, what: str | None = None, prefix: str = "") -> M:
+    try:
+        if isinstance(data, (str, bytes, bytearray)):
+            return cls.model_validate_json(data)
+        if isinstance(data, cls):
+            return data
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInput(problems_from(exc, prefix), what=what or _describe(cls)) from None
+
+
+def _describe(cls: type[BaseModel]) -> str:
+    name = cls.__name__
+    words = []
+    for ch in name:
+        if ch.isupper() and words:
+            words.append(" ")
+        words.append(ch.lower())
+    return "".join(words)

@@ -1,0 +1,181 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskStep(_message.Message):
+    __slots__ = ("name", "action", "tags", "text", "input_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    action: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    text: str
+    input_json: str
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("task_id", "text", "goal_json", "goal_id", "input_json", "constraints_json", "steps", "user_id", "session_id", "trace_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    GOAL_JSON_FIELD_NUMBER: _ClassVar[int]
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    text: str
+    goal_json: str
+    goal_id: str
+    input_json: str
+    constraints_json: str
+    steps: _containers.RepeatedCompositeFieldContainer[TaskStep]
+    user_id: str
+    session_id: str
+    trace_id: str
+    def __init__(self, task_id: _Optional[str] = ..., text: _Optional[str] = ..., goal_json: _Optional[str] = ..., goal_id: _Optional[str] = ..., input_json: _Optional[str] = ..., constraints_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TaskStep, _Mapping]]] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
+
+class RouteRequest(_message.Message):
+    __slots__ = ("text", "constraints_json")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    constraints_json: str
+    def __init__(self, text: _Optional[str] = ..., constraints_json: _Optional[str] = ...) -> None: ...
+
+class Candidate(_message.Message):
+    __slots__ = ("agent", "score", "slo_latency_ms", "success_rate", "load")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    SLO_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_RATE_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    score: float
+    slo_latency_ms: int
+    success_rate: float
+    load: float
+    def __init__(self, agent: _Optional[str] = ..., score: _Optional[float] = ..., slo_latency_ms: _Optional[int] = ..., success_rate: _Optional[float] = ..., load: _Optional[float] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ("agent", "constraint", "reason")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    constraint: str
+    reason: str
+    def __init__(self, agent: _Optional[str] = ..., constraint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RoutingDecision(_message.Message):
+    __slots__ = ("constraints_json", "chosen", "fallbacks", "candidates", "rejected", "explanation", "refused")
+    CONSTRAINTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    constraints_json: str
+    chosen: str
+    fallbacks: _containers.RepeatedScalarFieldContainer[str]
+    candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
+    rejected: _containers.RepeatedCompositeFieldContainer[Rejection]
+    explanation: str
+    refused: bool
+    def __init__(self, constraints_json: _Optional[str] = ..., chosen: _Optional[str] = ..., fallbacks: _Optional[_Iterable[str]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., rejected: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., explanation: _Optional[str] = ..., refused: _Optional[bool] = ...) -> None: ...
+
+class StepVerdict(_message.Message):
+    __slots__ = ("step", "kind", "passed", "expected_json", "actual_json", "reason")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_JSON_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_JSON_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    kind: str
+    passed: bool
+    expected_json: str
+    actual_json: str
+    reason: str
+    def __init__(self, step: _Optional[str] = ..., kind: _Optional[str] = ..., passed: _Optional[bool] = ..., expected_json: _Optional[str] = ..., actual_json: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GoalVerdict(_message.Message):
+    __slots__ = ("goal_id", "passed", "steps", "duration_ms")
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    goal_id: str
+    passed: bool
+    steps: _containers.RepeatedCompositeFieldContainer[StepVerdict]
+    duration_ms: float
+    def __init__(self, goal_id: _Optional[str] = ..., passed: _Optional[bool] = ..., steps: _Optional[_Iterable[_Union[StepVerdict, _Mapping]]] = ..., duration_ms: _Optional[float] = ...) -> None: ...
+
+class Resolution(_message.Message):
+    __slots__ = ("kind", "failure_type", "reason", "agent", "delay_ms")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    failure_type: str
+    reason: str
+    agent: str
+    delay_ms: float
+    def __init__(self, kind: _Optional[str] = ..., failure_type: _Optional[str] = ..., reason: _Optional[str] = ..., agent: _Optional[str] = ..., delay_ms: _Optional[float] = ...) -> None: ...
+
+class Failure(_message.Message):
+    __slots__ = ("type", "step", "agent", "attempt", "detail")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    step: str
+    agent: str
+    attempt: int
+    detail: str
+    def __init__(self, type: _Optional[str] = ..., step: _Optional[str] = ..., agent: _Optional[str] = ..., attempt: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class Outcome(_message.Message):
+    __slots__ = ("task_id", "trace_id", "state", "a2a_state", "output_json", "goal_id", "goal_verdict", "failures", "resolutions", "reason", "pending_json", "audit_index", "outcome_json")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    A2A_STATE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PENDING_JSON_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    trace_id: str
+    state: str
+    a2a_state: str
+    output_json: str
+    goal_id: str
+    goal_verdict: GoalVerdict
+    failures: _containers.RepeatedCompositeFieldContainer[Failure]
+    resolutions: _containers.RepeatedCompositeFieldContainer[Resolution]
+    reason: str
+    pending_json: str
+    audit_index: int
+    outcome_json: str
+    def __init__(self, task_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., state: _Optional[str] = ..., a2a_state: _Optional[str] = ..., output_json: _Optional[str] = ..., goal_id: _Optional[str] = ..., goal_verdict: _Optional[_Union[GoalVerdict, _Mapping]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., resolutions: _Optional[_Iterable[_Union[Resolution, _Mapping]]] = ..., reason: _Optional[str] = ..., pending_json: _Optional[str] = ..., audit_index: _Optional[int] = ..., outcome_json: _Optional[str] = ...) -> None: ...

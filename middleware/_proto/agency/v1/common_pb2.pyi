@@ -1,0 +1,71 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Provenance(_message.Message):
+    __slots__ = ("source", "reliability_score")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    RELIABILITY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    reliability_score: float
+    def __init__(self, source: _Optional[str] = ..., reliability_score: _Optional[float] = ...) -> None: ...
+
+class SMFMetadata(_message.Message):
+    __slots__ = ("provenance", "freshness_ttl", "confidence_score", "intention_trace")
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
+    FRESHNESS_TTL_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    INTENTION_TRACE_FIELD_NUMBER: _ClassVar[int]
+    provenance: Provenance
+    freshness_ttl: float
+    confidence_score: float
+    intention_trace: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, provenance: _Optional[_Union[Provenance, _Mapping]] = ..., freshness_ttl: _Optional[float] = ..., confidence_score: _Optional[float] = ..., intention_trace: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SMFMessage(_message.Message):
+    __slots__ = ("message_id", "sender", "receiver", "content_json", "metadata", "trace_id", "created_at")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    RECEIVER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_JSON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    sender: str
+    receiver: str
+    content_json: str
+    metadata: SMFMetadata
+    trace_id: str
+    created_at: str
+    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., receiver: _Optional[str] = ..., content_json: _Optional[str] = ..., metadata: _Optional[_Union[SMFMetadata, _Mapping]] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
+
+class CapabilityContract(_message.Message):
+    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    SLO_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    CAN_DO_FIELD_NUMBER: _ClassVar[int]
+    CANNOT_DO_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    description: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    slo_latency_ms: int
+    can_do: _containers.RepeatedScalarFieldContainer[str]
+    cannot_do: _containers.RepeatedScalarFieldContainer[str]
+    input_schema_json: str
+    output_schema_json: str
+    owner: str
+    endpoint: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...

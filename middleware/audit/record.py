@@ -1,0 +1,71 @@
+"""What one audit record says (NIST SP 800-53 AU-3)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from .._model import Model
+from ..smf import new_id, utcnow
+
+__all__ = ["AUDIT_SCHEMA_VERSION", "Actors", "AuditEventType", "AuditRecord", "canonical_json"]
+
+AUDIT_SCHEMA_VERSION = 1
+
+
+class AuditEventType(StrEnum):
+    TASK_SUBMITTED = "task.submitted"
+    MESSAGE_ACCEPTED = "message.accepted"
+    MESSAGE_REJECTED = "message.rejected"
+    GOAL_ANCHORED = "goal.anchored"
+    ROUTING_DECISION = "routing.decision"
+    ROUTING_REFUSED = "routing.refused"
+    DISPATCH = "agent.dispatch"
+    AGENT_RESULT = "agent.result"
+    VERIFICATION = "goal.verification"
+    FAILURE = "failure.event"
+    RESOLUTION = "failure.resolution"
+    STATE_TRANSITION = "task.transition"
+    HUMAN_HANDOVER = "human.handover"
+    TASK_COMPLETED = "task.completed"
+    CATALOG_CHANGE = "catalog.change"
+    AGENT_STEP = "agent.step"
+
+
+class Actors(Model):
+    """Who was involved: the end user, the agent, the session."""
+
+    user: str = ""
+    agent: str = ""
+    session: str = ""
+
+
+class AuditRecord(Model):
+    """One governed step. ``detail`` holds the step-specific facts (the explanation, the verdict ...)."""
+
+    event_id: str = Field(default_factory=lambda: new_id("evt"))
+    event_type: str = Field(min_length=1, max_length=64)
+    time: datetime = Field(default_factory=utcnow)
+    component: str = Field(default="gateway", max_length=64)
+    node: str = Field(default_factory=socket.gethostname, max_length=128)
+    actors: Actors = Field(default_factory=Actors)
+    task_id: str = ""
+    trace_id: str = ""
+    goal_id: str = ""
+    rule: str = Field(default="", description="The rule or policy applied.")
+    outcome: str = Field(default="", description="success | failure | refused | info ...")
+    detail: dict[str, Any] = Field(default_factory=dict)
+    schema_version: int = AUDIT_SCHEMA_VERSION
+
+    def canonical(self) -> bytes:
+        """The canonical JSON bytes of this record (sorted keys, compact, UTF-8)."""
+        return canonical_json(self.model_dump(mode="json"))
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,0 +1,152 @@
+"""Capability contracts: what an agent can and cannot do, and the shapes it speaks.
+
+A contract is enforced at registration (valid JSON Schemas, ``can_do`` and
+``cannot_do`` disjoint, a semantic version, a positive SLO), at routing (never
+outside ``can_do``, never into ``cannot_do``), at dispatch (the input) and on
+return (the output).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from pydantic import Field, field_validator, model_validator
+
+from ._model import Model
+from .errors import ContractViolation, Problem
+
+__all__ = ["SEMVER_RE", "CapabilityContract", "check_against_schema", "normalise_label"]
+
+#: Semantic Versioning 2.0.0 (semver.org), e.g. ``1.4.0`` or ``2.0.0-rc.1+build.5``.
+SEMVER_RE = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,127}$")
+_LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
+
+
+def normalise_label(value: str) -> str:
+    """Tags and actions are compared lower-case, trimmed, with spaces and dashes as ``_``."""
+    return re.sub(r"[\s-]+", "_", value.strip().lower())
+
+
+def _labels(values: list[str], field: str) -> list[str]:
+    out: list[str] = []
+    for i, raw in enumerate(values):
+        label = normalise_label(raw)
+        if not _LABEL_RE.match(label):
+            raise ValueError(f"{field}[{i}] {raw!r} is not a valid label (letters, digits, _ . : -)")
+        if label not in out:
+            out.append(label)
+    return out
+
+
+class CapabilityContract(Model):
+    """What one agent (one name at one version) declares it can do."""
+
+    name: str = Field(description="Capability name, lower-case, e.g. ``warranty_agent``.")
+    version: str = Field(default="1.0.0", description="Semantic version of this contract.")
+    description: str = Field(default="", max_length=2000)
+    tags: list[str] = Field(default_factory=list, description="Routing tags, normalised.")
+    slo_latency_ms: int = Field(default=1000, gt=0, le=3_600_000, description="Latency SLO.")
+    can_do: list[str] = Field(min_length=1, description="Actions this agent performs.")
+    cannot_do: list[str] = Field(default_factory=list, description="Actions it must never get.")
+    input_schema: dict[str, Any] = Field(default_factory=dict, description="JSON Schema of input.")
+    output_schema: dict[str, Any] = Field(default_factory=dict, description="JSON Schema of output.")
+    owner: str = Field(default="", max_length=256)
+    endpoint: str = Field(default="", max_length=512, description="Remote address, empty = in process.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        v = v.strip().lower()
+        if not _NAME_RE.match(v):
+            raise ValueError("must start with a letter and use a-z, 0-9, _ . - (max 128)")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not SEMVER_RE.match(v.strip()):
+            raise ValueError(f"{v!r} is not a semantic version (MAJOR.MINOR.PATCH)")
+        return v.strip()
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        return _labels(v, "tags")
+
+    @field_validator("can_do")
+    @classmethod
+    def _can_do(cls, v: list[str]) -> list[str]:
+        return _labels(v, "can_do")
+
+    @field_validator("cannot_do")
+    @classmethod
+    def _cannot_do(cls, v: list[str]) -> list[str]:
+        return _labels(v, "cannot_do")
+
+    @field_validator("input_schema", "output_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            jsonschema.validators.validator_for(v).check_schema(v)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(root)"
+            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> CapabilityContract:
+        overlap = sorted(set(self.can_do) & set(self.cannot_do))
+        if overlap:
+            raise ValueError(f"can_do and cannot_do overlap on {', '.join(overlap)}")
+        return self
+
+    @property
+    def key(self) -> str:
+        """``name@version``: unique in a catalog."""
+        return f"{self.name}@{self.version}"
+
+    def check_input(self, data: Any) -> None:
+        """Raise :class:`ContractViolation` if ``data`` does not match ``input_schema``."""
+        check_against_schema(self.input_schema, data, what=f"input for {self.key}")
+
+    def check_output(self, data: Any) -> None:
+        """Raise :class:`ContractViolation` if ``data`` does not match ``output_schema``."""
+        check_against_schema(self.output_schema, data, what=f"output of {self.key}")
+
+
+def check_against_schema(schema: dict[str, Any], data: Any, *, what: str) -> None:
+    """Validate ``data`` against a JSON Schema, listing every violation by JSON path."""
+    if not schema:
+        return
+    validator = _compiled(_freeze(schema))
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        problems = [
+            Problem(e.json_path.replace("$", "", 1).lstrip(".") or "(root)", e.message) for e in errors
+        ]
+        raise ContractViolation(problems, what=what)
+
+
+def _freeze(value: Any) -> Any:
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=4096)
+def _compiled(schema_json: str) -> Validator:
+    import json
+
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)

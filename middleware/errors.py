@@ -1,0 +1,197 @@
+"""The one exception hierarchy of Agency Middleware.
+
+Every error the product raises on purpose derives from :class:`AgencyError`. Each
+subclass carries structured fields (a machine-readable ``reason``, whether the
+operation may be ``retryable``, and for bad input every ``problems`` entry with its
+field) and a default message, so transports can map them to status codes in one
+place (see ``middleware.grpc_api.status``) without parsing strings::
+
+    AgencyError                      reason            gRPC status
+    ├── InvalidInput                 INVALID_INPUT     INVALID_ARGUMENT
+    │   └── ContractViolation        SCHEMA_VIOLATION  INVALID_ARGUMENT
+    ├── NotFound                     NOT_FOUND         NOT_FOUND
+    ├── AlreadyExists                ALREADY_EXISTS    ALREADY_EXISTS
+    ├── PermissionDenied             PERMISSION_DENIED PERMISSION_DENIED
+    ├── Unauthenticated              UNAUTHENTICATED   UNAUTHENTICATED
+    ├── FailedPrecondition           FAILED_PRECONDITION FAILED_PRECONDITION
+    │   └── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
+    ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
+    ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
+    ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
+    └── AuditError                   AUDIT_ERROR       INTERNAL
+        └── AuditCorrupted           AUDIT_CORRUPTED   DATA_LOSS
+
+Failures of *agents* (a timeout, a schema violation in an output, an unmet goal) are
+not exceptions to the caller: they become typed failure events handled by the
+failure machinery (``middleware.failures``) and end up in the task's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "AgencyError",
+    "AlreadyExists",
+    "AuditCorrupted",
+    "AuditError",
+    "ContractViolation",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "InvalidInput",
+    "NotFound",
+    "PermissionDenied",
+    "Problem",
+    "ResourceExhausted",
+    "RoutingRefused",
+    "Unauthenticated",
+    "Unavailable",
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where (a dotted path) and why."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}" if self.field else self.reason
+
+
+class AgencyError(Exception):
+    """Root of every error raised by Agency Middleware.
+
+    Attributes:
+        reason: A stable, machine-readable code (``NOT_FOUND``, ``INVALID_INPUT`` ...).
+        retryable: Whether repeating the same call may succeed.
+        details: Extra structured context, safe to show to a client.
+    """
+
+    default_message: ClassVar[str] = "agency middleware error"
+    reason: ClassVar[str] = "AGENCY_ERROR"
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        retryable: bool | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message or self.default_message)
+        if retryable is not None:
+            self.retryable = retryable
+        self.details: dict[str, Any] = dict(details or {})
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidInput(AgencyError):
+    """Input failed validation. ``problems`` lists every field and what was wrong."""
+
+    default_message = "invalid input"
+    reason = "INVALID_INPUT"
+
+    def __init__(
+        self,
+        problems: Sequence[Problem] | Problem,
+        *,
+        what: str = "input",
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.problems: tuple[Problem, ...] = (problems,) if isinstance(problems, Problem) else tuple(problems)
+        self.what = what
+        listed = "; ".join(str(p) for p in self.problems) or "no detail"
+        super().__init__(f"invalid {what}: {listed}", details=details)
+
+    @property
+    def field(self) -> str:
+        """The first offending field (what a single-field error would report)."""
+        return self.problems[0].field if self.problems else ""
+
+    @classmethod
+    def single(cls, field: str, reason: str, *, what: str = "input") -> InvalidInput:
+        return cls([Problem(field, reason)], what=what)
+
+
+class ContractViolation(InvalidInput):
+    """Data crossing an agent boundary does not match the contract's JSON Schema."""
+
+    default_message = "contract schema violation"
+    reason = "SCHEMA_VIOLATION"
+
+
+class NotFound(AgencyError):
+    default_message = "not found"
+    reason = "NOT_FOUND"
+
+
+class AlreadyExists(AgencyError):
+    default_message = "already exists"
+    reason = "ALREADY_EXISTS"
+
+
+class PermissionDenied(AgencyError):
+    default_message = "permission denied"
+    reason = "PERMISSION_DENIED"
+
+
+class Unauthenticated(AgencyError):
+    default_message = "unauthenticated"
+    reason = "UNAUTHENTICATED"
+
+
+class FailedPrecondition(AgencyError):
+    default_message = "failed precondition"
+    reason = "FAILED_PRECONDITION"
+
+
+class RoutingRefused(FailedPrecondition):
+    """No registered contract allows the request; ``rejections`` says why for each."""
+
+    default_message = "no capability satisfies the request"
+    reason = "ROUTING_REFUSED"
+
+    def __init__(self, message: str | None = None, *, rejections: Iterable[Any] = ()) -> None:
+        self.rejections = list(rejections)
+        super().__init__(message)
+
+
+class ResourceExhausted(AgencyError):
+    default_message = "resource exhausted"
+    reason = "RESOURCE_EXHAUSTED"
+    retryable = True
+
+
+class DeadlineExceeded(AgencyError):
+    default_message = "deadline exceeded"
+    reason = "DEADLINE_EXCEEDED"
+    retryable = True
+
+
+class Unavailable(AgencyError):
+    default_message = "service unavailable"
+    reason = "UNAVAILABLE"
+    retryable = True
+
+
+class AuditError(AgencyError):
+    default_message = "audit log error"
+    reason = "AUDIT_ERROR"
+
+
+class AuditCorrupted(AuditError):
+    """The audit log failed verification; ``where`` names the segment/record."""
+
+    default_message = "audit log is corrupted"
+    reason = "AUDIT_CORRUPTED"
+
+    def __init__(self, message: str | None = None, *, where: str = "") -> None:
+        self.where = where
+        super().__init__(f"{message or self.default_message}" + (f" at {where}" if where else ""))

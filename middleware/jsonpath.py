@@ -1,0 +1,83 @@
+"""A small, fast JSON path subset: ``$``, ``.name``, ``['name']``, ``[index]``, ``[*]``, ``..``-free.
+
+Enough for verification steps (``$.warranty.eligible``, ``$.items[*].sku``,
+``$['order id']``) without a general JSONPath engine on the hot path.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+__all__ = ["JsonPath", "JsonPathError"]
+
+_TOKEN = re.compile(
+    r"""\.(?P<name>[A-Za-z_\u00a0-\uffff][\w\u00a0-\uffff-]*)
+      |\[(?P<index>-?\d+)\]
+      |\[(?P<star>\*)\]|\.(?P<dotstar>\*)
+      |\[\s*(?P<q>['"])(?P<quoted>(?:\\.|(?!(?P=q)).)*)(?P=q)\s*\]""",
+    re.VERBOSE,
+)
+
+_WILD = object()
+
+
+class JsonPathError(ValueError):
+    """A JSON path that does not parse."""
+
+
+class JsonPath:
+    """A compiled path; :meth:`find` returns every value it reaches (possibly none)."""
+
+    __slots__ = ("_parts", "text")
+
+    def __init__(self, text: str, parts: tuple[Any, ...]) -> None:
+        self.text = text
+        self._parts = parts
+
+    @staticmethod
+    def compile(text: str) -> JsonPath:
+        return _compile(text)
+
+    def find(self, document: Any) -> list[Any]:
+        current = [document]
+        for part in self._parts:
+            nxt: list[Any] = []
+            for value in current:
+                if part is _WILD:
+                    if isinstance(value, dict):
+                        nxt.extend(value.values())
+                    elif isinstance(value, list):
+                        nxt.extend(value)
+                elif isinstance(part, int):
+                    if isinstance(value, list) and -len(value) <= part < len(value):
+                        nxt.append(value[part])
+                elif isinstance(value, dict) and part in value:
+                    nxt.append(value[part])
+            current = nxt
+            if not current:
+                break
+        return current
+
+
+@lru_cache(maxsize=2048)
+def _compile(text: str) -> JsonPath:
+    s = text.strip()
+    if not s.startswith("$"):
+        raise JsonPathError(f"JSON path {text!r} must start with '$'")
+    pos, parts = 1, []
+    while pos < len(s):
+        m = _TOKEN.match(s, pos)
+        if not m:
+            raise JsonPathError(f"JSON path {text!r} is invalid at position {pos}: {s[pos : pos + 10]!r}")
+        if m.group("name") is not None:
+            parts.append(m.group("name"))
+        elif m.group("index") is not None:
+            parts.append(int(m.group("index")))
+        elif m.group("star") or m.group("dotstar"):
+            parts.append(_WILD)
+        else:
+            parts.append(re.sub(r"\\(.)", r"\1", m.group("quoted")))
+        pos = m.end()
+    return JsonPath(text, tuple(parts))

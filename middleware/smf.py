@@ -1,0 +1,115 @@
+"""Semantic Message Format (SMF): the envelope of every message between agents.
+
+An SMF message carries, besides its content, the metadata that lets the receiver
+decide how far to trust it: where it came from and how reliable that source is
+(``provenance``), how long it stays fresh (``freshness_ttl``), how confident the
+sender is (``confidence_score``), and which user goals it serves
+(``intention_trace``). Messages are validated at every boundary; a message that
+does not validate is refused with every problem named.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from ._model import Model
+
+__all__ = [
+    "MAX_INTENTION_DEPTH",
+    "Provenance",
+    "SMFMessage",
+    "SMFMetadata",
+    "new_id",
+    "utcnow",
+]
+
+#: An intention trace deeper than this is treated as drift (see INTENT_DRIFT).
+MAX_INTENTION_DEPTH = 5
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id(prefix: str) -> str:
+    """A fresh identifier such as ``msg_3f2a...`` (prefix + 24 hex digits)."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+class Provenance(Model):
+    """Where the content comes from and how reliable that source is (0..1)."""
+
+    source: str = Field(min_length=1, max_length=256, description="Data source or producing agent.")
+    reliability_score: float = Field(
+        ge=0.0, le=1.0, description="How far the source is trusted, 0 (not at all) to 1."
+    )
+
+
+class SMFMetadata(Model):
+    """The semantic metadata every SMF message must carry."""
+
+    provenance: Provenance
+    freshness_ttl: float = Field(
+        ge=0, description="Seconds after ``created_at`` during which the content is fresh."
+    )
+    confidence_score: float = Field(ge=0.0, le=1.0, description="Sender's confidence, 0..1.")
+    intention_trace: list[str] = Field(
+        default_factory=list,
+        description="Goal ids this message serves, from the user's root goal down.",
+    )
+
+    @field_validator("intention_trace")
+    @classmethod
+    def _goal_ids_non_empty(cls, v: list[str]) -> list[str]:
+        for i, goal_id in enumerate(v):
+            if not goal_id or not goal_id.strip():
+                raise ValueError(f"item {i} is an empty goal id")
+        return v
+
+
+class SMFMessage(Model):
+    """One message between agents (or between a client and the gateway)."""
+
+    message_id: str = Field(default_factory=lambda: new_id("msg"), min_length=1, max_length=128)
+    sender: str = Field(min_length=1, max_length=256)
+    receiver: str = Field(min_length=1, max_length=256)
+    content: Any = Field(description="Text or any JSON value.")
+    metadata: SMFMetadata
+    trace_id: str = Field(default_factory=lambda: uuid.uuid4().hex, min_length=1, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+
+    @field_validator("created_at")
+    @classmethod
+    def _aware(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("must carry a timezone (UTC recommended)")
+        return v.astimezone(UTC)
+
+    @model_validator(mode="after")
+    def _content_present(self) -> SMFMessage:
+        if self.content is None:
+            raise ValueError("content: must not be null")
+        return self
+
+    def expires_at(self) -> datetime:
+        return self.created_at + timedelta(seconds=self.metadata.freshness_ttl)
+
+    def is_stale(self, now: datetime | None = None) -> bool:
+        """True when the content is older than its freshness TTL."""
+        return (now or utcnow()) > self.expires_at()
+
+    def intention_drift(self) -> str | None:
+        """Why the intention trace drifts (too deep, or a cycle), or ``None``."""
+        trace = self.metadata.intention_trace
+        if len(trace) > MAX_INTENTION_DEPTH:
+            return f"intention trace depth {len(trace)} exceeds {MAX_INTENTION_DEPTH}"
+        seen: set[str] = set()
+        for goal_id in trace:
+            if goal_id in seen:
+                return f"intention trace has a cycle at {goal_id}"
+            seen.add(goal_id)
+        return None

@@ -1,0 +1,64 @@
+"""Fakes shipped with the package, so users and tests use the same thing.
+
+``ScriptedAgent`` plays back a script of steps: return a value, hang past any
+deadline, or raise. It records every request it receives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .agents import AgentReply, AgentRequest
+
+__all__ = ["Hang", "Raise", "ScriptedAgent"]
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answer (until cancelled by the deadline)."""
+
+
+@dataclass(frozen=True)
+class Raise:
+    """Raise ``error``."""
+
+    error: BaseException
+
+
+class ScriptedAgent:
+    """An async agent that plays a script; the last step repeats when the script runs out.
+
+    Each step is a value to return (or an :class:`AgentReply`), a callable taking the
+    request and returning one, :class:`Hang` or :class:`Raise`.
+    """
+
+    def __init__(self, *steps: Any, name: str = "scripted") -> None:
+        if not steps:
+            raise ValueError("a scripted agent needs at least one step")
+        self._steps = list(steps)
+        self.name = name
+        self.requests: list[AgentRequest] = []
+
+    @classmethod
+    def of(cls, steps: Iterable[Any], name: str = "scripted") -> ScriptedAgent:
+        return cls(*steps, name=name)
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    async def __call__(self, request: AgentRequest) -> Any:
+        index = min(len(self.requests), len(self._steps) - 1)
+        self.requests.append(request)
+        step = self._steps[index]
+        if isinstance(step, Hang):
+            await asyncio.Event().wait()
+        if isinstance(step, Raise):
+            raise step.error
+        if callable(step) and not isinstance(step, AgentReply):
+            fn: Callable[[AgentRequest], Any] = step
+            return fn(request)
+        return step
