@@ -209,8 +209,4 @@ def warranty_request() -> TaskRequest:
 
 
 def refused_request() -> TaskRequest:
-    return TaskRequest(
-        text="Predict next quarter's stock price for ACME.",
-        user_id="u_789",
-        constraints={"tags": ["finance"]},
-    )
+    return TaskRequest(text="Predict next quarter's stock price for ACME.", user_id="u_789")
