@@ -15,14 +15,14 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         self._agency = agency
 
     @rpc
-    async def Submit(  # noqa: N802 - gRPC method names
+    async def Submit(
         self, request: agency_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
         outcome = await self._agency.submit(task_from_pb(request))
         return outcome_to_pb(outcome)
 
     @rpc
-    async def Route(  # noqa: N802
+    async def Route(
         self, request: agency_pb2.RouteRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.RoutingDecision:
         constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from .._model import parse_model
+from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem

@@ -80,7 +80,8 @@ def build_server(agency: Agency, address: str = "127.0.0.1:0") -> GrpcServer:
         [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise Unavailable(f"cannot listen on {address}")
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpc reports bind failures this way
+        raise Unavailable(f"cannot listen on {address}: {exc}") from None
     return GrpcServer(server, port, health_servicer, services)
