@@ -7,18 +7,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ._model import Model
 from .failures import FailurePolicy
 
-__all__ = ["AgencyConfig", "ServerConfig"]
+__all__ = ["AgencyConfig", "ClientTlsConfig", "ServerConfig", "TlsConfig", "hash_token", "read_token_hashes"]
 
 
 class AgencyConfig(Model):
@@ -34,6 +36,106 @@ class AgencyConfig(Model):
     max_backups: int = Field(default=3, ge=0, le=50, description="Backups tried per step before giving up.")
 
 
+class TlsConfig(Model):
+    """TLS for the gRPC server; with ``client_ca`` and ``require_client_cert``, mutual TLS.
+
+    Paths are checked when the configuration is parsed (a missing file is refused
+    naming the field); :meth:`read` loads the PEM bytes.
+    """
+
+    cert: Path = Field(description="PEM certificate chain of the server.")
+    key: Path = Field(description="PEM private key of the server.")
+    client_ca: Path | None = Field(default=None, description="PEM CA bundle that signs client certificates.")
+    require_client_cert: bool = Field(
+        default=False, description="Refuse clients without a certificate signed by client_ca (mTLS)."
+    )
+
+    @field_validator("cert", "key", "client_ca")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"no such file: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _ca_for_mtls(self) -> TlsConfig:
+        if self.require_client_cert and self.client_ca is None:
+            raise ValueError("require_client_cert needs client_ca (the CA that signs client certificates)")
+        return self
+
+    def read(self) -> tuple[bytes, bytes, bytes | None]:
+        """``(cert_chain, private_key, client_ca)`` as PEM bytes."""
+        ca = self.client_ca.read_bytes() if self.client_ca else None
+        return self.cert.read_bytes(), self.key.read_bytes(), ca
+
+
+class ClientTlsConfig(Model):
+    """TLS for a client of the gateway (a worker, the CLI): the CA to trust, and for mTLS
+    its own certificate and key."""
+
+    ca: Path | None = Field(default=None, description="PEM CA bundle to verify the server (default: system).")
+    cert: Path | None = Field(default=None, description="PEM client certificate (mutual TLS).")
+    key: Path | None = Field(default=None, description="PEM client private key (mutual TLS).")
+    server_name: str = Field(default="", description="Expected server name, if not the address's host.")
+
+    @field_validator("ca", "cert", "key")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"no such file: {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _pair(self) -> ClientTlsConfig:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("give both cert and key for a client certificate, or neither")
+        return self
+
+    def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """``(ca, cert_chain, private_key)`` as PEM bytes (None where not configured)."""
+
+        def rd(p: Path | None) -> bytes | None:
+            return p.read_bytes() if p else None
+
+        return rd(self.ca), rd(self.cert), rd(self.key)
+
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a bearer token: what the server's token file stores."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a token file: one ``CLIENT_NAME SHA256_HEX`` per line (``#`` comments).
+
+    Returns ``{hash: client_name}``. Raises :class:`InvalidInput` naming each bad line.
+    """
+    from .errors import InvalidInput, Problem
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput([Problem("auth_tokens", f"cannot read {p}: {exc.strerror}")]) from None
+    out: dict[str, str] = {}
+    problems = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not _HASH.match(parts[1].lower()):
+            problems.append(Problem(f"{p}:{n}", "expected 'CLIENT_NAME SHA256_HEX' (64 hex digits)"))
+            continue
+        out[parts[1].lower()] = parts[0]
+    if problems:
+        raise InvalidInput(problems, what="token file")
+    return out
+
+
 class ServerConfig(Model):
     """Settings of ``agency serve``."""
 
@@ -44,6 +146,13 @@ class ServerConfig(Model):
         default="127.0.0.1:9464", description="host:port of the Prometheus /metrics endpoint; empty = off."
     )
     agency: AgencyConfig = Field(default_factory=AgencyConfig)
+    tls: TlsConfig | None = Field(
+        default=None, description="Serve TLS (mTLS with a client CA); None = plaintext."
+    )
+    auth_tokens: Path | None = Field(
+        default=None,
+        description="Token file ('CLIENT_NAME SHA256_HEX' per line); set = bearer tokens required.",
+    )
 
     @field_validator("address", "metrics_address")
     @classmethod
@@ -60,7 +169,9 @@ class ServerConfig(Model):
         """Defaults, then ``given`` (e.g. CLI flags), with ``AGENCY_*`` variables filling gaps.
 
         Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``,
-        ``AGENCY_METRICS_ADDRESS``.
+        ``AGENCY_METRICS_ADDRESS``, ``AGENCY_TLS_CERT``, ``AGENCY_TLS_KEY``,
+        ``AGENCY_TLS_CLIENT_CA`` (setting it requires client certificates) and
+        ``AGENCY_AUTH_TOKENS`` (a token file).
         Explicitly given values win over the environment.
         """
         env = os.environ if env is None else env
@@ -73,5 +184,22 @@ class ServerConfig(Model):
             data["metrics_address"] = env["AGENCY_METRICS_ADDRESS"]
         if "AGENCY_NODE_ID" in env:
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
+        if "AGENCY_AUTH_TOKENS" in env:
+            data["auth_tokens"] = env["AGENCY_AUTH_TOKENS"]
+        tls = {
+            key: env[var]
+            for key, var in (
+                ("cert", "AGENCY_TLS_CERT"),
+                ("key", "AGENCY_TLS_KEY"),
+                ("client_ca", "AGENCY_TLS_CLIENT_CA"),
+            )
+            if env.get(var)
+        }
+        if tls:
+            data["tls"] = {**tls, "require_client_cert": "client_ca" in tls}
         data.update({k: v for k, v in given.items() if v is not None})
         return cls.parse(data, what="server configuration")
+
+    def token_hashes(self) -> dict[str, str] | None:
+        """``{sha256_hex: client_name}`` from ``auth_tokens``, or None when tokens are off."""
+        return read_token_hashes(self.auth_tokens) if self.auth_tokens else None

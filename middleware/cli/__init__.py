@@ -19,6 +19,8 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.trace",
+    "middleware.cli.health",
 ]
 
 

@@ -28,13 +28,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the gRPC gateway (CatalogService, AgencyService, health, reflection) on "
         "embedded defaults: an in-memory catalog and an audit log on local disk. Stops cleanly on "
         "SIGTERM/SIGINT: in-flight calls drain, the audit log is closed. "
-        "Environment: AGENCY_ADDRESS, AGENCY_DATA_DIR, AGENCY_NODE_ID (flags win).",
+        "Environment: AGENCY_ADDRESS, AGENCY_DATA_DIR, AGENCY_NODE_ID, AGENCY_METRICS_ADDRESS, "
+        "AGENCY_TLS_CERT, AGENCY_TLS_KEY, AGENCY_TLS_CLIENT_CA, AGENCY_AUTH_TOKENS (flags win).",
     )
     p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
     p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
     p.add_argument(
         "--metrics-address",
         help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
+    )
+    p.add_argument("--tls-cert", type=Path, help="PEM server certificate chain: serve TLS")
+    p.add_argument("--tls-key", type=Path, help="PEM server private key (with --tls-cert)")
+    p.add_argument(
+        "--tls-client-ca", type=Path, help="PEM CA of client certificates: require them (mutual TLS)"
+    )
+    p.add_argument(
+        "--auth-tokens",
+        type=Path,
+        help="token file ('CLIENT_NAME SHA256_HEX' per line): require a bearer token on every call",
     )
     p.add_argument(
         "--demo",
@@ -45,8 +56,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    tls = None
+    if args.tls_cert or args.tls_key or args.tls_client_ca:
+        tls = {
+            "cert": args.tls_cert,
+            "key": args.tls_key,
+            "client_ca": args.tls_client_ca,
+            "require_client_cert": args.tls_client_ca is not None,
+        }
     config = ServerConfig.from_env(
-        address=args.address, data_dir=args.data_dir, metrics_address=args.metrics_address
+        address=args.address,
+        data_dir=args.data_dir,
+        metrics_address=args.metrics_address,
+        tls=tls,
+        auth_tokens=args.auth_tokens,
     )
     return asyncio.run(serve(config, demo=args.demo))
 
@@ -62,12 +85,13 @@ async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event
             from ..demo import build_demo_agency
 
             await build_demo_agency(agency)
-        server = build_server(agency, config.address)
+        server = build_server(agency, config.address, tls=config.tls, token_hashes=config.token_hashes())
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
         host = config.address.rsplit(":", 1)[0]
-        print(f"agency: serving on {host}:{server.port} (audit log: {audit.location})", flush=True)
+        scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
+        print(f"agency: serving on {host}:{server.port} ({scheme}; audit log: {audit.location})", flush=True)
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

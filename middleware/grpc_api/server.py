@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from ..config import TlsConfig
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
+from .auth import TokenAuthInterceptor
 from .catalog_servicer import CatalogServicer
 
 __all__ = ["GrpcServer", "build_server"]
@@ -60,13 +62,31 @@ class GrpcServer:
         await self.server.wait_for_termination()
 
 
-def build_server(agency: Agency, address: str = "127.0.0.1:0") -> GrpcServer:
-    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port)."""
+def build_server(
+    agency: Agency,
+    address: str = "127.0.0.1:0",
+    *,
+    tls: TlsConfig | None = None,
+    token_hashes: Mapping[str, str] | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> GrpcServer:
+    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
+
+    Args:
+        tls: Serve TLS (mutual TLS when it requires client certificates); None = plaintext.
+        token_hashes: ``{sha256_of_token: client_name}``; set = every call but health and
+            reflection needs a known bearer token (see :mod:`.auth`).
+        interceptors: Further server interceptors (e.g. tracing), outermost first.
+    """
+    chain = list(interceptors)
+    if token_hashes is not None:
+        chain.append(TokenAuthInterceptor(token_hashes))
     server = grpc.aio.server(
+        interceptors=chain or None,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ]
+        ],
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
@@ -81,7 +101,14 @@ def build_server(agency: Agency, address: str = "127.0.0.1:0") -> GrpcServer:
         server,
     )
     try:
-        port = server.add_insecure_port(address)
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            cert, key, ca = tls.read()
+            creds = grpc.ssl_server_credentials(
+                [(key, cert)], root_certificates=ca, require_client_auth=tls.require_client_cert
+            )
+            port = server.add_secure_port(address, creds)
     except RuntimeError as exc:  # grpc reports bind failures this way
         raise Unavailable(f"cannot listen on {address}: {exc}") from None
     return GrpcServer(server, port, health_servicer, services)

@@ -1,0 +1,370 @@
+"""The timeline of one task, rebuilt from the audit log.
+
+:func:`build_timelines` groups the audit records of one trace by task and turns
+them into :class:`Timeline` objects: who was asked what (with the SMF metadata of
+every message), how long each call took, every failure and its resolution, and the
+goal verification step by step. :func:`render_text` and :func:`render_html` show
+it to people; the HTML page is self-contained (inline CSS, no scripts, no external
+assets) and every value from the log is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .audit.record import AuditEventType, AuditRecord
+from .errors import InvalidInput, NotFound, Problem
+
+__all__ = ["Timeline", "TimelineEntry", "build_timelines", "find_trace", "render_html", "render_text"]
+
+E = AuditEventType
+
+
+@dataclass
+class TimelineEntry:
+    """One line of a timeline.
+
+    Attributes:
+        offset_ms: Time since the task was submitted.
+        kind: ``submitted``, ``message``, ``goal``, ``route``, ``refused``, ``dispatch``,
+            ``result``, ``failure``, ``resolution``, ``handover``, ``verification``, ``rejected``
+            (input refused at the boundary) or ``completed``.
+        status: ``ok``, ``fail`` or ``info`` (how to colour it).
+        summary: One human sentence.
+        details: Further lines (SMF metadata, inputs, verification steps ...).
+    """
+
+    offset_ms: float
+    kind: str
+    status: str
+    summary: str
+    step: str = ""
+    agent: str = ""
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """Everything the audit log says about one task."""
+
+    task_id: str
+    trace_id: str
+    text: str = ""
+    user: str = ""
+    goal_id: str = ""
+    node: str = ""
+    state: str = "unfinished"
+    reason: str = ""
+    duration_ms: float | None = None
+    records: int = 0
+    entries: list[TimelineEntry] = field(default_factory=list)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def find_trace(records: Iterable[tuple[int, AuditRecord]], trace_id: str) -> list[AuditRecord]:
+    """The records of ``trace_id`` (a full id, or a unique prefix of at least 8 characters)."""
+    wanted = trace_id.strip().lower()
+    if len(wanted) < 8:
+        raise InvalidInput([Problem("trace_id", "give the trace id (at least its first 8 characters)")])
+    found: dict[str, list[AuditRecord]] = {}
+    for _, record in records:
+        if record.trace_id and record.trace_id.lower().startswith(wanted):
+            found.setdefault(record.trace_id, []).append(record)
+    if not found:
+        raise NotFound(f"no audit record has trace id {trace_id!r}")
+    if len(found) > 1:
+        raise InvalidInput(
+            [Problem("trace_id", f"prefix {trace_id!r} matches {len(found)} traces: {sorted(found)[:5]}")]
+        )
+    return next(iter(found.values()))
+
+
+def build_timelines(records: Iterable[AuditRecord]) -> list[Timeline]:
+    """One :class:`Timeline` per task among ``records`` (in order of first appearance)."""
+    by_task: dict[str, list[AuditRecord]] = {}
+    for record in records:
+        by_task.setdefault(record.task_id or "(no task)", []).append(record)
+    return [_timeline(task_id, recs) for task_id, recs in by_task.items()]
+
+
+def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
+    first = records[0]
+    t = Timeline(
+        task_id=task_id,
+        trace_id=first.trace_id,
+        user=first.actors.user,
+        goal_id=first.goal_id,
+        node=first.node,
+        records=len(records),
+    )
+    start = first.time
+    last_failure_step = ""
+    for r in records:
+        d = r.detail
+        at = _ms(start, r.time)
+        step = str(d.get("step", "")) if isinstance(d.get("step"), str) else ""
+        add = t.entries.append
+        if r.event_type == E.TASK_SUBMITTED:
+            t.text = str(d.get("text", ""))
+            add(TimelineEntry(at, "submitted", "info", f"submitted by {r.actors.user or '-'}: {t.text}"))
+        elif r.event_type == E.MESSAGE_ACCEPTED:
+            msg = d.get("message", {})
+            add(
+                TimelineEntry(
+                    at,
+                    "message",
+                    "ok",
+                    f"SMF message from {msg.get('sender', '?')} accepted",
+                    details=_smf(msg),
+                )
+            )
+        elif r.event_type == E.MESSAGE_REJECTED:
+            add(
+                TimelineEntry(
+                    at,
+                    "rejected",
+                    "fail",
+                    f"input refused ({d.get('what', 'message')})",
+                    details=[str(p) for p in d.get("problems", [])],
+                )
+            )
+        elif r.event_type == E.GOAL_ANCHORED:
+            goal = d.get("goal", {})
+            checks = goal.get("verification_steps", [])
+            add(
+                TimelineEntry(
+                    at,
+                    "goal",
+                    "info",
+                    f"goal {goal.get('id', r.goal_id)} anchored ({len(checks)} verification steps, "
+                    f"timeout {goal.get('timeout_seconds', '?')} s, criticality "
+                    f"{goal.get('criticality', '?')})",
+                    details=[str(c.get("description") or c.get("kind", "")) for c in checks],
+                )
+            )
+        elif r.event_type in (E.ROUTING_DECISION, E.ROUTING_REFUSED):
+            refused = r.event_type == E.ROUTING_REFUSED
+            cands = ", ".join(
+                f"{c.get('agent')} ({c.get('score')})" for c in d.get("candidates", []) if isinstance(c, dict)
+            )
+            add(
+                TimelineEntry(
+                    at,
+                    "refused" if refused else "route",
+                    "fail" if refused else "ok",
+                    str(d.get("explanation", "")),
+                    step=step,
+                    agent=r.actors.agent,
+                    details=[f"candidates: {cands}"] if cands else [],
+                )
+            )
+        elif r.event_type == E.DISPATCH:
+            msg = d.get("message", {})
+            add(
+                TimelineEntry(
+                    at,
+                    "dispatch",
+                    "info",
+                    f"dispatch to {r.actors.agent}, attempt {d.get('attempt', 1)}, "
+                    f"deadline {d.get('deadline_ms', '?')} ms",
+                    step=step,
+                    agent=r.actors.agent,
+                    details=[f"input: {_short(msg.get('content'))}", *_smf(msg)],
+                )
+            )
+        elif r.event_type == E.AGENT_RESULT:
+            msg = d.get("message", {})
+            ms = d.get("duration_ms")
+            info = t.steps.setdefault(step, {"agent": "", "attempts": 0, "duration_ms": 0.0})
+            info.update(agent=r.actors.agent, duration_ms=ms, status="completed")
+            add(
+                TimelineEntry(
+                    at,
+                    "result",
+                    "ok",
+                    f"{r.actors.agent} answered in {_num(ms)} ms",
+                    step=step,
+                    agent=r.actors.agent,
+                    details=[f"output: {_short(msg.get('content'))}", *_smf(msg)],
+                )
+            )
+        elif r.event_type == E.FAILURE:
+            last_failure_step = step
+            add(
+                TimelineEntry(
+                    at,
+                    "failure",
+                    "fail",
+                    f"{r.outcome} on {r.actors.agent or 'the task'} (attempt {d.get('attempt', 1)}): "
+                    f"{d.get('detail', '')}",
+                    step=step,
+                    agent=r.actors.agent,
+                )
+            )
+        elif r.event_type == E.RESOLUTION:
+            delay = d.get("delay_ms") or 0
+            wait = f" after {_num(delay)} ms" if delay else ""
+            add(
+                TimelineEntry(
+                    at,
+                    "resolution",
+                    "info",
+                    f"resolution {r.outcome}{wait}: {d.get('reason', '')}",
+                    step=last_failure_step,
+                    agent=str(d.get("agent", "")),
+                )
+            )
+        elif r.event_type == E.HUMAN_HANDOVER:
+            add(TimelineEntry(at, "handover", "info", "handed over to a human", details=[_short(d, 300)]))
+        elif r.event_type == E.VERIFICATION:
+            checks = d.get("steps", [])
+            add(
+                TimelineEntry(
+                    at,
+                    "verification",
+                    "ok" if r.outcome == "passed" else "fail",
+                    f"goal {d.get('goal_id', r.goal_id)} {r.outcome.upper()} "
+                    f"({sum(1 for c in checks if c.get('passed'))}/{len(checks)} checks)",
+                    details=[
+                        ("PASS " if c.get("passed") else "FAIL ")
+                        + str(c.get("step", ""))
+                        + (f" (actual: {_short(c.get('actual'))})" if c.get("actual") is not None else "")
+                        + (f": {c.get('reason')}" if c.get("reason") else "")
+                        for c in checks
+                    ],
+                )
+            )
+        elif r.event_type == E.TASK_COMPLETED:
+            t.state, t.reason, t.duration_ms = r.outcome, str(d.get("reason", "")), at
+            ok = r.outcome == "completed"
+            add(
+                TimelineEntry(
+                    at, "completed", "ok" if ok else "fail", f"task {r.outcome}" + _suffix(t.reason)
+                )
+            )
+        if r.event_type == E.DISPATCH:
+            info = t.steps.setdefault(step, {"agent": "", "attempts": 0, "duration_ms": None})
+            info["attempts"] += 1
+            info["agent"] = r.actors.agent
+            info.setdefault("status", "running")
+        elif r.event_type == E.FAILURE and step in t.steps:
+            t.steps[step]["status"] = "failed"
+    return t
+
+
+def render_text(timeline: Timeline) -> str:
+    """The timeline as plain text, one event per line (details indented)."""
+    lines = [
+        f"Task {timeline.task_id}  trace {timeline.trace_id}",
+        f"  user {timeline.user or '-'}  goal {timeline.goal_id or '-'}  node {timeline.node}",
+        f"  state {timeline.state}"
+        + (f" after {_num(timeline.duration_ms)} ms" if timeline.duration_ms is not None else "")
+        + f"  ({timeline.records} audit records)",
+        "",
+    ]
+    for e in timeline.entries:
+        where = f"[{e.step}] " if e.step else ""
+        mark = {"ok": " ", "fail": "!", "info": " "}[e.status]
+        lines.append(f"{mark}{_num(e.offset_ms):>10} ms  {e.kind:<12} {where}{e.summary}")
+        lines.extend(f"{'':>27}{d}" for d in e.details)
+    if timeline.steps:
+        lines += ["", "Steps:"]
+        for name, s in timeline.steps.items():
+            lines.append(
+                f"  {name or 'main':<16} {s.get('agent', ''):<32} attempts {s.get('attempts', 0)}  "
+                f"last call {_num(s.get('duration_ms'))} ms  {s.get('status', '')}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#1d2330;background:#fafbfc}
+h1{font-size:1.3em} h2{font-size:1.1em;margin-top:2em} .meta{color:#555}
+table{border-collapse:collapse;width:100%;background:#fff}
+td,th{border-bottom:1px solid #e3e6ea;padding:.35em .6em;vertical-align:top;text-align:left}
+th{background:#eef1f5} td.t{white-space:nowrap;text-align:right;font-variant-numeric:tabular-nums}
+tr.fail td{background:#fff1f0} tr.ok td.k{color:#1a7f37} tr.fail td.k{color:#cf222e;font-weight:600}
+ul{margin:.2em 0 0 1em;padding:0;color:#444;font-size:.92em} code{font-size:.92em}
+.state{display:inline-block;padding:.1em .5em;border-radius:.3em;background:#ddf4e4}
+.state.bad{background:#ffe0de}
+"""
+
+
+def render_html(timelines: list[Timeline], *, title: str = "") -> str:
+    """A self-contained HTML page showing ``timelines`` (every value escaped)."""
+    e = html.escape
+    trace = timelines[0].trace_id if timelines else ""
+    body: list[str] = [f"<h1>Trace {e(trace)}</h1>"]
+    for t in timelines:
+        bad = "" if t.state == "completed" else " bad"
+        body.append(f"<h2>Task {e(t.task_id)}</h2>")
+        body.append(
+            f'<p class="meta">user {e(t.user or "-")} · goal {e(t.goal_id or "-")} · node {e(t.node)} · '
+            f'<span class="state{bad}">{e(t.state)}</span>'
+            + (f" after {e(_num(t.duration_ms))} ms" if t.duration_ms is not None else "")
+            + f" · {t.records} audit records</p>"
+        )
+        if t.text:
+            body.append(f"<p><b>Request:</b> {e(t.text)}</p>")
+        body.append("<table><tr><th>+ms</th><th>event</th><th>step</th><th>what happened</th></tr>")
+        for x in t.entries:
+            details = "".join(f"<li>{e(d)}</li>" for d in x.details)
+            body.append(
+                f'<tr class="{e(x.status)}"><td class="t">{e(_num(x.offset_ms))}</td>'
+                f'<td class="k">{e(x.kind)}</td><td>{e(x.step)}</td>'
+                f"<td>{e(x.summary)}{f'<ul>{details}</ul>' if details else ''}</td></tr>"
+            )
+        body.append("</table>")
+        if t.steps:
+            body.append("<h2>Steps</h2><table><tr><th>step</th><th>agent</th><th>attempts</th>")
+            body.append("<th>last call ms</th><th>status</th></tr>")
+            for name, s in t.steps.items():
+                body.append(
+                    f"<tr><td>{e(name or 'main')}</td><td>{e(str(s.get('agent', '')))}</td>"
+                    f"<td>{e(str(s.get('attempts', 0)))}</td><td>{e(_num(s.get('duration_ms')))}</td>"
+                    f"<td>{e(str(s.get('status', '')))}</td></tr>"
+                )
+            body.append("</table>")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{e(title or f'Agency trace {trace}')}</title><style>{_CSS}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+def _smf(msg: Any) -> list[str]:
+    if not isinstance(msg, dict):
+        return []
+    meta = msg.get("metadata") or {}
+    prov = meta.get("provenance") or {}
+    intent = ", ".join(str(i) for i in meta.get("intention_trace") or []) or "-"
+    return [
+        f"smf: {msg.get('sender', '?')} -> {msg.get('receiver', '?')}; provenance {prov.get('source', '?')} "
+        f"(reliability {prov.get('reliability_score', '?')}); "
+        f"confidence {meta.get('confidence_score', '?')}; "
+        f"freshness {meta.get('freshness_ttl', '?')} s; intention {intent}"
+    ]
+
+
+def _ms(start: datetime, at: datetime) -> float:
+    return round((at - start).total_seconds() * 1000, 3)
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, (int, float)):
+        return f"{value:.1f}"
+    return "-"
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _suffix(reason: str) -> str:
+    return f": {reason}" if reason else ""
