@@ -19,6 +19,7 @@ from ._model import Model
 from .contracts import CapabilityContract
 from .errors import NotFound
 from .smf import Provenance, SMFMessage
+from .tracing import current_traceparent
 
 __all__ = [
     "Agent",
@@ -40,6 +41,10 @@ class AgentRequest(Model):
     task_id: str
     step: str
     attempt: int = 1
+    traceparent: str = Field(
+        default_factory=current_traceparent,
+        description="W3C trace context of the task (empty without tracing); remote workers continue it.",
+    )
 
     @property
     def input(self) -> Any:

@@ -13,7 +13,7 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -149,6 +149,9 @@ class ServerConfig(Model):
     tls: TlsConfig | None = Field(
         default=None, description="Serve TLS (mTLS with a client CA); None = plaintext."
     )
+    tracing: Literal["off", "console", "otlp"] = Field(
+        default="off", description="OpenTelemetry trace export (needs the otel extra)."
+    )
     auth_tokens: Path | None = Field(
         default=None,
         description="Token file ('CLIENT_NAME SHA256_HEX' per line); set = bearer tokens required.",
@@ -171,7 +174,7 @@ class ServerConfig(Model):
         Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``,
         ``AGENCY_METRICS_ADDRESS``, ``AGENCY_TLS_CERT``, ``AGENCY_TLS_KEY``,
         ``AGENCY_TLS_CLIENT_CA`` (setting it requires client certificates) and
-        ``AGENCY_AUTH_TOKENS`` (a token file).
+        ``AGENCY_AUTH_TOKENS`` (a token file), ``AGENCY_TRACING`` (off | console | otlp).
         Explicitly given values win over the environment.
         """
         env = os.environ if env is None else env
@@ -184,6 +187,8 @@ class ServerConfig(Model):
             data["metrics_address"] = env["AGENCY_METRICS_ADDRESS"]
         if "AGENCY_NODE_ID" in env:
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
+        if "AGENCY_TRACING" in env:
+            data["tracing"] = env["AGENCY_TRACING"]
         if "AGENCY_AUTH_TOKENS" in env:
             data["auth_tokens"] = env["AGENCY_AUTH_TOKENS"]
         tls = {

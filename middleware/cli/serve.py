@@ -9,9 +9,10 @@ import signal
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
+import grpc
 from prometheus_client import start_http_server
 
-from ..audit import FileAuditLog
+from ..audit import AuditLog, FileAuditLog
 from ..config import ServerConfig
 from ..errors import Unavailable
 from ..grpc_api import build_server
@@ -48,6 +49,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="token file ('CLIENT_NAME SHA256_HEX' per line): require a bearer token on every call",
     )
     p.add_argument(
+        "--tracing",
+        choices=["off", "console", "otlp"],
+        help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -70,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_address=args.metrics_address,
         tls=tls,
         auth_tokens=args.auth_tokens,
+        tracing=args.tracing,
     )
     return asyncio.run(serve(config, demo=args.demo))
 
@@ -77,7 +84,16 @@ def _run(args: argparse.Namespace) -> int:
 async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event | None = None) -> int:
     """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
     metrics = Metrics()
-    audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+    audit: AuditLog = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    tracing = None
+    if config.tracing != "off":
+        from ..grpc_api.tracing import TracingServerInterceptor
+        from ..tracing import Tracing
+
+        tracing = Tracing.with_exporter(config.tracing, service_name=f"agency-{config.agency.node_id}")
+        audit = tracing.audit_log(audit)
+        interceptors.append(TracingServerInterceptor(tracing))
     agency = Agency(audit=audit, config=config.agency)
     metrics_server = None
     try:
@@ -101,6 +117,8 @@ async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event
         await server.stop(config.grace_seconds)
     finally:
         await agency.close()
+        if tracing is not None:
+            tracing.shutdown()
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()

@@ -7,6 +7,7 @@ import grpc
 from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from ..errors import InvalidInput
 from ..pipeline import Agency
+from ..tracing import current_trace_id
 from .convert import decision_to_pb, loads, outcome_to_pb, task_from_pb
 from .status import rpc
 
@@ -24,6 +25,8 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         except InvalidInput as exc:
             await self._agency.record_rejection(exc)
             raise
+        if not task["trace_id"]:  # adopt the call's OTel trace id (see middleware.tracing)
+            task["trace_id"] = current_trace_id()
         return outcome_to_pb(await self._agency.submit(task))
 
     @rpc

@@ -143,3 +143,45 @@ def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
 def test_health_command_exit_status_when_unreachable(capsys):
     assert main(["health", "--address", "127.0.0.1:1", "--timeout", "0.5"]) == 1
     assert "UNREACHABLE" in capsys.readouterr().out
+
+
+async def test_agency_serve_wires_mtls_tokens_and_tracing(tmp_path, pki, capsys):
+    """``serve`` as the CLI runs it: mTLS, a token file and console trace export together."""
+    import asyncio
+    import socket
+
+    from middleware.cli.serve import serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"ops-cli {hash_token('let-me-in')}\n")
+    config = ServerConfig.from_env(
+        {},
+        address=f"127.0.0.1:{port}",
+        data_dir=tmp_path / "data",
+        metrics_address="",
+        tls={"cert": pki.server_cert, "key": pki.server_key, "client_ca": pki.ca, "require_client_cert": True},
+        auth_tokens=tokens,
+        tracing="console",
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(config, demo=True, stop=stop))
+    creds = ClientTlsConfig(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
+    try:
+        async with open_channel(f"127.0.0.1:{port}", tls=creds, token="let-me-in") as channel:
+            decision = await agency_pb2_grpc.AgencyServiceStub(channel).Route(
+                ROUTE, timeout=5, wait_for_ready=True
+            )
+            assert decision.chosen == "warranty_agent@2.1.0"
+            outcome = await agency_pb2_grpc.AgencyServiceStub(channel).Submit(
+                agency_pb2.SubmitRequest(text="Predict next quarter's stock price"), timeout=5
+            )
+        assert await check(f"127.0.0.1:{port}", tls=creds) == "SERVING"
+    finally:
+        stop.set()
+        assert await task == 0
+    out = capsys.readouterr().out
+    assert "(mTLS; audit log:" in out
+    assert '"name": "agency.task"' in out and outcome.trace_id in out
