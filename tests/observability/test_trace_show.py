@@ -46,10 +46,15 @@ def test_trace_show_prints_the_timeline_of_the_demo_task(demo_dir, capsys):
     assert "state completed" in out and "goal GOAL_WARRANTY_001" in out
     kinds = [m.group(1) for m in re.finditer(r"^[ !]\s*[\d.]+ ms  (\w+)", out, re.M)]
     assert kinds[:4] == ["submitted", "message", "goal", "route"]
-    assert kinds.count("failure") == 3 and kinds.count("result") == 3 and kinds[-2:] == [
-        "verification",
-        "completed",
-    ]
+    assert (
+        kinds.count("failure") == 3
+        and kinds.count("result") == 3
+        and kinds[-2:]
+        == [
+            "verification",
+            "completed",
+        ]
+    )
     # failures and their resolutions, in order
     fails = [line for line in lines if "TOOL_TIMEOUT on replacement_shipper@1.0.0" in line]
     assert [f.split("(attempt ")[1][0] for f in fails] == ["1", "2", "3"]

@@ -84,8 +84,8 @@ async def test_one_trace_per_task_with_the_audit_trace_id(traced_gateway, tracin
     assert {_hex(s.context.trace_id) for s in spans} == {trace_id}
     by_name = {s.name: s for s in spans}
     client = by_name["agency.v1.AgencyService/Submit"]  # client and server share the name
-    server = [s for s in spans if s.name == client.name and s.kind.name == "SERVER"][0]
-    client = [s for s in spans if s.name == client.name and s.kind.name == "CLIENT"][0]
+    server = next(s for s in spans if s.name == client.name and s.kind.name == "SERVER")
+    client = next(s for s in spans if s.name == client.name and s.kind.name == "CLIENT")
     task = by_name["agency.task"]
     assert client.parent.span_id == caller.get_span_context().span_id
     assert server.parent.span_id == client.context.span_id  # propagated in gRPC metadata
@@ -117,11 +117,11 @@ async def test_client_set_trace_id_becomes_the_otel_trace_id(traced_gateway, exp
             agency_pb2.SubmitRequest(text="Predict next quarter's stock price", trace_id=wanted)
         )
     assert outcome.trace_id == wanted and outcome.state == "rejected"
-    task = [s for s in exporter.get_finished_spans() if s.name == "agency.task"][0]
+    task = next(s for s in exporter.get_finished_spans() if s.name == "agency.task")
     assert _hex(task.context.trace_id) == wanted
     assert task.status.status_code is StatusCode.ERROR
     # the gateway's own server span (a trace it started) is linked from the task span
-    server = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"][0]
+    server = next(s for s in exporter.get_finished_spans() if s.kind.name == "SERVER")
     assert [link.context.span_id for link in task.links] == [server.context.span_id]
 
 
@@ -167,9 +167,9 @@ async def test_remote_hops_continue_the_task_trace(tracing, exporter):
     await asyncio.sleep(0)
     spans = exporter.get_finished_spans()
     assert {_hex(s.context.trace_id) for s in spans} == {outcome.trace_id}
-    task = [s for s in spans if s.name == "agency.task"][0]
-    hop = [s for s in spans if s.kind.name == "SERVER"][0]
+    task = next(s for s in spans if s.name == "agency.task")
+    hop = next(s for s in spans if s.kind.name == "SERVER")
     assert hop.name == "agency.v1.AgencyService/Route"
-    worker_span = [s for s in spans if s.name == "agency.agent remote@1.0.0"][0]
+    worker_span = next(s for s in spans if s.name == "agency.agent remote@1.0.0")
     assert worker_span.parent.span_id == task.context.span_id
     assert json.loads(shipped[0])["traceparent"].split("-")[1] == outcome.trace_id

@@ -162,7 +162,12 @@ async def test_agency_serve_wires_mtls_tokens_and_tracing(tmp_path, pki, capsys)
         address=f"127.0.0.1:{port}",
         data_dir=tmp_path / "data",
         metrics_address="",
-        tls={"cert": pki.server_cert, "key": pki.server_key, "client_ca": pki.ca, "require_client_cert": True},
+        tls={
+            "cert": pki.server_cert,
+            "key": pki.server_key,
+            "client_ca": pki.ca,
+            "require_client_cert": True,
+        },
         auth_tokens=tokens,
         tracing="console",
     )
