@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -137,7 +138,7 @@ class Tracing:
                 "tracing needs the OpenTelemetry SDK: pip install 'agency-middleware[otel]'"
             ) from None
         if exporter == "console":
-            span_exporter: Any = ConsoleSpanExporter()
+            span_exporter: Any = ConsoleSpanExporter(out=sys.stdout)
         elif exporter == "otlp":
             try:
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
