@@ -26,6 +26,10 @@ __all__ = [
 ]
 
 
+#: Deeper JSON is refused at the boundary (deep nesting exhausts recursion further in).
+MAX_JSON_DEPTH = 64
+
+
 def loads(text: str, field: str, *, default: Any = None, want: type | None = None) -> Any:
     """Parse a ``*_json`` field; bad JSON is an InvalidInput naming the field."""
     if not text:
@@ -34,11 +38,26 @@ def loads(text: str, field: str, *, default: Any = None, want: type | None = Non
         value = json.loads(text)
     except ValueError as exc:
         raise InvalidInput([Problem(field, f"not valid JSON: {exc}")]) from None
+    except RecursionError:
+        raise InvalidInput([Problem(field, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")]) from None
+    if _too_deep(value):
+        raise InvalidInput([Problem(field, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")])
     if want is not None and not isinstance(value, want):
         raise InvalidInput(
             [Problem(field, f"must be a JSON {want.__name__ if want is not dict else 'object'}")]
         )
     return value
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 def dumps(value: Any) -> str:

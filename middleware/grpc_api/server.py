@@ -15,6 +15,7 @@ from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .auth import TokenAuthInterceptor
 from .catalog_servicer import CatalogServicer
+from .decode import DecodeGuardInterceptor
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -81,6 +82,7 @@ def build_server(
     chain = list(interceptors)
     if token_hashes is not None:
         chain.append(TokenAuthInterceptor(token_hashes))
+    chain.append(DecodeGuardInterceptor(agency.record_rejection))  # innermost
     server = grpc.aio.server(
         interceptors=chain or None,
         options=[

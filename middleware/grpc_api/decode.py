@@ -1,0 +1,88 @@
+"""Malformed protobuf requests become INVALID_ARGUMENT, not an UNKNOWN server error.
+
+grpc's Python server turns a request that fails to deserialize into ``UNKNOWN`` with
+the parser's exception text. :class:`DecodeGuardInterceptor` makes the deserializer
+return a marker instead, and the handler then refuses the call through the usual
+status mapping (``agency-reason: INVALID_INPUT``, field ``request``); the refusal is
+audited like any other input refused at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from ..errors import InvalidInput, Problem
+from .status import rpc
+
+__all__ = ["DecodeGuardInterceptor"]
+
+Reject = Callable[[InvalidInput], Awaitable[None]]
+
+
+class _Malformed:
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _guarded(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:
+            return _Malformed(type(exc).__name__)
+
+    return deserialize
+
+
+class _Refuse:
+    def __init__(self, method: str, on_reject: Reject | None) -> None:
+        self.method = method
+        self.on_reject = on_reject
+
+    @rpc
+    async def refuse(self, request: _Malformed, context: grpc.aio.ServicerContext) -> Any:
+        error = InvalidInput(
+            [Problem("request", f"not a valid protobuf message for {self.method} ({request.error})")],
+            what="request",
+        )
+        if self.on_reject is not None:
+            await self.on_reject(error)
+        raise error
+
+
+class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse undecodable requests with INVALID_ARGUMENT (innermost interceptor).
+
+    Args:
+        on_reject: Awaited with the error before refusing (e.g. to audit it).
+    """
+
+    def __init__(self, on_reject: Reject | None = None) -> None:
+        self._on_reject = on_reject
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None or not handler.unary_unary or handler.request_deserializer is None:
+            return handler
+        inner = handler.unary_unary
+        refuse = _Refuse(handler_call_details.method or "", self._on_reject).refuse
+
+        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, _Malformed):
+                return await refuse(request, context)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=_guarded(handler.request_deserializer),
+            response_serializer=handler.response_serializer,
+        )
