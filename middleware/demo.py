@@ -184,7 +184,8 @@ def demo_agent(name: str) -> ScriptedAgent:
     """A fresh scripted agent of the scenario by contract name (a factory for definition files)."""
     for key, agent in demo_agents().items():
         if key.split("@", 1)[0] == name:
-            return agent
+            scripted: ScriptedAgent = agent
+            return scripted
     raise ValueError(f"the demo has no agent named {name!r}")
 
 
