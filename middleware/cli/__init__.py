@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "middleware.cli.demo",
     "middleware.cli.trace",
     "middleware.cli.health",
+    "middleware.cli.config",
 ]
 
 

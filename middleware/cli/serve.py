@@ -12,9 +12,11 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import start_http_server
 
-from ..audit import AuditLog, FileAuditLog
-from ..config import ServerConfig
-from ..errors import Unavailable
+from ..audit import FileAuditLog
+from ..bootstrap import build_agency
+from ..config import ServerConfig, load_definition
+from ..definition import AgencyDefinition
+from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
 from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
@@ -54,6 +56,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
     )
     p.add_argument(
+        "--config",
+        type=Path,
+        help="agency definition file (YAML): agents, contracts, goals, storage, audit, addresses; "
+        "flags and AGENCY_* variables override it (check it with 'agency config check')",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -70,21 +78,42 @@ def _run(args: argparse.Namespace) -> int:
             "client_ca": args.tls_client_ca,
             "require_client_cert": args.tls_client_ca is not None,
         }
-    config = ServerConfig.from_env(
-        address=args.address,
-        data_dir=args.data_dir,
-        metrics_address=args.metrics_address,
-        tls=tls,
-        auth_tokens=args.auth_tokens,
-        tracing=args.tracing,
-    )
+    given = {
+        "address": args.address,
+        "data_dir": args.data_dir,
+        "metrics_address": args.metrics_address,
+        "tls": tls,
+        "auth_tokens": args.auth_tokens,
+        "tracing": args.tracing,
+    }
+    if args.config is not None:
+        if args.demo:
+            raise InvalidInput.single(
+                "--demo", "cannot be combined with --config (the file names the agents)"
+            )
+        definition = load_definition(args.config)
+        server = definition.server.model_dump()
+        server.update({k: v for k, v in given.items() if v is not None})
+        config = ServerConfig.parse(server, what="server configuration")
+        return asyncio.run(serve(config, definition=definition))
+    config = ServerConfig.from_env(**given)
     return asyncio.run(serve(config, demo=args.demo))
 
 
-async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event | None = None) -> int:
+async def serve(
+    config: ServerConfig,
+    *,
+    demo: bool = False,
+    definition: AgencyDefinition | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
     """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
     metrics = Metrics()
-    audit: AuditLog = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+    if definition is not None:
+        agency = await build_agency(definition, metrics=metrics)
+    else:
+        audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+        agency = Agency(audit=audit, config=config.agency)
     interceptors: list[grpc.aio.ServerInterceptor] = []
     tracing = None
     if config.tracing != "off":
@@ -92,22 +121,30 @@ async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event
         from ..tracing import Tracing
 
         tracing = Tracing.with_exporter(config.tracing, service_name=f"agency-{config.agency.node_id}")
-        audit = tracing.audit_log(audit)
+        agency.audit = tracing.audit_log(agency.audit)
         interceptors.append(TracingServerInterceptor(tracing))
-    agency = Agency(audit=audit, config=config.agency)
     metrics_server = None
     try:
         if demo:
             from ..demo import build_demo_agency
 
             await build_demo_agency(agency)
-        server = build_server(agency, config.address, tls=config.tls, token_hashes=config.token_hashes())
+        server = build_server(
+            agency,
+            config.address,
+            tls=config.tls,
+            token_hashes=config.token_hashes(),
+            interceptors=interceptors,
+        )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
-        print(f"agency: serving on {host}:{server.port} ({scheme}; audit log: {audit.location})", flush=True)
+        print(
+            f"agency: serving on {host}:{server.port} ({scheme}; audit log: {agency.audit.location})",
+            flush=True,
+        )
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

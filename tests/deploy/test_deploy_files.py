@@ -22,8 +22,8 @@ IMAGE = "agency-middleware"
 
 #: Built on other branches of issue 9; the lead empties these when merging them.
 PENDING_COMMANDS = {"worker"}  # `agency worker` (remote workers)
-PENDING_PATHS = {"examples"}  # examples/langchain_agent.py
-PENDING_ENV = {"AGENCY_REDIS_URL"}  # Redis-backed stores, read by config.py once merged
+PENDING_PATHS: set[str] = set()  # paths COPY needs that land with other branches
+PENDING_ENV: set[str] = set()  # variables config.py reads once other branches land
 
 
 # ------------------------------------------------------------------ helpers
