@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="the gateway's data directory (default: $AGENCY_DATA_DIR or ./agency-data)",
     )
+    show.add_argument(
+        "--audit-dir",
+        type=Path,
+        default=None,
+        help="the audit log directory itself, if not DATA_DIR/audit (a definition file's audit.directory)",
+    )
     show.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML page")
     show.set_defaults(handler=_show)
 
@@ -38,8 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _show(args: argparse.Namespace) -> int:
     from ..config import ServerConfig
 
-    data_dir = ServerConfig.from_env(data_dir=args.data_dir).data_dir
-    log = open_audit_log(Path(data_dir) / "audit")
+    directory = args.audit_dir or Path(ServerConfig.from_env(data_dir=args.data_dir).data_dir) / "audit"
+    log = open_audit_log(directory)
     timelines = build_timelines(find_trace(log.records(), args.trace_id))
     for timeline in timelines:
         sys.stdout.write(render_text(timeline))

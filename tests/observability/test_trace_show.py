@@ -125,3 +125,9 @@ def test_html_page_is_self_contained_and_escapes_content(demo_dir, tmp_path, cap
     parser.feed(html)
     assert "script" not in parser.tags and "b" in parser.tags  # <b> only from our own markup
     assert "<b>eve</b>" in "".join(parser.text)
+
+
+def test_trace_show_reads_an_audit_dir_given_directly(demo_dir, capsys):
+    data, first, _, _ = demo_dir
+    assert main(["trace", "show", first["trace_id"], "--audit-dir", str(data / "audit")]) == 0
+    assert f"trace {first['trace_id']}" in capsys.readouterr().out
