@@ -1,0 +1,302 @@
+"""Submit throughput and latency: the governed gateway against a bare grpc.aio echo server.
+
+Both servers run in this process on loopback, one after the other, with the same
+message, the same concurrency and the same load generator (a separate process, so
+client and server do not share a GIL). The gateway runs the full governance path:
+request validation, routing by contract, input/output schema checks, SMF envelopes,
+goal verification, the durable (fsynced, hash-chained) audit log and Prometheus
+metrics, with an in-process echo agent. The bare server answers the same RPC with
+the same-sized reply and nothing else.
+
+    python -m bench.bench_gateway                        # 10 s per server
+    python -m bench.bench_gateway --seconds 20 --concurrency 32 --size 1024
+    python -m bench.bench_gateway --soak 600             # + 10 min at 70 % of gateway throughput
+    python -m bench.bench_gateway --profile gateway.prof # cProfile the gateway run
+
+Targets (issue 9): gateway throughput >= 80 % of bare, p50 within 0.3 ms of bare;
+soak: RSS growth < 10 %, no errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+
+_STRING = {"type": "string"}
+ECHO_CONTRACT = {
+    "name": "echo",
+    "version": "1.0.0",
+    "description": "Echoes its input.",
+    "can_do": ["echo"],
+    "slo_latency_ms": 5000,
+    "input_schema": {"type": "object", "required": ["payload"], "properties": {"payload": _STRING}},
+    "output_schema": {"type": "object", "required": ["payload"], "properties": {"payload": _STRING}},
+}
+ECHO_GOAL = {
+    "id": "GOAL_ECHO",
+    "description": "The payload comes back.",
+    "verification_steps": [{"kind": "json_path", "path": "$.payload"}],
+    "timeout_seconds": 30,
+}
+
+
+def request_for(size: int) -> agency_pb2.SubmitRequest:
+    return agency_pb2.SubmitRequest(
+        text="echo this payload",
+        goal_id="GOAL_ECHO",
+        constraints_json=json.dumps({"action": "echo"}),
+        input_json=json.dumps({"payload": "x" * size}),
+        user_id="bench",
+    )
+
+
+# ------------------------------------------------------------------ servers
+class BareServicer(agency_pb2_grpc.AgencyServiceServicer):
+    """The baseline: decode, answer a same-sized Outcome, nothing else."""
+
+    async def Submit(self, request: agency_pb2.SubmitRequest, context: Any) -> agency_pb2.Outcome:
+        return agency_pb2.Outcome(
+            task_id="task_bare", state="completed", output_json=request.input_json, trace_id="0" * 32
+        )
+
+
+async def start_bare() -> tuple[grpc.aio.Server, int, Callable[[], Awaitable[None]]]:
+    server = grpc.aio.server()
+    agency_pb2_grpc.add_AgencyServiceServicer_to_server(BareServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+
+    async def stop() -> None:
+        await server.stop(0)
+
+    return server, port, stop
+
+
+Stop = Callable[[], Awaitable[None]]
+
+
+async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, Stop]:
+    from middleware import Agency
+    from middleware.audit import MemoryAuditLog
+    from middleware.audit.opener import open_audit_log
+    from middleware.grpc_api import build_server
+    from middleware.metrics import MeteredAuditLog, Metrics
+
+    async def echo(request: Any) -> Any:
+        return request.input
+
+    metrics = Metrics()
+    (data_dir / "audit").mkdir(parents=True, exist_ok=True)
+    log = open_audit_log(data_dir / "audit") if audit == "file" else MemoryAuditLog()
+    agency = Agency(audit=MeteredAuditLog(log, metrics))
+    await agency.register(ECHO_CONTRACT, echo)
+    agency.register_goal(ECHO_GOAL)
+    server = build_server(agency, "127.0.0.1:0")
+    await server.start()
+
+    async def stop() -> None:
+        await server.stop(0)
+        await agency.close()
+
+    return server, server.port, stop
+
+
+# ------------------------------------------------------------------ load generator (child process)
+def _client(address: str, size: int, concurrency: int, seconds: float, rate: float, conn: Any) -> None:
+    conn.send(asyncio.run(_load(address, size, concurrency, seconds, rate)))
+    conn.close()
+
+
+async def _load(address: str, size: int, concurrency: int, seconds: float, rate: float) -> dict[str, Any]:
+    """Closed loop with ``concurrency`` callers, or open loop at ``rate`` calls/s if rate > 0."""
+    payload = request_for(size)
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = agency_pb2_grpc.AgencyServiceStub(channel)
+        for _ in range(50):  # warm-up: connections, caches, compiled schemas
+            await stub.Submit(payload, timeout=10)
+
+        async def one() -> None:
+            t0 = time.perf_counter()
+            try:
+                outcome = await stub.Submit(payload, timeout=10)
+                if outcome.state != "completed":
+                    errors[outcome.state] = errors.get(outcome.state, 0) + 1
+                    return
+            except grpc.aio.AioRpcError as exc:
+                errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                return
+            latencies.append(time.perf_counter() - t0)
+
+        start = time.perf_counter()
+        end = start + seconds
+        if rate <= 0:
+
+            async def worker() -> None:
+                while time.perf_counter() < end:
+                    await one()
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        else:
+            pending: set[asyncio.Task[None]] = set()
+            interval, sent = 1.0 / rate, 0
+            while (now := time.perf_counter()) < end:
+                due = start + sent * interval
+                if due > now:
+                    await asyncio.sleep(due - now)
+                if len(pending) >= 1024:
+                    errors["CLIENT_BACKLOG"] = errors.get("CLIENT_BACKLOG", 0) + 1
+                else:
+                    task = asyncio.create_task(one())
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                sent += 1
+            await asyncio.gather(*pending)
+        elapsed = time.perf_counter() - start
+    latencies.sort()
+    n = len(latencies)
+    return {
+        "calls": n,
+        "errors": errors,
+        "seconds": elapsed,
+        "throughput": n / elapsed,
+        "p50_ms": latencies[n // 2] * 1000 if n else float("nan"),
+        "p99_ms": latencies[min(n - 1, int(n * 0.99))] * 1000 if n else float("nan"),
+        "mean_ms": statistics.fmean(latencies) * 1000 if n else float("nan"),
+    }
+
+
+async def drive(port: int, args: argparse.Namespace, *, seconds: float, rate: float = 0.0) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(
+        target=_client, args=(f"127.0.0.1:{port}", args.size, args.concurrency, seconds, rate, child)
+    )
+    proc.start()
+    result: dict[str, Any] = await asyncio.to_thread(parent.recv)
+    await asyncio.to_thread(proc.join)
+    return result
+
+
+def _disk_bytes(directory: Path) -> int:
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+
+
+def rss_bytes() -> int:
+    import psutil
+
+    return int(psutil.Process(os.getpid()).memory_info().rss)
+
+
+# ------------------------------------------------------------------ main
+def show(name: str, r: dict[str, Any]) -> None:
+    errors = sum(r["errors"].values())
+    print(
+        f"{name:<8} {r['throughput']:>9.0f} calls/s   p50 {r['p50_ms']:7.3f} ms   p99 {r['p99_ms']:7.3f} ms"
+        f"   ({r['calls']} calls, {errors} errors {r['errors'] or ''})"
+    )
+
+
+async def run(args: argparse.Namespace) -> int:
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; Submit, {args.size}-byte payload, "
+        f"concurrency {args.concurrency}, {args.seconds:.0f} s each, {os.cpu_count()} CPUs, "
+        f"client in a separate process, gateway audit: {args.audit}"
+    )
+    _, port, stop = await start_bare()
+    try:
+        bare = await drive(port, args, seconds=args.seconds)
+    finally:
+        await stop()
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
+        _, port, stop = await start_gateway(Path(tmp), args.audit)
+        profiler = None
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        try:
+            gateway = await drive(port, args, seconds=args.seconds)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(args.profile)
+            await stop()
+    show("bare", bare)
+    show("gateway", gateway)
+    ratio = gateway["throughput"] / bare["throughput"]
+    delta = gateway["p50_ms"] - bare["p50_ms"]
+    ok_ratio, ok_delta = ratio >= 0.8, delta <= 0.3
+    print(f"throughput ratio {ratio:.1%} (target >= 80%: {'met' if ok_ratio else 'MISSED'})")
+    print(f"p50 delta {delta:+.3f} ms (target <= 0.3 ms: {'met' if ok_delta else 'MISSED'})")
+    if args.soak:
+        await soak(args, gateway["throughput"] * 0.7)
+    return 0
+
+
+async def soak(args: argparse.Namespace, rate: float) -> None:
+    print(f"\nsoak: {args.soak:.0f} s at {rate:.0f} calls/s (70% of the gateway's measured throughput)")
+    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
+        _, port, stop = await start_gateway(Path(tmp))
+        samples: list[tuple[float, int]] = []
+        try:
+            load = asyncio.create_task(drive(port, args, seconds=args.soak, rate=rate))
+            t0 = time.perf_counter()
+            while not load.done():
+                samples.append((time.perf_counter() - t0, rss_bytes()))
+                await asyncio.wait({load}, timeout=5)
+            result = load.result()
+        finally:
+            await stop()
+        audit_bytes = await asyncio.to_thread(_disk_bytes, Path(tmp))
+    # the first 10 % is warm-up (allocator, caches); growth is measured after it
+    settled = [s for s in samples if s[0] >= args.soak * 0.1] or samples
+    first, last = settled[0][1], samples[-1][1]
+    peak = max(s[1] for s in samples)
+    growth = (last - first) / first
+    errors = sum(result["errors"].values())
+    show("soak", result)
+    print(
+        f"RSS after warm-up {first / 2**20:.1f} MiB, at end {last / 2**20:.1f} MiB, "
+        f"peak {peak / 2**20:.1f} MiB: growth {growth:+.1%} "
+        f"(target < 10%: {'met' if growth < 0.1 else 'MISSED'}); "
+        f"errors {errors} (target 0: {'met' if errors == 0 else 'MISSED'}); "
+        f"audit log {audit_bytes / 2**20:.1f} MiB"
+    )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_gateway", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=10.0, help="measurement time per server (default 10)")
+    p.add_argument("--concurrency", type=int, default=16, help="calls in flight (default 16)")
+    p.add_argument("--size", type=int, default=256, help="payload bytes (default 256)")
+    p.add_argument(
+        "--soak", type=float, default=0.0, help="then soak this many seconds at 70%% (default off)"
+    )
+    p.add_argument(
+        "--audit",
+        choices=["file", "memory"],
+        default="file",
+        help="gateway audit backend: file = durable (the target configuration); memory = diagnosis only",
+    )
+    p.add_argument("--profile", help="write a cProfile of the gateway run to this file")
+    return asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
