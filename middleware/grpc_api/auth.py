@@ -5,13 +5,11 @@ of each token (``{hash: client_name}``, see :func:`middleware.config.read_token_
 so a leaked configuration does not leak credentials. A call without a known token
 ends with UNAUTHENTICATED through the usual status mapping (trailing metadata
 ``agency-reason: UNAUTHENTICATED``). Health checks and reflection stay open so
-probes and tooling work without a token. The authenticated client's name is
-available to the handlers through :func:`current_client`.
+probes and tooling work without a token.
 """
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,17 +19,10 @@ import grpc
 from ..errors import Unauthenticated
 from .status import rpc, rpc_stream
 
-__all__ = ["OPEN_SERVICES", "TokenAuthInterceptor", "current_client"]
+__all__ = ["OPEN_SERVICES", "TokenAuthInterceptor"]
 
 #: Services reachable without a token (probes, tooling).
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-
-_client: contextvars.ContextVar[str] = contextvars.ContextVar("agency_client", default="")
-
-
-def current_client() -> str:
-    """The name of the client that authenticated the current call ("" when tokens are off)."""
-    return _client.get()
 
 
 class _Refuse:
@@ -74,7 +65,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         if why is not None:
             return _refusing(handler, why)
-        return _with_client(handler, self._client_for(handler_call_details.invocation_metadata or ()))
+        return handler
 
     def _check(self, metadata: Any) -> str | None:
         token = _bearer(metadata)
@@ -116,25 +107,6 @@ def _refusing(handler: grpc.RpcMethodHandler, why: str) -> grpc.RpcMethodHandler
         make_stream = grpc.stream_stream_rpc_method_handler
     return make_stream(
         refuse.stream,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
-
-
-def _with_client(handler: grpc.RpcMethodHandler, client: str | None) -> grpc.RpcMethodHandler:
-    if not handler.unary_unary:
-        return handler  # streaming handlers run in their own task; name not propagated
-    inner = handler.unary_unary
-
-    async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        token = _client.set(client or "")
-        try:
-            return await inner(request, context)
-        finally:
-            _client.reset(token)
-
-    return grpc.unary_unary_rpc_method_handler(
-        behaviour,
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
