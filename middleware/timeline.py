@@ -113,7 +113,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
             t.text = str(d.get("text", ""))
             add(TimelineEntry(at, "submitted", "info", f"submitted by {r.actors.user or '-'}: {t.text}"))
         elif r.event_type == E.MESSAGE_ACCEPTED:
-            msg = d.get("message", {})
+            msg = _as_dict(d.get("message"))
             add(
                 TimelineEntry(
                     at,
@@ -134,8 +134,8 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
                 )
             )
         elif r.event_type == E.GOAL_ANCHORED:
-            goal = d.get("goal", {})
-            checks = goal.get("verification_steps", [])
+            goal = _as_dict(d.get("goal"))
+            checks = [_as_dict(c) for c in goal.get("verification_steps") or []]
             add(
                 TimelineEntry(
                     at,
@@ -164,7 +164,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
                 )
             )
         elif r.event_type == E.DISPATCH:
-            msg = d.get("message", {})
+            msg = _as_dict(d.get("message"))
             add(
                 TimelineEntry(
                     at,
@@ -178,7 +178,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
                 )
             )
         elif r.event_type == E.AGENT_RESULT:
-            msg = d.get("message", {})
+            msg = _as_dict(d.get("message"))
             ms = d.get("duration_ms")
             info = t.steps.setdefault(step, {"agent": "", "attempts": 0, "duration_ms": 0.0})
             info.update(agent=r.actors.agent, duration_ms=ms, status="completed")
@@ -222,7 +222,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
         elif r.event_type == E.HUMAN_HANDOVER:
             add(TimelineEntry(at, "handover", "info", "handed over to a human", details=[_short(d, 300)]))
         elif r.event_type == E.VERIFICATION:
-            checks = d.get("steps", [])
+            checks = [_as_dict(c) for c in d.get("steps") or []]
             add(
                 TimelineEntry(
                     at,
@@ -337,11 +337,15 @@ def render_html(timelines: list[Timeline], *, title: str = "") -> str:
     )
 
 
+def _as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _smf(msg: Any) -> list[str]:
     if not isinstance(msg, dict):
         return []
-    meta = msg.get("metadata") or {}
-    prov = meta.get("provenance") or {}
+    meta = _as_dict(msg.get("metadata"))
+    prov = _as_dict(meta.get("provenance"))
     intent = ", ".join(str(i) for i in meta.get("intention_trace") or []) or "-"
     return [
         f"smf: {msg.get('sender', '?')} -> {msg.get('receiver', '?')}; provenance {prov.get('source', '?')} "
