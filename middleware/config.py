@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ._model import Model
 from .failures import FailurePolicy
@@ -41,6 +41,14 @@ class ServerConfig(Model):
     data_dir: Path = Field(default=Path("agency-data"), description="Where the audit log is written.")
     grace_seconds: float = Field(default=5.0, ge=0, description="Drain time on SIGTERM.")
     agency: AgencyConfig = Field(default_factory=AgencyConfig)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        host, sep, port = v.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535 or " " in host:
+            raise ValueError(f"{v!r} is not host:port (e.g. 127.0.0.1:50051, [::]:50051, port 0 = any)")
+        return v.strip()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> ServerConfig:

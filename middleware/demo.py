@@ -43,7 +43,7 @@ WARRANTY_GOAL = GoalAssertion(
         },
         {
             "kind": "regex",
-            "pattern": r"(?s)model .+tracking number [A-Z]{3}\d{6}.+expected delivery .+fee",
+            "pattern": r"(?is)model: .+tracking number [A-Z]{3}\d{6}.+expected delivery .+fee: ",
             "description": "reply gives model, tracking number, expected delivery and fee",
         },
     ],
@@ -158,10 +158,9 @@ def _reply(request: AgentRequest) -> dict[str, Any]:
     ship, warranty = data["shipping"], data["warranty"]
     fee = "free of charge" if warranty["fee"] == 0 else f"{warranty['fee']} CNY"
     text = (
-        f"Hello, your screen replacement is approved. Your new {data['device_model']} (model "
-        f"{data['device_model']}) ships by {ship['carrier']} courier with tracking number "
-        f"{ship['tracking_number']}; expected delivery {ship['estimated_delivery']}. "
-        f"The replacement fee: {fee}. Thank you for your patience!"
+        f"Hello, your screen replacement is approved. Replacement model: {data['device_model']}. "
+        f"It ships by {ship['carrier']} courier, tracking number {ship['tracking_number']}, "
+        f"expected delivery {ship['estimated_delivery']}. Fee: {fee}. Thank you for your patience!"
     )
     return {
         "reply": text,
@@ -210,8 +209,4 @@ def warranty_request() -> TaskRequest:
 
 
 def refused_request() -> TaskRequest:
-    return TaskRequest(
-        text="Predict next quarter's stock price for ACME.",
-        user_id="u_789",
-        constraints={"tags": ["finance"]},
-    )
+    return TaskRequest(text="Predict next quarter's stock price for ACME.", user_id="u_789")
