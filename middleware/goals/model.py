@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from .._model import Model
 from .steps import StepSpec
@@ -57,10 +57,11 @@ class GoalAssertion(Model):
 
     id: str = Field(description="Global goal id such as ``GOAL_FINANCE_001``.")
     description: str = Field(min_length=1, max_length=2000)
+    # ``stages`` is declared before ``verification_steps`` so the latter's validator sees it.
+    stages: list[GoalStage] = Field(default_factory=list, max_length=50)
     verification_steps: list[StepSpec] = Field(default_factory=list, max_length=100)
     timeout_seconds: int = Field(default=300, ge=1, le=3600)
     criticality: Literal["low", "medium", "high"] = "medium"
-    stages: list[GoalStage] = Field(default_factory=list, max_length=50)
     target_capabilities: list[TargetCapability] = Field(default_factory=list, max_length=100)
 
     @field_validator("id")
@@ -77,20 +78,28 @@ class GoalAssertion(Model):
             return [{"name": t} if isinstance(t, str) else t for t in v]
         return v
 
-    @model_validator(mode="after")
-    def _consistent(self) -> GoalAssertion:
-        if not self.verification_steps and not self.stages:
-            raise ValueError("verification_steps: a goal needs at least one verification step or stage")
-        seen_names: set[str] = set()
-        seen_steps: set[str] = set()
-        for i, stage in enumerate(self.stages):
-            if stage.name in seen_names:
-                raise ValueError(f"stages[{i}].name: stage {stage.name!r} is declared twice")
-            if stage.step in seen_steps:
-                raise ValueError(f"stages[{i}].step: step {stage.step!r} already has a stage")
-            seen_names.add(stage.name)
-            seen_steps.add(stage.step)
-        return self
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: list[GoalStage]) -> list[GoalStage]:
+        names: dict[str, int] = {}
+        steps: dict[str, int] = {}
+        for i, stage in enumerate(v):
+            if stage.name in names:
+                raise ValueError(f"stage {stage.name!r} is declared twice (stages {names[stage.name]} and {i})")
+            if stage.step in steps:
+                raise ValueError(
+                    f"step {stage.step!r} is bound to two stages ({v[steps[stage.step]].name!r} and "
+                    f"{stage.name!r}); put all its checks in one stage"
+                )
+            names[stage.name], steps[stage.step] = i, i
+        return v
+
+    @field_validator("verification_steps")
+    @classmethod
+    def _some_check(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
+        if not v and not info.data.get("stages"):
+            raise ValueError("a goal needs at least one verification step (or a stage with steps)")
+        return v
 
     def stage_for(self, step: str) -> GoalStage | None:
         """The stage bound to task step ``step``, if any."""

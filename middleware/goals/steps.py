@@ -30,7 +30,15 @@ from typing import Annotated, Any, Literal
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
-from pydantic import BeforeValidator, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .._model import Model
 from ..jsonpath import JsonPath, JsonPathError
@@ -116,17 +124,21 @@ class RegexStep(_Scoped):
     """
 
     kind: Literal["regex"] = "regex"
-    pattern: str = Field(min_length=1, max_length=10_000)
+    # ``literal`` is declared before ``pattern`` so the pattern's validator sees it.
     literal: bool = False
     ignore_case: bool = False
+    pattern: str = Field(min_length=1, max_length=10_000)
 
-    @model_validator(mode="after")
-    def _compiles(self) -> RegexStep:
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("literal"):
+            return v
         try:
-            re.compile(self.effective_pattern)
+            re.compile(v)
         except (re.error, OverflowError, RecursionError) as exc:
-            raise ValueError(f"pattern: regex does not compile: {exc}") from None
-        return self
+            raise ValueError(f"regex does not compile: {exc}") from None
+        return v
 
     @property
     def effective_pattern(self) -> str:
@@ -334,7 +346,7 @@ def step_label(step: Any) -> str:
     if kind == "regex":
         return f"regex /{step.pattern}/{where}" + (" (literal)" if step.literal else "")
     if kind == "json_path":
-        return f"{step.path} {step.op}" + ("" if step.value is None else f" {step.value!r}")
+        return f"{step.path} {step.op}" + ("" if step.op in ("exists", "not_exists") else f" {step.value!r}")
     if kind == "json_schema":
         return f"matches JSON Schema{where}"
     if kind == "length":
