@@ -117,23 +117,25 @@ class CapabilityContract(Model):
         return f"{self.name}@{self.version}"
 
     def compiled_schema(self, which: str) -> CompiledSchema:
-        """The compiled ``input_schema`` or ``output_schema`` (compiled on first use)."""
+        """The compiled ``input_schema`` or ``output_schema`` (compiled on first use, then kept)."""
         schema = self.input_schema if which == "input" else self.output_schema
-        cached = self._compiled.get(which)
+        # __pydantic_private__ directly: attribute access to private attrs goes through the
+        # slow __getattr__ path, and this runs on every dispatch.
+        cache = self.__pydantic_private__["_compiled"]  # type: ignore[index]
+        cached = cache.get(which)
         if cached is None or cached[0] is not schema:
-            cached = (schema, compile_schema(schema))
-            self._compiled[which] = cached
+            cached = cache[which] = (schema, compile_schema(schema))
         return cached[1]
 
     def check_input(self, data: Any) -> None:
         """Raise :class:`ContractViolation` if ``data`` does not match ``input_schema``."""
         if self.input_schema:
-            self.compiled_schema("input").check(data, what=f"input for {self.key}")
+            self.compiled_schema("input").check(data, what=lambda: f"input for {self.key}")
 
     def check_output(self, data: Any) -> None:
         """Raise :class:`ContractViolation` if ``data`` does not match ``output_schema``."""
         if self.output_schema:
-            self.compiled_schema("output").check(data, what=f"output of {self.key}")
+            self.compiled_schema("output").check(data, what=lambda: f"output of {self.key}")
 
 
 def check_against_schema(schema: dict[str, Any], data: Any, *, what: str) -> None:

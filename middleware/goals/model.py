@@ -85,7 +85,9 @@ class GoalAssertion(Model):
         steps: dict[str, int] = {}
         for i, stage in enumerate(v):
             if stage.name in names:
-                raise ValueError(f"stage {stage.name!r} is declared twice (stages {names[stage.name]} and {i})")
+                raise ValueError(
+                    f"stage {stage.name!r} is declared twice (stages {names[stage.name]} and {i})"
+                )
             if stage.step in steps:
                 raise ValueError(
                     f"step {stage.step!r} is bound to two stages ({v[steps[stage.step]].name!r} and "

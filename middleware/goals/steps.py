@@ -77,15 +77,13 @@ def _valid_path(v: str | None) -> str | None:
 
 
 class _Step(Model):
+    # Steps are immutable: the verifier compiles each once and keeps the compiled form.
+    model_config = ConfigDict(frozen=True)
+
     description: str = Field(default="", max_length=2000, description="Human wording shown in verdicts.")
 
     # The verifier's compiled form of this step (regexes, paths, schemas), built on first use.
     _compiled: Any = PrivateAttr(default=None)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if not name.startswith("_"):
-            super().__setattr__("_compiled", None)  # recompile after a change
 
 
 class _Scoped(_Step):

@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import operator
 import re
 import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel
 
 from ..errors import InvalidInput, Problem
 from ..jsonpath import JsonPath
@@ -42,16 +46,25 @@ from .steps import (
 __all__ = ["StagedVerifier", "Verifier", "text_of", "verify_goal"]
 
 _MAX_SHOWN = 200  # characters of an actual value kept in a verdict
+_MAX_PLANS = 4096  # compiled step lists a verifier keeps
 
 
 def text_of(output: Any) -> str:
-    """The text contains/regex steps look at: strings as they are, JSON otherwise."""
+    """The text contains/regex steps look at.
+
+    A string is itself; any other value is its compact JSON (``{"a":1,"b":[true]}``: no
+    spaces, keys in the output's order, non-ASCII characters as they are), so a step can
+    look for field names as well as values.
+    """
     if isinstance(output, str):
         return output
     try:
-        return json.dumps(output, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(output)
+        return orjson.dumps(output, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except (TypeError, ValueError):  # e.g. integers beyond 64 bits: the standard encoder
+        try:
+            return json.dumps(output, ensure_ascii=False, default=str, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            return str(output)
 
 
 def _norm(text: str, case_sensitive: bool) -> str:
@@ -95,16 +108,35 @@ class _Subject:
         return self._folded
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _trusted(cls: type[M], values: dict[str, Any]) -> M:
+    """Build a model from trusted values holding every field, without validation.
+
+    What ``model_construct`` does minus its per-field default handling: verdicts are
+    built on the hot path (several per goal), from values this module produced.
+    """
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 def _verdict(step: str, kind: str, ok: bool, expected: Any, actual: Any, reason: str) -> StepVerdict:
-    # model_construct: verdicts are built from trusted values on the hot path.
-    return StepVerdict.model_construct(
-        step=step,
-        kind=kind,
-        passed=ok,
-        status="passed" if ok else "failed",
-        expected=expected,
-        actual=actual,
-        reason="" if ok else reason,
+    return _trusted(
+        StepVerdict,
+        {
+            "step": step,
+            "kind": kind,
+            "passed": ok,
+            "status": "passed" if ok else "failed",
+            "expected": expected,
+            "actual": actual,
+            "reason": "" if ok else reason,
+        },
     )
 
 
@@ -269,14 +301,17 @@ def _build(step: Any) -> _Compiled:
     if isinstance(step, ManualStep):
 
         def manual(subject: _Subject) -> StepVerdict:
-            return StepVerdict.model_construct(
-                step=label,
-                kind=kind,
-                passed=False,
-                status="manual",
-                expected=step.description,
-                actual=None,
-                reason="awaits confirmation by a person",
+            return _trusted(
+                StepVerdict,
+                {
+                    "step": label,
+                    "kind": kind,
+                    "passed": False,
+                    "status": "manual",
+                    "expected": step.description,
+                    "actual": None,
+                    "reason": "awaits confirmation by a person",
+                },
             )
 
         return _Compiled(step, manual, False)
@@ -368,6 +403,23 @@ class Verifier:
 
     def __init__(self, checks: CheckRegistry | None = None) -> None:
         self.checks = checks or CheckRegistry()
+        # Compiled plans by step list: (the list, its steps when compiled, the compiled steps).
+        self._plans: dict[int, tuple[Sequence[Any], tuple[Any, ...], list[_Compiled]]] = {}
+
+    def _plan(self, steps: Sequence[Any]) -> list[_Compiled]:
+        cached = self._plans.get(id(steps))
+        if (
+            cached is not None
+            and cached[0] is steps
+            and len(cached[1]) == len(steps)
+            and all(map(operator.is_, cached[1], steps))
+        ):
+            return cached[2]
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()
+        plan = [_compile(s) for s in steps]
+        self._plans[id(steps)] = (steps, tuple(steps), plan)
+        return plan
 
     def unknown_checks(self, goal: GoalAssertion) -> list[Problem]:
         """Custom steps of ``goal`` naming checks that are not registered."""
@@ -404,7 +456,7 @@ class Verifier:
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)
         subject = _Subject(output)
-        compiled = [_compile(s) for s in steps]
+        compiled = self._plan(steps)
         verdicts: list[StepVerdict | None] = [None if c.is_async else c.run(subject) for c in compiled]  # type: ignore[misc]
         pending = [(i, c) for i, c in enumerate(compiled) if c.is_async]
         if pending:
@@ -422,7 +474,7 @@ class Verifier:
         those checks fail with a reason telling to ``await`` :meth:`verify` instead.
         """
         steps, stage_name = _steps_of(goal, stage)
-        compiled = [_compile(s) for s in steps]
+        compiled = self._plan(steps)
         if any(c.is_async for c in compiled):
             try:
                 asyncio.get_running_loop()
@@ -539,13 +591,16 @@ def _goal_verdict(goal_id: str, stage: str, verdicts: list[StepVerdict], started
     failed = any(v.status == "failed" for v in verdicts)
     manual = any(v.status == "manual" for v in verdicts)
     status = "failed" if failed else "pending_manual" if manual else "passed"
-    return GoalVerdict.model_construct(
-        goal_id=goal_id,
-        passed=status == "passed",
-        status=status,
-        stage=stage,
-        steps=verdicts,
-        duration_ms=(time.perf_counter() - started) * 1000,
+    return _trusted(
+        GoalVerdict,
+        {
+            "goal_id": goal_id,
+            "passed": status == "passed",
+            "status": status,
+            "stage": stage,
+            "steps": verdicts,
+            "duration_ms": (time.perf_counter() - started) * 1000,
+        },
     )
 
 

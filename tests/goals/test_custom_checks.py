@@ -12,7 +12,9 @@ from middleware.goals import CheckRegistry, CheckResult, GoalAssertion, Verifier
 
 
 def goal(*steps) -> GoalAssertion:
-    return GoalAssertion.parse({"id": "GOAL_CHECK_001", "description": "d", "verification_steps": list(steps)})
+    return GoalAssertion.parse(
+        {"id": "GOAL_CHECK_001", "description": "d", "verification_steps": list(steps)}
+    )
 
 
 @pytest.fixture
@@ -26,7 +28,11 @@ def checks() -> CheckRegistry:
     @registry.register("async_licensed")
     async def async_licensed(output, field="sources"):
         await asyncio.sleep(0)
-        return CheckResult(passed=all(s.get("license") for s in output[field]), actual=len(output[field]), reason="unlicensed source")
+        return CheckResult(
+            passed=all(s.get("license") for s in output[field]),
+            actual=len(output[field]),
+            reason="unlicensed source",
+        )
 
     registry.register("why_not", lambda output: (False, "because of reasons"))
     registry.register("broken", lambda output: 1 / 0)
@@ -75,7 +81,9 @@ async def test_async_check_past_its_timeout_fails_in_time():
 
     loop = asyncio.get_running_loop()
     started = loop.time()
-    verdict = await Verifier(registry).verify(goal({"kind": "custom", "name": "slow"}, "output contains a"), "a")
+    verdict = await Verifier(registry).verify(
+        goal({"kind": "custom", "name": "slow"}, "output contains a"), "a"
+    )
     assert loop.time() - started < 2
     assert not verdict.passed
     assert verdict.steps[0].reason == "check slow did not finish within 0.05 s"
@@ -106,7 +114,10 @@ async def test_custom_checks_run_concurrently():
 
     registry.register("pair", waits_for_the_other)
     verdict = await Verifier(registry).verify(
-        goal({"kind": "custom", "name": "pair", "args": {"me": 0}}, {"kind": "custom", "name": "pair", "args": {"me": 1}}),
+        goal(
+            {"kind": "custom", "name": "pair", "args": {"me": 0}},
+            {"kind": "custom", "name": "pair", "args": {"me": 1}},
+        ),
         {},
     )
     assert verdict.passed, verdict
@@ -133,7 +144,10 @@ async def test_unknown_check_fails_the_step_and_is_refused_at_registration():
     agency = Agency()
     with pytest.raises(InvalidInput) as info:
         agency.register_goal(goal({"kind": "custom", "name": "ghost"}, {"kind": "custom", "name": "ghost2"}))
-    assert [p.field for p in info.value.problems] == ["verification_steps[0].name", "verification_steps[1].name"]
+    assert [p.field for p in info.value.problems] == [
+        "verification_steps[0].name",
+        "verification_steps[1].name",
+    ]
     agency.verifier.checks.register("ghost", lambda o: True)
     agency.verifier.checks.register("ghost2", lambda o: True)
     agency.register_goal(goal({"kind": "custom", "name": "ghost"}, {"kind": "custom", "name": "ghost2"}))
@@ -144,7 +158,9 @@ def test_verify_goal_without_a_loop_runs_custom_checks(checks):
 
 
 async def test_verify_sync_inside_a_loop_explains_custom_steps(checks):
-    verdict = Verifier(checks).verify_sync(goal({"kind": "custom", "name": "licensed"}, "output contains crm"), GOOD)
+    verdict = Verifier(checks).verify_sync(
+        goal({"kind": "custom", "name": "licensed"}, "output contains crm"), GOOD
+    )
     assert "await Verifier.verify" in verdict.steps[0].reason
     assert verdict.steps[1].passed
 

@@ -34,15 +34,24 @@ def parsed(sentence: str) -> dict:
         ("output matches /exp/i", {"kind": "regex", "pattern": "exp", "ignore_case": True}),
         ("$.fee == 0", {"kind": "json_path", "path": "$.fee", "op": "equals", "value": 0}),
         ("$.paid is true", {"kind": "json_path", "path": "$.paid", "op": "equals", "value": True}),
-        ("field warranty.fault_type is screen", {"kind": "json_path", "path": "$.warranty.fault_type", "op": "equals", "value": "screen"}),
+        (
+            "field warranty.fault_type is screen",
+            {"kind": "json_path", "path": "$.warranty.fault_type", "op": "equals", "value": "screen"},
+        ),
         ("$.a exists", {"kind": "json_path", "path": "$.a"}),
         ("$.a does not exist", {"kind": "json_path", "path": "$.a", "op": "not_exists"}),
         ("$.total >= 10", {"kind": "json_path", "path": "$.total", "op": "ge", "value": 10}),
         ("$.total is greater than 10", {"kind": "json_path", "path": "$.total", "op": "gt", "value": 10}),
         ("$.total is at most 99.5", {"kind": "json_path", "path": "$.total", "op": "le", "value": 99.5}),
         ("$.total < 5", {"kind": "json_path", "path": "$.total", "op": "lt", "value": 5}),
-        ("$.total is between 1 and 5", {"kind": "json_path", "path": "$.total", "op": "between", "value": [1, 5]}),
-        ('$.status is one of "ok", "done" or "new"', {"kind": "json_path", "path": "$.status", "op": "one_of", "value": ["ok", "done", "new"]}),
+        (
+            "$.total is between 1 and 5",
+            {"kind": "json_path", "path": "$.total", "op": "between", "value": [1, 5]},
+        ),
+        (
+            '$.status is one of "ok", "done" or "new"',
+            {"kind": "json_path", "path": "$.status", "op": "one_of", "value": ["ok", "done", "new"]},
+        ),
         ("output is at most 500 characters", {"kind": "length", "max": 500}),
         ("$.items has at least 1 item", {"kind": "length", "path": "$.items", "min": 1}),
         ("$.items has between 1 and 3 items", {"kind": "length", "path": "$.items", "min": 1, "max": 3}),
@@ -57,7 +66,10 @@ def parsed(sentence: str) -> dict:
         ("$.fee 不超过 100", {"kind": "json_path", "path": "$.fee", "op": "le", "value": 100}),
         ("$.score 大于等于 0.7", {"kind": "json_path", "path": "$.score", "op": "ge", "value": 0.7}),
         ("$.x 在 1 和 5 之间", {"kind": "json_path", "path": "$.x", "op": "between", "value": [1, 5]}),
-        ("字段status是ok、done之一", {"kind": "json_path", "path": "$.status", "op": "one_of", "value": ["ok", "done"]}),
+        (
+            "字段status是ok、done之一",
+            {"kind": "json_path", "path": "$.status", "op": "one_of", "value": ["ok", "done"]},
+        ),
         ("输出不超过500个字符", {"kind": "length", "max": 500}),
         ("$.items 至少有1项", {"kind": "length", "path": "$.items", "min": 1}),
         # full-width punctuation and digits are normalised (NFKC)
@@ -108,7 +120,12 @@ def test_refusal_says_what_to_write_instead():
 
 @pytest.mark.parametrize(
     "sentence",
-    ["manual: ensure the user is satisfied", "[manual] ensure the user is satisfied", "人工：确保用户满意", "【人工】确保用户满意"],
+    [
+        "manual: ensure the user is satisfied",
+        "[manual] ensure the user is satisfied",
+        "人工：确保用户满意",
+        "【人工】确保用户满意",
+    ],
 )
 def test_marked_manual_sentences_become_manual_steps(sentence):
     step = parse_step_sentence(sentence)
@@ -121,7 +138,10 @@ def test_manual_flag_on_a_sentence_object():
         {
             "id": "GOAL_CS_001",
             "description": "d",
-            "verification_steps": [{"sentence": "确保用户满意", "manual": True}, {"sentence": "输出包含订单号"}],
+            "verification_steps": [
+                {"sentence": "确保用户满意", "manual": True},
+                {"sentence": "输出包含订单号"},
+            ],
         }
     )
     assert [s.kind for s in goal.verification_steps] == ["manual", "contains"]
@@ -138,7 +158,10 @@ def test_registration_refuses_an_uncheckable_sentence_naming_it():
             {
                 "id": "GOAL_REPORT_001",
                 "description": "GDPR report",
-                "verification_steps": ["检查输出是否包含DataController字段", "验证所有外部数据源均有合法授权声明"],
+                "verification_steps": [
+                    "检查输出是否包含DataController字段",
+                    "验证所有外部数据源均有合法授权声明",
+                ],
                 "timeout_seconds": 120,
                 "criticality": "high",
             }
@@ -153,7 +176,11 @@ def test_parsed_sentences_verify_outputs():
         {
             "id": "GOAL_REPORT_001",
             "description": "GDPR report",
-            "verification_steps": ["检查输出是否包含DataController字段", "字段version等于2", "output does not contain TODO"],
+            "verification_steps": [
+                "检查输出是否包含DataController字段",
+                "字段version等于2",
+                "output does not contain TODO",
+            ],
         }
     )
     assert verify_goal(goal, {"DataController": "ACME", "version": 2}).passed

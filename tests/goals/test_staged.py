@@ -81,7 +81,11 @@ async def test_all_stages_and_the_final_check_pass():
     assert [(v.stage, v.passed) for v in outcome.stage_verdicts] == [("kyc", True), ("review", True)]
     assert outcome.goal_verdict.stage == "" and outcome.goal_verdict.passed
     records = verification_records(agency)
-    assert [(r.detail["stage"], r.outcome) for r in records] == [("kyc", "passed"), ("review", "passed"), ("", "passed")]
+    assert [(r.detail["stage"], r.outcome) for r in records] == [
+        ("kyc", "passed"),
+        ("review", "passed"),
+        ("", "passed"),
+    ]
     assert records[0].detail["step"] == "kyc_report"
     assert records[0].detail["steps"][1]["expected"] == {"le": 0.5}
     assert records[0].goal_id == "GOAL_PAYMENT_001"
@@ -120,7 +124,9 @@ async def test_the_second_stage_fails_after_the_first_passed():
 
 
 async def test_final_verification_still_runs_after_the_stages():
-    agency, _ = await payment_agency({"kyc_status": "verified", "risk_score": 0.2}, final_output={"status": "queued"})
+    agency, _ = await payment_agency(
+        {"kyc_status": "verified", "risk_score": 0.2}, final_output={"status": "queued"}
+    )
     outcome = await agency.submit(request())
     assert outcome.failed_stage == ""
     assert outcome.state is TaskState.INPUT_REQUIRED
@@ -146,7 +152,9 @@ async def test_inline_goal_with_a_stage_on_the_single_main_step():
                 "id": "GOAL_KYC_001",
                 "description": "kyc",
                 "criticality": "low",
-                "stages": [{"name": "kyc", "step": "main", "verification_steps": ['字段kyc_status等于"verified"']}],
+                "stages": [
+                    {"name": "kyc", "step": "main", "verification_steps": ['字段kyc_status等于"verified"']}
+                ],
             },
         }
     )

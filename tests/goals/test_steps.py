@@ -91,7 +91,11 @@ def test_literal_regex_would_mismatch_without_escaping():
         ({"kind": "json_path", "path": "$.nope", "exists": False}, True, ""),
         ({"kind": "json_path", "path": "$.fee", "op": "not_exists"}, False, "$.fee is present"),
         ({"kind": "json_path", "path": "$.status", "equals": "shipped"}, True, ""),
-        ({"kind": "json_path", "path": "$.status", "equals": "lost"}, False, "$.status is 'shipped', expected 'lost'"),
+        (
+            {"kind": "json_path", "path": "$.status", "equals": "lost"},
+            False,
+            "$.status is 'shipped', expected 'lost'",
+        ),
         ({"kind": "json_path", "path": "$.paid", "equals": 1}, False, "expected 1"),  # true is not 1
         ({"kind": "json_path", "path": "$.fee", "equals": 0.0}, True, ""),  # 0 == 0.0
         ({"kind": "json_path", "path": "$.items[1]", "equals": {"sku": "B2", "price": 20}}, True, ""),
@@ -171,14 +175,23 @@ def test_length_of_non_sized_value_says_why():
     [
         ({"kind": "every_item", "path": "$.items", "step": {"kind": "json_path", "path": "$.sku"}}, True, ""),
         (
-            {"kind": "every_item", "path": "$.items", "step": {"kind": "json_path", "path": "$.price", "gt": 15}},
+            {
+                "kind": "every_item",
+                "path": "$.items",
+                "step": {"kind": "json_path", "path": "$.price", "gt": 15},
+            },
             False,
             "item 0: $.price is 10, expected > 15",
         ),
         ({"kind": "every_item", "path": "$.items", "step": "$.price > 0"}, True, ""),  # a nested sentence
         ({"kind": "every_item", "path": "$.tags", "step": {"kind": "contains", "value": "x"}}, True, ""),
         (
-            {"kind": "every_item", "path": "$.tags", "allow_empty": False, "step": {"kind": "contains", "value": "x"}},
+            {
+                "kind": "every_item",
+                "path": "$.tags",
+                "allow_empty": False,
+                "step": {"kind": "contains", "value": "x"},
+            },
             False,
             "$.tags is empty",
         ),
@@ -197,7 +210,10 @@ def test_manual_step_never_passes_and_is_pending():
         {
             "id": "GOAL_TEST_001",
             "description": "d",
-            "verification_steps": ["output contains shipped", {"kind": "manual", "description": "user is happy"}],
+            "verification_steps": [
+                "output contains shipped",
+                {"kind": "manual", "description": "user is happy"},
+            ],
         }
     )
     verdict = verify_goal(goal, ORDER)
@@ -209,7 +225,11 @@ def test_manual_step_never_passes_and_is_pending():
 
 def test_a_failed_machine_step_beats_a_manual_one():
     goal = GoalAssertion.parse(
-        {"id": "GOAL_TEST_001", "description": "d", "verification_steps": ["output contains refund", "manual: x"]}
+        {
+            "id": "GOAL_TEST_001",
+            "description": "d",
+            "verification_steps": ["output contains refund", "manual: x"],
+        }
     )
     assert verify_goal(goal, ORDER).status == "failed"
 
@@ -221,9 +241,17 @@ def test_a_failed_machine_step_beats_a_manual_one():
         ({"kind": "json_path", "path": "a.b"}, "verification_steps[0].path", "must start with '$'"),
         ({"kind": "json_path", "path": "$.a", "gt": "x"}, "verification_steps[0]", "gt needs a number"),
         ({"kind": "json_path", "path": "$.a", "between": [5, 1]}, "verification_steps[0]", "above high"),
-        ({"kind": "json_path", "path": "$.a", "equals": 1, "gt": 0}, "verification_steps[0]", "one op per step"),
+        (
+            {"kind": "json_path", "path": "$.a", "equals": 1, "gt": 0},
+            "verification_steps[0]",
+            "one op per step",
+        ),
         ({"kind": "json_path", "path": "$.a", "one_of": []}, "verification_steps[0]", "non-empty list"),
-        ({"kind": "json_schema", "schema": {"type": "nope"}}, "verification_steps[0].schema", "not a valid JSON"),
+        (
+            {"kind": "json_schema", "schema": {"type": "nope"}},
+            "verification_steps[0].schema",
+            "not a valid JSON",
+        ),
         ({"kind": "length"}, "verification_steps[0]", "give min, max or both"),
         ({"kind": "length", "min": 3, "max": 1}, "verification_steps[0]", "min 3 is above max 1"),
         ({"kind": "custom", "name": "bad name"}, "verification_steps[0].name", "check names"),
@@ -253,7 +281,7 @@ def test_every_problem_of_a_goal_is_named_at_once():
                 "description": "",
                 "verification_steps": [
                     "确保用户满意",
-                    {"kind": "regex", "pattern": "[" },
+                    {"kind": "regex", "pattern": "["},
                     "output contains ok",
                     "ensure the user is satisfied",
                 ],
