@@ -17,6 +17,8 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.goal",
+    "middleware.cli.smf",
 ]
 
 
