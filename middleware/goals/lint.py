@@ -141,7 +141,8 @@ def _semantic(
                 Finding(
                     "warning",
                     "unknown-target",
-                    f"target {name!r} has no sla_seconds and is not in the catalog; its SLA cannot be checked",
+                    f"target {name!r} has no sla_seconds and is not in the catalog; "
+                    "its SLA cannot be checked",
                     field=field,
                     **where,
                 )
