@@ -111,8 +111,8 @@ class Agency:
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(policy=self.config.failure_policy)
         self.agents = AgentRegistry()
-        self.goals: GoalStore = goals or MemoryGoalStore()
-        self.verifier = verifier or Verifier()
+        self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
+        self.verifier = verifier if verifier is not None else Verifier()
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups)
 
     # ----------------------------------------------------------------- registry

@@ -402,7 +402,7 @@ class Verifier:
     """
 
     def __init__(self, checks: CheckRegistry | None = None) -> None:
-        self.checks = checks or CheckRegistry()
+        self.checks = checks if checks is not None else CheckRegistry()
         # Compiled plans by step list: (the list, its steps when compiled, the compiled steps).
         self._plans: dict[int, tuple[Sequence[Any], tuple[Any, ...], list[_Compiled]]] = {}
 
