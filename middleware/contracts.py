@@ -121,7 +121,7 @@ class CapabilityContract(Model):
         schema = self.input_schema if which == "input" else self.output_schema
         # __pydantic_private__ directly: attribute access to private attrs goes through the
         # slow __getattr__ path, and this runs on every dispatch.
-        cache = self.__pydantic_private__["_compiled"]  # type: ignore[index]
+        cache: dict[str, tuple[dict[str, Any], CompiledSchema]] = self.__pydantic_private__["_compiled"]  # type: ignore[index]
         cached = cache.get(which)
         if cached is None or cached[0] is not schema:
             cached = cache[which] = (schema, compile_schema(schema))

@@ -108,7 +108,8 @@ def _compile_fast(schema: dict[str, Any], cls: type[Validator]) -> Callable[[Any
         )
     except Exception:  # a schema the native validator cannot compile is still checked, slowly
         return None
-    return validator.is_valid  # type: ignore[no-any-return]
+    is_valid: Callable[[Any], bool] = validator.is_valid
+    return is_valid
 
 
 class _Cache:

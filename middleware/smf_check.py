@@ -38,7 +38,8 @@ def messages_in(document: Any) -> list[Any]:
         and isinstance(document.get("messages"), list)
         and "metadata" not in document
     ):
-        return document["messages"]
+        messages: list[Any] = document["messages"]
+        return messages
     return [document]
 
 

@@ -186,7 +186,8 @@ def goals_in(document: Any) -> list[Any] | None:
         return document
     if isinstance(document, dict):
         if isinstance(document.get("goals"), list) and "id" not in document:
-            return document["goals"]
+            goals: list[Any] = document["goals"]
+            return goals
         return [document]
     return None
 

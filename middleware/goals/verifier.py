@@ -118,11 +118,18 @@ def _trusted(cls: type[M], values: dict[str, Any]) -> M:
     built on the hot path (several per goal), from values this module produced.
     """
     obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    _set_dict(obj, "__dict__", values)
+    _set_fields_set(obj, set(values))
+    _set_extra(obj, None)
+    _set_private(obj, None)
     return obj
+
+
+# The slot setters of BaseModel, looked up once (this runs several times per goal).
+_set_dict = object.__setattr__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _verdict(step: str, kind: str, ok: bool, expected: Any, actual: Any, reason: str) -> StepVerdict:
@@ -172,6 +179,19 @@ class _Compiled:
         self.is_async = is_async
 
 
+class _Plan:
+    """The compiled steps of one step list, and whether any must be awaited."""
+
+    __slots__ = ("compiled", "has_async", "runs", "source", "steps")
+
+    def __init__(self, steps: Sequence[Any]) -> None:
+        self.source = steps
+        self.steps = tuple(steps)
+        self.compiled = [_compile(s) for s in steps]
+        self.has_async = any(c.is_async for c in self.compiled)
+        self.runs: list[SyncCheck] = [c.run for c in self.compiled if c.run is not None]
+
+
 def _scope(path: JsonPath | None, subject: _Subject) -> tuple[_Subject | None, str]:
     if path is None:
         return subject, ""
@@ -203,7 +223,7 @@ def _build(step: Any) -> _Compiled:
         cs = step.case_sensitive
 
         def contains(subject: _Subject) -> StepVerdict:
-            target, missing = _scope(scope, subject)
+            target, missing = (subject, "") if scope is None else _scope(scope, subject)
             if target is None:
                 return _verdict(label, kind, False, expected, None, missing)
             found = needle in target.normalised(cs)
@@ -224,7 +244,7 @@ def _build(step: Any) -> _Compiled:
         expected = f"/{step.pattern}/" + (" (literal)" if step.literal else "")
 
         def regex(subject: _Subject) -> StepVerdict:
-            target, missing = _scope(scope, subject)
+            target, missing = (subject, "") if scope is None else _scope(scope, subject)
             if target is None:
                 return _verdict(label, kind, False, expected, None, missing)
             m = rx.search(target.text)
@@ -241,7 +261,7 @@ def _build(step: Any) -> _Compiled:
         schema = compile_schema(step.schema_)
 
         def schema_check(subject: _Subject) -> StepVerdict:
-            target, missing = _scope(scope, subject)
+            target, missing = (subject, "") if scope is None else _scope(scope, subject)
             if target is None:
                 return _verdict(label, kind, False, "matches JSON Schema", None, missing)
             if schema.is_valid(target.value):
@@ -257,7 +277,7 @@ def _build(step: Any) -> _Compiled:
         expected = f"length {lo if lo is not None else 0}..{hi if hi is not None else '∞'}"
 
         def length(subject: _Subject) -> StepVerdict:
-            target, missing = _scope(scope, subject)
+            target, missing = (subject, "") if scope is None else _scope(scope, subject)
             if target is None:
                 return _verdict(label, kind, False, expected, None, missing)
             value = target.value
@@ -403,22 +423,21 @@ class Verifier:
 
     def __init__(self, checks: CheckRegistry | None = None) -> None:
         self.checks = checks if checks is not None else CheckRegistry()
-        # Compiled plans by step list: (the list, its steps when compiled, the compiled steps).
-        self._plans: dict[int, tuple[Sequence[Any], tuple[Any, ...], list[_Compiled]]] = {}
+        # Compiled plans by id of the step list (checked against the list and its steps).
+        self._plans: dict[int, _Plan] = {}
 
-    def _plan(self, steps: Sequence[Any]) -> list[_Compiled]:
-        cached = self._plans.get(id(steps))
+    def _plan(self, steps: Sequence[Any]) -> _Plan:
+        plan = self._plans.get(id(steps))
         if (
-            cached is not None
-            and cached[0] is steps
-            and len(cached[1]) == len(steps)
-            and all(map(operator.is_, cached[1], steps))
+            plan is not None
+            and plan.source is steps
+            and len(plan.steps) == len(steps)
+            and all(map(operator.is_, plan.steps, steps))
         ):
-            return cached[2]
+            return plan
         if len(self._plans) >= _MAX_PLANS:
             self._plans.clear()
-        plan = [_compile(s) for s in steps]
-        self._plans[id(steps)] = (steps, tuple(steps), plan)
+        plan = self._plans[id(steps)] = _Plan(steps)
         return plan
 
     def unknown_checks(self, goal: GoalAssertion) -> list[Problem]:
@@ -456,13 +475,14 @@ class Verifier:
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)
         subject = _Subject(output)
-        compiled = self._plan(steps)
-        verdicts: list[StepVerdict | None] = [None if c.is_async else c.run(subject) for c in compiled]  # type: ignore[misc]
-        pending = [(i, c) for i, c in enumerate(compiled) if c.is_async]
-        if pending:
-            results = await asyncio.gather(*(self._arun(c, subject) for _, c in pending))
-            for (i, _), v in zip(pending, results, strict=True):
-                verdicts[i] = v
+        plan = self._plan(steps)
+        if not plan.has_async:
+            return _goal_verdict(goal.id, stage_name, [run(subject) for run in plan.runs], started)
+        verdicts: list[StepVerdict | None] = [None if c.is_async else c.run(subject) for c in plan.compiled]  # type: ignore[misc]
+        pending = [(i, c) for i, c in enumerate(plan.compiled) if c.is_async]
+        results = await asyncio.gather(*(self._arun(c, subject) for _, c in pending))
+        for (i, _), v in zip(pending, results, strict=True):
+            verdicts[i] = v
         return _goal_verdict(goal.id, stage_name, verdicts, started)  # type: ignore[arg-type]
 
     def verify_sync(
@@ -473,15 +493,16 @@ class Verifier:
         Goals with custom checks are run with ``asyncio.run``; from inside a running loop
         those checks fail with a reason telling to ``await`` :meth:`verify` instead.
         """
-        steps, stage_name = _steps_of(goal, stage)
-        compiled = self._plan(steps)
-        if any(c.is_async for c in compiled):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return asyncio.run(self.verify(goal, output, stage=stage))
         started = time.perf_counter()
+        steps, stage_name = _steps_of(goal, stage)
+        plan = self._plan(steps)
         subject = _Subject(output)
+        if not plan.has_async:
+            return _goal_verdict(goal.id, stage_name, [run(subject) for run in plan.runs], started)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.verify(goal, output, stage=stage))
         verdicts = [
             c.run(subject)
             if c.run is not None
@@ -493,7 +514,7 @@ class Verifier:
                 None,
                 "custom checks need `await Verifier.verify`",
             )
-            for c in compiled
+            for c in plan.compiled
         ]
         return _goal_verdict(goal.id, stage_name, verdicts, started)
 
@@ -588,9 +609,8 @@ def _steps_of(goal: GoalAssertion, stage: GoalStage | str | None) -> tuple[Seque
 
 
 def _goal_verdict(goal_id: str, stage: str, verdicts: list[StepVerdict], started: float) -> GoalVerdict:
-    failed = any(v.status == "failed" for v in verdicts)
-    manual = any(v.status == "manual" for v in verdicts)
-    status = "failed" if failed else "pending_manual" if manual else "passed"
+    statuses = {v.status for v in verdicts}
+    status = "failed" if "failed" in statuses else "pending_manual" if "manual" in statuses else "passed"
     return _trusted(
         GoalVerdict,
         {
