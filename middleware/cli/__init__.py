@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "middleware.cli.trace",
     "middleware.cli.health",
     "middleware.cli.config",
+    "middleware.cli.goal",
+    "middleware.cli.smf",
 ]
 
 

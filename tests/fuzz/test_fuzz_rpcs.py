@@ -1,5 +1,5 @@
 """Bad input never crashes the server: fuzzed, malformed and oversized messages to
-every AgencyService / CatalogService RPC end in a client error status (never
+every AgencyService / CatalogService / GoalService RPC end in a client error status (never
 INTERNAL/UNKNOWN), and the server keeps answering health checks."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from middleware import Agency
-from middleware._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
+from middleware._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2, goals_pb2
 from middleware.demo import build_demo_agency
 from middleware.grpc_api import build_server
 from middleware.grpc_api.server import MAX_MESSAGE_BYTES
@@ -27,6 +27,8 @@ METHODS = {
     "/agency.v1.CatalogService/Register": catalog_pb2.RegisterRequest,
     "/agency.v1.CatalogService/Get": catalog_pb2.GetCapabilityRequest,
     "/agency.v1.CatalogService/Query": catalog_pb2.QueryRequest,
+    "/agency.v1.GoalService/RegisterGoal": goals_pb2.RegisterGoalRequest,
+    "/agency.v1.GoalService/GetGoal": goals_pb2.GetGoalRequest,
 }
 #: What bad input may legitimately produce. Never INTERNAL, UNKNOWN, UNAVAILABLE.
 CLIENT_ERRORS = {
@@ -62,10 +64,15 @@ class Served:
         self.server = build_server(self.agency, "127.0.0.1:0")
         await self.server.start()
 
+    async def _stop(self) -> None:
+        await self.server.stop(0)
+        await self.agency.close()
+
     def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(0), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +171,24 @@ messages = {
         max_slo_latency_ms=st.integers(-(2**31), 2**31 - 1),
         include_stale=st.booleans(),
     ),
+    "/agency.v1.GoalService/RegisterGoal": st.builds(
+        goals_pb2.RegisterGoalRequest,
+        goal_json=json_text
+        | st.builds(
+            lambda steps, timeout: json.dumps(
+                {
+                    "id": "GOAL_FUZZ_1",
+                    "description": "d",
+                    "verification_steps": steps,
+                    "timeout_seconds": timeout,
+                }
+            ),
+            st.lists(st.text(max_size=40) | json_values, max_size=3),
+            st.integers(-5, 10**9),
+        ),
+        replace=st.booleans(),
+    ),
+    "/agency.v1.GoalService/GetGoal": st.builds(goals_pb2.GetGoalRequest, goal_id=names),
 }
 
 
