@@ -13,10 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ._model import Model
-from .failures import FailurePolicy
+from .circuit_breaker import BreakerConfig
+from .detectors import DetectorConfig
+from .failure_monitor import MonitorConfig
+from .failures import FailurePolicy, FailureType, check_policy
 
 __all__ = ["AgencyConfig", "ServerConfig"]
 
@@ -32,6 +35,22 @@ class AgencyConfig(Model):
     )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retry/backup knobs.")
     max_backups: int = Field(default=3, ge=0, le=50, description="Backups tried per step before giving up.")
+    failure_policies: dict[FailureType, FailurePolicy] = Field(
+        default_factory=dict,
+        description="Per failure type: retry caps, backoff, forced resolution (only allowed ones), backup.",
+    )
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig, description="Per-agent circuit breaker.")
+    detectors: DetectorConfig = Field(
+        default_factory=DetectorConfig, description="Hedging words, policy rules, compared facts."
+    )
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Failure-rate review flags.")
+
+    @field_validator("failure_policies")
+    @classmethod
+    def _allowed(cls, v: dict[FailureType, FailurePolicy]) -> dict[FailureType, FailurePolicy]:
+        for ftype, policy in v.items():
+            check_policy(ftype, policy, field="failure_policies")
+        return v
 
 
 class ServerConfig(Model):

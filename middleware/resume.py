@@ -1,0 +1,126 @@
+"""Resuming a task that waits for input: from the answer to what the pipeline does next.
+
+:func:`plan_resume` is pure: it checks that the task is waiting, that the answer is
+one of the offered options (or that a human decision fits the handover), and says
+where the task continues. ``Agency.resume`` applies the plan under the task's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import FailedPrecondition, InvalidInput
+from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, check_answer
+from .tasks import TaskRecord, TaskState
+
+__all__ = ["ResumePlan", "plan_resume"]
+
+
+@dataclass
+class ResumePlan:
+    """Where a resumed task continues.
+
+    ``accept``: ``output`` becomes the output of step ``step_index`` and the task moves
+    on; ``rerun``: step ``step_index`` runs again (on ``agent``, or routed afresh),
+    with ``extra_input`` added; ``fail`` / ``cancel``: the task ends.
+    """
+
+    action: Literal["accept", "rerun", "fail", "cancel"]
+    step_index: int
+    reason: str
+    output: Any = None
+    agent: str = ""
+    source: str = ""
+    extra_input: dict[str, Any] = field(default_factory=dict)
+    audit: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_resume(
+    task: TaskRecord,
+    step_count: int,
+    *,
+    answer: str | None = None,
+    decision: HumanDecision | Mapping[str, Any] | None = None,
+) -> ResumePlan:
+    """What resuming ``task`` with ``answer`` (an option id) or ``decision`` means.
+
+    Raises:
+        FailedPrecondition: the task is not waiting for input.
+        InvalidInput: the answer is not an offered option, the decision is malformed,
+            or the wrong kind of reply was given.
+    """
+    if task.state is not TaskState.INPUT_REQUIRED:
+        raise FailedPrecondition(
+            f"task {task.task_id} is {task.state.value}, not waiting for input",
+            details={"state": task.state.value},
+        )
+    kind = task.pending.get("kind", "")
+    index = min(task.step_index, step_count - 1)
+    if decision is not None:
+        return _human(task, HumanDecision.parse(decision, what="human decision"), index)
+    if kind == "human_handover":
+        raise InvalidInput.single("decision", "this task waits for a human decision", what="resume")
+    if not answer:
+        raise InvalidInput.single("answer", "required: the id of one of the offered options", what="resume")
+    question = Clarification.parse(task.pending, what="pending clarification")
+    option = check_answer(question, answer)
+    audit = {"answer": option.id, "label": option.label}
+    held = task.held
+    if question.kind == "conflict":
+        fact = str(question.conflict.get("fact", ""))
+        output = dict(held.get("output") or {})
+        output[fact] = option.value
+        return ResumePlan(
+            "accept",
+            index,
+            f"conflict on {fact} settled: {option.label}",
+            output=output,
+            agent=str(held.get("agent", "")),
+            source="user",
+            audit=audit,
+        )
+    if option.id == ACCEPT:
+        return ResumePlan(
+            "accept",
+            index,
+            "user confirmed the answer",
+            output=held.get("output"),
+            agent=str(held.get("agent", "")),
+            source="user",
+            audit=audit,
+        )
+    clarification = {"question": question.question, "answer": option.label}
+    if option.id != RETRY:
+        clarification["value"] = option.value
+    return ResumePlan(
+        "rerun",
+        index,
+        f"user clarified: {option.label}",
+        agent=str(held.get("agent", "")),
+        extra_input={"clarification": clarification},
+        audit=audit,
+    )
+
+
+def _human(task: TaskRecord, d: HumanDecision, index: int) -> ResumePlan:
+    audit = {"decision": d.model_dump(mode="json")}
+    who = d.by or "human"
+    note = f" ({d.note})" if d.note else ""
+    if d.action == "abort":
+        return ResumePlan("fail", index, f"aborted by {who}{note}", audit=audit)
+    if d.action == "cancel":
+        return ResumePlan("cancel", index, f"canceled by {who}{note}", audit=audit)
+    if d.action == "provide_output":
+        return ResumePlan(
+            "accept",
+            index,
+            f"output provided by {who}{note}",
+            output=d.output,
+            agent=f"human:{who}",
+            source=f"human:{who}",
+            audit=audit,
+        )
+    agent = d.agent if d.action == "use_agent" else ""
+    return ResumePlan("rerun", index, f"{d.action} decided by {who}{note}", agent=agent, audit=audit)
