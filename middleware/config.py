@@ -59,13 +59,16 @@ class ServerConfig(Model):
     address: str = Field(default="127.0.0.1:50051", description="host:port the gRPC server listens on.")
     data_dir: Path = Field(default=Path("agency-data"), description="Where the audit log is written.")
     grace_seconds: float = Field(default=5.0, ge=0, description="Drain time on SIGTERM.")
+    redis_url: str = Field(
+        default="", description="Redis for shared task state (resume on any replica); empty = in memory."
+    )
     agency: AgencyConfig = Field(default_factory=AgencyConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> ServerConfig:
         """Defaults, then ``given`` (e.g. CLI flags), with ``AGENCY_*`` variables filling gaps.
 
-        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``.
+        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``, ``AGENCY_REDIS_URL``.
         Explicitly given values win over the environment.
         """
         env = os.environ if env is None else env
@@ -74,6 +77,8 @@ class ServerConfig(Model):
             data["address"] = env["AGENCY_ADDRESS"]
         if "AGENCY_DATA_DIR" in env:
             data["data_dir"] = env["AGENCY_DATA_DIR"]
+        if "AGENCY_REDIS_URL" in env:
+            data["redis_url"] = env["AGENCY_REDIS_URL"]
         if "AGENCY_NODE_ID" in env:
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
         data.update({k: v for k, v in given.items() if v is not None})

@@ -49,6 +49,7 @@ class ReviewFlag(Model):
     threshold: float
     window_seconds: float
     flagged_at: datetime = Field(default_factory=utcnow)
+    cleared: bool = Field(default=False, description="True when the rate fell back under the threshold.")
 
 
 class FailureMonitor:
@@ -89,7 +90,7 @@ class FailureMonitor:
         self, agents: Iterable[str], failures: Mapping[str, Iterable[FailureType]]
     ) -> list[ReviewFlag]:
         """Count one finished task for each of ``agents`` (with the failure types attributed
-        to each in ``failures``); return the flags this task newly raised."""
+        to each in ``failures``); return the flags this task newly raised or cleared."""
         now = self._clock()
         new: list[ReviewFlag] = []
         for agent in sorted(set(agents) | set(failures)):
@@ -145,6 +146,11 @@ class FailureMonitor:
                 self._flags[key] = flag
                 self._flagged.labels(agent, ftype.value).set(1)
             elif key in self._flags:
-                del self._flags[key]
+                old = self._flags.pop(key)
                 self._flagged.labels(agent, ftype.value).set(0)
+                new.append(
+                    old.model_copy(
+                        update={"rate": round(rate, 4), "failures": failures, "tasks": tasks, "cleared": True}
+                    )
+                )
         return new

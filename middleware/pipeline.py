@@ -392,6 +392,8 @@ class Agency:
             ConcurrentUpdate: another resume holds the task right now.
             InvalidInput: the answer is not an offered option / the decision is malformed.
         """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
             plan = plan_resume(run, len(self._steps(run)), answer=answer, decision=decision)
@@ -422,6 +424,8 @@ class Agency:
 
     async def get_task(self, task_id: str) -> Outcome:
         """Where a task is now (any gateway sharing the store). Raises NotFound."""
+        if not task_id:
+            raise InvalidInput.single("task_id", "required")
         return (await self.tasks.get(task_id)).outcome()
 
     # ------------------------------------------------------------------ helpers
@@ -523,7 +527,7 @@ class Agency:
             await self._audit(
                 run,
                 AuditEventType.CONTRACT_REVIEW,
-                "flagged",
+                "cleared" if flag.cleared else "flagged",
                 flag.model_dump(mode="json"),
                 agent=flag.agent,
                 rule=f"failure_rate:{flag.failure_type.value}>{flag.threshold:g}",

@@ -43,7 +43,15 @@ def _run(args: argparse.Namespace) -> int:
 async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set on the returned server)."""
     audit = FileAuditLog(Path(config.data_dir) / "audit")
-    agency = Agency(audit=audit, config=config.agency)
+    redis = None
+    if config.redis_url:  # task state shared by replicas, so any of them can resume a task
+        import redis.asyncio as aioredis
+
+        from ..redis_task_store import RedisTaskStore
+
+        redis = aioredis.Redis.from_url(config.redis_url)
+    tasks = RedisTaskStore(redis) if redis is not None else None
+    agency = Agency(audit=audit, config=config.agency, tasks=tasks)
     if demo:
         from ..demo import build_demo_agency
 
@@ -62,5 +70,7 @@ async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Even
     print("agency: shutting down (draining in-flight calls)", flush=True)
     await server.stop(config.grace_seconds)
     await agency.close()
+    if redis is not None:
+        await redis.aclose()
     print("agency: stopped", flush=True)
     return 0
