@@ -190,16 +190,16 @@ class Detectors:
 
     async def inspect(self, result: AgentResult) -> Detection | None:
         text = text_of(result.output)
-        for check in (
-            self._policy(result, text),
-            self._intent(result),
-            self._stale(result),
-            self._consistency(result),
-            self._ambiguity(result, text),
-        ):
-            found = await check
+        found = await self._policy(result, text)
+        if found is not None:
+            return found
+        for check in (self._intent, self._stale, self._consistency):
+            found = check(result)
             if found is not None:
                 return found
+        found = self._ambiguity(result, text)
+        if found is not None:
+            return found
         for detector in self._extra:
             found = await detector.inspect(result)
             if found is not None:
@@ -230,7 +230,7 @@ class Detectors:
             context={"rule": finding.rule, "output_sha256": digest},
         )
 
-    async def _intent(self, result: AgentResult) -> Detection | None:
+    def _intent(self, result: AgentResult) -> Detection | None:
         if not self.config.check_intent:
             return None
         why = result.message.intention_drift()
@@ -242,7 +242,7 @@ class Detectors:
             context={"intention_trace": result.message.metadata.intention_trace},
         )
 
-    async def _stale(self, result: AgentResult) -> Detection | None:
+    def _stale(self, result: AgentResult) -> Detection | None:
         if not self.config.check_freshness:
             return None
         now = self._clock()
@@ -256,7 +256,7 @@ class Detectors:
             context={"age_s": round(age, 3), "freshness_ttl": ttl},
         )
 
-    async def _consistency(self, result: AgentResult) -> Detection | None:
+    def _consistency(self, result: AgentResult) -> Detection | None:
         if not self.config.check_consistency or not isinstance(result.output, dict):
             return None
         mine = self._facts(result.output)
@@ -292,7 +292,7 @@ class Detectors:
             if isinstance(v, (str, int, float, bool)) and k not in ignored and (keys is None or k in keys)
         }
 
-    async def _ambiguity(self, result: AgentResult, text: str) -> Detection | None:
+    def _ambiguity(self, result: AgentResult, text: str) -> Detection | None:
         confidence = result.message.metadata.confidence_score
         if self._hedges is None or confidence >= self.config.ambiguity_confidence:
             return None
