@@ -6,7 +6,8 @@ seen in more than ``threshold`` (15 %) of the agent's tasks (with at least
 ``min_tasks`` tasks in the window), the agent's contract is **flagged for review**:
 a :class:`ReviewFlag` is returned (the pipeline writes a ``contract.review`` audit
 record), the ``agency_contract_review_flagged`` gauge goes to 1, and
-``agency contracts review`` lists it. The flag clears when the rate falls back.
+``agency contracts review`` lists it. The flag clears when the rate is back at or
+under the threshold over at least ``min_tasks`` tasks.
 
 (Seed §5.2: "任何agent的单一失败类型率 > 15% 必须重新审视其能力契约".)
 
@@ -145,7 +146,7 @@ class FailureMonitor:
                     flag.flagged_at = self._flags[key].flagged_at
                 self._flags[key] = flag
                 self._flagged.labels(agent, ftype.value).set(1)
-            elif key in self._flags:
+            elif key in self._flags and tasks >= self.config.min_tasks:  # enough evidence it is back
                 old = self._flags.pop(key)
                 self._flagged.labels(agent, ftype.value).set(0)
                 new.append(

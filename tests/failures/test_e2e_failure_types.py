@@ -164,7 +164,9 @@ async def test_policy_violation_by_deny_term_and_by_a_pluggable_classifier():
     rude = ScriptedAgent({"answer": "you idiot"})
     agency, _, _ = await build(
         [(contract("rude"), rude)],
-        detectors=Detectors(DetectorConfig(policy=PolicyRules(deny_terms=["forbidden"])), classifier=classifier),
+        detectors=Detectors(
+            DetectorConfig(policy=PolicyRules(deny_terms=["forbidden"])), classifier=classifier
+        ),
     )
     out = await agency.submit(task())
     assert out.state is TaskState.FAILED and out.failures[0].context["rule"] == "toxicity"
@@ -193,7 +195,10 @@ async def test_data_inconsistency_returns_the_conflict_with_both_sources():
     assert kinds(out) == [ResolutionKind.RETURN_CONFLICT]
     conflict = out.pending["conflict"]
     assert conflict["fact"] == "price"
-    assert [(v["value"], v["source"]) for v in conflict["values"]] == [(100, "shop_db"), (120, "partner_feed")]
+    assert [(v["value"], v["source"]) for v in conflict["values"]] == [
+        (100, "shop_db"),
+        (120, "partner_feed"),
+    ]
     assert out.output is None  # never merged silently
     # the user settles it: the chosen value goes on
     done = await agency.resume(out.task_id, answer="value_1")
@@ -275,7 +280,9 @@ async def test_goal_timeout_escalates_with_the_state_reached():
 
 async def test_capability_mismatch_is_rejected_before_any_agent_runs():
     agent = ScriptedAgent({"answer": 1})
-    agency, _, _ = await build([(contract("calc", "compound_interest", cannot_do=["stock_prediction"]), agent)])
+    agency, _, _ = await build(
+        [(contract("calc", "compound_interest", cannot_do=["stock_prediction"]), agent)]
+    )
     out = await agency.submit(task("predict the stock price", action="stock_prediction"))
     assert out.state is TaskState.REJECTED and out.a2a_state == "TASK_STATE_REJECTED"
     assert types(out) == [FailureType.CAPABILITY_MISMATCH] and kinds(out) == [ResolutionKind.ABORT]
@@ -316,7 +323,9 @@ async def test_every_failure_resolution_and_transition_is_audited():
     resolutions = audit_records(agency, "failure.resolution", out.task_id)
     assert [r.detail["type"] for r in failures] == [f.type.value for f in out.failures]
     assert [r.detail["kind"] for r in resolutions] == [r.kind.value for r in out.resolutions]
-    transitions = [(r.detail["from"], r.detail["to"]) for r in audit_records(agency, "task.transition", out.task_id)]
+    transitions = [
+        (r.detail["from"], r.detail["to"]) for r in audit_records(agency, "task.transition", out.task_id)
+    ]
     assert transitions == [
         ("submitted", "routing"),
         ("routing", "dispatched"),

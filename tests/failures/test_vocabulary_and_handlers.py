@@ -73,7 +73,10 @@ def test_builtin_handlers_are_pure_and_idempotent(ftype):
         fallbacks=["b@1.0.0"],
         context={
             "options": [{"id": "x", "label": "X"}, {"id": "y", "label": "Y"}],
-            "conflict": {"fact": "price", "values": [{"value": 1, "source": "s1"}, {"value": 2, "source": "s2"}]},
+            "conflict": {
+                "fact": "price",
+                "values": [{"value": 1, "source": "s1"}, {"value": 2, "source": "s2"}],
+            },
         },
     )
     before = e.model_dump()
@@ -171,7 +174,9 @@ async def test_custom_handler_through_the_api_overrides_the_builtin():
 
     processor = FailureProcessor(load_entry_points=False)
     processor.register(FailureType.TOOL_ERROR, always_abort)
-    agency, sleep, _ = await build([(contract("buggy"), ScriptedAgent(Raise(ValueError("x"))))], failures=processor)
+    agency, sleep, _ = await build(
+        [(contract("buggy"), ScriptedAgent(Raise(ValueError("x"))))], failures=processor
+    )
     out = await agency.submit(task())
     assert out.state is TaskState.FAILED and out.reason == "house rule: no retries"
     assert calls == [FailureType.TOOL_ERROR] and sleep.delays == []
@@ -218,17 +223,23 @@ async def test_custom_handler_shipped_by_a_package_through_the_entry_point_group
     assert "TOOL_ERROR" in {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     processor = FailureProcessor()
     assert set(processor.plugins) == {FailureType.TOOL_ERROR}
-    agency, _, _ = await build([(contract("buggy"), ScriptedAgent(Raise(ValueError("x"))))], failures=processor)
+    agency, _, _ = await build(
+        [(contract("buggy"), ScriptedAgent(Raise(ValueError("x"))))], failures=processor
+    )
     out = await agency.submit(task())
     assert out.state is TaskState.INPUT_REQUIRED
     assert out.reason == "acme: errors go to a person"
     # explicit registration still wins over the plugin
     processor.register(FailureType.TOOL_ERROR, handlers.builtin_handlers()[FailureType.TOOL_ERROR])
-    assert processor.handler_for(FailureType.TOOL_ERROR) is handlers.builtin_handlers()[FailureType.TOOL_ERROR]
+    assert (
+        processor.handler_for(FailureType.TOOL_ERROR) is handlers.builtin_handlers()[FailureType.TOOL_ERROR]
+    )
 
 
 def test_an_entry_point_for_an_unknown_type_is_rejected(plugin_path):
-    _install_plugin(plugin_path, "acme_bad", {"TOOL_EXPLODED": "acme_bad:handler"}, "def handler(e, p): pass\n")
+    _install_plugin(
+        plugin_path, "acme_bad", {"TOOL_EXPLODED": "acme_bad:handler"}, "def handler(e, p): pass\n"
+    )
     with pytest.raises(InvalidInput) as info:
         FailureProcessor()
     assert "unknown failure type" in str(info.value) and "TOOL_EXPLODED" in str(info.value)
