@@ -73,10 +73,6 @@ class Dispatcher:
             agent = self._agents.get(key)
         except NotFound as exc:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
-        if not self._breaker.allow(key):
-            raise AttemptFailed(
-                FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: its circuit breaker is open"
-            )
         contract = entry.contract
         payload = {**run.request.input, **run.outputs, **step.input, **extra}
         try:
@@ -104,6 +100,10 @@ class Dispatcher:
             },
             agent=key,
         )
+        if not self._breaker.allow(key):  # just before the call: a half-open probe is always settled
+            raise AttemptFailed(
+                FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: its circuit breaker is open"
+            )
         started = time.perf_counter()
         await self._stats.started(key)
         success = reached = False

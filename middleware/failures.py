@@ -248,10 +248,10 @@ class FailureProcessor:
 
     def __init__(
         self,
-        handlers: Mapping[FailureType | str, FailureHandler] | None = None,
+        handlers: Mapping[FailureType, FailureHandler] | Mapping[str, FailureHandler] | None = None,
         *,
         policy: FailurePolicy | None = None,
-        policies: Mapping[FailureType | str, FailurePolicy] | None = None,
+        policies: Mapping[FailureType, FailurePolicy] | Mapping[str, FailurePolicy] | None = None,
         load_entry_points: bool = True,
         entry_points: Callable[..., Iterable[importlib.metadata.EntryPoint]] | None = None,
     ) -> None:

@@ -36,7 +36,7 @@ from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
 from .resume import ResumePlan, plan_resume
-from .router import Constraints, Router, RoutingDecision
+from .router import Router, RoutingDecision
 from .smf import Provenance, SMFMessage, utcnow
 from .task_store import TaskStore
 from .tasks import (
@@ -214,12 +214,9 @@ class Agency:
         self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
     ) -> Outcome | None:
         await self._transition(run, TaskState.ROUTING)
-        if agent:
-            decision = RoutingDecision(
-                constraints=Constraints(), chosen=agent, explanation=f"resumed on {agent}"
-            )
-        else:
-            decision = await self._decide(run, step)
+        decision = await self._decide(run, step)
+        if agent:  # a resume names the agent: only one the contracts allow for this step
+            decision = _prefer(decision, agent)
         run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
         if decision.refused:
             await self._audit(
@@ -397,6 +394,13 @@ class Agency:
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
             plan = plan_resume(run, len(self._steps(run)), answer=answer, decision=decision)
+            if plan.action == "rerun" and plan.agent and decision is not None:
+                routed = await self._decide(run, self._steps(run)[plan.step_index])
+                if _prefer(routed, plan.agent).chosen != plan.agent:
+                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "not registered")
+                    raise InvalidInput.single(
+                        "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
+                    )
             run.pending = {}
             await self._audit(
                 run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
@@ -523,7 +527,8 @@ class Agency:
         for f in run.failures:
             if f.agent:
                 failures.setdefault(f.agent, set()).add(f.type)
-        for flag in self.monitor.record_task([s.agent for s in run.steps if s.agent], failures):
+        agents = [s.agent for s in run.steps if s.agent and not s.agent.startswith("human:")]
+        for flag in self.monitor.record_task(agents, failures):
             await self._audit(
                 run,
                 AuditEventType.CONTRACT_REVIEW,
@@ -602,3 +607,17 @@ def _decision(decision: RoutingDecision) -> dict[str, Any]:
         "candidates": [c.model_dump() for c in decision.candidates[:10]],
         "rejected": [r.model_dump() for r in decision.rejected[:20]],
     }
+
+
+def _prefer(decision: RoutingDecision, agent: str) -> RoutingDecision:
+    """``decision`` with ``agent`` first, if the router found it fit; unchanged otherwise."""
+    fit = [decision.chosen, *decision.fallbacks] if decision.chosen else []
+    if agent not in fit:
+        return decision
+    return decision.model_copy(
+        update={
+            "chosen": agent,
+            "fallbacks": [a for a in fit if a != agent],
+            "explanation": f"{decision.explanation}; resumed on {agent}",
+        }
+    )

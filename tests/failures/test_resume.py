@@ -108,6 +108,10 @@ async def test_human_retry_on_another_agent_after_goal_unmet():
     )
     waiting = await agency.submit(task(action="reply", goal=goal))
     assert waiting.state is TaskState.INPUT_REQUIRED and waiting.failures[0].type.value == "GOAL_UNMET"
+    await agency.register(contract("outsider", "something_else"), ScriptedAgent({"reply": "tracking"}))
+    with pytest.raises(InvalidInput) as info:  # a human cannot route around the contracts
+        await agency.resume(waiting.task_id, decision={"action": "use_agent", "agent": "outsider@1.0.0"})
+    assert info.value.field == "decision.agent" and "reply is not in can_do" in str(info.value)
     done = await agency.resume(waiting.task_id, decision={"action": "use_agent", "agent": "precise@1.0.0"})
     assert done.state is TaskState.COMPLETED and done.goal_verdict.passed
     assert precise.calls == 1
