@@ -198,5 +198,6 @@ def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPack
             detail=reason or event.detail,
             attempts=event.attempt,
         ),
+        failure=event.model_dump(mode="json"),
         suggested_reply=suggested_reply(event.type.value, task.request.text),
     )

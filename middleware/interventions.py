@@ -95,6 +95,7 @@ class HandoverPacket(Model):
     state: dict[str, Any] = Field(description="Conversation state snapshot: request, input, outputs.")
     completed_steps: list[CompletedStep]
     blocking_point: Blocking
+    failure: dict[str, Any] = Field(default_factory=dict, description="The failure event that blocked it.")
     suggested_reply: str
     decisions: list[str] = Field(
         default_factory=lambda: ["retry", "use_agent", "provide_output", "abort", "cancel"],

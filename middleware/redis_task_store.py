@@ -59,14 +59,23 @@ class RedisTaskStore:
         ttl_s: float = 7 * 24 * 3600,
         lock_ttl_s: float = 30.0,
         poll_s: float = 0.01,
+        owns_client: bool = False,
     ) -> None:
         self._redis = client
+        self._owns_client = owns_client
         self._prefix = prefix
         self._ttl_ms = int(ttl_s * 1000)
         self._lock_ttl_ms = int(lock_ttl_s * 1000)
         self._poll_s = poll_s
         self._cas = client.register_script(_CAS)
         self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisTaskStore:
+        """A store on its own connection to ``url`` (closed by :meth:`close`)."""
+        import redis.asyncio as aioredis
+
+        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
 
     def _key(self, task_id: str) -> str:
         return f"{self._prefix}task:{task_id}"
@@ -122,4 +131,5 @@ class RedisTaskStore:
             await self._release(keys=[key], args=[token])
 
     async def close(self) -> None:
-        return None
+        if self._owns_client:
+            await self._redis.aclose()
