@@ -426,7 +426,7 @@ class Agency:
                 claim = TaskState.ROUTING if run.step_index < len(steps) else TaskState.VERIFYING
             else:
                 claim = TaskState.ROUTING
-            await self._transition(run, claim)  # saved with a version check: the claim
+            await self._transition(run, claim, save=True)  # saved with a version check: the claim
         if plan.action == "accept":
             return await self._drive(run, self._run(run))
         return await self._drive(run, self._run(run, plan))
@@ -483,8 +483,13 @@ class Agency:
         )
         return resolution
 
-    async def _transition(self, run: TaskRecord, new: TaskState, *, save: bool = True) -> None:
-        """Move ``run`` to ``new`` (IllegalTransition if not allowed), audit it, persist it."""
+    async def _transition(self, run: TaskRecord, new: TaskState, *, save: bool = False) -> None:
+        """Move ``run`` to ``new`` (IllegalTransition if not allowed) and audit it.
+
+        The record is persisted when the task is created, claimed by a resume, and when it
+        stops (waiting or terminal) – the states another replica can act on – not on every
+        working transition (each is in the audit log).
+        """
         if run.state is new:
             return
         check_transition(run.state, new)
@@ -511,7 +516,7 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
-        await self._transition(run, state, save=False)
+        await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
         await self._audit(
