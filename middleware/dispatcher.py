@@ -148,6 +148,7 @@ class Dispatcher:
                     "agent": key,
                     "output": reply.output,
                     "confidence": reply.confidence_score,
+                    "provenance": result.metadata.provenance.model_dump(),
                 }
                 if found.hold_output
                 else None

@@ -421,7 +421,7 @@ class Agency:
                 if record not in run.steps:
                     run.steps.append(record)
                 record.agent = plan.agent or record.agent
-                source = Provenance(source=plan.source or record.agent or "user", reliability_score=1.0)
+                source = Provenance.parse(plan.provenance or {"source": "user", "reliability_score": 1.0})
                 await self._accept(run, step, record, plan.output, None, source)
                 claim = TaskState.ROUTING if run.step_index < len(steps) else TaskState.VERIFYING
             else:

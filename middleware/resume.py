@@ -32,7 +32,7 @@ class ResumePlan:
     reason: str
     output: Any = None
     agent: str = ""
-    source: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)  # where an accepted output comes from
     extra_input: dict[str, Any] = field(default_factory=dict)
     audit: dict[str, Any] = field(default_factory=dict)
 
@@ -78,7 +78,7 @@ def plan_resume(
             f"conflict on {fact} settled: {option.label}",
             output=output,
             agent=str(held.get("agent", "")),
-            source="user",
+            provenance=dict(held.get("provenance") or {}),
             audit=audit,
         )
     if option.id == ACCEPT:
@@ -88,7 +88,7 @@ def plan_resume(
             "user confirmed the answer",
             output=held.get("output"),
             agent=str(held.get("agent", "")),
-            source="user",
+            provenance=dict(held.get("provenance") or {}),
             audit=audit,
         )
     clarification = {"question": question.question, "answer": option.label}
@@ -119,7 +119,7 @@ def _human(task: TaskRecord, d: HumanDecision, index: int) -> ResumePlan:
             f"output provided by {who}{note}",
             output=d.output,
             agent=f"human:{who}",
-            source=f"human:{who}",
+            provenance={"source": f"human:{who}", "reliability_score": 1.0},
             audit=audit,
         )
     agent = d.agent if d.action == "use_agent" else ""
