@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from ._model import Model
 from .circuit_breaker import BreakerConfig
 from .detectors import DetectorConfig
+from .errors import InvalidInput
 from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
 
@@ -52,7 +53,10 @@ class AgencyConfig(Model):
     @classmethod
     def _allowed(cls, v: dict[FailureType, FailurePolicy]) -> dict[FailureType, FailurePolicy]:
         for ftype, policy in v.items():
-            check_policy(ftype, policy, field="failure_policies")
+            try:
+                check_policy(ftype, policy, field="failure_policies")
+            except InvalidInput as exc:  # re-raised as a ValueError so the path is the full one
+                raise ValueError(f"{ftype.value}.resolution: {exc.problems[0].reason}") from None
         return v
 
 
