@@ -1,8 +1,14 @@
-"""The default task store: in this process only (tasks do not survive a restart)."""
+"""The default task store: in this process only (tasks do not survive a restart).
+
+Finished tasks (completed, failed, rejected, canceled) are kept for ``GetTask`` up to
+``max_finished`` of them, oldest evicted first, so a long-running gateway does not grow
+without bound; tasks still running or waiting for input are never evicted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,9 +21,11 @@ __all__ = ["MemoryTaskStore"]
 class MemoryTaskStore:
     """Task records as JSON in a dict (copies in and out, like a real store), with asyncio locks."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_finished: int = 10_000) -> None:
         self._data: dict[str, tuple[int, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._finished: deque[str] = deque()
+        self._max_finished = max_finished
 
     async def create(self, record: TaskRecord) -> None:
         if record.task_id in self._data:
@@ -43,6 +51,14 @@ class MemoryTaskStore:
             )
         record.version += 1
         self._data[record.task_id] = (record.version, record.model_dump_json())
+        if record.state.terminal:
+            self._finished.append(record.task_id)
+            while len(self._finished) > self._max_finished:
+                old = self._finished.popleft()
+                self._data.pop(old, None)
+                lock = self._locks.get(old)
+                if lock is not None and not lock.locked():
+                    del self._locks[old]
 
     @asynccontextmanager
     async def lock(self, task_id: str, *, wait_s: float = 2.0) -> AsyncIterator[None]:

@@ -83,3 +83,20 @@ async def test_redis_keys_are_namespaced_and_expire(redis_client, redis_prefix):
         assert 0 < await redis_client.pttl(f"{redis_prefix}task-lock:task_1") <= 30_000
     assert await redis_client.exists(f"{redis_prefix}task-lock:task_1") == 0
     await redis_client.delete(key)
+
+
+async def test_memory_store_evicts_the_oldest_finished_tasks_only():
+    store = MemoryTaskStore(max_finished=2)
+    waiting = record("waiting")
+    await store.create(waiting)
+    waiting.state = TaskState.ROUTING
+    await store.save(waiting)
+    for i in range(3):
+        r = record(f"done_{i}")
+        await store.create(r)
+        r.state = TaskState.CANCELED
+        await store.save(r)
+    with pytest.raises(NotFound):
+        await store.get("done_0")
+    assert (await store.get("done_2")).state is TaskState.CANCELED
+    assert (await store.get("waiting")).state is TaskState.ROUTING
