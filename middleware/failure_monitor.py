@@ -72,6 +72,7 @@ class FailureMonitor:
         self.config = config or MonitorConfig()
         self._clock = clock
         self._tasks: dict[str, deque[tuple[float, frozenset[FailureType]]]] = {}
+        self._counts: dict[str, dict[FailureType, int]] = {}  # kept in step with the windows
         self._flags: dict[tuple[str, FailureType], ReviewFlag] = {}
         self.registry = registry or CollectorRegistry()
         self._rate = Gauge(
@@ -97,28 +98,30 @@ class FailureMonitor:
         for agent in sorted(set(agents) | set(failures)):
             if not agent:
                 continue
-            window = self._tasks.setdefault(agent, deque())
-            window.append((now, frozenset(failures.get(agent, ()))))
+            types = frozenset(failures.get(agent, ()))
+            self._tasks.setdefault(agent, deque()).append((now, types))
+            counts = self._counts.setdefault(agent, {})
+            for t in types:
+                counts[t] = counts.get(t, 0) + 1
             new.extend(self._evaluate(agent, now))
         return new
 
     def figures(self, agent: str) -> tuple[int, dict[FailureType, int]]:
         """``(tasks, failures by type)`` of ``agent`` in the current window."""
         window = self._tasks.get(agent, deque())
-        self._prune(window, self._clock())
-        counts: dict[FailureType, int] = {}
-        for _, types in window:
-            for t in types:
-                counts[t] = counts.get(t, 0) + 1
-        return len(window), counts
+        self._prune(agent, window, self._clock())
+        return len(window), {t: n for t, n in self._counts.get(agent, {}).items() if n}
 
     def flagged(self) -> list[ReviewFlag]:
         """The contracts flagged for review now, worst first."""
         return sorted(self._flags.values(), key=lambda f: (-f.rate, f.agent, f.failure_type.value))
 
-    def _prune(self, window: deque[tuple[float, frozenset[FailureType]]], now: float) -> None:
+    def _prune(self, agent: str, window: deque[tuple[float, frozenset[FailureType]]], now: float) -> None:
+        counts = self._counts.get(agent, {})
         while window and window[0][0] <= now - self.config.window_seconds:
-            window.popleft()
+            _, types = window.popleft()
+            for t in types:
+                counts[t] -= 1
 
     def _evaluate(self, agent: str, now: float) -> list[ReviewFlag]:
         tasks, counts = self.figures(agent)
