@@ -9,6 +9,7 @@ from .contracts import CapabilityContract
 from .detectors import DetectorConfig, Detectors, PolicyRules
 from .errors import (
     AgencyError,
+    AgentFailure,
     AlreadyExists,
     AuditCorrupted,
     AuditError,
@@ -51,6 +52,7 @@ __all__ = [
     "AgencyConfig",
     "AgencyError",
     "Agent",
+    "AgentFailure",
     "AgentRegistry",
     "AgentReply",
     "AgentRequest",

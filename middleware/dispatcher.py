@@ -19,7 +19,7 @@ from .audit.record import AuditEventType
 from .catalog import Catalog
 from .circuit_breaker import CircuitBreaker
 from .detectors import AgentResult, Detectors, SourcedOutput
-from .errors import AgencyError, ContractViolation, InvalidInput, NotFound, Unavailable
+from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
 from .routing_stats import RoutingStats
@@ -117,6 +117,9 @@ class Dispatcher:
                 ) from None
             except (ConnectionError, Unavailable) as exc:
                 raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: {exc}") from None
+            except AgentFailure as exc:  # the agent reports a typed failure itself
+                reached = True
+                raise AttemptFailed(exc.failure_type, f"{key}: {exc}", **exc.context) from None
             except AgencyError as exc:
                 reached = True
                 raise AttemptFailed(FailureType.TOOL_ERROR, f"{key} failed: {exc}") from None

@@ -19,6 +19,7 @@ place (see ``middleware.grpc_api.status``) without parsing strings::
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
+    ├── AgentFailure                 AGENT_FAILURE     (never leaves the pipeline)
     └── AuditError                   AUDIT_ERROR       INTERNAL
         └── AuditCorrupted           AUDIT_CORRUPTED   DATA_LOSS
 
@@ -35,6 +36,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AgencyError",
+    "AgentFailure",
     "AlreadyExists",
     "AuditCorrupted",
     "AuditError",
@@ -189,6 +191,25 @@ class Unavailable(AgencyError):
     default_message = "service unavailable"
     reason = "UNAVAILABLE"
     retryable = True
+
+
+class AgentFailure(AgencyError):
+    """Raised *by an agent* to report a typed failure (e.g. its own tool timed out).
+
+    The pipeline turns it into a failure event of ``failure_type`` with ``context``,
+    handled like any other. ``failure_type`` must be one of the twelve constants of
+    ``middleware.failures.FailureType``; anything else is an :class:`InvalidInput`.
+    """
+
+    default_message = "the agent reported a failure"
+    reason = "AGENT_FAILURE"
+
+    def __init__(self, failure_type: str, message: str | None = None, **context: Any) -> None:
+        from .failures import FailureType  # failures imports this module
+
+        self.failure_type = FailureType.of(failure_type)
+        self.context = context
+        super().__init__(message)
 
 
 class AuditError(AgencyError):

@@ -243,3 +243,27 @@ def test_an_entry_point_for_an_unknown_type_is_rejected(plugin_path):
     with pytest.raises(InvalidInput) as info:
         FailureProcessor()
     assert "unknown failure type" in str(info.value) and "TOOL_EXPLODED" in str(info.value)
+
+
+async def test_an_agent_reports_a_typed_failure_of_its_own_tool():
+    from middleware import AgentFailure
+
+    warranty = ScriptedAgent(
+        Raise(AgentFailure("TOOL_TIMEOUT", "replacement_shipper timed out", tool="replacement_shipper")),
+        {"ok": True},
+    )
+    agency, sleep, _ = await build([(contract("warranty", slo_ms=50), warranty)])
+    out = await agency.submit(task())
+    assert out.state is TaskState.COMPLETED
+    assert [f.type for f in out.failures] == [FailureType.TOOL_TIMEOUT]
+    assert out.failures[0].context == {"tool": "replacement_shipper"}
+    assert "replacement_shipper timed out" in out.failures[0].detail
+    assert [r.kind for r in out.resolutions] == [ResolutionKind.RETRY] and len(sleep.delays) == 1
+
+
+def test_raising_a_failure_of_an_unknown_type_is_an_error():
+    from middleware import AgentFailure
+
+    with pytest.raises(InvalidInput) as info:
+        AgentFailure("TOOL_MELTED", "boom")
+    assert info.value.field == "type" and "unknown failure type 'TOOL_MELTED'" in str(info.value)
