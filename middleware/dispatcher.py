@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from .agents import AgentRegistry, AgentReply, AgentRequest, call_agent
@@ -23,7 +24,7 @@ from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, 
 from .executor import StepCursor
 from .failures import FailureType
 from .routing_stats import RoutingStats
-from .smf import Provenance, SMFMessage
+from .smf import Provenance, SMFMessage, utcnow
 from .tasks import TaskRecord, TaskStep
 
 __all__ = ["AttemptFailed", "Dispatcher", "envelope"]
@@ -54,7 +55,9 @@ class Dispatcher:
         detectors: Detectors,
         deadline_factor: float,
         audit: Audit,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
+        self._clock = clock
         self._catalog = catalog
         self._agents = agents
         self._stats = stats
@@ -65,7 +68,7 @@ class Dispatcher:
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
-    ) -> tuple[Any, float, Provenance]:
+    ) -> tuple[Any, float, Provenance, datetime]:
         """One call of one agent; every way it can go wrong becomes a :class:`AttemptFailed`."""
         key = cursor.agent
         try:
@@ -74,6 +77,7 @@ class Dispatcher:
         except NotFound as exc:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
+        _check_inputs_fresh(run, step, self._clock())
         payload = {**run.request.input, **run.outputs, **step.input, **extra}
         try:
             contract.check_input(payload)
@@ -165,7 +169,8 @@ class Dispatcher:
             {"step": step.name, "duration_ms": round(elapsed, 3), "message": _brief(result)},
             agent=key,
         )
-        return reply.output, result.metadata.confidence_score, result.metadata.provenance
+        meta = result.metadata
+        return reply.output, meta.confidence_score, meta.provenance, result.expires_at()
 
     async def _circuit(self, run: TaskRecord, agent: str, reached: bool) -> None:
         old = self._breaker.state(agent)
@@ -177,6 +182,19 @@ class Dispatcher:
                 changed.value,
                 {"from": old.value, "to": changed.value, "open_seconds": self._breaker.config.open_seconds},
                 agent=agent,
+            )
+
+
+def _check_inputs_fresh(run: TaskRecord, step: TaskStep, now: datetime) -> None:
+    """An earlier step's output past its freshness TTL must not feed this step (e.g. after
+    a task waited hours for a human): STALE_DATA naming the step to redo."""
+    for s in run.steps:
+        if s.name != step.name and s.status == "completed" and s.fresh_until and s.fresh_until < now:
+            age = (now - s.fresh_until).total_seconds()
+            raise AttemptFailed(
+                FailureType.STALE_DATA,
+                f"input from step {s.name} ({s.agent}) went stale {age:.0f} s ago (its freshness TTL)",
+                stale_step=s.name,
             )
 
 

@@ -16,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from .agents import AgentCallable, AgentRegistry
@@ -65,6 +66,7 @@ class Agency:
         failures: Maps failure events to resolutions (default: the built-in handlers).
         config: Core knobs (failure policies, breaker, detectors, monitor).
         sleep: How retries wait (injected so tests need no real sleeping).
+        clock: The current time, for freshness checks (injected in tests).
         tasks: Where task state is persisted (default: in memory; Redis for several replicas).
         detectors: Finds failures in agents' answers (default: built from ``config.detectors``).
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
@@ -81,6 +83,7 @@ class Agency:
         failures: FailureProcessor | None = None,
         config: AgencyConfig | None = None,
         sleep: Sleeper = asyncio.sleep,
+        clock: Callable[[], datetime] = utcnow,
         tasks: TaskStore | None = None,
         detectors: Detectors | None = None,
         breaker: CircuitBreaker | None = None,
@@ -97,7 +100,7 @@ class Agency:
         self.agents = AgentRegistry()
         self.goals: dict[str, GoalAssertion] = {}
         self.tasks: TaskStore = tasks or MemoryTaskStore()
-        self.detectors = detectors or Detectors(self.config.detectors)
+        self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self._dispatcher = Dispatcher(
@@ -108,6 +111,7 @@ class Agency:
             detectors=self.detectors,
             deadline_factor=self.config.deadline_factor,
             audit=self._audit,
+            clock=clock,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -209,7 +213,7 @@ class Agency:
             step = steps[run.step_index]
             plan, first = first, None
             stopped = await self._run_step(
-                run, step, agent=plan.agent if plan else "", extra=plan.extra_input if plan else None
+                run, step, agent=plan.agent if plan else "", extra=run.step_inputs.get(step.name)
             )
             if stopped is not None:
                 return stopped
@@ -253,21 +257,28 @@ class Agency:
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
             try:
-                output, confidence, source = await self._dispatcher.attempt(run, step, cursor, extra or {})
+                answer = await self._dispatcher.attempt(run, step, cursor, extra or {})
             except AttemptFailed as failed:
+                stale_input = str(failed.context.get("stale_step", ""))
                 event = self._event(
                     run,
                     failed.ftype,
                     step.name,
                     cursor.agent,
-                    cursor.attempt,
-                    cursor.fallbacks,
+                    run.rewinds + 1 if stale_input else cursor.attempt,
+                    [] if stale_input else cursor.fallbacks,  # another agent gets the same stale input
                     failed.detail,
                     failed.context,
                 )
                 run.held = failed.held
                 resolution = await self._resolve(run, event)
                 directive = await self._executor.apply(resolution, event, cursor, run)
+                if directive is Directive.RETRY and stale_input:  # fresh data: redo the step it came from
+                    run.rewinds += 1
+                    run.step_index = [s.name for s in self._steps(run)].index(stale_input)
+                    record.status = "pending"
+                    await self._transition(run, TaskState.ROUTING)
+                    return None
                 if directive is Directive.RETRY:
                     await self._transition(run, TaskState.RETRYING)
                     continue
@@ -280,7 +291,7 @@ class Agency:
                         run, AuditEventType.QUARANTINE, "blocked", dict(failed.context), agent=cursor.agent
                     )
                 return await self._stop(run, cursor)
-            await self._accept(run, step, record, output, confidence, source)
+            await self._accept(run, step, record, *answer)
             return None
 
     async def _decide(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
@@ -309,10 +320,11 @@ class Agency:
         output: Any,
         confidence: float | None,
         source: Provenance | None,
+        fresh_until: datetime | None = None,
     ) -> None:
         """The step's output is final: record it; the next step may use it."""
         record.output, record.confidence_score, record.status = output, confidence, "completed"
-        record.finished_at, record.provenance = utcnow(), source
+        record.finished_at, record.provenance, record.fresh_until = utcnow(), source, fresh_until
         run.outputs[step.name] = output
         run.held = {}
         run.step_index += 1
@@ -426,6 +438,9 @@ class Agency:
                 claim = TaskState.ROUTING if run.step_index < len(steps) else TaskState.VERIFYING
             else:
                 claim = TaskState.ROUTING
+                if plan.extra_input:  # kept with the task: it still applies if the step is redone
+                    name = steps[plan.step_index].name
+                    run.step_inputs[name] = {**run.step_inputs.get(name, {}), **plan.extra_input}
             await self._transition(run, claim, save=True)  # saved with a version check: the claim
         if plan.action == "accept":
             return await self._drive(run, self._run(run))

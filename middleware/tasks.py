@@ -162,6 +162,7 @@ class StepRecord(Model):
     duration_ms: float = 0.0
     status: str = "pending"
     provenance: Provenance | None = Field(default=None, description="Source of the output.")
+    fresh_until: datetime | None = Field(default=None, description="The output's freshness TTL ends here.")
 
 
 class Outcome(Model):
@@ -218,6 +219,9 @@ class TaskRecord(Model):
     resolutions: list[Resolution] = Field(default_factory=list)
     routing: list[dict[str, Any]] = Field(default_factory=list)
     pending: dict[str, Any] = Field(default_factory=dict)
+    step_inputs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Extra input per step from resumes (e.g. a clarification)."
+    )
     held: dict[str, Any] = Field(
         default_factory=dict, description="A held output (ambiguous, conflicting) a resume may accept."
     )
@@ -227,6 +231,7 @@ class TaskRecord(Model):
     last_index: int = 0
     last_source: Provenance
     active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
+    rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
     transitions: list[Transition] = Field(default_factory=list)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)

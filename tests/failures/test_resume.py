@@ -180,3 +180,35 @@ async def test_two_concurrent_resumes_only_one_applies(redis_client, redis_prefi
     if not same_gateway:
         resumed += audit_records(b, "task.resumed", waiting.task_id)
     assert len(resumed) == 1  # only one resume was applied
+
+
+async def test_an_earlier_output_gone_stale_while_waiting_is_fetched_again():
+    from datetime import UTC, datetime, timedelta
+
+    now = [datetime(2026, 11, 29, 12, 0, tzinfo=UTC)]
+
+    def quote(request):
+        return AgentReply(output={"price": 100 + len(quotes.requests)}, freshness_ttl=60, created_at=now[0])
+
+    quotes = ScriptedAgent(quote)
+    writer = ScriptedAgent(
+        AgentReply(output={"text": "maybe buy"}, confidence_score=0.3, created_at=now[0]),
+        lambda req: AgentReply(
+            output={"text": f"buy at {req.input['quote']['price']} ({req.input['clarification']['answer']})"},
+            created_at=now[0],
+        ),
+    )
+    agency, _, _ = await build(
+        [(contract("quotes", "quote"), quotes), (contract("writer", "write"), writer)], clock=lambda: now[0]
+    )
+    request = task(steps=[TaskStep(name="quote", action="quote"), TaskStep(name="advice", action="write")])
+    waiting = await agency.submit(request)
+    assert waiting.state is TaskState.INPUT_REQUIRED and quotes.calls == 1
+
+    now[0] += timedelta(hours=2)  # the user answers two hours later: the quote is stale
+    done = await agency.resume(waiting.task_id, answer="retry")
+    assert done.state is TaskState.COMPLETED
+    stale = [f for f in done.failures if f.type.value == "STALE_DATA"]
+    assert len(stale) == 1 and stale[0].context == {"stale_step": "quote"} and stale[0].step == "advice"
+    assert quotes.calls == 2  # the quote step ran again for fresh data
+    assert done.output == {"text": "buy at 102 (No, ask again with my clarification)"}  # answer kept
