@@ -27,6 +27,7 @@ from pydantic import Field
 from ._model import Model
 from .failures import FailureType
 from .smf import utcnow
+from .tasks import TaskRecord
 
 __all__ = ["FailureMonitor", "MonitorConfig", "ReviewFlag"]
 
@@ -105,6 +106,16 @@ class FailureMonitor:
                 counts[t] = counts.get(t, 0) + 1
             new.extend(self._evaluate(agent, now))
         return new
+
+    def task_finished(self, task: TaskRecord) -> list[ReviewFlag]:
+        """Count a finished task for every agent it dispatched to, with the failure types
+        attributed to each (humans who supplied an output are not agents)."""
+        failures: dict[str, set[FailureType]] = {}
+        for f in task.failures:
+            if f.agent:
+                failures.setdefault(f.agent, set()).add(f.type)
+        agents = [s.agent for s in task.steps if s.agent and not s.agent.startswith("human:")]
+        return self.record_task(agents, failures)
 
     def figures(self, agent: str) -> tuple[int, dict[FailureType, int]]:
         """``(tasks, failures by type)`` of ``agent`` in the current window."""

@@ -36,9 +36,9 @@ from .goals import GoalAssertion, GoalVerdict, verify_goal
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
-from .resume import ResumePlan, plan_resume
+from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
-from .smf import Provenance, SMFMessage, utcnow
+from .smf import SMFMessage, utcnow
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -225,7 +225,7 @@ class Agency:
         await self._transition(run, TaskState.ROUTING)
         decision = await self._decide(run, step)
         if agent:  # a resume names the agent: only one the contracts allow for this step
-            decision = _prefer(decision, agent)
+            decision = prefer(decision, agent)
         run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
         if decision.refused:
             await self._audit(
@@ -291,7 +291,14 @@ class Agency:
                         run, AuditEventType.QUARANTINE, "blocked", dict(failed.context), agent=cursor.agent
                     )
                 return await self._stop(run, cursor)
-            await self._accept(run, step, record, *answer)
+            output, confidence, provenance, fresh_until = answer
+            run.complete_step(
+                step.name,
+                output,
+                confidence=confidence,
+                provenance=provenance,
+                fresh_until=fresh_until,
+            )
             return None
 
     async def _decide(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
@@ -311,23 +318,6 @@ class Agency:
                 unfiltered.fallbacks = []
                 return unfiltered
         return decision
-
-    async def _accept(
-        self,
-        run: TaskRecord,
-        step: TaskStep,
-        record: StepRecord,
-        output: Any,
-        confidence: float | None,
-        source: Provenance | None,
-        fresh_until: datetime | None = None,
-    ) -> None:
-        """The step's output is final: record it; the next step may use it."""
-        record.output, record.confidence_score, record.status = output, confidence, "completed"
-        record.finished_at, record.provenance, record.fresh_until = utcnow(), source, fresh_until
-        run.outputs[step.name] = output
-        run.held = {}
-        run.step_index += 1
 
     async def _verify(self, run: TaskRecord) -> Outcome:
         await self._transition(run, TaskState.VERIFYING)
@@ -413,34 +403,18 @@ class Agency:
             plan = plan_resume(run, len(self._steps(run)), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._decide(run, self._steps(run)[plan.step_index])
-                if _prefer(routed, plan.agent).chosen != plan.agent:
+                if prefer(routed, plan.agent).chosen != plan.agent:
                     why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "not registered")
                     raise InvalidInput.single(
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
-            run.pending = {}
             await self._audit(
                 run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
             )
             if plan.action in ("fail", "cancel"):
                 state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
                 return await self._finish(run, state, reason=plan.reason)
-            run.step_index = plan.step_index
-            steps = self._steps(run)
-            if plan.action == "accept":
-                step = steps[plan.step_index]
-                record = run.step_record(step.name) or StepRecord(name=step.name)
-                if record not in run.steps:
-                    run.steps.append(record)
-                record.agent = plan.agent or record.agent
-                source = Provenance.parse(plan.provenance or {"source": "user", "reliability_score": 1.0})
-                await self._accept(run, step, record, plan.output, None, source)
-                claim = TaskState.ROUTING if run.step_index < len(steps) else TaskState.VERIFYING
-            else:
-                claim = TaskState.ROUTING
-                if plan.extra_input:  # kept with the task: it still applies if the step is redone
-                    name = steps[plan.step_index].name
-                    run.step_inputs[name] = {**run.step_inputs.get(name, {}), **plan.extra_input}
+            claim = apply_plan(run, plan, self._steps(run))
             await self._transition(run, claim, save=True)  # saved with a version check: the claim
         if plan.action == "accept":
             return await self._drive(run, self._run(run))
@@ -548,12 +522,7 @@ class Agency:
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
-        failures: dict[str, set[FailureType]] = {}
-        for f in run.failures:
-            if f.agent:
-                failures.setdefault(f.agent, set()).add(f.type)
-        agents = [s.agent for s in run.steps if s.agent and not s.agent.startswith("human:")]
-        for flag in self.monitor.record_task(agents, failures):
+        for flag in self.monitor.task_finished(run):
             await self._audit(
                 run,
                 AuditEventType.CONTRACT_REVIEW,
@@ -633,17 +602,3 @@ def _decision(decision: RoutingDecision) -> dict[str, Any]:
         "candidates": [c.model_dump() for c in decision.candidates[:10]],
         "rejected": [r.model_dump() for r in decision.rejected[:20]],
     }
-
-
-def _prefer(decision: RoutingDecision, agent: str) -> RoutingDecision:
-    """``decision`` with ``agent`` first, if the router found it fit; unchanged otherwise."""
-    fit = [decision.chosen, *decision.fallbacks] if decision.chosen else []
-    if agent not in fit:
-        return decision
-    return decision.model_copy(
-        update={
-            "chosen": agent,
-            "fallbacks": [a for a in fit if a != agent],
-            "explanation": f"{decision.explanation}; resumed on {agent}",
-        }
-    )

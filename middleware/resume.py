@@ -13,9 +13,11 @@ from typing import Any, Literal
 
 from .errors import FailedPrecondition, InvalidInput
 from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, check_answer
-from .tasks import TaskRecord, TaskState
+from .router import RoutingDecision
+from .smf import Provenance
+from .tasks import TaskRecord, TaskState, TaskStep
 
-__all__ = ["ResumePlan", "plan_resume"]
+__all__ = ["ResumePlan", "apply_plan", "plan_resume", "prefer"]
 
 
 @dataclass
@@ -124,3 +126,31 @@ def _human(task: TaskRecord, d: HumanDecision, index: int) -> ResumePlan:
         )
     agent = d.agent if d.action == "use_agent" else ""
     return ResumePlan("rerun", index, f"{d.action} decided by {who}{note}", agent=agent, audit=audit)
+
+
+def apply_plan(task: TaskRecord, plan: ResumePlan, steps: list[TaskStep]) -> TaskState:
+    """Record an ``accept`` or ``rerun`` plan on ``task``; the state the resume claims it in."""
+    task.pending = {}
+    task.step_index = plan.step_index
+    if plan.action == "accept":
+        provenance = Provenance.parse(plan.provenance or {"source": "user", "reliability_score": 1.0})
+        task.complete_step(steps[plan.step_index].name, plan.output, agent=plan.agent, provenance=provenance)
+        return TaskState.ROUTING if task.step_index < len(steps) else TaskState.VERIFYING
+    if plan.extra_input:  # kept with the task: it still applies if the step is redone
+        name = steps[plan.step_index].name
+        task.step_inputs[name] = {**task.step_inputs.get(name, {}), **plan.extra_input}
+    return TaskState.ROUTING
+
+
+def prefer(decision: RoutingDecision, agent: str) -> RoutingDecision:
+    """``decision`` with ``agent`` first, if the router found it fit; unchanged otherwise."""
+    fit = [decision.chosen, *decision.fallbacks] if decision.chosen else []
+    if agent not in fit:
+        return decision
+    return decision.model_copy(
+        update={
+            "chosen": agent,
+            "fallbacks": [a for a in fit if a != agent],
+            "explanation": f"{decision.explanation}; resumed on {agent}",
+        }
+    )

@@ -257,6 +257,29 @@ class TaskRecord(Model):
                 return record
         return None
 
+    def complete_step(
+        self,
+        name: str,
+        output: Any,
+        *,
+        agent: str = "",
+        confidence: float | None = None,
+        provenance: Provenance | None = None,
+        fresh_until: datetime | None = None,
+    ) -> StepRecord:
+        """The output of step ``name`` (the current one) is final: record it and move on."""
+        record = self.step_record(name)
+        if record is None:
+            record = StepRecord(name=name)
+            self.steps.append(record)
+        record.agent = agent or record.agent
+        record.output, record.confidence_score, record.status = output, confidence, "completed"
+        record.finished_at, record.provenance, record.fresh_until = utcnow(), provenance, fresh_until
+        self.outputs[name] = output
+        self.held = {}
+        self.step_index += 1
+        return record
+
     def snapshot(self) -> dict[str, Any]:
         """The conversation state a human taking over needs: request, goal, outputs so far."""
         return {
