@@ -37,8 +37,12 @@ def backoff_ms(event: FailureEvent, policy: FailurePolicy) -> float:
 
 
 def backup_agent(event: FailureEvent, policy: FailurePolicy) -> str:
-    """The configured backup agent (if it is not the failing one), else the router's next."""
-    if policy.backup_agent and policy.backup_agent != event.agent:
+    """The configured backup agent, else the router's next fallback.
+
+    The configured one is a preference among the fallbacks the router found fit for the
+    step (its contract allows it, its circuit is not open), never a way around them.
+    """
+    if policy.backup_agent and policy.backup_agent in event.fallbacks:
         return policy.backup_agent
     return event.fallbacks[0] if event.fallbacks else ""
 

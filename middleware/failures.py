@@ -173,7 +173,7 @@ class FailurePolicy(Model):
         description="Force this resolution for the type (must be allowed for it); None = the default.",
     )
     backup_agent: str = Field(
-        default="", description="Contract key of a configured backup agent, tried before router fallbacks."
+        default="", description="Preferred backup (contract key), if among the router's fallbacks."
     )
 
 

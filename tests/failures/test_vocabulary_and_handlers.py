@@ -136,8 +136,12 @@ def test_operator_configured_resolution_is_applied():
         },
     )
     assert processor.process(event(FailureType.TOOL_TIMEOUT)).kind is ResolutionKind.ESCALATE_TO_HUMAN
-    backup = processor.process(event(FailureType.TOOL_UNAVAILABLE, fallbacks=["router_pick@1.0.0"]))
+    fallbacks = ["router_pick@1.0.0", "standby@1.0.0"]
+    backup = processor.process(event(FailureType.TOOL_UNAVAILABLE, fallbacks=fallbacks))
     assert backup.kind is ResolutionKind.USE_BACKUP and backup.agent == "standby@1.0.0"
+    # the configured backup is a preference among agents the contracts allow, never around them
+    backup = processor.process(event(FailureType.TOOL_UNAVAILABLE, fallbacks=["router_pick@1.0.0"]))
+    assert backup.agent == "router_pick@1.0.0"
 
 
 def test_retry_cap_and_exponential_backoff_with_bounded_jitter():
