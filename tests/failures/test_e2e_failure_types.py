@@ -333,3 +333,23 @@ async def test_every_failure_resolution_and_transition_is_audited():
     ]
     stored = await agency.get_task(out.task_id)
     assert json.loads(stored.model_dump_json())["state"] == "input_required"
+
+
+async def test_a_configured_backup_agent_is_preferred_over_the_routers_next():
+    down = ScriptedAgent(Raise(ConnectionRefusedError("refused")))
+    next_best = ScriptedAgent({"by": "next_best"})
+    standby = ScriptedAgent({"by": "standby"})
+    config = AgencyConfig(
+        failure_policies={FailureType.TOOL_UNAVAILABLE: FailurePolicy(backup_agent="standby@1.0.0")}
+    )
+    agency, _, _ = await build(
+        [
+            (contract("primary", slo_ms=10), down),
+            (contract("next_best", slo_ms=100), next_best),
+            (contract("standby", slo_ms=900), standby),
+        ],
+        config=config,
+    )
+    out = await agency.submit(task())
+    assert out.routing[0]["fallbacks"][0] == "next_best@1.0.0"
+    assert out.output == {"by": "standby"} and next_best.calls == 0
