@@ -100,3 +100,20 @@ async def test_memory_store_evicts_the_oldest_finished_tasks_only():
         await store.get("done_0")
     assert (await store.get("done_2")).state is TaskState.CANCELED
     assert (await store.get("waiting")).state is TaskState.ROUTING
+
+
+async def test_a_definition_with_redis_storage_gets_the_redis_task_store(tmp_path):
+    from middleware.bootstrap import build_agency
+    from middleware.definition import AgencyDefinition
+    from tests.conftest import REDIS_URL
+
+    definition = AgencyDefinition.from_data(
+        {"storage": {"backend": "redis", "redis_url": REDIS_URL}, "audit": {"directory": str(tmp_path)}}
+    )
+    agency = await build_agency(definition)
+    try:
+        assert isinstance(agency.tasks, RedisTaskStore)
+        with pytest.raises(NotFound):
+            await agency.get_task("task_that_does_not_exist")
+    finally:
+        await agency.close()
