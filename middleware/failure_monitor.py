@@ -5,9 +5,11 @@ took part in and the failure types attributed to it in each. When one type is
 seen in more than ``threshold`` (15 %) of the agent's tasks (with at least
 ``min_tasks`` tasks in the window), the agent's contract is **flagged for review**:
 a :class:`ReviewFlag` is returned (the pipeline writes a ``contract.review`` audit
-record), the ``agency_contract_review_flagged`` gauge goes to 1, and
-``agency contracts review`` lists it. The flag clears when the rate is back at or
-under the threshold over at least ``min_tasks`` tasks.
+record, from which ``middleware.metrics`` sets the ``agency_contract_review_flagged``
+gauge), and ``agency contracts review`` lists it. The monitor's own gauge,
+``agency_agent_failure_rate{agent,failure_type}``, lives on the registry it is given.
+The flag clears when the rate is back at or under the threshold over at least
+``min_tasks`` tasks.
 
 (Seed §5.2: "任何agent的单一失败类型率 > 15% 必须重新审视其能力契约".)
 
@@ -60,7 +62,7 @@ class FailureMonitor:
     Args:
         config: Window, threshold, minimum sample.
         clock: Wall-clock seconds (injected in tests).
-        registry: Prometheus registry for the gauges (a private one by default).
+        registry: Prometheus registry for the failure-rate gauge (a private one by default).
     """
 
     def __init__(
@@ -79,12 +81,6 @@ class FailureMonitor:
         self._rate = Gauge(
             "agency_agent_failure_rate",
             "Share of an agent's tasks (sliding window) with this failure type",
-            ["agent", "failure_type"],
-            registry=self.registry,
-        )
-        self._flagged = Gauge(
-            "agency_contract_review_flagged",
-            "1 when the agent's contract is flagged for review for this failure type",
             ["agent", "failure_type"],
             registry=self.registry,
         )
@@ -159,10 +155,8 @@ class FailureMonitor:
                 else:
                     flag.flagged_at = self._flags[key].flagged_at
                 self._flags[key] = flag
-                self._flagged.labels(agent, ftype.value).set(1)
             elif key in self._flags and tasks >= self.config.min_tasks:  # enough evidence it is back
                 old = self._flags.pop(key)
-                self._flagged.labels(agent, ftype.value).set(0)
                 new.append(
                     old.model_copy(
                         update={"rate": round(rate, 4), "failures": failures, "tasks": tasks, "cleared": True}

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from middleware import Agency, AgencyConfig, CapabilityContract, TaskRequest
-from middleware.audit import MemoryAuditLog
 from middleware.executor import MemoryAlertSink
 
 
@@ -44,17 +43,13 @@ def task(text: str = "please look this up", *, action: str = "lookup", **extra: 
 
 
 def audit_types(agency: Agency, task_id: str | None = None) -> list[str]:
-    log = agency.audit
-    assert isinstance(log, MemoryAuditLog)
-    return [r.event_type for _, r in log.records() if task_id is None or r.task_id == task_id]
+    return [r.event_type for _, r in agency.audit.records() if task_id is None or r.task_id == task_id]
 
 
 def audit_records(agency: Agency, event_type: str, task_id: str | None = None) -> list[Any]:
-    log = agency.audit
-    assert isinstance(log, MemoryAuditLog)
     return [
         r
-        for _, r in log.records()
+        for _, r in agency.audit.records()
         if r.event_type == event_type and (task_id is None or r.task_id == task_id)
     ]
 

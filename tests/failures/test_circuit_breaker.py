@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from middleware import BreakerConfig, CircuitBreaker, FailureType, TaskState
+from middleware.audit import MemoryAuditLog
 from middleware.circuit_breaker import CircuitState
+from middleware.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Hang, Raise, ScriptedAgent
 
 from .conftest import Clock, audit_records, build, contract, task
@@ -42,9 +46,13 @@ async def test_router_skips_an_open_agent_and_dispatch_to_it_is_tool_unavailable
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=2, open_seconds=60), clock=clock)
     flaky = ScriptedAgent(Hang())
     steady = ScriptedAgent({"answer": "steady"})
+    metrics = Metrics(CollectorRegistry())
     agency, _, _ = await build(
-        [(contract("fast", slo_ms=10), flaky), (contract("steady", slo_ms=900), steady)], breaker=breaker
+        [(contract("fast", slo_ms=10), flaky), (contract("steady", slo_ms=900), steady)],
+        breaker=breaker,
+        audit=MeteredAuditLog(MemoryAuditLog(), metrics),
     )
+    state = {"agent": "fast@1.0.0"}
     first = await agency.submit(task())
     # two timeouts on "fast" open its circuit; the next retry is refused at once as TOOL_UNAVAILABLE
     assert [f.type for f in first.failures] == [
@@ -57,6 +65,7 @@ async def test_router_skips_an_open_agent_and_dispatch_to_it_is_tool_unavailable
     assert flaky.calls == 2
     opened = audit_records(agency, "agent.circuit", first.task_id)
     assert [(r.actors.agent, r.outcome) for r in opened] == [("fast@1.0.0", "open")]
+    assert metrics.registry.get_sample_value("agency_circuit_breaker_state", state) == 2
 
     second = await agency.submit(task())  # the router skips "fast" while it is open
     assert second.failures == [] and flaky.calls == 2
@@ -69,6 +78,7 @@ async def test_router_skips_an_open_agent_and_dispatch_to_it_is_tool_unavailable
     third = await agency.submit(task())
     assert third.output == {"answer": "fast again"}
     assert breaker.state("fast@1.0.0") is CircuitState.CLOSED
+    assert metrics.registry.get_sample_value("agency_circuit_breaker_state", state) == 0
 
 
 async def test_when_only_open_agents_fit_the_task_fails_over_as_tool_unavailable(clock: Clock):

@@ -10,6 +10,7 @@ from middleware import FailureMonitor, FailureType, MonitorConfig
 from middleware.audit import FileAuditLog
 from middleware.cli import main as cli_main
 from middleware.cli.contracts import flagged_contracts, print_review
+from middleware.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Raise, ScriptedAgent
 
 from .conftest import Clock, audit_records, build, contract, task
@@ -29,10 +30,6 @@ def test_flags_above_fifteen_percent_only_with_enough_tasks_and_clears(clock: Cl
     assert flags[0].rate == round(4 / 21, 4) and not flags[0].cleared
     assert monitor.record_task(["a"], {"a": [T]}) == []  # already flagged: not raised again
     assert [f.agent for f in monitor.flagged()] == ["a"]
-    assert (
-        registry.get_sample_value("agency_contract_review_flagged", {"agent": "a", "failure_type": T.value})
-        == 1
-    )
     rate = registry.get_sample_value("agency_agent_failure_rate", {"agent": "a", "failure_type": T.value})
     assert rate is not None and abs(rate - 5 / 22) < 1e-9
 
@@ -42,10 +39,6 @@ def test_flags_above_fifteen_percent_only_with_enough_tasks_and_clears(clock: Cl
     cleared = monitor.record_task(["a"], {})
     assert [(f.agent, f.cleared) for f in cleared] == [("a", True)]
     assert monitor.flagged() == []
-    assert (
-        registry.get_sample_value("agency_contract_review_flagged", {"agent": "a", "failure_type": T.value})
-        == 0
-    )
 
 
 def test_few_tasks_never_flag(clock: Clock):
@@ -58,7 +51,10 @@ async def test_pipeline_flags_the_contract_audits_it_and_the_cli_lists_it(tmp_pa
     flaky = ScriptedAgent({"ok": True})
     monitor = FailureMonitor(MonitorConfig(min_tasks=5), clock=clock)
     audit = FileAuditLog(tmp_path / "audit")
-    agency, _, _ = await build([(contract("flaky", slo_ms=50), flaky)], monitor=monitor, audit=audit)
+    metrics = Metrics(CollectorRegistry())
+    agency, _, _ = await build(
+        [(contract("flaky", slo_ms=50), flaky)], monitor=monitor, audit=MeteredAuditLog(audit, metrics)
+    )
     for _ in range(4):
         await agency.submit(task())
     flaky._steps = [Raise(ValueError("boom")), {"ok": True}]
@@ -69,6 +65,8 @@ async def test_pipeline_flags_the_contract_audits_it_and_the_cli_lists_it(tmp_pa
     assert records[0].task_id == last.task_id and records[0].actors.agent == "flaky@1.0.0"
     assert records[0].detail["failure_type"] == "TOOL_ERROR" and records[0].detail["rate"] == 0.2
     assert records[0].rule == "failure_rate:TOOL_ERROR>0.15"
+    labels = {"agent": "flaky@1.0.0", "type": "TOOL_ERROR"}
+    assert metrics.registry.get_sample_value("agency_contract_review_flagged", labels) == 1  # the metric
     await agency.close()
 
     flags = flagged_contracts(tmp_path)
