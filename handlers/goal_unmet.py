@@ -1,8 +1,10 @@
-"""GOAL_UNMET: the final output fails verification steps of the goal.
+"""GOAL_UNMET: a goal stage, or the goal on the final output, fails verification.
 
-Trigger: ``verify_goal`` on the final output reports failed steps.
+Trigger: the goal engine reports failed verification steps (a stage as its step returns, or the
+    goal's own steps on the final output), or manual checks awaiting a person.
 Default resolution: Escalate to a human with the failed steps; for a low-criticality goal: abort
-    with the verdict.
+    with the verdict. Manual checks awaiting a person (``context["manual_pending"]``, no machine
+    check failed) are always escalated: only a person can complete them.
 Configurable instead (``FailurePolicy.resolution``): abort.
 """
 
@@ -17,6 +19,8 @@ TYPE = FailureType.GOAL_UNMET
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Escalate to a human with the failed steps; for a low-criticality goal: abort with the verdict."""
+    if event.context.get("manual_pending") and not event.context.get("failed_steps"):
+        return escalate(event, event.detail or "manual checks pending")
     forced = configured(event, policy)
     if forced is not None:
         return forced

@@ -36,7 +36,18 @@ from .failures import (
     Resolution,
     ResolutionKind,
 )
-from .goals import GoalAssertion, GoalVerdict, StepVerdict, verify_goal
+from .goals import (
+    CheckRegistry,
+    GoalAssertion,
+    GoalStage,
+    GoalStore,
+    GoalVerdict,
+    MemoryGoalStore,
+    StepVerdict,
+    Verifier,
+    parse_step_sentence,
+    verify_goal,
+)
 from .interventions import HandoverPacket, HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
@@ -66,6 +77,7 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogQuery",
+    "CheckRegistry",
     "CircuitBreaker",
     "ConcurrentUpdate",
     "ConstraintExtractor",
@@ -83,12 +95,15 @@ __all__ = [
     "FailureType",
     "FileAuditLog",
     "GoalAssertion",
+    "GoalStage",
+    "GoalStore",
     "GoalVerdict",
     "HandoverPacket",
     "HumanDecision",
     "InvalidInput",
     "MemoryAuditLog",
     "MemoryCatalog",
+    "MemoryGoalStore",
     "MemoryTaskStore",
     "MonitorConfig",
     "NotFound",
@@ -116,5 +131,7 @@ __all__ = [
     "TaskStore",
     "Unauthenticated",
     "Unavailable",
+    "Verifier",
+    "parse_step_sentence",
     "verify_goal",
 ]

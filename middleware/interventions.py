@@ -98,7 +98,7 @@ class HandoverPacket(Model):
     failure: dict[str, Any] = Field(default_factory=dict, description="The failure event that blocked it.")
     suggested_reply: str
     decisions: list[str] = Field(
-        default_factory=lambda: ["retry", "use_agent", "provide_output", "abort", "cancel"],
+        default_factory=lambda: ["retry", "use_agent", "provide_output", "approve", "abort", "cancel"],
         description="What ``HumanDecision.action`` may be.",
     )
 
@@ -107,11 +107,13 @@ class HumanDecision(Model):
     """A human's answer to a handover packet.
 
     Actions: ``retry`` the blocked step (routed again), ``use_agent`` (run it on
-    ``agent``), ``provide_output`` (the human supplies the step's output), ``abort``
-    (the task fails) or ``cancel`` (the task is canceled).
+    ``agent``), ``provide_output`` (the human supplies the step's output, verified like an
+    agent's), ``approve`` (the blocked step's output stands as it is: the human vouches for
+    it, e.g. after manual checks), ``abort`` (the task fails) or ``cancel`` (the task is
+    canceled).
     """
 
-    action: Literal["retry", "use_agent", "provide_output", "abort", "cancel"]
+    action: Literal["retry", "use_agent", "provide_output", "approve", "abort", "cancel"]
     agent: str = ""
     output: Any = None
     note: str = Field(default="", max_length=4000)

@@ -28,11 +28,11 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, envelope
-from .errors import InvalidInput, NotFound
+from .errors import InvalidInput
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution
-from .goals import GoalAssertion, GoalVerdict, verify_goal
+from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
@@ -66,6 +66,8 @@ class Agency:
         failures: Maps failure events to resolutions (default: the built-in handlers).
         config: Core knobs (failure policies, breaker, detectors, monitor).
         sleep: How retries wait (injected so tests need no real sleeping).
+        goals: Where registered goals live (default: in memory).
+        verifier: The goal verification engine and its custom checks (default: no checks).
         clock: The current time, for freshness checks (injected in tests).
         tasks: Where task state is persisted (default: in memory; Redis for several replicas).
         detectors: Finds failures in agents' answers (default: built from ``config.detectors``).
@@ -83,6 +85,8 @@ class Agency:
         failures: FailureProcessor | None = None,
         config: AgencyConfig | None = None,
         sleep: Sleeper = asyncio.sleep,
+        goals: GoalStore | None = None,
+        verifier: Verifier | None = None,
         clock: Callable[[], datetime] = utcnow,
         tasks: TaskStore | None = None,
         detectors: Detectors | None = None,
@@ -98,7 +102,8 @@ class Agency:
             policy=self.config.failure_policy, policies=self.config.failure_policies
         )
         self.agents = AgentRegistry()
-        self.goals: dict[str, GoalAssertion] = {}
+        self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
+        self.verifier = verifier if verifier is not None else Verifier()
         self.tasks: TaskStore = tasks or MemoryTaskStore()
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
@@ -141,17 +146,27 @@ class Agency:
         self.agents.remove(key)
         await self._record(AuditEventType.CATALOG_CHANGE, outcome="deregistered", agent=key)
 
-    def register_goal(self, goal: GoalAssertion | Mapping[str, Any]) -> GoalAssertion:
-        """Register a goal so tasks can reference it by id."""
+    def register_goal(
+        self, goal: GoalAssertion | Mapping[str, Any], *, replace: bool = False
+    ) -> GoalAssertion:
+        """Register a goal so tasks can reference it by id.
+
+        Raises:
+            InvalidInput: the goal does not validate, or names custom checks that are not
+                registered on ``self.verifier.checks``; every problem is named.
+            AlreadyExists: another goal with this id is registered and ``replace`` is false.
+        """
         goal = GoalAssertion.parse(goal, what="goal assertion")
-        self.goals[goal.id] = goal
-        return goal
+        self.verifier.require_checks(goal)
+        return self.goals.put(goal, replace=replace)
 
     def get_goal(self, goal_id: str) -> GoalAssertion:
-        try:
-            return self.goals[goal_id]
-        except KeyError:
-            raise NotFound(f"no goal {goal_id!r} is registered") from None
+        """The registered goal ``goal_id``.
+
+        Raises:
+            NotFound: no such goal.
+        """
+        return self.goals.get(goal_id)
 
     async def record_rejection(self, error: InvalidInput, *, component: str = "gateway") -> None:
         """Audit input refused at a boundary (a transport calls this for what it refuses itself)."""
@@ -183,6 +198,17 @@ class Agency:
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = TaskRecord.start(req, goal, req.trace_id or uuid.uuid4().hex)
+        if goal is not None:
+            try:
+                StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
+            except InvalidInput as exc:
+                await self._record(
+                    AuditEventType.MESSAGE_REJECTED,
+                    outcome="rejected",
+                    task_id=req.task_id,
+                    detail={"problems": [str(p) for p in exc.problems]},
+                )
+                raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
         await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
         message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
@@ -299,7 +325,33 @@ class Agency:
                 provenance=provenance,
                 fresh_until=fresh_until,
             )
+            return await self._verify_stage(run, step.name, output)
+
+    async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
+        """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
+        stage = run.goal.stage_for(step) if run.goal is not None else None
+        if stage is None:
             return None
+        await self._transition(run, TaskState.VERIFYING)
+        run.stage_verdicts = [v for v in run.stage_verdicts if v.stage != stage.name]  # a redo replaces
+        verdict = await self._staged(run).after_step(step, output)
+        assert verdict is not None
+        await self._audit(
+            run,
+            AuditEventType.VERIFICATION,
+            verdict.status,
+            {"stage": verdict.stage, "step": step, **verdict.model_dump(mode="json")},
+        )
+        if verdict.passed:
+            return None
+        return await self._goal_unmet(run, verdict, step, output)
+
+    def _staged(self, run: TaskRecord) -> StagedVerifier:
+        """The goal's staged verifier, over the verdicts kept in the task record."""
+        assert run.goal is not None
+        staged = StagedVerifier(run.goal, self.verifier)
+        staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
+        return staged
 
     async def _decide(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
         """Route ``step``, skipping agents whose circuit is open; when only those fit, pick the
@@ -324,31 +376,42 @@ class Agency:
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
             return await self._finish(run, TaskState.COMPLETED, output=final)
-        verdict = verify_goal(run.goal, final)
+        verdict = await self._staged(run).final(final)
         await self._audit(
             run,
             AuditEventType.VERIFICATION,
-            "passed" if verdict.passed else "failed",
-            verdict.model_dump(mode="json"),
+            verdict.status,
+            {"stage": "", **verdict.model_dump(mode="json")},
         )
         if verdict.passed:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
-        failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
-        event = self._event(
-            run,
-            FailureType.GOAL_UNMET,
-            run.steps[-1].name if run.steps else "",
-            run.steps[-1].agent if run.steps else "",
-            1,
-            [],
-            f"goal {run.goal.id} not met: {failed}",
-            {"criticality": run.goal.criticality},
-        )
+        return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
+
+    async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
+        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
+        assert run.goal is not None
+        where = f"stage {verdict.stage} of goal {run.goal.id}" if verdict.stage else f"goal {run.goal.id}"
+        if verdict.failed_steps:
+            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
+            detail = f"{where} not met: {failed}"
+        else:
+            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
+        context: dict[str, Any] = {
+            "criticality": run.goal.criticality,
+            "stage": verdict.stage,
+            "failed_steps": [s.step for s in verdict.failed_steps],
+        }
+        if verdict.manual_steps:
+            context["manual_pending"] = [s.step for s in verdict.manual_steps]
+        record = run.step_record(step)
+        agent = record.agent if record is not None else ""
+        event = self._event(run, FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
         await self._executor.apply(resolution, event, cursor, run)
-        run.step_index = max(0, len(self._steps(run)) - 1)  # a resume redoes or replaces the last step
-        return await self._stop(run, cursor, output=final, verdict=verdict)
+        names = [s.name for s in self._steps(run)]
+        run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
+        return await self._stop(run, cursor, output=output, verdict=verdict)
 
     async def _goal_timeout(self, run: TaskRecord) -> Outcome:
         assert run.goal is not None
@@ -400,7 +463,7 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            plan = plan_resume(run, len(self._steps(run)), answer=answer, decision=decision)
+            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._decide(run, self._steps(run)[plan.step_index])
                 if prefer(routed, plan.agent).chosen != plan.agent:
@@ -414,11 +477,27 @@ class Agency:
             if plan.action in ("fail", "cancel"):
                 state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
                 return await self._finish(run, state, reason=plan.reason)
+            # approving the final verification (a stop with the goal's own, stage-less verdict)
+            final_verdict_approved = (
+                plan.action == "approve" and run.verdict is not None and not run.verdict.stage
+            )
             claim = apply_plan(run, plan, self._steps(run))
             await self._transition(run, claim, save=True)  # saved with a version check: the claim
+        if final_verdict_approved:  # vouched for by a human: not verified again
+            final = run.outputs.get(self._steps(run)[-1].name)
+            return await self._finish(
+                run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
+            )
         if plan.action == "accept":
-            return await self._drive(run, self._run(run))
-        return await self._drive(run, self._run(run, plan))
+            return await self._drive(
+                run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
+            )
+        return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+
+    async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
+        """After a resume supplied a step's output: verify its goal stage, then go on."""
+        stopped = await self._verify_stage(run, step, output)
+        return stopped if stopped is not None else await self._run(run)
 
     async def get_task(self, task_id: str) -> Outcome:
         """Where a task is now (any gateway sharing the store). Raises NotFound."""

@@ -24,12 +24,13 @@ __all__ = ["ResumePlan", "apply_plan", "plan_resume", "prefer"]
 class ResumePlan:
     """Where a resumed task continues.
 
-    ``accept``: ``output`` becomes the output of step ``step_index`` and the task moves
-    on; ``rerun``: step ``step_index`` runs again (on ``agent``, or routed afresh),
-    with ``extra_input`` added; ``fail`` / ``cancel``: the task ends.
+    ``accept``: ``output`` becomes the output of step ``step_index`` (its goal stage is
+    verified again) and the task moves on; ``rerun``: step ``step_index`` runs again (on
+    ``agent``, or routed afresh), with ``extra_input`` added; ``approve``: the step's
+    output stands unverified (a human vouches for it); ``fail`` / ``cancel``: the task ends.
     """
 
-    action: Literal["accept", "rerun", "fail", "cancel"]
+    action: Literal["accept", "rerun", "approve", "fail", "cancel"]
     step_index: int
     reason: str
     output: Any = None
@@ -41,7 +42,7 @@ class ResumePlan:
 
 def plan_resume(
     task: TaskRecord,
-    step_count: int,
+    steps: list[TaskStep],
     *,
     answer: str | None = None,
     decision: HumanDecision | Mapping[str, Any] | None = None,
@@ -59,9 +60,9 @@ def plan_resume(
             details={"state": task.state.value},
         )
     kind = task.pending.get("kind", "")
-    index = min(task.step_index, step_count - 1)
+    index = min(task.step_index, len(steps) - 1)
     if decision is not None:
-        return _human(task, HumanDecision.parse(decision, what="human decision"), index)
+        return _human(task, HumanDecision.parse(decision, what="human decision"), index, steps)
     if kind == "human_handover":
         raise InvalidInput.single("decision", "this task waits for a human decision", what="resume")
     if not answer:
@@ -106,7 +107,7 @@ def plan_resume(
     )
 
 
-def _human(task: TaskRecord, d: HumanDecision, index: int) -> ResumePlan:
+def _human(task: TaskRecord, d: HumanDecision, index: int, steps: list[TaskStep]) -> ResumePlan:
     audit = {"decision": d.model_dump(mode="json")}
     who = d.by or "human"
     note = f" ({d.note})" if d.note else ""
@@ -114,6 +115,13 @@ def _human(task: TaskRecord, d: HumanDecision, index: int) -> ResumePlan:
         return ResumePlan("fail", index, f"aborted by {who}{note}", audit=audit)
     if d.action == "cancel":
         return ResumePlan("cancel", index, f"canceled by {who}{note}", audit=audit)
+    if d.action == "approve":
+        name = steps[index].name
+        if name not in task.outputs:
+            raise InvalidInput.single(
+                "decision.action", f"nothing to approve: step {name} has no output", what="resume"
+            )
+        return ResumePlan("approve", index, f"output of {name} approved by {who}{note}", audit=audit)
     if d.action == "provide_output":
         return ResumePlan(
             "accept",
@@ -132,12 +140,16 @@ def apply_plan(task: TaskRecord, plan: ResumePlan, steps: list[TaskStep]) -> Tas
     """Record an ``accept`` or ``rerun`` plan on ``task``; the state the resume claims it in."""
     task.pending = {}
     task.step_index = plan.step_index
+    name = steps[plan.step_index].name
+    if plan.action == "approve":
+        task.step_index += 1
+        return TaskState.ROUTING if task.step_index < len(steps) else TaskState.VERIFYING
     if plan.action == "accept":
         provenance = Provenance.parse(plan.provenance or {"source": "user", "reliability_score": 1.0})
-        task.complete_step(steps[plan.step_index].name, plan.output, agent=plan.agent, provenance=provenance)
-        return TaskState.ROUTING if task.step_index < len(steps) else TaskState.VERIFYING
+        task.complete_step(name, plan.output, agent=plan.agent, provenance=provenance)
+        staged = task.goal is not None and task.goal.stage_for(name) is not None
+        return TaskState.ROUTING if task.step_index < len(steps) and not staged else TaskState.VERIFYING
     if plan.extra_input:  # kept with the task: it still applies if the step is redone
-        name = steps[plan.step_index].name
         task.step_inputs[name] = {**task.step_inputs.get(name, {}), **plan.extra_input}
     return TaskState.ROUTING
 

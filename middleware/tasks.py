@@ -173,7 +173,13 @@ class Outcome(Model):
     state: TaskState
     output: Any = None
     goal_id: str = ""
-    goal_verdict: GoalVerdict | None = None
+    goal_verdict: GoalVerdict | None = Field(
+        default=None, description="The last verification: a failed stage's, or the final one."
+    )
+    failed_stage: str = Field(default="", description="The goal stage that failed, if one did.")
+    stage_verdicts: list[GoalVerdict] = Field(
+        default_factory=list, description="Each goal stage verified, in order."
+    )
     steps: list[StepRecord] = Field(default_factory=list)
     failures: list[FailureEvent] = Field(default_factory=list)
     resolutions: list[Resolution] = Field(default_factory=list)
@@ -227,6 +233,7 @@ class TaskRecord(Model):
     )
     output: Any = None
     verdict: GoalVerdict | None = None
+    stage_verdicts: list[GoalVerdict] = Field(default_factory=list, description="Each goal stage verified.")
     reason: str = ""
     last_index: int = 0
     last_source: Provenance
@@ -306,6 +313,8 @@ class TaskRecord(Model):
             output=self.output,
             goal_id=self.goal.id if self.goal else "",
             goal_verdict=self.verdict,
+            failed_stage=next((v.stage for v in self.stage_verdicts if not v.passed), ""),
+            stage_verdicts=self.stage_verdicts,
             steps=self.steps,
             failures=self.failures,
             resolutions=self.resolutions,
