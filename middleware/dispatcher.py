@@ -23,11 +23,12 @@ from .detectors import AgentResult, Detectors, SourcedOutput
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
+from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
 from .smf import Provenance, SMFMessage, utcnow
 from .tasks import TaskRecord, TaskStep
 
-__all__ = ["AttemptFailed", "Dispatcher", "envelope"]
+__all__ = ["AttemptFailed", "Dispatcher", "brief", "decision_detail", "envelope"]
 
 Audit = Callable[..., Awaitable[None]]
 
@@ -50,7 +51,7 @@ class Dispatcher:
         *,
         catalog: Catalog,
         agents: AgentRegistry,
-        stats: RoutingStats,
+        router: Router,
         breaker: CircuitBreaker,
         detectors: Detectors,
         deadline_factor: float,
@@ -60,11 +61,30 @@ class Dispatcher:
         self._clock = clock
         self._catalog = catalog
         self._agents = agents
-        self._stats = stats
+        self._router = router
+        self._stats: RoutingStats = router.stats
         self._breaker = breaker
         self._detectors = detectors
         self._deadline_factor = deadline_factor
         self._audit = audit
+
+    async def route(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
+        """Route ``step``, skipping agents whose circuit is open; when only those fit, pick the
+        best of them anyway so the dispatch turns into TOOL_UNAVAILABLE (and its resolution)."""
+        explicit = dict(run.request.constraints)
+        if step.action:
+            explicit["action"] = step.action
+        if step.tags:
+            explicit["tags"] = list(step.tags)
+        constraints = await self._router.constraints_for(step.text or run.request.text, explicit)
+        open_circuits = self._breaker.open_agents()
+        decision = await self._router.decide(constraints, exclude=open_circuits)
+        if decision.refused and open_circuits:
+            unfiltered = await self._router.decide(constraints)
+            if not unfiltered.refused:
+                unfiltered.fallbacks = []
+                return unfiltered
+        return decision
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
@@ -100,7 +120,7 @@ class Dispatcher:
                 "step": step.name,
                 "attempt": cursor.attempt,
                 "deadline_ms": round(deadline * 1000, 3),
-                "message": _brief(message),
+                "message": brief(message),
             },
             agent=key,
         )
@@ -166,7 +186,7 @@ class Dispatcher:
             run,
             AuditEventType.AGENT_RESULT,
             "success",
-            {"step": step.name, "duration_ms": round(elapsed, 3), "message": _brief(result)},
+            {"step": step.name, "duration_ms": round(elapsed, 3), "message": brief(result)},
             agent=key,
         )
         meta = result.metadata
@@ -248,5 +268,18 @@ def envelope(
     )
 
 
-def _brief(message: SMFMessage) -> dict[str, Any]:
+def brief(message: SMFMessage) -> dict[str, Any]:
+    """A message as it goes into the audit log."""
     return message.model_dump(mode="json")
+
+
+def decision_detail(decision: RoutingDecision) -> dict[str, Any]:
+    """A routing decision as it goes into the audit log."""
+    return {
+        "chosen": decision.chosen,
+        "fallbacks": decision.fallbacks,
+        "explanation": decision.explanation,
+        "constraints": decision.constraints.model_dump(mode="json"),
+        "candidates": [c.model_dump() for c in decision.candidates[:10]],
+        "rejected": [r.model_dump() for r in decision.rejected[:20]],
+    }

@@ -27,7 +27,7 @@ from .circuit_breaker import CircuitBreaker
 from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
-from .dispatcher import AttemptFailed, Dispatcher, envelope
+from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .errors import InvalidInput
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
@@ -38,7 +38,7 @@ from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
-from .smf import SMFMessage, utcnow
+from .smf import utcnow
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -111,7 +111,7 @@ class Agency:
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
-            stats=self.router.stats,
+            router=self.router,
             breaker=self.breaker,
             detectors=self.detectors,
             deadline_factor=self.config.deadline_factor,
@@ -212,7 +212,7 @@ class Agency:
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
         await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
         message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
-        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": _brief(message)})
+        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
         if goal:
             await self._audit(
                 run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
@@ -249,16 +249,19 @@ class Agency:
         self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
     ) -> Outcome | None:
         await self._transition(run, TaskState.ROUTING)
-        decision = await self._decide(run, step)
+        decision = await self._dispatcher.route(run, step)
         if agent:  # a resume names the agent: only one the contracts allow for this step
             decision = prefer(decision, agent)
         run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
         if decision.refused:
             await self._audit(
-                run, AuditEventType.ROUTING_REFUSED, "refused", {"step": step.name, **_decision(decision)}
+                run,
+                AuditEventType.ROUTING_REFUSED,
+                "refused",
+                {"step": step.name, **decision_detail(decision)},
             )
-            event = self._event(
-                run, FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
+            event = run.failure_event(
+                FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
             )
             resolution = await self._resolve(run, event)
             if resolution.kind.value == "abort":
@@ -270,7 +273,7 @@ class Agency:
             run,
             AuditEventType.ROUTING_DECISION,
             "chosen",
-            {"step": step.name, **_decision(decision), "circuit_open": self.breaker.open_agents()},
+            {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
             agent=decision.chosen,
         )
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
@@ -286,8 +289,7 @@ class Agency:
                 answer = await self._dispatcher.attempt(run, step, cursor, extra or {})
             except AttemptFailed as failed:
                 stale_input = str(failed.context.get("stale_step", ""))
-                event = self._event(
-                    run,
+                event = run.failure_event(
                     failed.ftype,
                     step.name,
                     cursor.agent,
@@ -353,24 +355,6 @@ class Agency:
         staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
         return staged
 
-    async def _decide(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
-        """Route ``step``, skipping agents whose circuit is open; when only those fit, pick the
-        best of them anyway so the dispatch turns into TOOL_UNAVAILABLE (and its resolution)."""
-        explicit = dict(run.request.constraints)
-        if step.action:
-            explicit["action"] = step.action
-        if step.tags:
-            explicit["tags"] = list(step.tags)
-        constraints = await self.router.constraints_for(step.text or run.request.text, explicit)
-        open_circuits = self.breaker.open_agents()
-        decision = await self.router.decide(constraints, exclude=open_circuits)
-        if decision.refused and open_circuits:
-            unfiltered = await self.router.decide(constraints)
-            if not unfiltered.refused:
-                unfiltered.fallbacks = []
-                return unfiltered
-        return decision
-
     async def _verify(self, run: TaskRecord) -> Outcome:
         await self._transition(run, TaskState.VERIFYING)
         final = run.outputs[run.steps[-1].name] if run.steps else None
@@ -389,23 +373,7 @@ class Agency:
 
     async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
         """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
-        assert run.goal is not None
-        where = f"stage {verdict.stage} of goal {run.goal.id}" if verdict.stage else f"goal {run.goal.id}"
-        if verdict.failed_steps:
-            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
-            detail = f"{where} not met: {failed}"
-        else:
-            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
-        context: dict[str, Any] = {
-            "criticality": run.goal.criticality,
-            "stage": verdict.stage,
-            "failed_steps": [s.step for s in verdict.failed_steps],
-        }
-        if verdict.manual_steps:
-            context["manual_pending"] = [s.step for s in verdict.manual_steps]
-        record = run.step_record(step)
-        agent = record.agent if record is not None else ""
-        event = self._event(run, FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
+        event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
         await self._executor.apply(resolution, event, cursor, run)
@@ -415,8 +383,7 @@ class Agency:
 
     async def _goal_timeout(self, run: TaskRecord) -> Outcome:
         assert run.goal is not None
-        event = self._event(
-            run,
+        event = run.failure_event(
             FailureType.GOAL_TIMEOUT,
             run.steps[-1].name if run.steps else "",
             "",
@@ -465,7 +432,7 @@ class Agency:
             run = await self.tasks.get(task_id)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
-                routed = await self._decide(run, self._steps(run)[plan.step_index])
+                routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
                 if prefer(routed, plan.agent).chosen != plan.agent:
                     why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "not registered")
                     raise InvalidInput.single(
@@ -506,29 +473,6 @@ class Agency:
         return (await self.tasks.get(task_id)).outcome()
 
     # ------------------------------------------------------------------ helpers
-    def _event(
-        self,
-        run: TaskRecord,
-        ftype: FailureType,
-        step: str,
-        agent: str,
-        attempt: int,
-        fallbacks: list[str],
-        detail: str,
-        context: dict[str, Any] | None = None,
-    ) -> FailureEvent:
-        return FailureEvent(
-            type=ftype,
-            task_id=run.request.task_id,
-            trace_id=run.trace_id,
-            step=step,
-            agent=agent,
-            attempt=attempt,
-            fallbacks=list(fallbacks),
-            detail=detail,
-            context=context or {},
-        )
-
     async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:
         run.failures.append(event)
         await self._audit(
@@ -666,18 +610,3 @@ class Agency:
     async def close(self) -> None:
         await self.audit.close()
         await self.tasks.close()
-
-
-def _brief(message: SMFMessage) -> dict[str, Any]:
-    return message.model_dump(mode="json")
-
-
-def _decision(decision: RoutingDecision) -> dict[str, Any]:
-    return {
-        "chosen": decision.chosen,
-        "fallbacks": decision.fallbacks,
-        "explanation": decision.explanation,
-        "constraints": decision.constraints.model_dump(mode="json"),
-        "candidates": [c.model_dump() for c in decision.candidates[:10]],
-        "rejected": [r.model_dump() for r in decision.rejected[:20]],
-    }

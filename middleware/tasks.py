@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 
 from ._model import Model
 from .errors import FailedPrecondition
-from .failures import FailureEvent, Resolution
+from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
 from .smf import Provenance, new_id, utcnow
 
@@ -263,6 +263,50 @@ class TaskRecord(Model):
             if record.name == name:
                 return record
         return None
+
+    def failure_event(
+        self,
+        ftype: FailureType,
+        step: str,
+        agent: str,
+        attempt: int,
+        fallbacks: list[str],
+        detail: str,
+        context: dict[str, Any] | None = None,
+    ) -> FailureEvent:
+        """A failure event of this task."""
+        return FailureEvent(
+            type=ftype,
+            task_id=self.task_id,
+            trace_id=self.trace_id,
+            step=step,
+            agent=agent,
+            attempt=attempt,
+            fallbacks=list(fallbacks),
+            detail=detail,
+            context=context or {},
+        )
+
+    def goal_unmet_event(self, verdict: GoalVerdict, step: str) -> FailureEvent:
+        """The GOAL_UNMET event for a failed (or manually pending) verification at ``step``."""
+        assert self.goal is not None
+        goal = self.goal
+        where = f"stage {verdict.stage} of goal {goal.id}" if verdict.stage else f"goal {goal.id}"
+        if verdict.failed_steps:
+            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
+            detail = f"{where} not met: {failed}"
+        else:
+            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
+        context: dict[str, Any] = {
+            "criticality": goal.criticality,
+            "stage": verdict.stage,
+            "failed_steps": [s.step for s in verdict.failed_steps],
+        }
+        if verdict.manual_steps:
+            context["manual_pending"] = [s.step for s in verdict.manual_steps]
+        record = self.step_record(step)
+        agent = record.agent if record is not None else ""  # the agent whose output failed
+        return self.failure_event(FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
 
     def complete_step(
         self,
