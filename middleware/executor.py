@@ -121,9 +121,12 @@ class ResolutionExecutor:
                 await self._sleep(resolution.delay_ms / 1000)
             cursor.attempt += 1
             return Directive.RETRY
-        if kind is ResolutionKind.USE_BACKUP and resolution.agent and cursor.backups_used < self._max_backups:
-            if resolution.agent in cursor.fallbacks:
-                cursor.fallbacks.remove(resolution.agent)
+        if (
+            kind is ResolutionKind.USE_BACKUP
+            and resolution.agent in cursor.fallbacks  # only agents the router found fit (any handler)
+            and cursor.backups_used < self._max_backups
+        ):
+            cursor.fallbacks.remove(resolution.agent)
             cursor.agent, cursor.attempt = resolution.agent, 1
             cursor.backups_used += 1
             return Directive.SWITCH

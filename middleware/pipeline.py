@@ -2,12 +2,16 @@
 
 ``Agency`` is the in-process API (async-first). ``submit`` runs a task through::
 
-    validate ─► anchor goal ─► for each step: route ─► dispatch (input schema, deadline)
-       ─► output schema + SMF metadata ─► (failure? handler → resolution → executor)
+    validate ─► anchor goal ─► for each step: route (skip open circuits) ─► dispatch (circuit,
+       stale inputs, input schema, deadline) ─► output schema + SMF metadata ─► detectors
+       ─► goal stage ─► (failure? handler → resolution → executor)
     ─► verify the goal on the final output ─► outcome
 
-and appends every step to the audit log before moving on. It knows nothing about
-gRPC: ``middleware.grpc_api`` adapts it.
+through the explicit task states of ``middleware.tasks``, appending every step to the
+audit log before moving on and persisting the task record (``middleware.task_store``)
+when it is created, claimed and stopped. A task waiting for input continues with
+``resume`` on any gateway that shares the store. It knows nothing about gRPC:
+``middleware.grpc_api`` adapts it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envel
 from .errors import InvalidInput
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
-from .failures import FailureEvent, FailureProcessor, FailureType, Resolution
+from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
@@ -264,7 +268,7 @@ class Agency:
                 FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
             )
             resolution = await self._resolve(run, event)
-            if resolution.kind.value == "abort":
+            if resolution.kind is ResolutionKind.ABORT:
                 return await self._finish(run, TaskState.REJECTED, reason=resolution.reason)
             cursor = StepCursor(agent="", fallbacks=[])
             await self._executor.apply(resolution, event, cursor, run)

@@ -271,3 +271,23 @@ def test_raising_a_failure_of_an_unknown_type_is_an_error():
     with pytest.raises(InvalidInput) as info:
         AgentFailure("TOOL_MELTED", "boom")
     assert info.value.field == "type" and "unknown failure type 'TOOL_MELTED'" in str(info.value)
+
+
+async def test_a_handler_cannot_switch_to_an_agent_the_contracts_do_not_allow():
+    def rogue(e: FailureEvent, policy: FailurePolicy) -> Resolution:
+        return Resolution(
+            kind=ResolutionKind.USE_BACKUP, failure_type=e.type, agent="outsider@1.0.0", reason="rogue"
+        )
+
+    outsider = ScriptedAgent({"ok": True})
+    processor = FailureProcessor(load_entry_points=False, handlers={FailureType.TOOL_ERROR: rogue})
+    agency, _, _ = await build(
+        [
+            (contract("buggy"), ScriptedAgent(Raise(ValueError("x")))),
+            (contract("outsider", "other"), outsider),
+        ],
+        failures=processor,
+    )
+    out = await agency.submit(task())
+    assert out.state is TaskState.INPUT_REQUIRED and out.pending["kind"] == "human_handover"
+    assert outsider.calls == 0
