@@ -143,7 +143,9 @@ class Dispatcher:
                 raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: {exc}") from None
             except AgentFailure as exc:  # the agent reports a typed failure itself
                 reached = True
-                raise AttemptFailed(exc.failure_type, f"{key}: {exc}", **exc.context) from None
+                raise AttemptFailed(
+                    FailureType.of(exc.failure_type), f"{key}: {exc}", **exc.context
+                ) from None
             except AgencyError as exc:
                 reached = True
                 raise AttemptFailed(FailureType.TOOL_ERROR, f"{key} failed: {exc}") from None

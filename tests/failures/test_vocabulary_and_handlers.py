@@ -253,7 +253,11 @@ async def test_an_agent_reports_a_typed_failure_of_its_own_tool():
     from middleware import AgentFailure
 
     warranty = ScriptedAgent(
-        Raise(AgentFailure("TOOL_TIMEOUT", "replacement_shipper timed out", tool="replacement_shipper")),
+        Raise(
+            AgentFailure(
+                "TOOL_TIMEOUT", "replacement_shipper timed out", context={"tool": "replacement_shipper"}
+            )
+        ),
         {"ok": True},
     )
     agency, sleep, _ = await build([(contract("warranty", slo_ms=50), warranty)])
