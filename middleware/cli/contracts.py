@@ -10,6 +10,7 @@ and lists the contracts flagged now, with their figures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Iterator
@@ -74,8 +75,17 @@ def flagged_contracts(data_dir: Path, *, include_cleared: bool = False) -> list[
 
 
 def _records(data_dir: Path) -> Iterator[dict[str, Any]]:
-    """Audit records as dicts, from every JSON Lines file under ``data_dir/audit`` (read only)."""
+    """Audit records as dicts from ``data_dir/audit`` (read only): the write-ahead log's
+    segments when there are any, else the JSON Lines files of the single-file log."""
     directory = data_dir / "audit"
+    try:  # the segmented write-ahead log and its read-only reader, when this build has them
+        wal = importlib.import_module("middleware.audit.wal_reader")
+    except ImportError:
+        wal = None
+    if wal is not None and wal.is_wal_directory(directory):
+        for _, record in wal.WalLogReader(directory).records():
+            yield record.model_dump(mode="json")
+        return
     for path in sorted(directory.glob("*.jsonl")):
         with open(path, "rb") as fh:
             for line in fh:
