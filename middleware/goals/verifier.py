@@ -119,10 +119,18 @@ def _trusted(cls: type[M], values: dict[str, Any]) -> M:
     """
     obj = cls.__new__(cls)
     _set_dict(obj, "__dict__", values)
-    _set_fields_set(obj, set(values))
+    # Every field is set, so all instances can share one fields-set: pydantic only ever
+    # adds names to it (on assignment), and every name is already in it.
+    fields_set = _FIELDS_SETS.get(cls)
+    if fields_set is None or len(fields_set) != len(values):
+        fields_set = _FIELDS_SETS[cls] = set(values)
+    _set_fields_set(obj, fields_set)
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
+
+
+_FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
 
 
 # The slot setters of BaseModel, looked up once (this runs several times per goal).
