@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -68,12 +69,16 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
             sys.executable,
             "-m",
             "middleware",
+            "--log-format",
+            "json",
             "serve",
             "--address",
             "127.0.0.1:0",
             "--data-dir",
             str(tmp_path),
             "--demo",
+            "--metrics-address",
+            "127.0.0.1:0",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -81,13 +86,23 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
         env=env,
     )
     try:
-        line = proc.stdout.readline()  # blocks until the server prints its address
+        metrics_line = proc.stdout.readline()  # blocks until the server prints its addresses
+        metrics_url = re.search(r"metrics on (\S+)", metrics_line)
+        line = proc.stdout.readline()
         m = re.search(r"serving on (\S+):(\d+)", line)
-        assert m, line + proc.stderr.read()
+        assert m and metrics_url, metrics_line + line + proc.stderr.read()
         with grpc.insecure_channel(f"127.0.0.1:{m.group(2)}") as channel:
             stub = agency_pb2_grpc.AgencyServiceStub(channel)
             decision = stub.Route(agency_pb2.RouteRequest(text="predict the stock price"), timeout=10)
             assert decision.refused
+            outcome = stub.Submit(agency_pb2.SubmitRequest(text="predict the stock price"), timeout=10)
+            assert outcome.state == "rejected"
+            with pytest.raises(grpc.RpcError):
+                stub.Submit(agency_pb2.SubmitRequest(text="x", user_id="u" * 300), timeout=10)
+        exposition = urllib.request.urlopen(metrics_url.group(1), timeout=10).read().decode()
+        assert 'agency_tasks_total{state="rejected"} 1.0' in exposition
+        assert 'agency_routing_decisions_total{outcome="refused"} 1.0' in exposition
+        assert "smf_validation_errors_total 1.0" in exposition
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -95,12 +110,17 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
             proc.kill()
     assert proc.returncode == 0, err
     assert "stopped" in out
+    errors = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
+    assert any(e["level"] == "ERROR" and "SMF validation failed" in e["message"] for e in errors), err
     audit = Path(tmp_path) / "audit" / "audit.jsonl"
     assert b'"node":"node-test"' in audit.read_bytes()
 
 
 def test_serve_rejects_a_bad_address(tmp_path, capsys):
-    assert main(["serve", "--address", "not an address", "--data-dir", str(tmp_path)]) == 2
+    assert (
+        main(["serve", "--address", "not an address", "--data-dir", str(tmp_path), "--metrics-address", ""])
+        == 2
+    )
     assert "error" in capsys.readouterr().err
 
 
@@ -111,5 +131,14 @@ def test_serve_reports_a_port_in_use(tmp_path, capsys):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert main(["serve", "--address", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)]) == 2
+        argv = [
+            "serve",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path),
+            "--metrics-address",
+            "",
+        ]
+        assert main(argv) == 2
     assert "cannot listen" in capsys.readouterr().err
