@@ -40,6 +40,7 @@ from .steps import (
     ManualStep,
     NotContainsStep,
     RegexStep,
+    _CompiledSlot,
     step_label,
 )
 
@@ -210,12 +211,15 @@ def _scope(path: JsonPath | None, subject: _Subject) -> tuple[_Subject | None, s
 
 
 def _compile(step: Any) -> _Compiled:
-    cached = getattr(step, "__pydantic_private__", None) or {}
-    hit = cached.get("_compiled")
-    if isinstance(hit, _Compiled):
-        return hit
-    compiled = _build(step)
-    step._compiled = compiled
+    """The compiled form of ``step``, built once and kept on the step."""
+    private = step.__pydantic_private__
+    slot = private["_compiled"]
+    hit = slot.value
+    if hit is not None and hit.step is step:
+        return hit  # type: ignore[no-any-return]
+    if hit is not None:  # a copy of another step shares its slot: give this one its own
+        slot = private["_compiled"] = _CompiledSlot()
+    compiled = slot.value = _build(step)
     return compiled
 
 
