@@ -160,3 +160,18 @@ def test_goal_lint_as_a_subprocess(tmp_path):
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["summary"]["errors"] == 4
+
+
+def test_nested_quantifiers_are_flagged(tmp_path, capsys):
+    goal = {
+        **GOOD,
+        "verification_steps": [
+            {"kind": "regex", "pattern": "^(a+)+$"},
+            {"kind": "regex", "pattern": "(a+)+", "literal": True},
+        ],
+    }
+    code, doc = lint_json(capsys, write(tmp_path, "r.json", goal))
+    assert code == 0
+    assert [(f["code"], f["field"]) for f in doc["findings"]] == [
+        ("regex-backtracking", "verification_steps[0].pattern")
+    ]

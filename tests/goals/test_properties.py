@@ -180,3 +180,24 @@ def test_verifier_never_raises_on_any_output(output):
     verdict = verify_goal(goal, output)
     assert len(verdict.steps) == 11 and not verdict.passed
     verdict.model_dump_json()
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    document=json_values,
+    meta=st.dictionaries(
+        st.sampled_from(["provenance", "freshness_ttl", "confidence_score", "intention_trace"]),
+        json_values,
+        max_size=4,
+    ),
+)
+def test_smf_checker_and_goal_linter_never_raise(document, meta):
+    from middleware.goals.lint import lint_goals
+    from middleware.smf_check import check_smf_message, messages_in
+
+    message = {"sender": "a", "receiver": "b", "content": document, "metadata": meta}
+    for item in [document, message, *messages_in(document)]:
+        findings = check_smf_message(item, expect_goals=["GOAL_X_001"])
+        assert findings and all(f.message for f in findings)
+    findings = lint_goals([("doc", document), ("goal", {"id": "GOAL_P_001", "description": "d", **meta})])
+    assert all(f.severity in ("ok", "warning", "error") for f in findings)
