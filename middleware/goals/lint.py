@@ -244,12 +244,17 @@ def lint_goals(
 
 
 def catalog_from(document: Any) -> dict[str, CapabilityContract]:
-    """Contracts from a catalog file (a list, or ``{"contracts": [...]}``), by key.
+    """Contracts from a catalog file, by key.
+
+    The file holds a list of contracts, ``{"contracts": [...]}``, or is an agency
+    definition file (``agents: [{contract: ...}]``).
 
     Raises:
         InvalidInput: the file does not hold valid contracts (every problem named).
     """
     items = document.get("contracts") if isinstance(document, dict) else document
+    if isinstance(document, dict) and items is None and isinstance(document.get("agents"), list):
+        items = [a.get("contract") if isinstance(a, dict) else a for a in document["agents"]]
     if not isinstance(items, list):
         raise InvalidInput.single("contracts", "a catalog file holds a list of contracts", what="catalog")
     out: dict[str, CapabilityContract] = {}
