@@ -32,7 +32,6 @@ from .steps import (
 from .verifier import StagedVerifier, Verifier, text_of, verify_goal
 
 __all__ = [
-    "STEP_KINDS",
     "CheckRegistry",
     "CheckResult",
     "ContainsStep",
@@ -50,6 +49,7 @@ __all__ = [
     "NotContainsStep",
     "RegexStep",
     "RegisteredCheck",
+    "STEP_KINDS",
     "SentenceError",
     "StagedVerifier",
     "StepSpec",

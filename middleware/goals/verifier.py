@@ -483,6 +483,14 @@ class Verifier:
 
         Never raises for a bad output or a failing check; a custom check that raises or
         overruns its timeout is a failed step saying so.
+
+        Args:
+            goal: The goal.
+            output: The output to check (text or any JSON value).
+            stage: A stage (or its name) to verify instead of the goal's final steps.
+
+        Raises:
+            InvalidInput: ``stage`` names no stage of the goal.
         """
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)
