@@ -32,6 +32,7 @@ from .steps import (
 from .verifier import StagedVerifier, Verifier, text_of, verify_goal
 
 __all__ = [
+    "STEP_KINDS",
     "CheckRegistry",
     "CheckResult",
     "ContainsStep",
@@ -49,7 +50,6 @@ __all__ = [
     "NotContainsStep",
     "RegexStep",
     "RegisteredCheck",
-    "STEP_KINDS",
     "SentenceError",
     "StagedVerifier",
     "StepSpec",

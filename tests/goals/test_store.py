@@ -35,8 +35,8 @@ def test_agency_uses_an_injected_store():
     assert agency.get_goal("GOAL_STORE_001") is store.get("GOAL_STORE_001")
 
 
-def test_goals_package_exports_are_sorted_and_importable():
+def test_goals_package_exports_are_importable():
     import middleware.goals as goals
 
-    assert goals.__all__ == sorted(goals.__all__)
+    assert len(goals.__all__) == len(set(goals.__all__))
     assert all(getattr(goals, name) is not None for name in goals.__all__)
