@@ -329,14 +329,21 @@ def _finish_bundle_node(bn: _BundleNode, trusted: Checkpoint | None, path: Path)
     here = f"{path.name} (log {bn.verdict.node})"
     claims = list(bn.checkpoints) + ([trusted] if trusted else [])
     if bn.complete:
-        for cp in claims:
+        prev = 0
+        for cp in sorted(claims, key=lambda c: c.size):
             if cp.size > bn.tree.size:
                 raise AuditCorrupted(
-                    f"records missing: a signed checkpoint covers {cp.size} events, the bundle has {bn.tree.size}",
+                    f"records missing: a signed checkpoint covers {cp.size} events, "
+                    f"the bundle has {bn.tree.size}",
                     where=here,
                 )
             if cp.root != bn.tree.root(cp.size):
-                raise AuditCorrupted(f"the records do not match the signed checkpoint of size {cp.size}", where=here)
+                raise AuditCorrupted(
+                    f"records {prev + 1}..{cp.size} do not match the signed checkpoint of size {cp.size}: "
+                    "one of them was altered",
+                    where=f"{here}, records {prev + 1}..{cp.size}",
+                )
+            prev = cp.size
         signed = bn.checkpoints[-1].size if bn.checkpoints else 0
         if signed < bn.tree.size:
             bn.verdict.warnings.append(f"{bn.tree.size - signed} events after the last signed checkpoint")
