@@ -23,7 +23,15 @@ from .smf import Provenance
 from .tasks import TaskRequest, TaskStep
 from .testing import Hang, ScriptedAgent
 
-__all__ = ["WARRANTY_GOAL", "build_demo_agency", "refused_request", "warranty_request"]
+__all__ = [
+    "CONTRACTS",
+    "WARRANTY_GOAL",
+    "build_demo_agency",
+    "demo_agent",
+    "demo_agents",
+    "refused_request",
+    "warranty_request",
+]
 
 WARRANTY_GOAL = GoalAssertion(
     id="GOAL_WARRANTY_001",
@@ -43,7 +51,7 @@ WARRANTY_GOAL = GoalAssertion(
         },
         {
             "kind": "regex",
-            "pattern": r"(?s)model .+tracking number [A-Z]{3}\d{6}.+expected delivery .+fee",
+            "pattern": r"(?is)model: .+tracking number [A-Z]{3}\d{6}.+expected delivery .+fee: ",
             "description": "reply gives model, tracking number, expected delivery and fee",
         },
     ],
@@ -158,10 +166,9 @@ def _reply(request: AgentRequest) -> dict[str, Any]:
     ship, warranty = data["shipping"], data["warranty"]
     fee = "free of charge" if warranty["fee"] == 0 else f"{warranty['fee']} CNY"
     text = (
-        f"Hello, your screen replacement is approved. Your new {data['device_model']} (model "
-        f"{data['device_model']}) ships by {ship['carrier']} courier with tracking number "
-        f"{ship['tracking_number']}; expected delivery {ship['estimated_delivery']}. "
-        f"The replacement fee: {fee}. Thank you for your patience!"
+        f"Hello, your screen replacement is approved. Replacement model: {data['device_model']}. "
+        f"It ships by {ship['carrier']} courier, tracking number {ship['tracking_number']}, "
+        f"expected delivery {ship['estimated_delivery']}. Fee: {fee}. Thank you for your patience!"
     )
     return {
         "reply": text,
@@ -171,6 +178,15 @@ def _reply(request: AgentRequest) -> dict[str, Any]:
         "fee": warranty["fee"],
         "warranty": warranty,
     }
+
+
+def demo_agent(name: str) -> ScriptedAgent:
+    """A fresh scripted agent of the scenario by contract name (a factory for definition files)."""
+    for key, agent in demo_agents().items():
+        if key.split("@", 1)[0] == name:
+            scripted: ScriptedAgent = agent
+            return scripted
+    raise ValueError(f"the demo has no agent named {name!r}")
 
 
 def demo_agents() -> dict[str, Any]:
@@ -210,8 +226,4 @@ def warranty_request() -> TaskRequest:
 
 
 def refused_request() -> TaskRequest:
-    return TaskRequest(
-        text="Predict next quarter's stock price for ACME.",
-        user_id="u_789",
-        constraints={"tags": ["finance"]},
-    )
+    return TaskRequest(text="Predict next quarter's stock price for ACME.", user_id="u_789")

@@ -239,15 +239,11 @@ def _check(step: Any, output: Any, text: str) -> StepVerdict:
         )
     actual = found_values[0]
     if step.check_equals:
-        ok = (
-            (actual == step.equals
-            and type(actual) is type(step.equals))
-            or (
-                isinstance(actual, (int, float))
-                and isinstance(step.equals, (int, float))
-                and not isinstance(actual, bool)
-                and actual == step.equals
-            )
+        ok = (actual == step.equals and type(actual) is type(step.equals)) or (
+            isinstance(actual, (int, float))
+            and isinstance(step.equals, (int, float))
+            and not isinstance(actual, bool)
+            and actual == step.equals
         )
         return StepVerdict(
             step=label,

@@ -240,10 +240,15 @@ class Router:
 
 
 def _rejections(d: RoutingDecision, limit: int = 5) -> str:
-    text = "; ".join(f"{r.agent}: {r.reason}" for r in d.rejected[:limit])
-    if len(d.rejected) > limit:
-        text += f"; and {len(d.rejected) - limit} more"
-    return text
+    """The telling rejections in full; agents that simply do not offer the action as a count."""
+    telling = [r for r in d.rejected if r.constraint != "can_do"]
+    others = len(d.rejected) - len(telling)
+    parts = [f"{r.agent}: {r.reason}" for r in telling[:limit]]
+    if len(telling) > limit:
+        parts.append(f"{len(telling) - limit} more rejected")
+    if others:
+        parts.append(f"{others} other(s) do not offer {d.constraints.action}")
+    return "; ".join(parts)
 
 
 def _explain(d: RoutingDecision) -> str:
@@ -256,8 +261,7 @@ def _explain(d: RoutingDecision) -> str:
         want.append(f"max_latency_ms={d.constraints.max_latency_ms}")
     needs = " ".join(want) or "no constraints"
     if d.refused:
-        why = _rejections(d) or "no capability is registered for it"
-        return f"refused ({needs}): {why}"
+        return f"refused ({needs}): {_rejections(d) or 'no capability is registered for it'}"
     best = d.candidates[0]
     text = (
         f"chose {best.agent} for {needs}: score {best.score:.3f} (SLO {best.slo_latency_ms} ms, "
@@ -266,5 +270,5 @@ def _explain(d: RoutingDecision) -> str:
     if d.fallbacks:
         text += f"; fallbacks {', '.join(d.fallbacks)}"
     if d.rejected:
-        text += "; rejected " + _rejections(d)
+        text += "; " + _rejections(d)
     return text

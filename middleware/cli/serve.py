@@ -1,0 +1,119 @@
+"""``agency serve``: the gRPC gateway on embedded defaults."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
+
+from ..audit import FileAuditLog
+from ..bootstrap import build_agency
+from ..config import ServerConfig, load_definition
+from ..definition import AgencyDefinition
+from ..errors import InvalidInput, Unavailable
+from ..grpc_api import build_server
+from ..metrics import MeteredAuditLog, Metrics
+from ..pipeline import Agency
+
+log = logging.getLogger("agency.serve")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the gRPC gateway",
+        description="Run the gRPC gateway (CatalogService, AgencyService, health, reflection) on "
+        "embedded defaults: an in-memory catalog and an audit log on local disk. Stops cleanly on "
+        "SIGTERM/SIGINT: in-flight calls drain, the audit log is closed. "
+        "Environment: AGENCY_ADDRESS, AGENCY_DATA_DIR, AGENCY_NODE_ID (flags win).",
+    )
+    p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
+    p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
+    p.add_argument(
+        "--metrics-address",
+        help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="agency definition file (YAML): agents, contracts, goals, storage, audit, addresses; "
+        "flags and AGENCY_* variables override it (check it with 'agency config check')",
+    )
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    given = {"address": args.address, "data_dir": args.data_dir, "metrics_address": args.metrics_address}
+    if args.config is not None:
+        if args.demo:
+            raise InvalidInput.single(
+                "--demo", "cannot be combined with --config (the file names the agents)"
+            )
+        definition = load_definition(args.config)
+        server = definition.server.model_copy(update={k: v for k, v in given.items() if v is not None})
+        config = ServerConfig.parse(server.model_dump(), what="server configuration")
+        return asyncio.run(serve(config, definition=definition))
+    config = ServerConfig.from_env(**given)
+    return asyncio.run(serve(config, demo=args.demo))
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    demo: bool = False,
+    definition: AgencyDefinition | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
+    metrics = Metrics()
+    if definition is not None:
+        agency = await build_agency(definition, metrics=metrics)
+    else:
+        audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+        agency = Agency(audit=audit, config=config.agency)
+    metrics_server = None
+    try:
+        if demo:
+            from ..demo import build_demo_agency
+
+            await build_demo_agency(agency)
+        server = build_server(agency, config.address)
+        if config.metrics_address:
+            metrics_server = _start_metrics(config.metrics_address, metrics)
+        await server.start()
+        host = config.address.rsplit(":", 1)[0]
+        print(f"agency: serving on {host}:{server.port} (audit log: {agency.audit.location})", flush=True)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("agency: shutting down (draining in-flight calls)", flush=True)
+        await server.stop(config.grace_seconds)
+    finally:
+        await agency.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+    print("agency: stopped", flush=True)
+    return 0
+
+
+def _start_metrics(address: str, metrics: Metrics) -> WSGIServer:
+    host, _, port = address.rpartition(":")
+    try:
+        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    except OSError as exc:
+        raise Unavailable(f"cannot serve metrics on {address}: {exc}") from None
+    print(f"agency: metrics on http://{host}:{server.server_port}/metrics", flush=True)
+    return server

@@ -1,0 +1,35 @@
+"""``agency.v1.AgencyService``: submit tasks, dry-run routing."""
+
+from __future__ import annotations
+
+import grpc
+
+from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from ..errors import InvalidInput
+from ..pipeline import Agency
+from .convert import decision_to_pb, loads, outcome_to_pb, task_from_pb
+from .status import rpc
+
+
+class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
+    def __init__(self, agency: Agency) -> None:
+        self._agency = agency
+
+    @rpc
+    async def Submit(
+        self, request: agency_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        try:
+            task = task_from_pb(request)
+        except InvalidInput as exc:
+            await self._agency.record_rejection(exc)
+            raise
+        return outcome_to_pb(await self._agency.submit(task))
+
+    @rpc
+    async def Route(
+        self, request: agency_pb2.RouteRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.RoutingDecision:
+        constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)
+        decision = await self._agency.route(request.text, constraints)
+        return decision_to_pb(decision)

@@ -1,0 +1,117 @@
+"""The one place where core errors become gRPC status codes.
+
+Every servicer method is wrapped with :func:`rpc`. An :class:`AgencyError` aborts
+the call with the mapped code, its message, and trailing metadata a client can read
+without parsing text: ``agency-reason`` (e.g. ``INVALID_INPUT``), ``agency-field``
+(the first offending field) and ``agency-problems`` (JSON list of
+``{"field", "reason"}``). Anything else is a bug: logged, returned as INTERNAL with
+no internals leaked.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from ..errors import (
+    AgencyError,
+    AlreadyExists,
+    AuditCorrupted,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = ["ERROR_CODES", "code_for", "rpc", "rpc_stream"]
+
+log = logging.getLogger("agency.grpc")
+
+#: Most specific class first; the first isinstance match wins.
+ERROR_CODES: list[tuple[type[AgencyError], grpc.StatusCode]] = [
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (AuditCorrupted, grpc.StatusCode.DATA_LOSS),
+]
+
+
+def code_for(error: AgencyError) -> grpc.StatusCode:
+    for cls, code in ERROR_CODES:
+        if isinstance(error, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _trailers(error: AgencyError) -> tuple[tuple[str, str], ...]:
+    md: list[tuple[str, str]] = [("agency-reason", error.reason)]
+    if isinstance(error, InvalidInput):
+        md.append(("agency-field", error.field))
+        problems = [{"field": p.field, "reason": p.reason} for p in error.problems]
+        md.append(("agency-problems", json.dumps(problems, ensure_ascii=True)))
+    retry_after = error.details.get("retry_after_ms")
+    if retry_after is not None:
+        md.append(("agency-retry-after-ms", str(retry_after)))
+    return tuple(md)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    if isinstance(exc, AgencyError):
+        context.set_trailing_metadata(_trailers(exc))
+        await context.abort(code_for(exc), exc.message)
+    log.exception("unexpected error in %s", method, exc_info=exc)
+    context.set_trailing_metadata((("agency-reason", "INTERNAL"),))
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}")
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+StreamHandler = Callable[[Any, Req, grpc.aio.ServicerContext], AsyncIterator[Resp]]
+
+
+def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    """Wrap a unary servicer method so errors map to status codes in one place."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, fn.__qualname__)
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+def rpc_stream(fn: StreamHandler[Req, Resp]) -> StreamHandler[Req, Resp]:
+    """Like :func:`rpc`, for server-streaming methods (async generators)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> AsyncIterator[Resp]:
+        try:
+            async for item in fn(self, request, context):
+                yield item
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, fn.__qualname__)
+
+    return wrapper
