@@ -1,7 +1,7 @@
 """Agency Middleware: the governance layer multi-agent LLM systems run behind."""
 
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
-from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog
+from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
 from .catalog import Catalog, CatalogEntry, CatalogQuery
 from .config import AgencyConfig, ServerConfig
 from .contracts import CapabilityContract
@@ -92,5 +92,6 @@ __all__ = [
     "TaskStep",
     "Unauthenticated",
     "Unavailable",
+    "WalAuditLog",
     "verify_goal",
 ]
