@@ -236,6 +236,51 @@ class WalAuditLog:
         """The Merkle tree over the durable events (read-only use: proofs, roots)."""
         return self._state.tree
 
+    @property
+    def root_dir(self) -> Path:
+        """The audit directory holding this node's log (and maybe other replicas')."""
+        return self._root
+
+    def _proof_size(self, size: int, field: str) -> int:
+        if size == 0:
+            cp = self.latest_checkpoint()
+            if cp is None:
+                raise InvalidInput.single(field, "no checkpoint signed yet: give a size", what="proof request")
+            return cp.size
+        if not 0 < size <= self._state.tree.size:
+            raise InvalidInput.single(field, f"must be 1..{self._state.tree.size}", what="proof request")
+        return size
+
+    def inclusion_proof(self, index: int, tree_size: int = 0) -> tuple[int, bytes, list[bytes]]:
+        """RFC 9162 inclusion proof of record ``index`` (1-based) in the tree of ``tree_size``.
+
+        Args:
+            index: The record.
+            tree_size: The tree size to prove against (0: the latest checkpoint's).
+
+        Returns:
+            (tree size, leaf hash, audit path).
+
+        Raises:
+            InvalidInput: the index or size is outside the log.
+        """
+        size = self._proof_size(tree_size, "tree_size")
+        if not 1 <= index <= size:
+            raise InvalidInput.single("index", f"must be 1..{size}", what="proof request")
+        tree = self._state.tree
+        return size, tree.leaf(index - 1), tree.inclusion_proof(index - 1, size)
+
+    def consistency_proof(self, old_size: int, new_size: int = 0) -> tuple[int, list[bytes]]:
+        """RFC 9162 consistency proof from ``old_size`` to ``new_size`` (0: latest checkpoint's).
+
+        Raises:
+            InvalidInput: a size is outside the log or old > new.
+        """
+        new = self._proof_size(new_size, "new_size")
+        if not 0 <= old_size <= new:
+            raise InvalidInput.single("old_size", f"must be 0..{new}", what="proof request")
+        return new, self._state.tree.consistency_proof(old_size, new)
+
     async def checkpoint(self) -> Checkpoint:
         """Sign a checkpoint now (after everything appended so far) and return it."""
         loop = asyncio.get_running_loop()

@@ -8,10 +8,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, audit_pb2, audit_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
+from .audit_servicer import AuditServicer
 from .catalog_servicer import CatalogServicer
 
 __all__ = ["GrpcServer", "build_server"]
@@ -76,9 +77,11 @@ def build_server(
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
+        audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
     ]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
