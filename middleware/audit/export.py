@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from ..errors import AuditCorrupted, InvalidInput
 from .checkpoint import Verifier
-from .merkle import leaf_hash
-from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, list_segments
+from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
 
 __all__ = ["ExportFilter", "ExportFormat", "ExportedRecord", "export", "iter_records"]
@@ -109,8 +108,7 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
-@dataclass(frozen=True)
-class ExportedRecord:
+class ExportedRecord(NamedTuple):
     """One verified record on its way out: where it is and its exact hashed bytes."""
 
     node: str
@@ -154,24 +152,25 @@ def _node_records(v: NodeVerdict, flt: ExportFilter) -> Iterator[ExportedRecord]
             return
         with open(path, "rb") as fh:
             data = fh.read(end)
-        yield from _segment_records(v.node, name, data, tree.size, tree.leaf, flt)
+        yield from _segment_records(v.node, name, data, tree.size, flt)
 
 
 def _segment_records(
-    node: str, name: SegmentName, data: bytes, size: int, leaf_of: Callable[[int], bytes], flt: ExportFilter
+    node: str, name: SegmentName, data: bytes, size: int, flt: ExportFilter
 ) -> Iterator[ExportedRecord]:
     unpack = HEADER.unpack_from
     off, n = 0, len(data)
     plain = flt.empty
+    mv = memoryview(data)
     while off + HEADER_SIZE <= n:
-        _, length, _, typ, _, _, index, _, ts, _ = unpack(data, off)
+        _, length, crc, typ, _, _, index, _, ts, _ = unpack(data, off)
         end = off + HEADER_SIZE + length
         if typ == EVENT:
             if index > size:
                 return
-            raw = data[off + HEADER_SIZE : end]
-            if leaf_hash(raw) != leaf_of(index - 1):  # the file changed since it was verified
+            if crc32c(mv[off + 12 : end]) != crc:  # the file changed since it was verified
                 raise AuditCorrupted(f"record {index} changed after verification", where=f"{name.filename}@{off}")
+            raw = data[off + HEADER_SIZE : end]
             if plain:
                 yield ExportedRecord(node, index, ts, raw)
             else:

@@ -82,6 +82,28 @@ class MerkleTree:
             levels[level] += parent
             pos >>= 1
 
+    def extend(self, leaves: list[bytes]) -> None:
+        """Add many leaf hashes at once (same result as ``append`` each, fewer Python steps)."""
+        if not leaves:
+            return
+        levels = self._levels
+        lo = self._size
+        levels[0] += b"".join(leaves)
+        hi = self._size = lo + len(leaves)
+        level = 0
+        sha = _sha256
+        while True:
+            plo, phi = lo >> 1, hi >> 1
+            if phi <= plo:
+                break
+            src = bytes(levels[level][plo * 64 : phi * 64])
+            parents = b"".join([sha(b"\x01" + src[i : i + 64]).digest() for i in range(0, len(src), 64)])
+            level += 1
+            if level == len(levels):
+                levels.append(bytearray())
+            levels[level] += parents
+            lo, hi = plo, phi
+
     def leaf(self, index: int) -> bytes:
         """The leaf hash at 0-based ``index``."""
         if not 0 <= index < self._size:

@@ -29,6 +29,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import crc32c as _crc32c
 
@@ -46,6 +47,7 @@ __all__ = [
     "Frame",
     "SegmentName",
     "TornFrame",
+    "check",
     "encode_frame",
     "find_promised_frame",
     "list_segments",
@@ -131,6 +133,7 @@ class ChainState:
         verifier: The key every checkpoint must be signed by (None: signatures not checked).
         origin: The checkpoint origin expected (None: taken from the first header).
         last_time_ns: Time of the last good frame.
+        sealed: Whether the segment checked last ends with a seal frame.
     """
 
     tree: MerkleTree = field(default_factory=MerkleTree)
@@ -140,10 +143,10 @@ class ChainState:
     verifier: Verifier | None = None
     origin: str | None = None
     last_time_ns: int = 0
+    sealed: bool = False
 
 
-@dataclass(frozen=True)
-class Frame:
+class Frame(NamedTuple):
     """One good frame, as yielded by ``scan``."""
 
     type: int
@@ -151,7 +154,6 @@ class Frame:
     time_ns: int
     payload: memoryview
     offset: int
-    leaf: bytes
 
 
 class TornFrame(AuditCorrupted):
@@ -163,9 +165,35 @@ class TornFrame(AuditCorrupted):
 
 
 def scan(buf: bytes | memoryview, seg: SegmentName, where: str, state: ChainState) -> Iterator[Frame]:
-    """Check and yield every frame of one segment, updating ``state``.
+    """Check and yield every good frame of one segment, updating ``state`` (see ``check``).
 
-    Yields each good frame in order. Stops at the end of ``buf``.
+    The good frames before a bad one are yielded before the error is raised.
+    """
+    frames: list[tuple[int, int, int, int, int]] = []
+    mv = memoryview(buf)
+    try:
+        check(mv, seg, where, state, frames)
+    finally:
+        pending = frames
+    for typ, index, ts, off, end in pending:
+        yield Frame(typ, index, ts, mv[off + HEADER_SIZE : end], off)
+
+
+def check(
+    buf: bytes | memoryview,
+    seg: SegmentName,
+    where: str,
+    state: ChainState,
+    frames: list[tuple[int, int, int, int, int]] | None = None,
+) -> int:
+    """Check every frame of one segment, updating ``state``; returns the end of the last good frame.
+
+    Args:
+        buf: The segment's bytes.
+        seg: Its name (sequence number and first index, checked against its header).
+        where: How to name the segment in errors.
+        state: The log so far; grows by this segment's good frames (also when raising).
+        frames: If given, receives ``(type, index, time_ns, offset, payload end)`` of each good frame.
 
     Raises:
         TornFrame: a frame that cannot be read (bad magic, length past end of file, bad CRC,
@@ -175,60 +203,89 @@ def scan(buf: bytes | memoryview, seg: SegmentName, where: str, state: ChainStat
     mv = memoryview(buf)
     size = len(mv)
     off = 0
-    tree_append = state.tree.append
     unpack = HEADER.unpack_from
+    chain_pack = _CHAIN_PREFIX.pack
+    leaf_proto = _LEAF.copy
+    crc_of = _crc
+    sha = _sha256
     chain = state.chain
     count = state.size
-    sealed = False
-    while off < size:
-        if sealed:
-            raise AuditCorrupted("data after the seal", where=f"{where}@{off}")
-        if size - off < HEADER_SIZE:
-            raise TornFrame("partial frame header", where=f"{where}@{off}", offset=off)
-        magic, length, crc, typ, ver, _, index, _synced, ts, prev = unpack(mv, off)
-        if magic != MAGIC:
-            raise TornFrame("no frame here (bad magic)", where=f"{where}@{off}", offset=off)
-        end = off + HEADER_SIZE + length
-        if length > MAX_PAYLOAD or end > size:
-            raise TornFrame("frame length runs past the end of the file", where=f"{where}@{off}", offset=off)
-        if _crc(mv[off + 12 : end]) != crc:
-            raise TornFrame("CRC-32C mismatch", where=f"{where}@{off}", offset=off)
-        nxt = end + (-end % 8)
-        if nxt > size:  # complete frame but its padding is cut: it was never acknowledged
-            raise TornFrame("frame padding cut off", where=f"{where}@{off}", offset=off)
-        payload = mv[off + HEADER_SIZE : end]
-        here = f"{where}@{off}"
-        if prev != chain:
-            raise AuditCorrupted(f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=here)
-        h = _LEAF.copy()
-        h.update(payload)
-        leaf = h.digest()
-        if typ == EVENT:
-            if index != count + 1:
-                raise AuditCorrupted(f"index {index} where {count + 1} was expected", where=here)
-            count = index
-            tree_append(leaf)
-        elif index != count:
-            raise AuditCorrupted(
-                f"{_TYPES.get(typ, typ)} frame claims {index} events, {count} seen", where=here
-            )
-        elif (off == 0 and typ != SEGMENT) or (off != 0 and typ == SEGMENT):
-            raise AuditCorrupted("segment header misplaced", where=here)
-        elif typ == SEGMENT:
-            _check_header(payload, seg, state, here, count)
-        elif typ == CHECKPOINT:
+    leaves: list[bytes] = []
+    add_leaf = leaves.append
+    record = frames.append if frames is not None else None
+    sealed = state.sealed = False
+    try:
+        while off < size:
+            if sealed:
+                raise AuditCorrupted("data after the seal", where=f"{where}@{off}")
+            if size - off < HEADER_SIZE:
+                raise TornFrame("partial frame header", where=f"{where}@{off}", offset=off)
+            magic, length, crc, typ, ver, _, index, _synced, ts, prev = unpack(mv, off)
+            if magic != MAGIC:
+                raise TornFrame("no frame here (bad magic)", where=f"{where}@{off}", offset=off)
+            end = off + HEADER_SIZE + length
+            if length > MAX_PAYLOAD or end > size:
+                raise TornFrame("frame length runs past the end of the file", where=f"{where}@{off}", offset=off)
+            if crc_of(mv[off + 12 : end]) != crc:
+                raise TornFrame("CRC-32C mismatch", where=f"{where}@{off}", offset=off)
+            nxt = end + (-end % 8)
+            if nxt > size:  # complete frame but its padding is cut: it was never acknowledged
+                raise TornFrame("frame padding cut off", where=f"{where}@{off}", offset=off)
+            if prev != chain:
+                raise AuditCorrupted(
+                    f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=f"{where}@{off}"
+                )
+            h = leaf_proto()
+            h.update(mv[off + HEADER_SIZE : end])
+            leaf = h.digest()
+            if typ == EVENT:
+                if index != count + 1:
+                    raise AuditCorrupted(f"index {index} where {count + 1} was expected", where=f"{where}@{off}")
+                count = index
+                add_leaf(leaf)
+            else:
+                _check_other(mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where)
+                sealed = state.sealed = typ == SEAL
+            chain = sha(chain_pack(typ, index, prev, leaf)).digest()
+            state.last_time_ns = ts
+            if record is not None:
+                record((typ, index, ts, off, end))
+            off = nxt
+            state.chain = chain  # cheap; keeps state exact if the next frame raises
             state.size = count
-            _check_checkpoint(payload, state, here)
-        elif typ == SEAL:
-            sealed = True
-        else:
-            raise AuditCorrupted(f"unknown frame type {typ} (version {ver})", where=here)
-        chain = _sha256(_CHAIN_PREFIX.pack(typ, index, prev, leaf)).digest()
-        state.chain = chain
+    finally:
+        if leaves:
+            state.tree.extend(leaves)
+    return off
+
+
+def _check_other(
+    payload: memoryview,
+    typ: int,
+    ver: int,
+    index: int,
+    count: int,
+    off: int,
+    seg: SegmentName,
+    state: ChainState,
+    leaves: list[bytes],
+    where: str,
+) -> None:
+    here = f"{where}@{off}"
+    if index != count:
+        raise AuditCorrupted(f"{_TYPES.get(typ, typ)} frame claims {index} events, {count} seen", where=here)
+    if (off == 0) != (typ == SEGMENT):
+        raise AuditCorrupted("segment header misplaced", where=here)
+    if typ == SEGMENT:
+        _check_header(payload, seg, state, here, count)
+    elif typ == CHECKPOINT:
+        if leaves:
+            state.tree.extend(leaves)
+            leaves.clear()
         state.size = count
-        state.last_time_ns = ts
-        yield Frame(typ, index, ts, payload, off, leaf)
-        off = nxt
+        _check_checkpoint(payload, state, here)
+    elif typ != SEAL:
+        raise AuditCorrupted(f"unknown frame type {typ} (version {ver})", where=here)
 
 
 def _check_header(payload: memoryview, seg: SegmentName, state: ChainState, here: str, count: int) -> None:

@@ -10,6 +10,7 @@ record and why.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 from ..errors import AuditCorrupted, InvalidInput
 from .checkpoint import Checkpoint, Verifier
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
-from .segment import SEAL, ChainState, SegmentName, TornFrame, find_promised_frame, list_segments, scan
+from .segment import ChainState, SegmentName, TornFrame, check, find_promised_frame, list_segments
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -112,13 +113,9 @@ def scan_node(directory: Path, verifier: Verifier | None, *, trusted: Checkpoint
         segments = list_segments(directory)
         for i, (name, path) in enumerate(segments):
             data = path.read_bytes()
-            sealed, last = False, i == len(segments) - 1
-            end = 0
+            last = i == len(segments) - 1
             try:
-                for frame in scan(data, name, path.name, state):
-                    sealed = frame.type == SEAL
-                    end = frame.offset
-                end = len(data)
+                end = check(data, name, path.name, state)
             except TornFrame as torn:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
@@ -134,7 +131,7 @@ def scan_node(directory: Path, verifier: Verifier | None, *, trusted: Checkpoint
                     "never acknowledged, cut on next open"
                 )
             v.ends[path.name] = end
-            if not last and not sealed:
+            if not last and not state.sealed:
                 raise AuditCorrupted("segment not sealed but not the last one", where=path.name)
         _check_claims(directory, state, verifier, trusted)
     except AuditCorrupted as exc:
@@ -207,10 +204,16 @@ def verify_path(
 
 def record_line_prefix(node: str, index: int, time_ns: int, proof: list[str] | None) -> bytes:
     """The bytes a bundle record line starts with; the record's exact hashed bytes follow, then ``}``."""
-    proof_part = "" if proof is None else ',"proof":' + json.dumps(proof, separators=(",", ":"))
-    return (
-        f'{{"kind":"record","node":{json.dumps(node)},"index":{index},"time_ns":{time_ns}{proof_part},"record":'
-    ).encode()
+    head = _node_head(node)
+    if proof is None:
+        return b'%s%d,"time_ns":%d,"record":' % (head, index, time_ns)
+    proof_json = json.dumps(proof, separators=(",", ":")).encode()
+    return b'%s%d,"time_ns":%d,"proof":%s,"record":' % (head, index, time_ns, proof_json)
+
+
+@functools.lru_cache(maxsize=256)
+def _node_head(node: str) -> bytes:
+    return b'{"kind":"record","node":%s,"index":' % json.dumps(node).encode()
 
 
 @dataclass

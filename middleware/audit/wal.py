@@ -36,6 +36,7 @@ from .segment import (
     Frame,
     SegmentName,
     TornFrame,
+    check,
     encode_frame,
     find_promised_frame,
     list_segments,
@@ -481,10 +482,8 @@ class WalAuditLog:
         for i, (name, path) in enumerate(segments):
             last = i == len(segments) - 1
             data = path.read_bytes()
-            sealed = False
             try:
-                for frame in scan(data, name, path.name, st):
-                    sealed = frame.type == SEAL
+                check(data, name, path.name, st)
             except TornFrame as torn:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
@@ -496,6 +495,7 @@ class WalAuditLog:
                         where=torn.where,
                     ) from None
                 self._cut(path, data, torn.offset, report, torn.message)
+            sealed = st.sealed
             if not last and not sealed:
                 raise AuditCorrupted("segment is not sealed but is not the last one", where=path.name)
             self._seq, self._sealed_last, self._last_path = name.seq, sealed, path

@@ -127,3 +127,17 @@ def test_tampered_consistency_proofs_fail() -> None:
 def test_empty_tree_root_is_sha256_of_nothing() -> None:
     assert MerkleTree().root() == EMPTY_ROOT
     assert EMPTY_ROOT.hex().startswith("e3b0c442")
+
+
+def test_extend_builds_the_same_tree_as_append() -> None:
+    rng = random.Random(5)
+    one, bulk = MerkleTree(), MerkleTree()
+    for chunk in [1, 2, 3, 7, 64, 1, 100, 5]:
+        leaves = [leaf_hash(rng.randbytes(8)) for _ in range(chunk)]
+        for leaf in leaves:
+            one.append(leaf)
+        bulk.extend(leaves)
+        assert bulk.size == one.size
+        for size in range(1, one.size + 1, 7):
+            assert bulk.root(size) == one.root(size)
+            assert bulk.inclusion_proof(size - 1, size) == one.inclusion_proof(size - 1, size)
