@@ -148,8 +148,8 @@ def _node_records(v: NodeVerdict, flt: ExportFilter) -> Iterator[ExportedRecord]
     directory = Path(v.source)
     for name, path in list_segments(directory):
         end = v.ends.get(path.name)
-        if end is None:
-            return
+        if end is None:  # not part of the verified log (left over by retention)
+            continue
         with open(path, "rb") as fh:
             data = fh.read(end)
         yield from _segment_records(v.node, name, data, tree.size, flt)
@@ -284,6 +284,11 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
                 "consistency": [] if complete else consistency,
             }
         )
+        if complete and v.pruned:
+            leaves = tree.leaf_hashes(v.pruned)
+            yield _dumps(
+                {"kind": "pruned", "node": v.node, "size": v.pruned, "leaves": base64.b64encode(leaves).decode()}
+            )
     trees = {v.node: v.state for v in verdicts}
 
     def lines() -> Iterator[bytes]:

@@ -110,6 +110,11 @@ class MerkleTree:
             raise IndexError(f"leaf {index} outside tree of size {self._size}")
         return bytes(self._levels[0][index * 32 : index * 32 + 32])
 
+    def leaf_hashes(self, count: int) -> bytes:
+        """The first ``count`` leaf hashes, concatenated (32 bytes each)."""
+        self._check_size(count)
+        return bytes(self._levels[0][: 32 * count])
+
     def root(self, size: int | None = None) -> bytes:
         """The tree head (MTH) over the first ``size`` leaves (default: all)."""
         size = self._size if size is None else size

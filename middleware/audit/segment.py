@@ -51,6 +51,7 @@ __all__ = [
     "encode_frame",
     "find_promised_frame",
     "list_segments",
+    "load_pruned",
     "scan",
 ]
 
@@ -105,6 +106,47 @@ def list_segments(directory: Path) -> list[tuple[SegmentName, Path]]:
         if cur.first_index < prev.first_index:
             raise AuditCorrupted("segment indexes go backwards", where=str(path))
     return found
+
+
+PRUNED_META = "pruned.json"
+PRUNED_LEAVES = "pruned.leaves"
+
+
+def load_pruned(
+    directory: Path, state: ChainState, segments: list[tuple[SegmentName, Path]]
+) -> tuple[int, list[tuple[SegmentName, Path]]]:
+    """Start ``state`` after the events removed by retention; returns (pruned count, segments left).
+
+    Retention keeps the leaf hashes of removed events (``pruned.leaves``) and the chain hash
+    where the next segment starts (``pruned.json``), so the Merkle tree, its signed roots and
+    proofs for later records stay whole. Segments entirely covered by the pruned range (left
+    by an interrupted retention run) are returned separately as skipped, not scanned.
+
+    Raises:
+        AuditCorrupted: the pruned files disagree with each other or with the segments.
+    """
+    meta_path = directory / PRUNED_META
+    if not meta_path.exists():
+        return 0, segments
+    try:
+        meta = json.loads(meta_path.read_text())
+        size, chain = int(meta["size"]), bytes.fromhex(meta["chain"])
+        leaves = (directory / PRUNED_LEAVES).read_bytes()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AuditCorrupted(f"retention record unreadable ({exc})", where=str(meta_path)) from None
+    if len(leaves) != 32 * size or len(chain) != 32:
+        raise AuditCorrupted("pruned leaf hashes do not match the pruned size", where=str(meta_path))
+    state.tree.extend([leaves[i : i + 32] for i in range(0, len(leaves), 32)])
+    state.size, state.chain = size, chain
+    keep = [(n, p) for n, p in segments if n.first_index > size]
+    if segments and keep != segments[len(segments) - len(keep) :]:
+        raise AuditCorrupted("segments out of order around the pruned range", where=str(meta_path))
+    if keep and keep[0][0].first_index != size + 1:
+        raise AuditCorrupted(
+            f"events {size + 1}..{keep[0][0].first_index - 1} are missing after the pruned range",
+            where=keep[0][1].name,
+        )
+    return size, keep
 
 
 def encode_frame(

@@ -21,7 +21,15 @@ from typing import Any
 from ..errors import AuditCorrupted, InvalidInput
 from .checkpoint import Checkpoint, Verifier
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
-from .segment import ChainState, SegmentName, TornFrame, check, find_promised_frame, list_segments
+from .segment import (
+    ChainState,
+    SegmentName,
+    TornFrame,
+    check,
+    find_promised_frame,
+    list_segments,
+    load_pruned,
+)
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -59,6 +67,7 @@ class NodeVerdict:
     error: str = ""
     where: str = ""
     warnings: list[str] = field(default_factory=list)
+    pruned: int = 0
     state: ChainState | None = field(default=None, repr=False)
     ends: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -110,7 +119,10 @@ def scan_node(directory: Path, verifier: Verifier | None, *, trusted: Checkpoint
     state = ChainState(verifier=verifier)
     v.state = state
     try:
-        segments = list_segments(directory)
+        pruned, segments = load_pruned(directory, state, list_segments(directory))
+        if pruned:
+            v.warnings.append(f"events 1..{pruned} removed by retention (their leaf hashes are kept)")
+        v.pruned = pruned
         for i, (name, path) in enumerate(segments):
             data = path.read_bytes()
             last = i == len(segments) - 1
@@ -257,6 +269,8 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
         try:
             if kind == "record":
                 _bundle_record(bn, obj, line, where)
+            elif kind == "pruned":
+                _bundle_pruned(bn, obj, where)
             else:
                 raise AuditCorrupted(f"unknown line kind {kind!r}", where=where)
         except AuditCorrupted as exc:
@@ -298,6 +312,18 @@ def _open_bundle_node(obj: dict[str, Any], pinned: Verifier | None, complete: bo
         verdict.error, verdict.where = f"checkpoints are not consistent ({exc})", where
     verdict.checkpoints = len(cps)
     return _BundleNode(verdict, verifier, complete, cps)
+
+
+def _bundle_pruned(bn: _BundleNode, obj: dict[str, Any], where: str) -> None:
+    if bn.last_index or not bn.complete:
+        raise AuditCorrupted("pruned leaf hashes must come before the records of a complete bundle", where=where)
+    leaves = base64.b64decode(obj["leaves"])
+    size = int(obj["size"])
+    if len(leaves) != 32 * size:
+        raise AuditCorrupted("pruned leaf hashes do not match the pruned size", where=where)
+    bn.tree.extend([leaves[i : i + 32] for i in range(0, len(leaves), 32)])
+    bn.last_index = size
+    bn.verdict.warnings.append(f"events 1..{size} removed by retention (leaf hashes only)")
 
 
 def _bundle_record(bn: _BundleNode, obj: dict[str, Any], line: bytes, where: str) -> None:

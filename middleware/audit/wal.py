@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +30,11 @@ from .record import AuditRecord, canonical_json
 from .segment import (
     CHECKPOINT,
     EVENT,
+    HEADER,
+    HEADER_SIZE,
     MAX_PAYLOAD,
+    PRUNED_LEAVES,
+    PRUNED_META,
     SEAL,
     SEGMENT,
     ChainState,
@@ -40,6 +45,7 @@ from .segment import (
     encode_frame,
     find_promised_frame,
     list_segments,
+    load_pruned,
     scan,
 )
 
@@ -105,6 +111,7 @@ class RecoveryReport:
         torn_reason: Why the tail was cut.
         removed_temp: Leftover temporary files removed.
         clean: The last segment was sealed (the previous close was clean).
+        pruned: Events removed earlier by retention (their leaf hashes are kept).
     """
 
     events: int = 0
@@ -114,6 +121,7 @@ class RecoveryReport:
     torn_reason: str = ""
     removed_temp: list[str] = field(default_factory=list)
     clean: bool = True
+    pruned: int = 0
 
 
 _Item = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[int]"]
@@ -422,6 +430,9 @@ class WalAuditLog:
 
     def _rotate(self) -> None:
         self._seal()
+        self._sealed_segments.append(
+            (SegmentName(self._seq, self._segment_first), self._segment_path, self._state.size, time.time_ns())
+        )
         os.close(self._fd)
         self._seq += 1
         self._new_segment()
@@ -474,11 +485,15 @@ class WalAuditLog:
             report.removed_temp.append(tmp.name)
         if report.removed_temp:
             _fsync_dir(self._dir)
-        segments = list_segments(self._dir)
-        report.segments = len(segments)
         st = self._state
-        self._seq, self._sealed_last = 0, True
+        all_segments = list_segments(self._dir)
+        report.pruned, segments = load_pruned(self._dir, st, all_segments)
+        for _, leftover in all_segments[: len(all_segments) - len(segments)]:
+            leftover.unlink()  # covered by a completed retention run that was interrupted
+        report.segments = len(segments)
+        self._seq, self._sealed_last = (segments[0][0].seq if segments else 0), True
         self._last_path: Path | None = None
+        self._sealed_segments: list[tuple[SegmentName, Path, int, int]] = []
         for i, (name, path) in enumerate(segments):
             last = i == len(segments) - 1
             data = path.read_bytes()
@@ -499,6 +514,9 @@ class WalAuditLog:
             if not last and not sealed:
                 raise AuditCorrupted("segment is not sealed but is not the last one", where=path.name)
             self._seq, self._sealed_last, self._last_path = name.seq, sealed, path
+            self._last_name_first = name.first_index
+            if sealed:
+                self._sealed_segments.append((name, path, st.size, st.last_time_ns))
             if last and self._last_path is not None and not self._last_path.exists():
                 self._last_path = None
         report.events = st.size
@@ -547,6 +565,7 @@ class WalAuditLog:
             self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
             self._offset = self._synced = os.fstat(self._fd).st_size
             self._segment_path = self._last_path
+            self._segment_first = self._last_name_first
             self._visible = (self._last_path, self._offset)
         else:
             self._seq += 1 if self._last_path is not None else 0
@@ -575,6 +594,7 @@ class WalAuditLog:
         self._fd = fd
         self._offset = self._synced = len(frame)
         self._segment_path = final
+        self._segment_first = name.first_index
         self._visible = (final, self._offset)
 
     # ------------------------------------------------------------------ reading
@@ -583,7 +603,8 @@ class WalAuditLog:
         """Re-read durable frames from disk with a fresh check of every frame."""
         end_path, end_offset = self._visible  # one tuple, published atomically by the writer
         state = ChainState(verifier=self._signer.verifier(), origin=self.origin)
-        for name, path in list_segments(self._dir):
+        _, segments = load_pruned(self._dir, state, list_segments(self._dir))
+        for name, path in segments:
             with open(path, "rb") as fh:
                 data = fh.read(end_offset) if path == end_path else fh.read()
             yield from scan(data, name, path.name, state)
@@ -593,10 +614,87 @@ class WalAuditLog:
     # ------------------------------------------------------------------ retention
 
     async def apply_retention(
-        self, max_age: timedelta, *, archive_dir: str | os.PathLike[str] | None = None
+        self,
+        max_age: timedelta,
+        *,
+        archive_dir: str | os.PathLike[str] | None = None,
+        now_ns: int | None = None,
     ) -> list[str]:
-        """Archive or delete sealed segments older than ``max_age`` (not implemented yet)."""
-        raise NotImplementedError
+        """Archive or delete the oldest sealed segments whose last record is older than ``max_age``.
+
+        Only whole sealed segments entirely covered by a signed checkpoint go, oldest first;
+        the open segment never does. Their leaf hashes stay (``pruned.leaves``) so roots,
+        checkpoints and proofs of later records still verify. The removal itself is then
+        appended to the log as an ``audit.retention`` record.
+
+        Args:
+            max_age: Segments whose newest frame is older than this go.
+            archive_dir: Move them to ``archive_dir/<node>/`` instead of deleting them.
+            now_ns: The current time (UTC ns; for tests).
+
+        Returns:
+            The names of the segments archived or deleted.
+        """
+        if max_age.total_seconds() <= 0:
+            raise InvalidInput.single("max_age", "must be positive", what="retention")
+        cutoff = (now_ns if now_ns is not None else time.time_ns()) - int(max_age.total_seconds() * 1e9)
+        cp = self.latest_checkpoint()
+        signed = cp.size if cp else 0
+        chosen: list[tuple[SegmentName, Path, int, int]] = []
+        for seg in list(self._sealed_segments):
+            _, path, last_index, last_ns = seg
+            if last_ns >= cutoff or last_index > signed or path == self._segment_path:
+                break
+            chosen.append(seg)
+        if not chosen:
+            return []
+        archive = Path(archive_dir) / self.node if archive_dir is not None else None
+        await asyncio.to_thread(self._prune, chosen, archive)
+        del self._sealed_segments[: len(chosen)]
+        names = [p.name for _, p, _, _ in chosen]
+        first = chosen[0][0].first_index
+        last = chosen[-1][2]
+        await self.append(
+            AuditRecord(
+                event_type="audit.retention",
+                component="audit",
+                node=self.node,
+                rule=f"retention max_age={int(max_age.total_seconds())}s",
+                outcome="archived" if archive else "deleted",
+                detail={
+                    "segments": names,
+                    "events": [first, last],
+                    "covered_by_checkpoint": signed,
+                    "archive_dir": str(archive) if archive else "",
+                },
+            )
+        )
+        return names
+
+    def _prune(self, chosen: list[tuple[SegmentName, Path, int, int]], archive: Path | None) -> None:
+        last_index = chosen[-1][2]
+        nxt = self._next_segment_path(chosen[-1][1])
+        with open(nxt, "rb") as fh:  # the next segment's header carries the chain where it starts
+            chain = HEADER.unpack_from(fh.read(HEADER_SIZE))[-1]
+        leaves = self._state.tree.leaf_hashes(last_index)
+        _atomic_write(self._dir / PRUNED_LEAVES, leaves)
+        _atomic_write(self._dir / PRUNED_META, canonical_json({"size": last_index, "chain": chain.hex()}))
+        if archive is not None:
+            archive.mkdir(parents=True, exist_ok=True)
+        for _, path, _, _ in chosen:
+            if archive is not None:
+                shutil.copy2(path, archive / path.name)
+                with open(archive / path.name, "rb") as fh:
+                    os.fsync(fh.fileno())
+            path.unlink()
+        if archive is not None:
+            shutil.copy2(self._dir / VKEY_FILE, archive / VKEY_FILE)
+            _fsync_dir(archive)
+        _fsync_dir(self._dir)
+
+    def _next_segment_path(self, path: Path) -> Path:
+        names = [p for _, p in list_segments(self._dir)]
+        return names[names.index(path) + 1]
 
 
 def _resolve(batch: list[_Item], *, error: BaseException) -> None:
