@@ -30,7 +30,7 @@ from middleware.audit.merkle import MerkleTree
 from middleware.audit.record import AuditRecord, canonical_json
 from middleware.audit.segment import CHECKPOINT, EVENT, SEAL, SEGMENT, ZERO_HASH, SegmentName, encode_frame
 from middleware.audit.verify import verify_path
-from middleware.audit.wal import VKEY_FILE, WalAuditLog, WalOptions, origin_for
+from middleware.audit.wal import VKEY_FILE, WalAuditLog, origin_for
 
 APPENDERS = 64
 SIGNER = Signer("audit-bench")
@@ -145,7 +145,9 @@ def write_synthetic_log(root: Path, node: str, count: int, *, segment_bytes: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", type=Path, default=Path(".bench-audit"), help="scratch directory on the disk to test")
+    ap.add_argument(
+        "--dir", type=Path, default=Path(".bench-audit"), help="scratch directory on the disk to test"
+    )
     ap.add_argument("--records", type=int, default=1_000_000, help="log size for recovery/export")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the append benchmarks")
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each append measurement")
@@ -171,7 +173,10 @@ def main() -> None:
         print(f"\ndurable appends/s (median of {args.rounds}):")
         print(f"  WalAuditLog, 64 appenders        {w:>10,.0f}/s")
         print(f"  SQLite WAL synchronous=FULL      {s:>10,.0f}/s   -> WAL is {w / s:.1f}x  (target >= 20x)")
-        print(f"  raw write+fdatasync, 64/batch    {b:>10,.0f}/s   -> WAL is {100 * w / b:.0f}%  (target >= 60%)")
+        print(
+            f"  raw write+fdatasync, 64/batch    {b:>10,.0f}/s   -> WAL is {100 * w / b:.0f}%"
+            "  (target >= 60%)"
+        )
 
         root = work / "big"
         t0 = time.perf_counter()
@@ -187,7 +192,10 @@ def main() -> None:
         t0 = time.perf_counter()
         verdict = verify_path(root, key=SIGNER.vkey)
         assert verdict.ok, verdict.nodes
-        print(f"offline verify (agency audit verify) of {args.records:,} records: {time.perf_counter() - t0:.2f}s")
+        print(
+            f"offline verify (agency audit verify) of {args.records:,} records: "
+            f"{time.perf_counter() - t0:.2f}s"
+        )
         out = work / "export.jsonl"
         t0 = time.perf_counter()
         with open(out, "wb") as fh:

@@ -14,13 +14,14 @@ import base64
 import csv
 import heapq
 import io
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 from ..errors import AuditCorrupted, InvalidInput
 from .checkpoint import Verifier
@@ -66,13 +67,17 @@ class ExportFilter:
         for name in ("since", "until"):
             t = getattr(self, name)
             if t is not None and t.tzinfo is None:
-                raise InvalidInput.single(name, "must carry a timezone (e.g. 2026-01-01T00:00:00Z)", what="filter")
+                raise InvalidInput.single(
+                    name, "must carry a timezone (e.g. 2026-01-01T00:00:00Z)", what="filter"
+                )
         if self.since and self.until and self.until <= self.since:
             raise InvalidInput.single("until", "must be after since", what="filter")
 
     @property
     def empty(self) -> bool:
-        return not (self.since or self.until or self.trace_id or self.goal_id or self.agent or self.event_types)
+        return not (
+            self.since or self.until or self.trace_id or self.goal_id or self.agent or self.event_types
+        )
 
     def matches(self, rec: dict[str, Any]) -> bool:
         """Whether a record (its JSON object) passes the filter."""
@@ -108,7 +113,8 @@ def _parse_time(value: Any) -> datetime | None:
         return None
 
 
-class ExportedRecord(NamedTuple):
+@dataclass(slots=True)
+class ExportedRecord:
     """One verified record on its way out: where it is and its exact hashed bytes."""
 
     node: str
@@ -169,7 +175,9 @@ def _segment_records(
             if index > size:
                 return
             if crc32c(mv[off + 12 : end]) != crc:  # the file changed since it was verified
-                raise AuditCorrupted(f"record {index} changed after verification", where=f"{name.filename}@{off}")
+                raise AuditCorrupted(
+                    f"record {index} changed after verification", where=f"{name.filename}@{off}"
+                )
             raw = data[off + HEADER_SIZE : end]
             if plain:
                 yield ExportedRecord(node, index, ts, raw)
@@ -221,7 +229,9 @@ def export(
     try:
         fmt = ExportFormat(fmt)
     except ValueError:
-        raise InvalidInput.single("format", f"must be one of {[f.value for f in ExportFormat]}", what="export") from None
+        raise InvalidInput.single(
+            "format", f"must be one of {[f.value for f in ExportFormat]}", what="export"
+        ) from None
     flt = flt or ExportFilter()
     verdicts, records = iter_records(path, flt, key=key)
     total = sum(v.events for v in verdicts)
@@ -235,13 +245,23 @@ def export(
 
 
 _Writer = Callable[
-    [list[NodeVerdict], Iterator[ExportedRecord], ExportFilter, ExportSummary, Callable[[int, int], None] | None, int],
+    [
+        list[NodeVerdict],
+        Iterator[ExportedRecord],
+        ExportFilter,
+        ExportSummary,
+        Callable[[int, int], None] | None,
+        int,
+    ],
     Iterable[bytes],
 ]
 
 
 def _counted(
-    records: Iterator[ExportedRecord], summary: ExportSummary, progress: Callable[[int, int], None] | None, total: int
+    records: Iterator[ExportedRecord],
+    summary: ExportSummary,
+    progress: Callable[[int, int], None] | None,
+    total: int,
 ) -> Iterator[ExportedRecord]:
     for i, rec in enumerate(records, start=1):
         summary.records = i
@@ -271,7 +291,7 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
         tree = v.state.tree
         consistency = [
             [base64.b64encode(h).decode() for h in tree.consistency_proof(a.size, b.size)]
-            for a, b in zip(cps, cps[1:], strict=False)
+            for a, b in itertools.pairwise(cps)
         ]
         yield _dumps(
             {
@@ -287,7 +307,12 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
         if complete and v.pruned:
             leaves = tree.leaf_hashes(v.pruned)
             yield _dumps(
-                {"kind": "pruned", "node": v.node, "size": v.pruned, "leaves": base64.b64encode(leaves).decode()}
+                {
+                    "kind": "pruned",
+                    "node": v.node,
+                    "size": v.pruned,
+                    "leaves": base64.b64encode(leaves).decode(),
+                }
             )
     trees = {v.node: v.state for v in verdicts}
 
@@ -299,7 +324,9 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
                 assert st is not None
                 final = st.checkpoints[-1].size if st.checkpoints else 0
                 if rec.index <= final:
-                    proof = [base64.b64encode(h).decode() for h in st.tree.inclusion_proof(rec.index - 1, final)]
+                    proof = [
+                        base64.b64encode(h).decode() for h in st.tree.inclusion_proof(rec.index - 1, final)
+                    ]
             yield record_line_prefix(rec.node, rec.index, rec.time_ns, proof) + rec.raw + b"}\n"
 
     yield from _batched(lines())
@@ -356,7 +383,12 @@ def cef_header(value: Any) -> str:
 def cef_ext(value: Any) -> str:
     """Escape a CEF extension value: backslash, equals sign, newlines as \\n."""
     return (
-        str(value).replace("\\", "\\\\").replace("=", "\\=").replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\n")
+        str(value)
+        .replace("\\", "\\\\")
+        .replace("=", "\\=")
+        .replace("\r\n", "\\n")
+        .replace("\n", "\\n")
+        .replace("\r", "\\n")
     )
 
 
@@ -383,7 +415,8 @@ def cef_line(rec: ExportedRecord) -> str:
     }  # fmt: skip
     etype = o.get("event_type", "")
     head = "|".join(
-        cef_header(x) for x in ("CEF:0", VENDOR, PRODUCT, VERSION, etype, etype.replace(".", " "), severity(o))
+        cef_header(x)
+        for x in ("CEF:0", VENDOR, PRODUCT, VERSION, etype, etype.replace(".", " "), severity(o))
     )
     return head + "|" + " ".join(f"{k}={cef_ext(v)}" for k, v in ext.items())
 

@@ -29,7 +29,6 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import crc32c as _crc32c
 
@@ -188,7 +187,8 @@ class ChainState:
     sealed: bool = False
 
 
-class Frame(NamedTuple):
+@dataclass(slots=True)
+class Frame:
     """One good frame, as yielded by ``scan``."""
 
     type: int
@@ -267,7 +267,9 @@ def check(
                 raise TornFrame("no frame here (bad magic)", where=f"{where}@{off}", offset=off)
             end = off + HEADER_SIZE + length
             if length > MAX_PAYLOAD or end > size:
-                raise TornFrame("frame length runs past the end of the file", where=f"{where}@{off}", offset=off)
+                raise TornFrame(
+                    "frame length runs past the end of the file", where=f"{where}@{off}", offset=off
+                )
             if crc_of(mv[off + 12 : end]) != crc:
                 raise TornFrame("CRC-32C mismatch", where=f"{where}@{off}", offset=off)
             nxt = end + (-end % 8)
@@ -282,11 +284,15 @@ def check(
             leaf = h.digest()
             if typ == EVENT:
                 if index != count + 1:
-                    raise AuditCorrupted(f"index {index} where {count + 1} was expected", where=f"{where}@{off}")
+                    raise AuditCorrupted(
+                        f"index {index} where {count + 1} was expected", where=f"{where}@{off}"
+                    )
                 count = index
                 add_leaf(leaf)
             else:
-                _check_other(mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where)
+                _check_other(
+                    mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where
+                )
                 sealed = state.sealed = typ == SEAL
             chain = sha(chain_pack(typ, index, prev, leaf)).digest()
             state.last_time_ns = ts

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -78,7 +79,8 @@ class NodeVerdict:
     def describe(self) -> str:
         """One line for humans."""
         if self.ok:
-            return f"OK   {self.node}: {self.events} events, {self.checkpoints} signed checkpoints ({self.source})"
+            counts = f"{self.events} events, {self.checkpoints} signed checkpoints"
+            return f"OK   {self.node}: {counts} ({self.source})"
         return f"FAIL {self.node}: {self.error} at {self.where} ({self.source})"
 
 
@@ -104,10 +106,14 @@ def find_node_dirs(path: str | os.PathLike[str]) -> list[Path]:
         raise InvalidInput.single("path", f"{p} is not a directory", what="audit log")
     if any(SegmentName.parse(c.name) for c in p.iterdir()):
         return [p]
-    return sorted(c for c in p.iterdir() if c.is_dir() and any(SegmentName.parse(x.name) for x in c.iterdir()))
+    return sorted(
+        c for c in p.iterdir() if c.is_dir() and any(SegmentName.parse(x.name) for x in c.iterdir())
+    )
 
 
-def scan_node(directory: Path, verifier: Verifier | None, *, trusted: Checkpoint | None = None) -> NodeVerdict:
+def scan_node(
+    directory: Path, verifier: Verifier | None, *, trusted: Checkpoint | None = None
+) -> NodeVerdict:
     """Verify one node's log directory without modifying it."""
     v = NodeVerdict(node=directory.name, source=str(directory))
     if verifier is None:
@@ -152,7 +158,9 @@ def scan_node(directory: Path, verifier: Verifier | None, *, trusted: Checkpoint
     if v.ok:
         signed = state.checkpoints[-1].size if state.checkpoints else 0
         if signed < state.size:
-            v.warnings.append(f"{state.size - signed} events after the last signed checkpoint (chain-verified)")
+            v.warnings.append(
+                f"{state.size - signed} events after the last signed checkpoint (chain-verified)"
+            )
         if not segments:
             v.warnings.append("empty log")
     return v
@@ -172,7 +180,9 @@ def _check_claims(directory: Path, state: ChainState, verifier: Verifier, truste
                 where=where,
             )
         if cp.root != state.tree.root(cp.size):
-            raise AuditCorrupted(f"the records do not match the signed checkpoint of size {cp.size}", where=where)
+            raise AuditCorrupted(
+                f"the records do not match the signed checkpoint of size {cp.size}", where=where
+            )
 
 
 def _split(exc: AuditCorrupted) -> tuple[str, str]:
@@ -201,7 +211,7 @@ def verify_path(
     verifier = Verifier(key) if key else None
     trusted = None
     if trusted_checkpoint:
-        trusted = (verifier.verify(trusted_checkpoint) if verifier else Checkpoint.parse(trusted_checkpoint))
+        trusted = verifier.verify(trusted_checkpoint) if verifier else Checkpoint.parse(trusted_checkpoint)
     p = Path(path)
     if p.is_file():
         return _verify_bundle(p, verifier, trusted)
@@ -246,7 +256,9 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
         _, first = next(lines, (0, b""))
         head = json.loads(first) if first else {}
         if head.get("kind") != "bundle" or head.get("format") != BUNDLE_FORMAT:
-            raise InvalidInput.single("path", f"{path} is not an audit bundle ({BUNDLE_FORMAT})", what="bundle")
+            raise InvalidInput.single(
+                "path", f"{path} is not an audit bundle ({BUNDLE_FORMAT})", what="bundle"
+            )
     except ValueError as exc:
         raise InvalidInput.single("path", f"{path} is not an audit bundle ({exc})", what="bundle") from None
     complete = bool(head.get("complete"))
@@ -262,7 +274,9 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
                 continue
             bn = nodes[obj["node"]]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            order.append(NodeVerdict(node="?", source=str(path), error=f"unreadable line ({exc})", where=where))
+            order.append(
+                NodeVerdict(node="?", source=str(path), error=f"unreadable line ({exc})", where=where)
+            )
             break
         if not bn.verdict.ok:
             continue
@@ -290,7 +304,9 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
             yield lineno, line.rstrip(b"\n")
 
 
-def _open_bundle_node(obj: dict[str, Any], pinned: Verifier | None, complete: bool, path: Path, where: str) -> _BundleNode:
+def _open_bundle_node(
+    obj: dict[str, Any], pinned: Verifier | None, complete: bool, path: Path, where: str
+) -> _BundleNode:
     verdict = NodeVerdict(node=str(obj["node"]), source=str(path))
     verifier = pinned or Verifier(obj["vkey"])
     cps: list[Checkpoint] = []
@@ -304,7 +320,7 @@ def _open_bundle_node(obj: dict[str, Any], pinned: Verifier | None, complete: bo
             verify_consistency(a.size, b.size, a.root, b.root, [base64.b64decode(p) for p in proof])
         if len(cps) > 1 and len(obj.get("consistency", [])) != len(cps) - 1 and not complete:
             raise AuditCorrupted("consistency proofs between checkpoints are missing")
-        if any(b.size < a.size for a, b in zip(cps, cps[1:], strict=False)):
+        if any(b.size < a.size for a, b in itertools.pairwise(cps)):
             raise AuditCorrupted("checkpoints go backwards")
     except AuditCorrupted as exc:
         verdict.error, verdict.where = exc.message, where
@@ -316,7 +332,9 @@ def _open_bundle_node(obj: dict[str, Any], pinned: Verifier | None, complete: bo
 
 def _bundle_pruned(bn: _BundleNode, obj: dict[str, Any], where: str) -> None:
     if bn.last_index or not bn.complete:
-        raise AuditCorrupted("pruned leaf hashes must come before the records of a complete bundle", where=where)
+        raise AuditCorrupted(
+            "pruned leaf hashes must come before the records of a complete bundle", where=where
+        )
     leaves = base64.b64decode(obj["leaves"])
     size = int(obj["size"])
     if len(leaves) != 32 * size:
@@ -347,7 +365,9 @@ def _bundle_record(bn: _BundleNode, obj: dict[str, Any], line: bytes, where: str
             bn.verdict.warnings.append(f"record {index} is after the last signed checkpoint (unproven)")
         else:
             try:
-                verify_inclusion(leaf, index - 1, final.size, [base64.b64decode(p) for p in proof], final.root)
+                verify_inclusion(
+                    leaf, index - 1, final.size, [base64.b64decode(p) for p in proof], final.root
+                )
             except (ProofError, ValueError) as exc:
                 raise AuditCorrupted(f"record {index}: inclusion proof fails ({exc})", where=where) from None
     bn.last_index = index

@@ -141,6 +141,18 @@ class WalAuditLog:
         AuditError: another process holds the log.
     """
 
+    _fd: int
+    _offset: int
+    _synced: int
+    _dirty: bool
+    _last_sync: float
+    _pending_cp: Checkpoint | None
+    _segment_path: Path
+    _segment_first: int
+    _visible: tuple[Path, int]
+    _seq: int
+    _checkpointed: int
+
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -254,7 +266,9 @@ class WalAuditLog:
         if size == 0:
             cp = self.latest_checkpoint()
             if cp is None:
-                raise InvalidInput.single(field, "no checkpoint signed yet: give a size", what="proof request")
+                raise InvalidInput.single(
+                    field, "no checkpoint signed yet: give a size", what="proof request"
+                )
             return cp.size
         if not 0 < size <= self._state.tree.size:
             raise InvalidInput.single(field, f"must be 1..{self._state.tree.size}", what="proof request")
@@ -431,7 +445,12 @@ class WalAuditLog:
     def _rotate(self) -> None:
         self._seal()
         self._sealed_segments.append(
-            (SegmentName(self._seq, self._segment_first), self._segment_path, self._state.size, time.time_ns())
+            (
+                SegmentName(self._seq, self._segment_first),
+                self._segment_path,
+                self._state.size,
+                time.time_ns(),
+            )
         )
         os.close(self._fd)
         self._seq += 1
@@ -560,7 +579,7 @@ class WalAuditLog:
         self._offset = self._synced = 0
         self._dirty = False
         self._last_sync = time.monotonic()
-        self._pending_cp: Checkpoint | None = None
+        self._pending_cp = None
         if self._last_path is not None and not self._sealed_last:
             self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
             self._offset = self._synced = os.fstat(self._fd).st_size

@@ -181,8 +181,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from ..audit.verify import find_node_dirs, scan_node
     from ..audit.checkpoint import Verifier
+    from ..audit.verify import find_node_dirs, scan_node
     from ..errors import AuditCorrupted
 
     dirs = find_node_dirs(_default_path(args.path))
@@ -190,7 +190,9 @@ def _prove(args: argparse.Namespace) -> int:
         dirs = [d for d in dirs if d.name == args.node]
     if len(dirs) != 1:
         names = ", ".join(d.name for d in find_node_dirs(_default_path(args.path)))
-        raise InvalidInput.single("node", f"choose one log with --node (have: {names or 'none'})", what="prove")
+        raise InvalidInput.single(
+            "node", f"choose one log with --node (have: {names or 'none'})", what="prove"
+        )
     key = _key(args.key)
     v = scan_node(dirs[0], Verifier(key) if key else None)
     if not v.ok or v.state is None:
@@ -199,8 +201,15 @@ def _prove(args: argparse.Namespace) -> int:
     size = args.size or (cps[-1].size if cps else tree.size)
     if not 0 < size <= tree.size:
         raise InvalidInput.single("size", f"must be 1..{tree.size}", what="prove")
-    b64 = lambda hs: [base64.b64encode(h).decode() for h in hs]  # noqa: E731
-    out: dict[str, Any] = {"node": v.node, "tree_size": size, "root": base64.b64encode(tree.root(size)).decode()}
+
+    def b64(hashes: list[bytes]) -> list[str]:
+        return [base64.b64encode(h).decode() for h in hashes]
+
+    out: dict[str, Any] = {
+        "node": v.node,
+        "tree_size": size,
+        "root": base64.b64encode(tree.root(size)).decode(),
+    }
     signed = next((c for c in cps if c.size == size), None)
     out["checkpoint"] = signed.note if signed else None
     if args.index is not None:

@@ -52,7 +52,8 @@ async def run_demo(data_dir: Path | None, *, as_json: bool = False, out: TextIO)
         _tell(out, "1. A governed task", warranty_request().text, first)
         _tell(out, "2. A request no contract allows", refused_request().text, second)
         out.write(
-            f"\nAudit log: {audit.location} ({sum(1 for _ in audit.records())} records, hash-chained, signed checkpoints)\n"
+            f"\nAudit log: {audit.location} ({sum(1 for _ in audit.records())} records, "
+            "hash-chained, signed checkpoints)\n"
         )
     ok = first.state.value == "completed" and second.state.value == "rejected"
     return 0 if ok else 1

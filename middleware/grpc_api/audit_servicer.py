@@ -93,7 +93,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         self, request: audit_pb2.InclusionProofRequest, context: grpc.aio.ServicerContext
     ) -> audit_pb2.InclusionProofResponse:
         size, leaf, proof = _wal(self._agency.audit).inclusion_proof(request.index, request.tree_size)
-        return audit_pb2.InclusionProofResponse(index=request.index, tree_size=size, leaf_hash=leaf, proof=proof)
+        return audit_pb2.InclusionProofResponse(
+            index=request.index, tree_size=size, leaf_hash=leaf, proof=proof
+        )
 
     @rpc
     async def ConsistencyProof(

@@ -8,7 +8,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, audit_pb2, audit_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from .._proto.agency.v1 import (
+    agency_pb2,
+    agency_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
+    catalog_pb2,
+    catalog_pb2_grpc,
+)
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer

@@ -134,7 +134,9 @@ async def test_cli_export_verify_checkpoint_prove(tmp_path: Path, capsys: pytest
     assert await run("audit", "verify", str(tmp_path), "--key", str(key)) == 0
     out = capsys.readouterr().out
     assert out.count("VERIFIED") == 2 and "OK   node-a: 13 events" in out
-    assert await run("audit", "export", str(tmp_path), "--format", "csv", "--event-type", "failure.event") == 0
+    assert (
+        await run("audit", "export", str(tmp_path), "--format", "csv", "--event-type", "failure.event") == 0
+    )
     assert len(capsys.readouterr().out.strip().splitlines()) == 2
     assert await run("audit", "checkpoint", str(tmp_path)) == 0
     assert "agency-middleware/audit/node-a\n13\n" in capsys.readouterr().out

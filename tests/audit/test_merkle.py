@@ -75,7 +75,9 @@ def test_inclusion_vector_verifies_exactly_as_labelled(path: Path) -> None:
 
 
 def test_generated_proofs_match_the_vector_proofs() -> None:
-    inputs = [bytes.fromhex(h) for h in json.loads((_vectors() / "roots.json").read_text())["leaf_inputs_hex"]]
+    inputs = [
+        bytes.fromhex(h) for h in json.loads((_vectors() / "roots.json").read_text())["leaf_inputs_hex"]
+    ]
     tree = MerkleTree(leaf_hash(d) for d in inputs)
     for path in _inclusion_cases():
         case = json.loads(path.read_text())
@@ -88,7 +90,7 @@ def test_generated_proofs_match_the_vector_proofs() -> None:
 def test_all_inclusion_and_consistency_proofs_of_random_trees_verify() -> None:
     rng = random.Random(6962)
     tree = MerkleTree()
-    for n in range(1, 70):
+    for _n in range(1, 70):
         tree.append(leaf_hash(rng.randbytes(rng.randrange(0, 40))))
     for size in range(1, tree.size + 1):
         root = tree.root(size)

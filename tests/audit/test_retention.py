@@ -1,4 +1,4 @@
-"""Retention: old sealed segments go only up to a checkpoint, the log stays verifiable, removal is recorded."""
+"""Retention: old segments go only up to a checkpoint; the log stays verifiable; removal is recorded."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ async def test_old_segments_go_and_the_log_still_verifies(tmp_path: Path, archiv
     before = segments(node)
     root_before = log.tree.root()
     archive_dir = tmp_path / "archive" if archive else None
-    removed = await log.apply_retention(timedelta(hours=1), archive_dir=archive_dir, now_ns=time.time_ns() + 2 * HOUR)
+    removed = await log.apply_retention(
+        timedelta(hours=1), archive_dir=archive_dir, now_ns=time.time_ns() + 2 * HOUR
+    )
     assert removed and removed == [p.name for p in before[: len(removed)]]
     assert segments(node)[0].name not in removed and len(segments(node)) == len(before) - len(removed)
     # the removal is itself recorded

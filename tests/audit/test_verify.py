@@ -58,7 +58,7 @@ async def test_one_changed_byte_is_caught_at_its_record(tmp_path: Path, which: s
     with_events = [p for p in segments(node) if len(_events(p.read_bytes())) >= 2]
     seg = with_events[0 if which == "sealed" else -1]
     data = bytearray(seg.read_bytes())
-    off, _, _, index = _events(bytes(data))[1]
+    off, _, _, _index = _events(bytes(data))[1]
     data[off + HEADER_SIZE + 20] ^= 0x20
     seg.write_bytes(bytes(data))
     verdict = verify_path(tmp_path, key=SIGNER.vkey)
@@ -72,7 +72,7 @@ async def test_changed_byte_with_recomputed_crc_breaks_the_chain(tmp_path: Path)
     node = await _closed_log(tmp_path)
     seg = segments(node)[0]
     data = bytearray(seg.read_bytes())
-    off, end, _, index = _events(bytes(data))[2]
+    off, _end, _, _index = _events(bytes(data))[2]
     length = struct.unpack_from("<I", data, off + 4)[0]
     data[off + HEADER_SIZE + 20] ^= 0x20
     struct.pack_into("<I", data, off + 8, crc32c(bytes(data[off + 12 : off + HEADER_SIZE + length])))
@@ -88,7 +88,7 @@ async def test_deleted_record_is_caught(tmp_path: Path) -> None:
     node = await _closed_log(tmp_path)
     seg = segments(node)[0]
     data = seg.read_bytes()
-    off, end, _, index = _events(data)[2]
+    off, end, _, _index = _events(data)[2]
     seg.write_bytes(data[:off] + data[end:])
     bad = verify_path(tmp_path, key=SIGNER.vkey).first_failure
     assert bad is not None

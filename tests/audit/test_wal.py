@@ -112,7 +112,9 @@ async def test_opening_with_another_key_is_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- crash tests
 
 
-async def _crashed_log(tmp_path: Path, batches: int = 4, per_batch: int = 8, **opts: object) -> tuple[Path, Path]:
+async def _crashed_log(
+    tmp_path: Path, batches: int = 4, per_batch: int = 8, **opts: object
+) -> tuple[Path, Path]:
     """A log with ``batches`` synced batches, copied as a crash would leave it."""
     live = tmp_path / "live"
     log = open_log(live, **opts)
@@ -202,7 +204,7 @@ async def test_length_past_end_of_file_is_a_torn_tail(tmp_path: Path) -> None:
 
 
 async def test_random_garbage_tails_are_cut_where_they_start(tmp_path: Path) -> None:
-    root, node = await _crashed_log(tmp_path, batches=1, per_batch=30)
+    _root, node = await _crashed_log(tmp_path, batches=1, per_batch=30)
     pristine = segments(node)[-1].read_bytes()
     rng = random.Random(1234)
     for round_ in range(40):
