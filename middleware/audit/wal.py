@@ -382,18 +382,22 @@ class WalAuditLog:
         cp_acks: list[tuple[_Item, int]] = []  # checkpoint requests: answered once the file is published
         synced = self._synced
         want_checkpoint = False
+        leaves: list[bytes] = []
+        now = time.time_ns()
+        chain, index = st.chain, st.size
         for item in batch:
             payload = item[0]
             if not payload:
                 want_checkpoint = True
                 cp_acks.append((item, 0))
                 continue
-            index = st.size + 1
-            frame, leaf, chain = encode_frame(EVENT, index, synced, time.time_ns(), st.chain, payload)
+            index += 1
+            frame, leaf, chain = encode_frame(EVENT, index, synced, now, chain, payload)
             parts.append(frame)
-            st.tree.append(leaf)
-            st.chain, st.size = chain, index
+            leaves.append(leaf)
             acks.append((item, index))
+        st.tree.extend(leaves)
+        st.chain, st.size = chain, index
         if want_checkpoint or st.size - self._checkpointed >= self.options.checkpoint_every:
             parts.append(self._checkpoint_frame(synced))
         if parts:
