@@ -152,3 +152,18 @@ async def test_cli_export_verify_checkpoint_prove(tmp_path: Path, capsys: pytest
     assert await run("audit", "verify", str(bundle), "--key", str(key)) == 1
     err = capsys.readouterr().err
     assert "VERIFICATION FAILED" in err and "first bad record" in err
+
+
+async def test_read_only_reader_merges_nodes(tmp_path: Path) -> None:
+    from middleware.audit import AuditLog
+    from middleware.audit.wal_reader import WalLogReader, is_wal_directory
+    from middleware.errors import AuditError
+
+    await _two_nodes(tmp_path)
+    assert is_wal_directory(tmp_path) and not is_wal_directory(tmp_path / "missing")
+    reader = WalLogReader(tmp_path)
+    assert isinstance(reader, AuditLog)
+    got = list(reader.records())
+    assert len(got) == 21 and {r.node for _, r in got} == {"n1"}
+    with pytest.raises(AuditError, match="read-only"):
+        await reader.append(record(1))

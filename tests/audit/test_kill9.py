@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import signal
+import warnings
 from pathlib import Path
 
 from middleware.audit.verify import verify_path
@@ -21,7 +22,9 @@ def _run_and_kill(root: Path, kill_after: int) -> set[int]:
     runs its own event loop and writer thread.
     """
     rfd, wfd = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # 3.12+ warns about fork() with threads; the child uses none of them
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # child
         os.close(rfd)
         try:
