@@ -247,8 +247,8 @@ def check(
     off = 0
     unpack = HEADER.unpack_from
     chain_pack = _CHAIN_PREFIX.pack
-    leaf_proto = _LEAF.copy
     crc_of = _crc
+    last_ts: int | None = None
     sha = _sha256
     chain = state.chain
     count = state.size
@@ -279,9 +279,7 @@ def check(
                 raise AuditCorrupted(
                     f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=f"{where}@{off}"
                 )
-            h = leaf_proto()
-            h.update(mv[off + HEADER_SIZE : end])
-            leaf = h.digest()
+            leaf = sha(b"\x00" + mv[off + HEADER_SIZE : end]).digest()
             if typ == EVENT:
                 if index != count + 1:
                     raise AuditCorrupted(
@@ -295,15 +293,16 @@ def check(
                 )
                 sealed = state.sealed = typ == SEAL
             chain = sha(chain_pack(typ, index, prev, leaf)).digest()
-            state.last_time_ns = ts
+            last_ts = ts
             if record is not None:
                 record((typ, index, ts, off, end))
             off = nxt
-            state.chain = chain  # cheap; keeps state exact if the next frame raises
-            state.size = count
-    finally:
+    finally:  # the state always ends exactly after the last good frame
         if leaves:
             state.tree.extend(leaves)
+        state.chain, state.size = chain, count
+        if last_ts is not None:
+            state.last_time_ns = last_ts
     return off
 
 
