@@ -124,6 +124,9 @@ def scan_node(
         verifier = Verifier(vkey.read_text())
     state = ChainState(verifier=verifier)
     v.state = state
+    # Read the published checkpoint before the segments: on a live log it may only ever lag them.
+    cp_file = directory / CHECKPOINT_FILE
+    cp_text = cp_file.read_text() if cp_file.exists() else None
     try:
         pruned, segments = load_pruned(directory, state, list_segments(directory))
         if pruned:
@@ -151,7 +154,7 @@ def scan_node(
             v.ends[path.name] = end
             if not last and not state.sealed:
                 raise AuditCorrupted("segment not sealed but not the last one", where=path.name)
-        _check_claims(directory, state, verifier, trusted)
+        _check_claims(cp_file, cp_text, state, verifier, trusted)
     except AuditCorrupted as exc:
         v.error, v.where = _split(exc)
     v.events, v.checkpoints = state.size, len(state.checkpoints)
@@ -166,12 +169,13 @@ def scan_node(
     return v
 
 
-def _check_claims(directory: Path, state: ChainState, verifier: Verifier, trusted: Checkpoint | None) -> None:
+def _check_claims(
+    cp_file: Path, cp_text: str | None, state: ChainState, verifier: Verifier, trusted: Checkpoint | None
+) -> None:
     claims: list[tuple[Checkpoint, str]] = []
-    cp_file = directory / CHECKPOINT_FILE
-    if cp_file.exists():
-        claims.append((verifier.verify(cp_file.read_text()), str(cp_file)))
-    if trusted is not None:
+    if cp_text is not None:
+        claims.append((verifier.verify(cp_text), str(cp_file)))
+    if trusted is not None and trusted.origin == state.origin:
         claims.append((trusted, "the trusted checkpoint"))
     for cp, where in claims:
         if cp.size > state.size:
@@ -218,7 +222,23 @@ def verify_path(
     nodes = find_node_dirs(p)
     if not nodes:
         raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
-    return Verdict([scan_node(d, verifier, trusted=trusted if len(nodes) == 1 else None) for d in nodes])
+    verdict = Verdict([scan_node(d, verifier, trusted=trusted) for d in nodes])
+    _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+    return verdict
+
+
+def _trusted_found(
+    verdict: Verdict, trusted: Checkpoint | None, origins: list[str | None], path: Path
+) -> None:
+    if trusted is not None and trusted.origin not in origins:
+        verdict.nodes.append(
+            NodeVerdict(
+                node="?",
+                source=str(path),
+                error=f"no log for the trusted checkpoint's origin {trusted.origin!r}",
+                where=str(path),
+            )
+        )
 
 
 # ---------------------------------------------------------------------- bundles
@@ -244,6 +264,7 @@ class _BundleNode:
     verifier: Verifier
     complete: bool
     checkpoints: list[Checkpoint]
+    origin: str = ""
     tree: MerkleTree = field(default_factory=MerkleTree)
     last_index: int = 0
 
@@ -292,10 +313,12 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
     for bn in nodes.values():
         if bn.verdict.ok:
             try:
-                _finish_bundle_node(bn, trusted if len(nodes) == 1 else None, path)
+                _finish_bundle_node(bn, trusted if trusted and trusted.origin == bn.origin else None, path)
             except AuditCorrupted as exc:
                 bn.verdict.error, bn.verdict.where = _split(exc)
-    return Verdict(order)
+    verdict = Verdict(order)
+    _trusted_found(verdict, trusted, [bn.origin for bn in nodes.values()], path)
+    return verdict
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -327,7 +350,7 @@ def _open_bundle_node(
     except (ProofError, ValueError) as exc:
         verdict.error, verdict.where = f"checkpoints are not consistent ({exc})", where
     verdict.checkpoints = len(cps)
-    return _BundleNode(verdict, verifier, complete, cps)
+    return _BundleNode(verdict, verifier, complete, cps, origin=str(obj["origin"]))
 
 
 def _bundle_pruned(bn: _BundleNode, obj: dict[str, Any], where: str) -> None:

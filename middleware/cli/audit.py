@@ -137,8 +137,12 @@ def _export(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
     path = _default_path(args.path)
     if args.output:
-        with open(args.output, "wb") as out:
-            summary = export(path, out, args.format, flt, key=_key(args.key), progress=progress)
+        try:
+            with open(args.output, "wb") as out:
+                summary = export(path, out, args.format, flt, key=_key(args.key), progress=progress)
+        except BaseException:
+            args.output.unlink(missing_ok=True)  # never leave half an export behind
+            raise
         print(f"exported {summary.records} records to {args.output}", file=sys.stderr)
     else:
         summary = export(path, sys.stdout.buffer, args.format, flt, key=_key(args.key), progress=progress)

@@ -220,3 +220,18 @@ async def test_bundle_resigned_with_another_key_fails_against_the_pinned_key(tmp
     lines[1] = (json.dumps(head) + "\n").encode()
     bad = verify_path(_write(tmp_path, lines), key=SIGNER.vkey).first_failure
     assert bad is not None and "not signed by the trusted key" in bad.error
+
+
+async def test_trusted_checkpoint_is_matched_to_its_node_by_origin(tmp_path: Path) -> None:
+    await _closed_log(tmp_path / "log")
+    other = open_log(tmp_path / "log", "n2")
+    await append_batch(other, 0, 3)
+    await other.close()
+    good = (tmp_path / "log" / "n1" / "checkpoint").read_text()
+    assert verify_path(tmp_path / "log", key=SIGNER.vkey, trusted_checkpoint=good).ok
+    future = SIGNER.sign("agency-middleware/audit/n1", 99, b"\x00" * 32).note
+    bad = verify_path(tmp_path / "log", key=SIGNER.vkey, trusted_checkpoint=future).first_failure
+    assert bad is not None and bad.node == "n1" and "records missing" in bad.error
+    stranger = SIGNER.sign("agency-middleware/audit/n9", 1, b"\x00" * 32).note
+    bad = verify_path(tmp_path / "log", key=SIGNER.vkey, trusted_checkpoint=stranger).first_failure
+    assert bad is not None and "no log for the trusted checkpoint" in bad.error
