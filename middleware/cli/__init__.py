@@ -21,6 +21,8 @@ COMMAND_MODULES = [
     "middleware.cli.demo",
     "middleware.cli.config",
     "middleware.cli.audit",
+    "middleware.cli.goal",
+    "middleware.cli.smf",
 ]
 
 

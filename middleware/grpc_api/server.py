@@ -15,12 +15,15 @@ from .._proto.agency.v1 import (
     audit_pb2_grpc,
     catalog_pb2,
     catalog_pb2_grpc,
+    goals_pb2,
+    goals_pb2_grpc,
 )
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
 from .catalog_servicer import CatalogServicer
+from .goal_servicer import GoalServicer
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -85,10 +88,12 @@ def build_server(
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
+    goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
         audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+        goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
