@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from middleware.audit.checkpoint import Signer
 from middleware.audit.merkle import verify_inclusion
 from middleware.audit.segment import HEADER_SIZE, crc32c
 from middleware.audit.verify import verify_path
-from middleware.audit.wal import WalAuditLog, WalOptions
+from middleware.audit.wal import FsyncPolicy, WalAuditLog, WalOptions
 from middleware.errors import AuditCorrupted, AuditError, InvalidInput
 
 from .helpers import SIGNER, append_batch, crash_image, open_log, record, segments
@@ -319,3 +320,43 @@ async def test_write_failure_fails_the_append_and_every_later_one(tmp_path: Path
         await log.append(record(3))
     await log.close()
     os.sync()
+
+
+def _blocking_sync(log: WalAuditLog) -> tuple[threading.Event, threading.Event]:
+    """Make the writer's next fdatasync wait: returns (entered, release)."""
+    entered, release = threading.Event(), threading.Event()
+    real = log._sync
+
+    def blocked() -> None:
+        entered.set()
+        release.wait(10)
+        real()
+
+    log._sync = blocked  # type: ignore[method-assign]
+    return entered, release
+
+
+async def test_batch_policy_acknowledges_only_after_fdatasync(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    entered, release = _blocking_sync(log)
+    task = asyncio.create_task(log.append(record(1)))
+    assert await asyncio.to_thread(entered.wait, 10)
+    await asyncio.sleep(0)  # give a wrongly early acknowledgement every chance to land
+    assert not task.done(), "acknowledged before the data was synced"
+    release.set()
+    assert await task == 1
+    await log.close()
+
+
+async def test_interval_policy_acknowledges_before_fdatasync(tmp_path: Path) -> None:
+    log = open_log(tmp_path, fsync=FsyncPolicy.INTERVAL, fsync_interval=0.001)
+    entered, release = _blocking_sync(log)
+    try:
+        assert await log.append(record(1)) == 1  # returns although the sync is held
+        assert await asyncio.to_thread(entered.wait, 10)
+    finally:
+        release.set()
+    await log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.size == 1
+    await reopened.close()
