@@ -133,9 +133,11 @@ def load_pruned(
         leaves = (directory / PRUNED_LEAVES).read_bytes()
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise AuditCorrupted(f"retention record unreadable ({exc})", where=str(meta_path)) from None
-    if len(leaves) != 32 * size or len(chain) != 32:
+    # Retention writes the leaf hashes first, then the size: a crash in between leaves extra
+    # hashes that are simply not used (they are re-derived from the segments still present).
+    if len(leaves) < 32 * size or len(chain) != 32:
         raise AuditCorrupted("pruned leaf hashes do not match the pruned size", where=str(meta_path))
-    state.tree.extend([leaves[i : i + 32] for i in range(0, len(leaves), 32)])
+    state.tree.extend([leaves[i : i + 32] for i in range(0, 32 * size, 32)])
     state.size, state.chain = size, chain
     keep = [(n, p) for n, p in segments if n.first_index > size]
     if segments and keep != segments[len(segments) - len(keep) :]:
