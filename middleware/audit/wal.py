@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import AuditCorrupted, AuditError, InvalidInput
-from .checkpoint import Checkpoint, Signer, Verifier, load_or_create_signer
+from .checkpoint import Checkpoint, Signer, load_or_create_signer
 from .merkle import MerkleTree
 from .record import AuditRecord, canonical_json
 from .segment import (
@@ -770,9 +770,3 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     _fsync_dir(path.parent)
-
-
-def read_vkey(directory: str | os.PathLike[str]) -> Verifier | None:
-    """The verifier key stored beside a node's log (None if absent)."""
-    path = Path(directory) / VKEY_FILE
-    return Verifier(path.read_text()) if path.exists() else None
