@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -24,17 +23,15 @@ from enum import StrEnum
 from pathlib import Path
 
 from ..errors import AuditCorrupted, AuditError, InvalidInput
+from . import retention
+from ._files import atomic_write, fsync_dir
 from .checkpoint import Checkpoint, Signer, load_or_create_signer
 from .merkle import MerkleTree
 from .record import AuditRecord, canonical_json
 from .segment import (
     CHECKPOINT,
     EVENT,
-    HEADER,
-    HEADER_SIZE,
     MAX_PAYLOAD,
-    PRUNED_LEAVES,
-    PRUNED_META,
     SEAL,
     SEGMENT,
     ChainState,
@@ -429,7 +426,7 @@ class WalAuditLog:
         assert cp is not None
         if self._dirty:
             self._sync()
-        _atomic_write(self._dir / CHECKPOINT_FILE, cp.note.encode())
+        atomic_write(self._dir / CHECKPOINT_FILE, cp.note.encode())
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -449,7 +446,7 @@ class WalAuditLog:
     def _rotate(self) -> None:
         self._seal()
         self._sealed_segments.append(
-            (
+            retention.SealedSegment(
                 SegmentName(self._seq, self._segment_first),
                 self._segment_path,
                 self._state.size,
@@ -490,7 +487,7 @@ class WalAuditLog:
                     f"the checkpoint key does not match {path}: refusing to sign this log with another key"
                 )
         else:
-            _atomic_write(path, (self._signer.vkey + "\n").encode())
+            atomic_write(path, (self._signer.vkey + "\n").encode())
 
     def _recover(self) -> RecoveryReport:
         """Scan every segment; cut a torn tail of the last one; refuse anything else.
@@ -507,7 +504,7 @@ class WalAuditLog:
             tmp.unlink()
             report.removed_temp.append(tmp.name)
         if report.removed_temp:
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         st = self._state
         all_segments = list_segments(self._dir)
         report.pruned, segments = load_pruned(self._dir, st, all_segments)
@@ -516,7 +513,7 @@ class WalAuditLog:
         report.segments = len(segments)
         self._seq, self._sealed_last = (segments[0][0].seq if segments else 0), True
         self._last_path: Path | None = None
-        self._sealed_segments: list[tuple[SegmentName, Path, int, int]] = []
+        self._sealed_segments: list[retention.SealedSegment] = []
         for i, (name, path) in enumerate(segments):
             last = i == len(segments) - 1
             data = path.read_bytes()
@@ -539,7 +536,7 @@ class WalAuditLog:
             self._seq, self._sealed_last, self._last_path = name.seq, sealed, path
             self._last_name_first = name.first_index
             if sealed:
-                self._sealed_segments.append((name, path, st.size, st.last_time_ns))
+                self._sealed_segments.append(retention.SealedSegment(name, path, st.size, st.last_time_ns))
             if last and self._last_path is not None and not self._last_path.exists():
                 self._last_path = None
         report.events = st.size
@@ -558,7 +555,7 @@ class WalAuditLog:
             with open(path, "r+b") as fh:
                 fh.truncate(offset)
                 os.fsync(fh.fileno())
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
 
     def _check_checkpoint_file(self) -> None:
         path = self._dir / CHECKPOINT_FILE
@@ -609,7 +606,7 @@ class WalAuditLog:
             os.write(fd, frame)
             os.fsync(fd)
             os.rename(tmp, final)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         except BaseException:
             os.close(fd)
             raise
@@ -648,7 +645,7 @@ class WalAuditLog:
         Only whole sealed segments entirely covered by a signed checkpoint go, oldest first;
         the open segment never does. Their leaf hashes stay (``pruned.leaves``) so roots,
         checkpoints and proofs of later records still verify. The removal itself is then
-        appended to the log as an ``audit.retention`` record.
+        appended to the log as an ``audit.retention`` record (see ``retention.py``).
 
         Args:
             max_age: Segments whose newest frame is older than this go.
@@ -663,61 +660,14 @@ class WalAuditLog:
         cutoff = (now_ns if now_ns is not None else time.time_ns()) - int(max_age.total_seconds() * 1e9)
         cp = self.latest_checkpoint()
         signed = cp.size if cp else 0
-        chosen: list[tuple[SegmentName, Path, int, int]] = []
-        for seg in list(self._sealed_segments):
-            _, path, last_index, last_ns = seg
-            if last_ns >= cutoff or last_index > signed or path == self._segment_path:
-                break
-            chosen.append(seg)
+        chosen = retention.choose(self._sealed_segments, cutoff, signed, self._segment_path)
         if not chosen:
             return []
         archive = Path(archive_dir) / self.node if archive_dir is not None else None
-        await asyncio.to_thread(self._prune, chosen, archive)
+        await asyncio.to_thread(retention.prune, self._dir, chosen, self._state.tree, archive)
         del self._sealed_segments[: len(chosen)]
-        names = [p.name for _, p, _, _ in chosen]
-        first = chosen[0][0].first_index
-        last = chosen[-1][2]
-        await self.append(
-            AuditRecord(
-                event_type="audit.retention",
-                component="audit",
-                node=self.node,
-                rule=f"retention max_age={int(max_age.total_seconds())}s",
-                outcome="archived" if archive else "deleted",
-                detail={
-                    "segments": names,
-                    "events": [first, last],
-                    "covered_by_checkpoint": signed,
-                    "archive_dir": str(archive) if archive else "",
-                },
-            )
-        )
-        return names
-
-    def _prune(self, chosen: list[tuple[SegmentName, Path, int, int]], archive: Path | None) -> None:
-        last_index = chosen[-1][2]
-        nxt = self._next_segment_path(chosen[-1][1])
-        with open(nxt, "rb") as fh:  # the next segment's header carries the chain where it starts
-            chain = HEADER.unpack_from(fh.read(HEADER_SIZE))[-1]
-        leaves = self._state.tree.leaf_hashes(last_index)
-        _atomic_write(self._dir / PRUNED_LEAVES, leaves)
-        _atomic_write(self._dir / PRUNED_META, canonical_json({"size": last_index, "chain": chain.hex()}))
-        if archive is not None:
-            archive.mkdir(parents=True, exist_ok=True)
-        for _, path, _, _ in chosen:
-            if archive is not None:
-                shutil.copy2(path, archive / path.name)
-                with open(archive / path.name, "rb") as fh:
-                    os.fsync(fh.fileno())
-            path.unlink()
-        if archive is not None:
-            shutil.copy2(self._dir / VKEY_FILE, archive / VKEY_FILE)
-            _fsync_dir(archive)
-        _fsync_dir(self._dir)
-
-    def _next_segment_path(self, path: Path) -> Path:
-        names = [p for _, p in list_segments(self._dir)]
-        return names[names.index(path) + 1]
+        await self.append(retention.record(self.node, max_age, chosen, signed, archive))
+        return [seg.path.name for seg in chosen]
 
 
 def _resolve(batch: list[_Item], *, error: BaseException) -> None:
@@ -752,21 +702,3 @@ def _fail_all(futs: list[asyncio.Future[int]], error: BaseException) -> None:
 def _fail(fut: asyncio.Future[int], error: BaseException) -> None:
     if not fut.done():
         fut.set_exception(error)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
