@@ -4,7 +4,7 @@ Both servers run in this process on loopback, one after the other, with the same
 message, the same concurrency and the same load generator (a separate process, so
 client and server do not share a GIL). The gateway runs the full governance path:
 request validation, routing by contract, input/output schema checks, SMF envelopes,
-goal verification, the durable (fsynced, hash-chained) audit log and Prometheus
+goal verification, the durable audit log (``WalAuditLog``, as ``agency serve`` uses it) and Prometheus
 metrics, with an in-process echo agent. The bare server answers the same RPC with
 the same-sized reply and nothing else.
 
@@ -90,8 +90,7 @@ Stop = Callable[[], Awaitable[None]]
 
 async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, Stop]:
     from middleware import Agency
-    from middleware.audit import MemoryAuditLog
-    from middleware.audit.opener import open_audit_log
+    from middleware.audit import MemoryAuditLog, WalAuditLog
     from middleware.grpc_api import build_server
     from middleware.metrics import MeteredAuditLog, Metrics
 
@@ -100,7 +99,7 @@ async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, 
 
     metrics = Metrics()
     (data_dir / "audit").mkdir(parents=True, exist_ok=True)
-    log = open_audit_log(data_dir / "audit") if audit == "file" else MemoryAuditLog()
+    log = WalAuditLog(data_dir / "audit", "bench") if audit == "file" else MemoryAuditLog()
     agency = Agency(audit=MeteredAuditLog(log, metrics))
     await agency.register(ECHO_CONTRACT, echo)
     agency.register_goal(ECHO_GOAL)
@@ -292,7 +291,7 @@ def main() -> int:
         "--audit",
         choices=["file", "memory"],
         default="file",
-        help="gateway audit backend: file = durable (the target configuration); memory = diagnosis only",
+        help="gateway audit backend: file = the durable WAL (the target configuration); memory = diagnosis",
     )
     p.add_argument("--profile", help="write a cProfile of the gateway run to this file")
     return asyncio.run(run(p.parse_args()))

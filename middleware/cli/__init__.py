@@ -22,8 +22,10 @@ COMMAND_MODULES = [
     "middleware.cli.trace",
     "middleware.cli.health",
     "middleware.cli.config",
+    "middleware.cli.audit",
     "middleware.cli.goal",
     "middleware.cli.smf",
+    "middleware.cli.contracts",
 ]
 
 

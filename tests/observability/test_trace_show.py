@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import pytest
 
 from middleware import Agency
-from middleware.audit import FileAuditLog
+from middleware.audit import WalAuditLog
 from middleware.cli import main
 from middleware.cli.demo import run_demo
 from middleware.demo import build_demo_agency
@@ -18,7 +18,8 @@ from middleware.demo import build_demo_agency
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    """A data dir holding the demo's two tasks, plus one task whose text is hostile HTML."""
+    """A data dir holding the demo's two tasks, plus (from another node) one task whose text
+    is hostile HTML."""
     import asyncio
 
     d = tmp_path_factory.mktemp("data")
@@ -27,7 +28,8 @@ def demo_dir(tmp_path_factory):
         out = io.StringIO()
         await run_demo(d, as_json=True, out=out)
         first, second = json.loads(out.getvalue())
-        agency = await build_demo_agency(Agency(audit=FileAuditLog(d / "audit")))
+        # a second node writing its own log next to the demo's: trace show reads both
+        agency = await build_demo_agency(Agency(audit=WalAuditLog(d / "audit", "gateway-2")))
         hostile = await agency.submit(
             {"text": "<script>alert('x')</script> predict the stock price", "user_id": "<b>eve</b>"}
         )
@@ -131,3 +133,19 @@ def test_trace_show_reads_an_audit_dir_given_directly(demo_dir, capsys):
     data, first, _, _ = demo_dir
     assert main(["trace", "show", first["trace_id"], "--audit-dir", str(data / "audit")]) == 0
     assert f"trace {first['trace_id']}" in capsys.readouterr().out
+
+
+def test_trace_show_reads_the_json_lines_file_log_too(tmp_path, capsys):
+    import asyncio
+
+    from middleware.audit import FileAuditLog
+
+    async def go():
+        agency = await build_demo_agency(Agency(audit=FileAuditLog(tmp_path / "audit")))
+        outcome = await agency.submit({"text": "Predict next quarter's stock price"})
+        await agency.close()
+        return outcome
+
+    outcome = asyncio.run(go())
+    assert main(["trace", "show", outcome.trace_id, "--data-dir", str(tmp_path)]) == 0
+    assert "state rejected" in capsys.readouterr().out
