@@ -24,7 +24,7 @@ from .audit.record import Actors, AuditEventType
 from .catalog import Catalog, CatalogEntry
 from .config import AgencyConfig
 from .contracts import CapabilityContract
-from .errors import AgencyError, ContractViolation, InvalidInput, NotFound, Unavailable
+from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import Directive, ResolutionExecutor, StepCursor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict, verify_goal
@@ -266,7 +266,7 @@ class Agency:
         key = cursor.agent
         try:
             entry = await self.catalog.get(key)
-            agent = self.agents.get(key)
+            agent = self.agents.resolve(entry.contract)
         except NotFound as exc:
             raise _Failed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
@@ -276,14 +276,15 @@ class Agency:
         except ContractViolation as exc:
             raise _Failed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
         message = self._envelope(run, key, payload)
+        deadline = contract.slo_latency_ms * self.config.deadline_factor / 1000
         request = AgentRequest(
             message=message,
             contract=contract,
             task_id=run.request.task_id,
             step=step.name,
             attempt=cursor.attempt,
+            deadline_ms=deadline * 1000,
         )
-        deadline = contract.slo_latency_ms * self.config.deadline_factor / 1000
         await self._audit(
             run,
             AuditEventType.DISPATCH,
@@ -307,6 +308,8 @@ class Agency:
                     FailureType.TOOL_TIMEOUT,
                     f"{key} gave no answer within {deadline * 1000:.0f} ms (its SLO)",
                 ) from None
+            except AgentFailure as exc:  # the agent names its failure type itself
+                raise _Failed(FailureType.of(exc.failure_type), f"{key}: {exc}", **exc.context) from None
             except (ConnectionError, Unavailable) as exc:
                 raise _Failed(FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: {exc}") from None
             except AgencyError as exc:
@@ -569,6 +572,7 @@ class Agency:
         )
 
     async def close(self) -> None:
+        await self.agents.aclose()
         await self.audit.close()
 
 
