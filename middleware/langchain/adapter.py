@@ -169,7 +169,9 @@ class LangChainAgent:
         handler = self._handler(request)
         config = self._config(request, handler)
         try:
-            result = await (self._astream(value, config) if self.stream else self.runnable.ainvoke(value, config))
+            result = await (
+                self._astream(value, config) if self.stream else self.runnable.ainvoke(value, config)
+            )
         except Exception as exc:
             if handler is not None:
                 await handler.finish("error")
@@ -245,11 +247,8 @@ class LangChainAgent:
 
     # ----------------------------------------------------------------- helpers
     def _confidence(self, result: Any) -> float:
-        reported: Any = None
-        if callable(self.confidence):
-            reported = self.confidence(result)
-        else:
-            reported = _reported_confidence(result)
+        source = self.confidence
+        reported: Any = source(result) if callable(source) else _reported_confidence(result)
         if reported is None:
             return self.confidence if isinstance(self.confidence, int | float) else DEFAULT_CONFIDENCE
         if isinstance(reported, bool) or not isinstance(reported, int | float) or not 0 <= reported <= 1:

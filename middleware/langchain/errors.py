@@ -64,7 +64,11 @@ def failure_from_exception(
     ftype, context = _classify(exc)
     where = f"{source[0]} {source[1]!r}" if source else "runnable"
     prefix = f"{agent} " if agent else ""
-    context = {"cause": type(exc).__name__, **({"source": f"{source[0]}:{source[1]}"} if source else {}), **context}
+    context = {
+        "cause": type(exc).__name__,
+        **({"source": f"{source[0]}:{source[1]}"} if source else {}),
+        **context,
+    }
     return AgentFailure(
         ftype.value,
         f"{prefix}{where} raised {type(exc).__name__}: {exc}",

@@ -9,7 +9,6 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 
-
 async def no_sleep(_: float) -> None:
     return None
 
