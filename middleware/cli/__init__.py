@@ -19,6 +19,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.config",
 ]
 
 
