@@ -7,6 +7,7 @@ from .config import AgencyConfig, ServerConfig
 from .contracts import CapabilityContract
 from .errors import (
     AgencyError,
+    AgentFailure,
     AlreadyExists,
     AuditCorrupted,
     AuditError,
@@ -43,6 +44,7 @@ __all__ = [
     "AgencyConfig",
     "AgencyError",
     "Agent",
+    "AgentFailure",
     "AgentRegistry",
     "AgentReply",
     "AgentRequest",

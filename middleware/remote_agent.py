@@ -58,7 +58,7 @@ class RemoteAgent:
         if self._stub is None:
             if self._channel is None:  # opened lazily: a channel belongs to the running loop
                 self._channel = grpc.aio.insecure_channel(self.endpoint)
-            self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)
+            self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
 
     async def __call__(self, request: AgentRequest) -> AgentReply:

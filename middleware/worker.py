@@ -125,9 +125,8 @@ class Worker:
             InvalidInput: the gateway refused the contract (every problem named).
         """
         server = grpc.aio.server()
-        worker_pb2_grpc.add_AgentWorkerServicer_to_server(
-            AgentWorkerServicer({self.key: (self.contract, self.agent)}), server
-        )
+        servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)})
+        worker_pb2_grpc.add_AgentWorkerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -143,7 +142,7 @@ class Worker:
         for name in ("", _SERVICE):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._channel = grpc.aio.insecure_channel(self.gateway)
-        self._catalog = catalog_pb2_grpc.CatalogServiceStub(self._channel)
+        self._catalog = catalog_pb2_grpc.CatalogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         try:
             await self._register(wait=True)
         except BaseException:
