@@ -381,3 +381,48 @@ def test_output_parser_exception_maps_to_schema_violation_directly():
     from middleware.langchain import failure_from_exception
 
     assert failure_from_exception(OutputParserException("bad")).failure_type == "SCHEMA_VIOLATION"
+
+
+async def test_a_failing_audit_write_fails_the_call(agency):
+    from middleware import MemoryAuditLog
+    from middleware.errors import AuditError
+
+    class BrokenAudit(MemoryAuditLog):
+        async def append(self, record):
+            if record.event_type == "agent.step":
+                raise AuditError("disk full")
+            return await super().append(record)
+
+    chain = answer_prompt() | FakeListChatModel(responses=["x"]) | StrOutputParser()
+    agent = wrap_runnable(chain, contract("faq_agent", "answer_faq"), audit=BrokenAudit())
+    agency.failures.policy.max_retries = 0
+    await agency.register(agent.contract, agent)
+    outcome = await agency.submit({"text": "q", "input": {"question": "q"}})
+    assert outcome.state is not TaskState.COMPLETED
+    assert "disk full" in outcome.failures[0].detail
+
+
+async def test_steps_of_sync_code_inside_the_runnable_are_audited_too(agency):
+    # a sync tool calling a model: LangChain runs our async handler on a loop of its own in a
+    # worker thread; the records must still reach the audit log (which belongs to our loop)
+    inner_model = FakeListChatModel(responses=["inner answer"])
+
+    @tool
+    def ask_expert(question: str) -> str:
+        """Ask the expert model."""
+        return inner_model.invoke(question).content
+
+    model = ToolCallingFakeModel(
+        messages=scripted(
+            AIMessage(content="", tool_calls=[{"name": "ask_expert", "args": {"question": "?"}, "id": "1"}]),
+            AIMessage(content="done"),
+        )
+    )
+    agent = wrap_runnable(tool_agent(model, [ask_expert]), contract("a", "x"), audit=agency.audit)
+    await agency.register(agent.contract, agent)
+    outcome = await agency.submit({"text": "q", "input": {"question": "q"}})
+    assert outcome.state is TaskState.COMPLETED, outcome.reason
+    steps = [r for _, r in agency.audit.records() if r.event_type == "agent.step"]
+    names = [(r.detail["kind"], r.detail["name"]) for r in steps]
+    assert ("llm", "FakeListChatModel") in names and ("tool", "ask_expert") in names
+    assert {r.trace_id for r in steps} == {outcome.trace_id}
