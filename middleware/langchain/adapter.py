@@ -44,6 +44,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
+from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -276,10 +277,14 @@ class LangChainAgent:
 
     def _config(self, request: AgentRequest, handler: AuditCallbackHandler | None) -> RunnableConfig:
         config: RunnableConfig = {**self.config}
-        callbacks = list(config.get("callbacks") or [])  # type: ignore[arg-type]
         if handler is not None:
-            callbacks.append(handler)
-        config["callbacks"] = callbacks
+            existing = config.get("callbacks")
+            if isinstance(existing, BaseCallbackManager):  # a manager: add to a copy of it
+                manager = existing.copy()
+                manager.add_handler(handler, inherit=True)
+                config["callbacks"] = manager
+            else:
+                config["callbacks"] = [*(existing or []), handler]
         config["run_name"] = config.get("run_name") or request.contract.key
         config["tags"] = [*config.get("tags", []), "agency"]
         config["metadata"] = {

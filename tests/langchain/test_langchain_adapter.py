@@ -426,3 +426,32 @@ async def test_steps_of_sync_code_inside_the_runnable_are_audited_too(agency):
     names = [(r.detail["kind"], r.detail["name"]) for r in steps]
     assert ("llm", "FakeListChatModel") in names and ("tool", "ask_expert") in names
     assert {r.trace_id for r in steps} == {outcome.trace_id}
+
+
+async def test_the_users_own_callbacks_still_run(agency):
+    from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackHandler
+
+    seen: list[str] = []
+
+    class Mine(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized, messages, **kwargs):
+            seen.append("chat_model_start")
+
+    mine = Mine()
+    chain = answer_prompt() | FakeListChatModel(responses=["x"]) | StrOutputParser()
+    as_list = wrap_runnable(chain, contract("a", "x"), audit=agency.audit, config={"callbacks": [Mine()]})
+    as_manager = wrap_runnable(
+        chain,
+        contract("b", "y"),
+        audit=agency.audit,
+        config={"callbacks": AsyncCallbackManager([mine], inheritable_handlers=[mine])},
+    )
+    await agency.register(as_list.contract, as_list)
+    await agency.register(as_manager.contract, as_manager)
+    for action in ("x", "y"):
+        outcome = await agency.submit(
+            {"text": "q", "input": {"question": "q"}, "constraints": {"action": action}}
+        )
+        assert outcome.state is TaskState.COMPLETED, outcome.reason
+    assert seen == ["chat_model_start", "chat_model_start"]
+    assert len([r for _, r in agency.audit.records() if r.event_type == "agent.step"]) == 4
