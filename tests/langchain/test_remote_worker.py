@@ -19,7 +19,16 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 from lc_helpers import contract, no_sleep
 
-from middleware import Agency, AgentRequest, FailureType, NotFound, ResolutionKind, TaskState
+from middleware import (
+    Agency,
+    AgentRequest,
+    FailureType,
+    FileAuditLog,
+    MemoryAuditLog,
+    NotFound,
+    ResolutionKind,
+    TaskState,
+)
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from middleware.errors import AgentFailure, InvalidInput, Unavailable
 from middleware.grpc_api import build_server
@@ -49,7 +58,7 @@ async def gateway():
 
 async def test_worker_registers_serves_through_the_gateway_and_deregisters(gateway, tmp_path):
     agency, address, channel = gateway
-    worker_audit = __import__("middleware").MemoryAuditLog()
+    worker_audit = MemoryAuditLog()
     agent = wrap_runnable(
         faq_chain("Covered for 12 months."),
         contract("faq_agent", "answer_faq", input_schema={"type": "object", "required": ["question"]}),
@@ -193,7 +202,7 @@ def test_agent_failure_refuses_unknown_failure_types():
         AgentFailure("NOT_A_TYPE", "x")
 
 
-async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gateway):
+async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gateway, tmp_path):
     agency, address, channel = gateway
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = await asyncio.create_subprocess_exec(
@@ -207,6 +216,8 @@ async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gat
         address,
         "--heartbeat",
         "0.2",
+        "--audit-dir",
+        str(tmp_path / "worker-audit"),
         cwd=ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
@@ -237,3 +248,7 @@ async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gat
     assert "registered at" in out and "deregistered and stopped" in out
     with pytest.raises(NotFound):
         await agency.catalog.get("warranty_faq@1.0.0")
+    # the worker's own audit log holds the chain's inner steps under the gateway's trace id
+    inner = [r for _, r in FileAuditLog(tmp_path / "worker-audit").records() if r.event_type == "agent.step"]
+    assert {r.detail["kind"] for r in inner} == {"llm", "runnable"}
+    assert {r.trace_id for r in inner} == {outcome.trace_id}
