@@ -28,17 +28,20 @@ from .status import rpc
 __all__ = ["AgentWorkerServicer", "invoke_failure"]
 
 
-def invoke_failure(exc: BaseException, key: str) -> worker_pb2.AgentFailure:
-    """The typed failure for an exception raised by an agent (as the pipeline would type it)."""
+def invoke_failure(exc: BaseException) -> worker_pb2.AgentFailure:
+    """The typed failure for an exception raised by an agent (as the pipeline would type it).
+
+    The detail does not name the agent: the gateway prefixes the contract key.
+    """
     context: dict[str, Any] = {}
     if isinstance(exc, AgentFailure):
         ftype, detail, context = exc.failure_type, str(exc), exc.context
     elif isinstance(exc, TimeoutError):
-        ftype, detail = FailureType.TOOL_TIMEOUT.value, f"{key} gave no answer within its deadline"
+        ftype, detail = FailureType.TOOL_TIMEOUT.value, "gave no answer within its deadline"
     elif isinstance(exc, ConnectionError | Unavailable):
-        ftype, detail = FailureType.TOOL_UNAVAILABLE.value, f"{key} unavailable: {exc}"
+        ftype, detail = FailureType.TOOL_UNAVAILABLE.value, f"unavailable: {exc}"
     else:
-        ftype, detail = FailureType.TOOL_ERROR.value, f"{key} raised {type(exc).__name__}: {exc}"
+        ftype, detail = FailureType.TOOL_ERROR.value, f"raised {type(exc).__name__}: {exc}"
     return worker_pb2.AgentFailure(
         type=ftype, detail=detail, context_json=json.dumps(context, ensure_ascii=False, default=str)
     )
@@ -75,19 +78,19 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
                 raw = await call_agent(agent, agent_request)
         except ContractViolation as exc:
             failure = AgentFailure(FailureType.SCHEMA_VIOLATION, str(exc), context={"direction": "input"})
-            return worker_pb2.InvokeResponse(failure=invoke_failure(failure, contract.key))
+            return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
         except Exception as exc:  # an agent's failure is data for the gateway, not a crash
-            return worker_pb2.InvokeResponse(failure=invoke_failure(exc, contract.key))
+            return worker_pb2.InvokeResponse(failure=invoke_failure(exc))
         reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
         try:
             output_json = json.dumps(reply.output, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             failure = AgentFailure(
                 FailureType.SCHEMA_VIOLATION,
-                f"{contract.key} returned an output that is not JSON: {exc}",
+                f"returned an output that is not JSON: {exc}",
                 context={"direction": "output"},
             )
-            return worker_pb2.InvokeResponse(failure=invoke_failure(failure, contract.key))
+            return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
         result = worker_pb2.InvokeResult(output_json=output_json, confidence_score=reply.confidence_score)
         if reply.provenance is not None:
             result.provenance.CopyFrom(

@@ -179,7 +179,7 @@ class LangChainAgent:
             if isinstance(exc, AgentFailure):
                 raise
             source = handler.last_error[:2] if handler and handler.last_error else None
-            raise failure_from_exception(exc, agent=contract.key, source=source) from exc
+            raise failure_from_exception(exc, source=source) from exc
         finally:
             if handler is not None:  # cancelled by the deadline: record what was in flight
                 await handler.finish("unfinished")
@@ -226,7 +226,7 @@ class LangChainAgent:
         """The JSON output for the runnable's ``result``."""
         mapping = self.output_mapping
         if callable(mapping) and not isinstance(mapping, str):
-            return _jsonable(mapping(result), self.contract.key)
+            return _jsonable(mapping(result))
         if isinstance(mapping, str):
             data = _plain(result)
             if mapping.startswith("$"):
@@ -238,13 +238,13 @@ class LangChainAgent:
             if not found:
                 raise AgentFailure(
                     FailureType.SCHEMA_VIOLATION,
-                    f"{self.contract.key}: output_mapping {mapping!r} found nothing in the result",
+                    f"output_mapping {mapping!r} found nothing in the result",
                     context={"direction": "output"},
                 )
-            return _jsonable(picked, self.contract.key)
+            return _jsonable(picked)
         if isinstance(result, dict) and _is_message_list(result.get("messages")):
             return _message_text(result["messages"][-1])
-        return _jsonable(_plain(result), self.contract.key)
+        return _jsonable(_plain(result))
 
     # ----------------------------------------------------------------- helpers
     def _confidence(self, result: Any) -> float:
@@ -255,7 +255,7 @@ class LangChainAgent:
         if isinstance(reported, bool) or not isinstance(reported, int | float) or not 0 <= reported <= 1:
             raise AgentFailure(
                 FailureType.SCHEMA_VIOLATION,
-                f"{self.contract.key}: reported confidence {reported!r} is not a number within 0..1",
+                f"reported confidence {reported!r} is not a number within 0..1",
                 context={"direction": "output", "field": "confidence"},
             )
         return float(reported)
@@ -310,9 +310,7 @@ class LangChainAgent:
             except TypeError:
                 final = chunk
         if not got:
-            raise AgentFailure(
-                FailureType.TOOL_ERROR, f"{self.contract.key}: the runnable streamed no output"
-            )
+            raise AgentFailure(FailureType.TOOL_ERROR, "the runnable streamed no output")
         return final
 
 
@@ -393,14 +391,14 @@ def _plain(result: Any) -> Any:
     return result
 
 
-def _jsonable(value: Any, key: str) -> Any:
+def _jsonable(value: Any) -> Any:
     value = _plain(value)
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise AgentFailure(
             FailureType.SCHEMA_VIOLATION,
-            f"{key}: output is not JSON ({exc}); set output_mapping to convert it",
+            f"output is not JSON ({exc}); set output_mapping to convert it",
             context={"direction": "output"},
         ) from None
     return value

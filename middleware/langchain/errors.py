@@ -48,14 +48,11 @@ _CONNECTION_NAMES = (
 _TIMEOUT_NAMES = ("APITimeoutError", "ModelTimeoutError", "ReadTimeout", "ConnectTimeout", "TimeoutException")
 
 
-def failure_from_exception(
-    exc: BaseException, *, agent: str = "", source: tuple[str, str] | None = None
-) -> AgentFailure:
+def failure_from_exception(exc: BaseException, *, source: tuple[str, str] | None = None) -> AgentFailure:
     """The :class:`AgentFailure` for an exception raised by a runnable.
 
     Args:
         exc: What the runnable raised.
-        agent: Contract key of the wrapped agent (for the message).
         source: ``(kind, name)`` of the inner step that raised (``("tool", "lookup_order")``),
             when known from the audit callback.
     """
@@ -63,7 +60,6 @@ def failure_from_exception(
         return exc
     ftype, context = _classify(exc)
     where = f"{source[0]} {source[1]!r}" if source else "runnable"
-    prefix = f"{agent} " if agent else ""
     context = {
         "cause": type(exc).__name__,
         **({"source": f"{source[0]}:{source[1]}"} if source else {}),
@@ -71,7 +67,7 @@ def failure_from_exception(
     }
     return AgentFailure(
         ftype.value,
-        f"{prefix}{where} raised {type(exc).__name__}: {exc}",
+        f"{where} raised {type(exc).__name__}: {exc}",
         cause=exc,
         context=context,
     )
