@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "Install the extra: pip install 'agency-middleware[langchain]'"
     ) from exc
 
-from .adapter import DEFAULT_CONFIDENCE, LangChainAgent, contract_variables, wrap_runnable
+from .adapter import DEFAULT_CONFIDENCE, LangChainAgent, as_messages, contract_variables, wrap_runnable
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 
@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "AuditCallbackHandler",
     "LangChainAgent",
+    "as_messages",
     "contract_variables",
     "failure_from_exception",
     "wrap_runnable",

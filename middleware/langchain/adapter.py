@@ -23,7 +23,8 @@ HumanMessage(content)]`` (a dict content is sent as JSON); any other runnable ge
 the content dict plus the contract variables, or ``{"input": text, ...}`` for text.
 ``input_mapping`` may instead be a variable name (text content goes under it), a
 ``{variable: "$.json.path"}`` mapping into the content, or a callable taking the
-:class:`~middleware.agents.AgentRequest`.
+:class:`~middleware.agents.AgentRequest` (:func:`as_messages` is the one for LangGraph
+agents: ``{"messages": [SystemMessage(contract), HumanMessage(content)]}``).
 
 Output (``output_mapping=None``): a message gives its text content; a LangGraph
 state ``{"messages": [...]}`` gives the last message's content; a pydantic model is
@@ -60,7 +61,7 @@ from ..smf import Provenance
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 
-__all__ = ["DEFAULT_CONFIDENCE", "LangChainAgent", "contract_variables", "wrap_runnable"]
+__all__ = ["DEFAULT_CONFIDENCE", "LangChainAgent", "as_messages", "contract_variables", "wrap_runnable"]
 
 #: Confidence of a result that reports none (see the module docstring for why 0.8).
 DEFAULT_CONFIDENCE = 0.8
@@ -218,9 +219,9 @@ class LangChainAgent:
             return messages
         else:
             value = dict(content) if isinstance(content, dict) else {"input": _text(content)}
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not _is_message_list(value.get("messages")):
             return {**variables, **value}
-        return value
+        return value  # a message state (LangGraph) carries the contract in its system message
 
     def map_output(self, result: Any) -> Any:
         """The JSON output for the runnable's ``result``."""
@@ -312,6 +313,20 @@ class LangChainAgent:
         if not got:
             raise AgentFailure(FailureType.TOOL_ERROR, "the runnable streamed no output")
         return final
+
+
+def as_messages(request: AgentRequest) -> dict[str, list[BaseMessage]]:
+    """An ``input_mapping`` for message-state runnables (LangGraph agents, ``create_react_agent``).
+
+    Gives ``{"messages": [SystemMessage(contract text), HumanMessage(content)]}``
+    (a dict content is sent as JSON).
+    """
+    return {
+        "messages": [
+            SystemMessage(contract_variables(request.contract)["contract"]),
+            HumanMessage(_text(request.input)),
+        ]
+    }
 
 
 def wrap_runnable(

@@ -455,3 +455,24 @@ async def test_the_users_own_callbacks_still_run(agency):
         assert outcome.state is TaskState.COMPLETED, outcome.reason
     assert seen == ["chat_model_start", "chat_model_start"]
     assert len([r for _, r in agency.audit.records() if r.event_type == "agent.step"]) == 4
+
+
+async def test_a_message_state_graph_gets_messages_and_answers_with_its_last_message(agency):
+    from middleware.langchain import as_messages
+
+    received: list[Any] = []
+
+    def graph(state: dict[str, Any]) -> dict[str, Any]:  # what a compiled LangGraph agent does
+        received.append(state)
+        return {"messages": [*state["messages"], AIMessage("Covered for 12 months.")]}
+
+    c = contract("graph_agent", "answer_faq", cannot_do=["issue_refund"])
+    agent = wrap_runnable(RunnableLambda(graph), c, input_mapping=as_messages)
+    await agency.register(agent.contract, agent)
+    outcome = await agency.submit({"text": "q", "input": {"question": "covered?"}})
+    assert outcome.output == "Covered for 12 months."
+    (state,) = received
+    assert set(state) == {"messages"}  # no contract variables leak into the graph's state
+    system, human = state["messages"]
+    assert isinstance(system, SystemMessage) and "You must never: issue_refund" in system.content
+    assert isinstance(human, HumanMessage) and human.content == '{"question": "covered?"}'
