@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from ._model import Model
 from .failures import FailurePolicy
@@ -40,13 +40,27 @@ class ServerConfig(Model):
     address: str = Field(default="127.0.0.1:50051", description="host:port the gRPC server listens on.")
     data_dir: Path = Field(default=Path("agency-data"), description="Where the audit log is written.")
     grace_seconds: float = Field(default=5.0, ge=0, description="Drain time on SIGTERM.")
+    metrics_address: str = Field(
+        default="127.0.0.1:9464", description="host:port of the Prometheus /metrics endpoint; empty = off."
+    )
     agency: AgencyConfig = Field(default_factory=AgencyConfig)
+
+    @field_validator("address", "metrics_address")
+    @classmethod
+    def _address(cls, v: str, info: ValidationInfo) -> str:
+        if info.field_name == "metrics_address" and not v.strip():
+            return ""
+        host, sep, port = v.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535 or " " in host:
+            raise ValueError(f"{v!r} is not host:port (e.g. 127.0.0.1:50051, [::]:50051, port 0 = any)")
+        return v.strip()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> ServerConfig:
         """Defaults, then ``given`` (e.g. CLI flags), with ``AGENCY_*`` variables filling gaps.
 
-        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``.
+        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``,
+        ``AGENCY_METRICS_ADDRESS``.
         Explicitly given values win over the environment.
         """
         env = os.environ if env is None else env
@@ -55,6 +69,8 @@ class ServerConfig(Model):
             data["address"] = env["AGENCY_ADDRESS"]
         if "AGENCY_DATA_DIR" in env:
             data["data_dir"] = env["AGENCY_DATA_DIR"]
+        if "AGENCY_METRICS_ADDRESS" in env:
+            data["metrics_address"] = env["AGENCY_METRICS_ADDRESS"]
         if "AGENCY_NODE_ID" in env:
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
         data.update({k: v for k, v in given.items() if v is not None})

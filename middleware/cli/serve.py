@@ -7,10 +7,15 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
 
 from ..audit import FileAuditLog
 from ..config import ServerConfig
+from ..errors import Unavailable
 from ..grpc_api import build_server
+from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
 
 log = logging.getLogger("agency.serve")
@@ -28,6 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
     p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
     p.add_argument(
+        "--metrics-address",
+        help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -36,31 +45,50 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = ServerConfig.from_env(address=args.address, data_dir=args.data_dir)
+    config = ServerConfig.from_env(
+        address=args.address, data_dir=args.data_dir, metrics_address=args.metrics_address
+    )
     return asyncio.run(serve(config, demo=args.demo))
 
 
-async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or until ``stop`` is set on the returned server)."""
-    audit = FileAuditLog(Path(config.data_dir) / "audit")
+async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event | None = None) -> int:
+    """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
+    metrics = Metrics()
+    audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
     agency = Agency(audit=audit, config=config.agency)
-    if demo:
-        from ..demo import build_demo_agency
+    metrics_server = None
+    try:
+        if demo:
+            from ..demo import build_demo_agency
 
-        await build_demo_agency(agency)
-    server = build_server(agency, config.address)
-    await server.start()
-    host = config.address.rsplit(":", 1)[0]
-    print(f"agency: serving on {host}:{server.port} (audit log: {audit.location})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
-    print("agency: shutting down (draining in-flight calls)", flush=True)
-    await server.stop(config.grace_seconds)
-    await agency.close()
+            await build_demo_agency(agency)
+        server = build_server(agency, config.address)
+        if config.metrics_address:
+            metrics_server = _start_metrics(config.metrics_address, metrics)
+        await server.start()
+        host = config.address.rsplit(":", 1)[0]
+        print(f"agency: serving on {host}:{server.port} (audit log: {audit.location})", flush=True)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("agency: shutting down (draining in-flight calls)", flush=True)
+        await server.stop(config.grace_seconds)
+    finally:
+        await agency.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _start_metrics(address: str, metrics: Metrics) -> WSGIServer:
+    host, _, port = address.rpartition(":")
+    try:
+        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    except OSError as exc:
+        raise Unavailable(f"cannot serve metrics on {address}: {exc}") from None
+    print(f"agency: metrics on http://{host}:{server.server_port}/metrics", flush=True)
+    return server

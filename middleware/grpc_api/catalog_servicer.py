@@ -15,7 +15,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self._agency = agency
 
     @rpc
-    async def Register(  # noqa: N802 - gRPC method names
+    async def Register(
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = contract_from_pb(request.contract)
@@ -23,13 +23,13 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         return entry_to_pb(entry)
 
     @rpc
-    async def Get(  # noqa: N802
+    async def Get(
         self, request: catalog_pb2.GetCapabilityRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         return entry_to_pb(await self._agency.catalog.get(request.key))
 
     @rpc
-    async def Query(  # noqa: N802
+    async def Query(
         self, request: catalog_pb2.QueryRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.QueryResponse:
         entries = await self._agency.catalog.query(query_from_pb(request))
