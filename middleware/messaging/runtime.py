@@ -586,9 +586,11 @@ class Runtime:
 
     async def shutdown_child(self, run: ChildRun) -> ChildResult:
         """Stop a child; its final state becomes ``shut_down`` (unless it had already finished)."""
-        if run.task is not None and not run.task.done():
-            run.task.cancel()
-            await asyncio.gather(run.task, return_exceptions=True)
+        task = run.task
+        while task is not None and not task.done():
+            # A library may swallow one cancellation (redis-py can, mid-command): insist.
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.05)
         return await self.wait_child(run)
 
     # ------------------------------------------------------------------ plumbing

@@ -23,5 +23,3 @@ async def env(request: pytest.FixtureRequest, redis_client: Any, redis_prefix: s
     keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
     if keys:
         await client.delete(*keys)
-
-

@@ -267,7 +267,11 @@ async def test_topic_acls_decide_who_may_publish_and_subscribe(env: Env) -> None
     acl = TopicACL()
     acl.allow("finance.*", publishers=["cfo"], subscribers=["auditor"])
     po = env.office(acl=acl)
-    cfo, intern, auditor = await register(po, "cfo"), await register(po, "intern"), await register(po, "auditor")
+    cfo, intern, auditor = (
+        await register(po, "cfo"),
+        await register(po, "intern"),
+        await register(po, "auditor"),
+    )
     with pytest.raises(PermissionDenied):
         await po.subscribe(intern.token, "finance.review")
     await po.subscribe(auditor.token, "finance.review")
@@ -275,8 +279,12 @@ async def test_topic_acls_decide_who_may_publish_and_subscribe(env: Env) -> None
     with pytest.raises(PermissionDenied):
         await po.publish(intern.token, "finance.review", msg, signature=intern.sign(msg))
     msg = cfo.message("finance.review", "Q3 numbers")
-    assert (await po.publish(cfo.token, "finance.review", msg, signature=cfo.sign(msg))).recipients == ("auditor",)
-    refused = [r for r in env.events(AuditEventType.MESSAGE_REJECTED) if r.detail.get("topic") == "finance.review"]
+    assert (await po.publish(cfo.token, "finance.review", msg, signature=cfo.sign(msg))).recipients == (
+        "auditor",
+    )
+    refused = [
+        r for r in env.events(AuditEventType.MESSAGE_REJECTED) if r.detail.get("topic") == "finance.review"
+    ]
     assert refused and refused[0].actors.agent == "intern"
 
 
