@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -11,10 +11,8 @@ from middleware.audit import MemoryAuditLog
 from middleware.audit.record import AuditRecord
 from middleware.messaging import (
     ManualClock,
-    MemoryMailbox,
     PostOffice,
     PostOfficeConfig,
-    RedisMailbox,
     generate_key,
     public_key_b64,
     sign_message,

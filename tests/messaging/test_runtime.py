@@ -9,7 +9,7 @@ import pytest
 
 from middleware._model import Model
 from middleware.audit.record import AuditEventType
-from middleware.errors import FailedPrecondition, InvalidInput, PermissionDenied
+from middleware.errors import DeadlineExceeded, FailedPrecondition, InvalidInput, PermissionDenied
 from middleware.messaging import Flows, Handoff, Runtime, SendMessage, Turn
 
 from .helpers import Env
@@ -95,7 +95,7 @@ async def test_one_message_in_flight_per_thread_and_recipient_and_the_guard_does
     boss, other_boss, worker = flows.agent("boss"), flows.agent("other-boss"), flows.agent("worker")
     _ = boss > worker
     _ = other_boss > worker
-    release = asyncio.Event()
+    release, t1_started = asyncio.Event(), asyncio.Event()
     active: dict[str, int] = {}
     peak: dict[str, int] = {}
     order: list[str] = []
@@ -105,6 +105,7 @@ async def test_one_message_in_flight_per_thread_and_recipient_and_the_guard_does
         peak[turn.thread_id] = max(peak.get(turn.thread_id, 0), active[turn.thread_id])
         order.append(f"start {turn.input}")
         if turn.input.startswith("t1"):
+            t1_started.set()
             await release.wait()
         order.append(f"end {turn.input}")
         active[turn.thread_id] -= 1
@@ -125,8 +126,7 @@ async def test_one_message_in_flight_per_thread_and_recipient_and_the_guard_does
         await rt.add_agent(other_boss, boss_fn)
         await rt.add_agent(worker, worker_fn)
         t1 = asyncio.ensure_future(rt.conversation("boss", thread_id="thread-1").user_turn("t1"))
-        while "start t1-first" not in order:
-            await asyncio.sleep(0)
+        await asyncio.wait_for(t1_started.wait(), 5)
         # Another thread is not blocked by thread-1's in-flight message.
         assert await rt.conversation("other-boss", thread_id="thread-2").user_turn("t2") == [
             "did t2-first",
@@ -214,6 +214,7 @@ async def test_notify_queues_until_the_next_turn_and_wake_starts_one_at_the_turn
     running = 0
     peak = 0
     turns: list[tuple[Any, list[Any]]] = []
+    long_job_started = asyncio.Event()
 
     async def worker_fn(turn: Turn) -> str:
         nonlocal running, peak
@@ -221,6 +222,7 @@ async def test_notify_queues_until_the_next_turn_and_wake_starts_one_at_the_turn
         peak = max(peak, running)
         turns.append((turn.input, [r.message.content for r in turn.inbox]))
         if turn.input == "long job":
+            long_job_started.set()
             await gate.wait()
         running -= 1
         return "ok"
@@ -236,12 +238,11 @@ async def test_notify_queues_until_the_next_turn_and_wake_starts_one_at_the_turn
 
         # Busy worker: a wake-up must not start a second, concurrent turn.
         busy = asyncio.ensure_future(rt.conversation("worker").user_turn("long job"))
-        while not turns:
-            await asyncio.sleep(0)
+        await asyncio.wait_for(long_job_started.wait(), 5)
         assert turns == [("long job", ["fyi: new docs"])]  # the notify was read at the boundary
         await rt.post("lead", "worker", "urgent: fix prod", trigger_turn=True)
-        for _ in range(20):
-            await asyncio.sleep(0)
+        with pytest.raises(DeadlineExceeded):  # busy: the wake waits for the turn boundary
+            await rt.wait_idle("worker", timeout=0.2)
         assert len(turns) == 1 and running == 1
         gate.set()
         await busy
