@@ -51,6 +51,7 @@ async def test_health_and_fail_fast_follow_a_redis_outage():
     server = None
     monitor = None
     try:
+
         async def flip(healthy: bool) -> None:
             await server.set_serving(healthy)
 
