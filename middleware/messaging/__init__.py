@@ -2,7 +2,8 @@
 
 - :mod:`.flows` — who may message whom, and with which tool (``a > b > c``).
 - :mod:`.runtime` — send_message sub-calls, handoffs, mailbox posts with
-  notify-or-wake, child runs with a completion watcher.
+  notify-or-wake, child runs with a completion watcher; :mod:`.conversation` —
+  user turns and who answers them.
 - :mod:`.post_office` — authenticated, signed, audited point-to-point, topic and
   broadcast delivery; at-least-once with ack, dedupe, TTL, dead letters.
 - :mod:`.mailbox` — the transport interface; :mod:`.memory_mailbox` (embedded
@@ -11,6 +12,7 @@
 """
 
 from .clock import Clock, ManualClock, system_clock
+from .conversation import Conversation
 from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
 from .identity import (
     IdentityRegistry,
@@ -35,7 +37,7 @@ from .post_office import (
     SendResult,
 )
 from .redis_mailbox import RedisMailbox
-from .runtime import ChildResult, ChildRun, Conversation, Runtime, Turn, TurnContext
+from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
 
 __all__ = [
     "BROADCAST",

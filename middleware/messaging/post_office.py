@@ -328,7 +328,7 @@ class PostOffice:
             await self._reject(sender, msg, exc, kind)
             raise
         if (signature or self.config.require_signatures) and not self.identity.verify(msg, signature):
-            exc = PermissionDenied(
+            forged = PermissionDenied(
                 f"the signature of message {msg.message_id!r} does not verify "
                 f"with {sender!r}'s registered key",
                 details={"cause": "BAD_SIGNATURE", "message_id": msg.message_id},
@@ -338,10 +338,10 @@ class PostOffice:
                 "refused",
                 sender,
                 {"message_id": msg.message_id, "receiver": msg.receiver, "kind": kind, "stage": "send"},
-                exc,
+                forged,
                 trace_id=msg.trace_id,
             )
-            raise exc
+            raise forged
         return sender, msg
 
     def _check_size(self, msg: SMFMessage) -> None:

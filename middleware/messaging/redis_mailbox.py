@@ -104,8 +104,10 @@ class RedisMailbox:
         self._enqueue = client.register_script(_ENQUEUE)
         self._receive = client.register_script(_RECEIVE)
         self._groups: set[str] = set()
+        self._touched: set[str] = set()  # mailboxes this instance used (for purge)
 
     def _key(self, mailbox: str) -> str:
+        self._touched.add(mailbox)
         return f"{self._prefix}mbox:{mailbox}"
 
     async def _ensure_group(self, key: str, *, force: bool = False) -> None:
@@ -147,15 +149,16 @@ class RedisMailbox:
         await self._ensure_group(key)
         idle_ms = max(int(visibility_timeout * 1000), 1)
         try:
-            out, lost = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
+            reply: Any = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
         except ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self._ensure_group(key, force=True)  # the stream was deleted under us
-            out, lost = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
+            reply = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
+        out, lost = reply
         deliveries = [Delivery(_s(i), bytes(d), int(n)) for i, d, n in out]
         if not deliveries and not lost and block > 0:
-            resp = await self._r.xreadgroup(
+            resp: Any = await self._r.xreadgroup(
                 GROUP, consumer, {key: ">"}, count=count, block=max(int(block * 1000), 1)
             )
             for _, entries in resp or []:
@@ -213,7 +216,7 @@ class RedisMailbox:
         await pipe.execute()
 
     async def dead_letters(self, mailbox: str, *, limit: int = 100) -> list[DeadLetter]:
-        rows = await self._r.xrange(f"{self._prefix}dlq:{mailbox}", count=limit)
+        rows: Any = await self._r.xrange(f"{self._prefix}dlq:{mailbox}", count=limit)
         return [
             DeadLetter(
                 entry_id=_s(f[b"entry"]),
@@ -235,6 +238,12 @@ class RedisMailbox:
         key = self._key(mailbox)
         await self._r.delete(key, f"{self._prefix}dlq:{mailbox}", f"{self._prefix}done:{mailbox}")
         self._groups.discard(key)
+
+    async def purge(self) -> None:
+        """Delete every key of every mailbox this instance has used (tests, benchmarks)."""
+        for mailbox in list(self._touched):
+            await self.delete(mailbox)
+        self._touched.clear()
 
     async def close(self) -> None:
         """Nothing to release: the Redis client belongs to the caller."""

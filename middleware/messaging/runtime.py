@@ -43,15 +43,15 @@ from ..audit import AuditRecord
 from ..audit.record import Actors, AuditEventType
 from ..errors import AgencyError, DeadlineExceeded, FailedPrecondition, NotFound
 from ..smf import Provenance, SMFMessage, new_id
+from .conversation import Conversation
 from .flows import AgentHandle, Flows, Handoff, SendMessage
 from .identity import generate_key, public_key_b64, sign_message
 from .post_office import PostOffice, Received
 
-__all__ = ["ChildResult", "ChildRun", "Conversation", "Runtime", "Turn", "TurnContext"]
+__all__ = ["ChildResult", "ChildRun", "Runtime", "Turn", "TurnContext"]
 
 #: The identity the completion watcher posts as (exempt from the flows).
 WATCHER = "runtime.watcher"
-MAX_HANDOFFS_PER_TURN = 8
 
 AgentFn = Callable[["Turn"], Any]
 ChildState = Literal["completed", "errored", "shut_down"]
@@ -634,48 +634,6 @@ class Runtime:
                 detail=detail,
             )
         )
-
-
-class Conversation:
-    """A user's conversation: user turns go to the active agent; a handoff changes it."""
-
-    def __init__(self, runtime: Runtime, entry: str, thread_id: str) -> None:
-        self.runtime = runtime
-        self.active = entry
-        self.thread_id = thread_id
-        self.history: list[dict[str, Any]] = []
-
-    async def user_turn(self, text: str) -> Any:
-        """Run the active agent on ``text``; follow handoffs; return the final output."""
-        rt = self.runtime
-        self.history.append({"role": "user", "content": text})
-        for _ in range(MAX_HANDOFFS_PER_TURN):
-            host = rt._host(self.active)
-            async with rt._session_turn(host) as inbox:
-                output, ctx = await rt._run(
-                    host,
-                    thread_id=self.thread_id,
-                    input=text,
-                    sender=None,
-                    parent_run_id=None,
-                    history=self.history,
-                    inbox=inbox,
-                )
-            if ctx.handoff_to is None:
-                self.history.append({"role": "assistant", "agent": host.name, "content": output})
-                return output
-            target = rt.flows.handle(ctx.handoff_to)
-            self.active = target.name
-            reminder = target.reminder()
-            if reminder:
-                self.history.append({"role": "system", "agent": target.name, "content": reminder})
-            await rt._audit(
-                AuditEventType.AGENT_HANDOFF,
-                "transferred",
-                host.name,
-                {"to": target.name, "thread_id": self.thread_id, "reminder": reminder},
-            )
-        raise FailedPrecondition(f"more than {MAX_HANDOFFS_PER_TURN} handoffs in one user turn")
 
 
 def _jsonable(value: Any) -> Any:

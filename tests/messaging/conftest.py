@@ -18,8 +18,6 @@ async def env(request: pytest.FixtureRequest, redis_client: Any, redis_prefix: s
     if request.param == "memory":
         yield Env("memory", MemoryMailbox(clock=clock), clock)
         return
-    client, prefix = redis_client, redis_prefix
-    yield Env("redis", RedisMailbox(client, prefix=prefix, clock=clock), clock)
-    keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await client.delete(*keys)
+    transport = RedisMailbox(redis_client, prefix=redis_prefix, clock=clock)
+    yield Env("redis", transport, clock)
+    await transport.purge()

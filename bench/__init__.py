@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench.<module>``; each prints its figures against a baseline."""
