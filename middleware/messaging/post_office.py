@@ -36,7 +36,7 @@ from pydantic import Field, ValidationError
 from .._model import Model
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
-from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied
+from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, ResourceExhausted
 from ..smf import SMFMessage
 from .clock import Clock, system_clock
 from .flows import Flows
@@ -100,7 +100,11 @@ class Envelope(Model):
 
 @dataclass(frozen=True)
 class SendResult:
-    """What a send returns: the message id and the mailboxes it went to."""
+    """What a send returns: the message id and the mailboxes it went to.
+
+    For topics and broadcast, a subscriber whose mailbox is full is skipped (and the
+    refusal audited); ``recipients`` lists only the mailboxes that got a copy.
+    """
 
     message_id: str
     recipients: tuple[str, ...]
@@ -386,11 +390,29 @@ class PostOffice:
                 params=dict(params or {}),
             )
             data = envelope.model_dump_json().encode()
-            for recipient in recipients:
-                await self.transport.enqueue(recipient, data, max_len=self.config.mailbox_max)
+            if kind == "direct":
+                await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
         except AgencyError as exc:
             await self._reject(sender, msg, exc, kind, topic)
             raise
+        delivered = list(recipients)
+        if kind != "direct":
+            # One full subscriber mailbox must not cost every other subscriber its copy.
+            delivered = []
+            for recipient in recipients:
+                try:
+                    await self.transport.enqueue(recipient, data, max_len=self.config.mailbox_max)
+                except ResourceExhausted as exc:
+                    await self._audit(
+                        AuditEventType.MESSAGE_REJECTED,
+                        "refused",
+                        sender,
+                        {"message_id": msg.message_id, "kind": kind, "topic": topic, "recipient": recipient},
+                        exc,
+                        trace_id=msg.trace_id,
+                    )
+                    continue
+                delivered.append(recipient)
         await self._audit(
             AuditEventType.MESSAGE_ACCEPTED,
             "accepted",
@@ -400,13 +422,13 @@ class PostOffice:
                 "kind": kind,
                 "receiver": msg.receiver,
                 "topic": topic,
-                "recipients": list(recipients),
+                "recipients": delivered,
                 "trigger_turn": trigger_turn,
                 "expires_at": envelope.expires_at,
             },
             trace_id=msg.trace_id,
         )
-        return SendResult(msg.message_id, tuple(recipients))
+        return SendResult(msg.message_id, tuple(delivered))
 
     async def _reject(
         self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""

@@ -240,6 +240,22 @@ async def test_topics_give_each_subscriber_its_own_copy(env: Env) -> None:
     assert await po.mailbox_size("exec-1") == await po.mailbox_size("exec-2") == 0
 
 
+async def test_a_full_subscriber_mailbox_does_not_cost_the_others_their_copy(env: Env) -> None:
+    po = env.office(config=config(mailbox_max=1))
+    pub, s1, s2 = await register(po, "planner"), await register(po, "exec-1"), await register(po, "exec-2")
+    for sub in (s1, s2):
+        await po.subscribe(sub.token, "task.execute")
+    first = pub.message("exec-1", "fills exec-1")
+    await po.send(pub.token, first, signature=pub.sign(first))
+    msg = pub.message("task.execute", "for everyone")
+    result = await po.publish(pub.token, "task.execute", msg, signature=pub.sign(msg))
+    assert result.recipients == ("exec-2",)
+    skipped = [
+        r for r in env.events(AuditEventType.MESSAGE_REJECTED) if r.detail.get("recipient") == "exec-1"
+    ]
+    assert skipped and skipped[0].detail["message_id"] == msg.message_id
+
+
 async def test_publishing_to_a_topic_nobody_subscribes_to_is_reported_as_drift(env: Env) -> None:
     drifted: list[tuple[str, str]] = []
     po = env.office(on_drift=lambda topic, sender: drifted.append((topic, sender)))
