@@ -1,1 +1,0 @@
-"""Benchmarks: ``python -m bench.<module>``; each prints its figures against a baseline."""

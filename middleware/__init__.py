@@ -31,7 +31,18 @@ from .failures import (
     Resolution,
     ResolutionKind,
 )
-from .goals import GoalAssertion, GoalVerdict, StepVerdict, verify_goal
+from .goals import (
+    CheckRegistry,
+    GoalAssertion,
+    GoalStage,
+    GoalStore,
+    GoalVerdict,
+    MemoryGoalStore,
+    StepVerdict,
+    Verifier,
+    parse_step_sentence,
+    verify_goal,
+)
 from .memory_catalog import MemoryCatalog
 from .pipeline import Agency
 from .router import ConstraintExtractor, Constraints, Router, RoutingDecision, RuleBasedExtractor
@@ -55,6 +66,7 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogQuery",
+    "CheckRegistry",
     "ConstraintExtractor",
     "Constraints",
     "ContractViolation",
@@ -67,10 +79,13 @@ __all__ = [
     "FailureType",
     "FileAuditLog",
     "GoalAssertion",
+    "GoalStage",
+    "GoalStore",
     "GoalVerdict",
     "InvalidInput",
     "MemoryAuditLog",
     "MemoryCatalog",
+    "MemoryGoalStore",
     "NotFound",
     "Outcome",
     "PermissionDenied",
@@ -92,5 +107,7 @@ __all__ = [
     "TaskStep",
     "Unauthenticated",
     "Unavailable",
+    "Verifier",
+    "parse_step_sentence",
     "verify_goal",
 ]

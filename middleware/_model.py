@@ -88,7 +88,7 @@ def parse_model(cls: type[M], data: Any, *, what: str | None = None, prefix: str
 
 def _describe(cls: type[BaseModel]) -> str:
     name = cls.__name__
-    words = []
+    words: list[str] = []
     for ch in name:
         if ch.isupper() and words:
             words.append(" ")

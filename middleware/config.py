@@ -1,4 +1,4 @@
-"""Typed configuration. This is the one module that reads environment variables.
+"""Typed configuration. This is the one module that reads environment variables and files.
 
 ``AgencyConfig`` holds the knobs of the core; ``ServerConfig`` those of
 ``agency serve``. Each field says what it does; ``from_env`` applies the
@@ -11,14 +11,17 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
 from ._model import Model
 from .failures import FailurePolicy
 
-__all__ = ["AgencyConfig", "ServerConfig"]
+__all__ = ["AgencyConfig", "ServerConfig", "load_definition"]
+
+if TYPE_CHECKING:
+    from .definition import AgencyDefinition
 
 
 class AgencyConfig(Model):
@@ -75,3 +78,55 @@ class ServerConfig(Model):
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
         data.update({k: v for k, v in given.items() if v is not None})
         return cls.parse(data, what="server configuration")
+
+
+#: Environment variables that override the definition file: variable -> (section, key).
+ENV_OVERRIDES: dict[str, tuple[str, str]] = {
+    "AGENCY_ADDRESS": ("server", "address"),
+    "AGENCY_METRICS_ADDRESS": ("server", "metrics_address"),
+    "AGENCY_DATA_DIR": ("server", "data_dir"),
+    "AGENCY_NODE_ID": ("agency", "node_id"),
+    "AGENCY_REDIS_URL": ("storage", "redis_url"),
+    "AGENCY_STORAGE": ("storage", "backend"),
+    "AGENCY_AUDIT_DIR": ("audit", "directory"),
+}
+
+
+def load_definition(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> AgencyDefinition:
+    """Read and validate an agency definition file (YAML or JSON), env overriding it.
+
+    Raises:
+        InvalidInput: listing every problem by path (``agents[2].contract.input_schema: ...``).
+    """
+    import yaml
+
+    from .definition import AgencyDefinition
+    from .errors import InvalidInput, Problem
+
+    env = os.environ if env is None else env
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(
+            [Problem("(file)", f"cannot read {source}: {exc.strerror or exc}")], what=source
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        raise InvalidInput(
+            [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
+        ) from None
+    if data is None:
+        data = {}
+    if isinstance(data, dict):
+        for var, (section, key) in ENV_OVERRIDES.items():
+            if var in env:
+                if not isinstance(data.get(section, {}), dict):
+                    continue
+                data.setdefault(section, {})[key] = env[var]
+        if "AGENCY_REDIS_URL" in env and "AGENCY_STORAGE" not in env:
+            data["storage"]["backend"] = "redis"
+    return AgencyDefinition.from_data(data, source=source)

@@ -19,6 +19,9 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.config",
+    "middleware.cli.goal",
+    "middleware.cli.smf",
 ]
 
 

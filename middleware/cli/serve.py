@@ -12,8 +12,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import start_http_server
 
 from ..audit import FileAuditLog
-from ..config import ServerConfig
-from ..errors import Unavailable
+from ..bootstrap import build_agency
+from ..config import ServerConfig, load_definition
+from ..definition import AgencyDefinition
+from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
 from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
@@ -37,6 +39,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
     )
     p.add_argument(
+        "--config",
+        type=Path,
+        help="agency definition file (YAML): agents, contracts, goals, storage, audit, addresses; "
+        "flags and AGENCY_* variables override it (check it with 'agency config check')",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -45,17 +53,34 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = ServerConfig.from_env(
-        address=args.address, data_dir=args.data_dir, metrics_address=args.metrics_address
-    )
+    given = {"address": args.address, "data_dir": args.data_dir, "metrics_address": args.metrics_address}
+    if args.config is not None:
+        if args.demo:
+            raise InvalidInput.single(
+                "--demo", "cannot be combined with --config (the file names the agents)"
+            )
+        definition = load_definition(args.config)
+        server = definition.server.model_copy(update={k: v for k, v in given.items() if v is not None})
+        config = ServerConfig.parse(server.model_dump(), what="server configuration")
+        return asyncio.run(serve(config, definition=definition))
+    config = ServerConfig.from_env(**given)
     return asyncio.run(serve(config, demo=args.demo))
 
 
-async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event | None = None) -> int:
+async def serve(
+    config: ServerConfig,
+    *,
+    demo: bool = False,
+    definition: AgencyDefinition | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
     """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
     metrics = Metrics()
-    audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
-    agency = Agency(audit=audit, config=config.agency)
+    if definition is not None:
+        agency = await build_agency(definition, metrics=metrics)
+    else:
+        audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+        agency = Agency(audit=audit, config=config.agency)
     metrics_server = None
     try:
         if demo:
@@ -67,7 +92,7 @@ async def serve(config: ServerConfig, *, demo: bool = False, stop: asyncio.Event
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
         host = config.address.rsplit(":", 1)[0]
-        print(f"agency: serving on {host}:{server.port} (audit log: {audit.location})", flush=True)
+        print(f"agency: serving on {host}:{server.port} (audit log: {agency.audit.location})", flush=True)
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,12 +8,20 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from .._proto.agency.v1 import (
+    agency_pb2,
+    agency_pb2_grpc,
+    catalog_pb2,
+    catalog_pb2_grpc,
+    goals_pb2,
+    goals_pb2_grpc,
+)
 from ..errors import Unavailable
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .catalog_servicer import CatalogServicer
+from .goal_servicer import GoalServicer
 from .message_servicer import add_message_service
 
 __all__ = ["GrpcServer", "build_server"]
@@ -82,9 +90,11 @@ def build_server(
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
+        goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
     services.append(add_message_service(server, post_office or PostOffice(audit=agency.audit)))
     health_servicer = health.aio.HealthServicer()
