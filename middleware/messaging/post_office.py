@@ -155,6 +155,10 @@ class PostOffice:
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
+
+    Attributes:
+        on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
+            enqueued (the runtime uses one to wake agents it hosts).
     """
 
     def __init__(
@@ -183,6 +187,7 @@ class PostOffice:
         self.on_drift = on_drift
         self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
         self._subscribers: dict[str, set[str]] = {}
+        self.on_delivered: list[Callable[[str, bool], None]] = []
 
     # ------------------------------------------------------------------ identity
     async def register(self, name: str, public_key: str | bytes, *, description: str = "") -> str:
@@ -428,6 +433,9 @@ class PostOffice:
             },
             trace_id=msg.trace_id,
         )
+        for callback in self.on_delivered:
+            for recipient in delivered:
+                callback(recipient, trigger_turn)
         return SendResult(msg.message_id, tuple(delivered))
 
     async def _reject(

@@ -197,6 +197,9 @@ class Runtime:
         self.flows = flows
         self.post_office = post_office or PostOffice()
         self.post_office.flows_exempt.add(WATCHER)
+        # A trigger_turn message for an agent hosted here wakes it, whoever sent it (in
+        # process, or a remote client through MessageService on the same post office).
+        self.post_office.on_delivered.append(self._delivered)
         self.audit = self.post_office.audit
         self.inbox_limit = inbox_limit
         self._hosts: dict[str, _Host] = {}
@@ -490,14 +493,16 @@ class Runtime:
                 rule="communication_flows",
             )
             raise
-        recipient_host = self._host(recipient)
+        self._host(recipient)  # the recipient must run here
         msg = self._smf(sender, recipient, content, new_id("trc"))
         result = await self.post_office.send(
             sender_host.token, msg, signature=sign_message(sender_host.key, msg), trigger_turn=trigger_turn
         )
-        if trigger_turn:
-            self.wake(recipient_host.name)
-        return result.message_id
+        return result.message_id  # a trigger_turn wakes the recipient through _delivered
+
+    def _delivered(self, recipient: str, trigger_turn: bool) -> None:
+        if trigger_turn and recipient in self._hosts:
+            self.wake(recipient)
 
     def wake(self, agent: str) -> None:
         """Ask ``agent`` for a turn over its mailbox: now if idle, else at its turn boundary."""
@@ -602,6 +607,8 @@ class Runtime:
 
     async def close(self) -> None:
         """Cancel and await every background task the runtime owns."""
+        if self._delivered in self.post_office.on_delivered:
+            self.post_office.on_delivered.remove(self._delivered)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -12,7 +12,7 @@ from middleware.audit.record import AuditEventType
 from middleware.errors import DeadlineExceeded, FailedPrecondition, InvalidInput, PermissionDenied
 from middleware.messaging import Flows, Handoff, Runtime, SendMessage, Turn
 
-from .helpers import Env
+from .helpers import Env, register
 
 
 class PrioritySendMessage(SendMessage):
@@ -316,3 +316,21 @@ async def test_spawn_and_post_follow_the_flows(env: Env) -> None:
             await rt.post("b", "a", "hello", trigger_turn=True)
     refused = [r.detail["kind"] for r in env.events(AuditEventType.MESSAGE_REJECTED)]
     assert refused == ["spawn", "post"]
+
+
+async def test_a_wake_from_outside_the_runtime_starts_a_turn_and_a_notify_does_not(env: Env) -> None:
+    flows = Flows()
+    worker = flows.agent("worker")
+    seen: list[list[Any]] = []
+    po = env.office()
+    async with Runtime(flows, po) as rt:
+        await rt.add_agent(worker, lambda t: seen.append([r.message.content for r in t.inbox]))
+        outsider = await register(po, "remote-client")  # e.g. a MessageService client
+        note = outsider.message("worker", "just so you know")
+        await po.send(outsider.token, note, signature=outsider.sign(note), trigger_turn=False)
+        await rt.wait_idle("worker")
+        assert seen == []
+        job = outsider.message("worker", "please start")
+        await po.send(outsider.token, job, signature=outsider.sign(job), trigger_turn=True)
+        await rt.wait_idle("worker")
+    assert seen == [["just so you know", "please start"]]
