@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from .post_office import PostOffice, Received
 
 __all__ = ["ChildResult", "ChildRun", "Runtime", "Turn", "TurnContext"]
 
-#: The identity the completion watcher posts as (exempt from the flows).
+#: The completion watcher posts as ``runtime.watcher:<id>`` (one per runtime; exempt from the flows).
 WATCHER = "runtime.watcher"
 
 AgentFn = Callable[["Turn"], Any]
@@ -196,7 +197,8 @@ class Runtime:
     ) -> None:
         self.flows = flows
         self.post_office = post_office or PostOffice()
-        self.post_office.flows_exempt.add(WATCHER)
+        self.watcher_name = f"{WATCHER}:{uuid.uuid4().hex[:8]}"
+        self.post_office.flows_exempt.add(self.watcher_name)
         # A trigger_turn message for an agent hosted here wakes it, whoever sent it (in
         # process, or a remote client through MessageService on the same post office).
         self.post_office.on_delivered.append(self._delivered)
@@ -237,7 +239,7 @@ class Runtime:
         if self._watcher is None:
             key = generate_key()
             token = await self.post_office.register(
-                WATCHER, public_key_b64(key), description="completion watcher"
+                self.watcher_name, public_key_b64(key), description="completion watcher"
             )
             self._watcher = (token, key)
         return self._watcher
@@ -559,10 +561,15 @@ class Runtime:
     async def _complete(self, run: ChildRun, result: ChildResult) -> None:
         """The completion watcher: record the final state, tell the parent (without waking it)."""
         run.result = result
-        run.done.set()
+        try:
+            await self._notify_parent(run, result)
+        finally:
+            run.done.set()  # after the notice is in the parent's mailbox (or failed to get there)
+
+    async def _notify_parent(self, run: ChildRun, result: ChildResult) -> None:
         token, key = await self._watcher_identity()
         msg = self._smf(
-            WATCHER,
+            self.watcher_name,
             run.parent,
             {
                 "type": "child_finished",
@@ -593,8 +600,10 @@ class Runtime:
         """Stop a child; its final state becomes ``shut_down`` (unless it had already finished)."""
         task = run.task
         while task is not None and not task.done():
-            # A library may swallow one cancellation (redis-py can, mid-command): insist.
-            task.cancel()
+            if run.result is None:
+                # A library may swallow one cancellation (redis-py can, mid-command): insist,
+                # but never once the watcher is posting the final state.
+                task.cancel()
             await asyncio.wait({task}, timeout=0.05)
         return await self.wait_child(run)
 

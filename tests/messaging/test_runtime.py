@@ -303,6 +303,27 @@ async def test_the_completion_watcher_tells_the_parent_without_waking_it(env: En
     assert notices[0]["run_id"] == ok.run_id
 
 
+async def test_two_runtimes_can_share_one_post_office(env: Env) -> None:
+    po = env.office()
+    flows_a, flows_b = Flows(), Flows()
+    p1, c1 = flows_a.agent("p1"), flows_a.agent("c1")
+    p2, c2 = flows_b.agent("p2"), flows_b.agent("c2")
+    _ = p1 > c1
+    _ = p2 > c2
+    async with Runtime(flows_a, po) as rt_a, Runtime(flows_b, po) as rt_b:
+        for rt, agents in ((rt_a, (p1, c1)), (rt_b, (p2, c2))):
+            for agent in agents:
+                await rt.add_agent(agent, lambda t: "done")
+        runs = [await rt_a.spawn("p1", "c1", "x"), await rt_b.spawn("p2", "c2", "y")]
+        assert [
+            (await rt.wait_child(r, timeout=5)).state for rt, r in zip((rt_a, rt_b), runs, strict=True)
+        ] == [
+            "completed",
+            "completed",
+        ]
+        assert rt_a.watcher_name != rt_b.watcher_name
+
+
 async def test_spawn_and_post_follow_the_flows(env: Env) -> None:
     flows = Flows()
     a, b = flows.agent("a"), flows.agent("b")
