@@ -3,13 +3,17 @@
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
 from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog
 from .catalog import Catalog, CatalogEntry, CatalogQuery
+from .circuit_breaker import BreakerConfig, CircuitBreaker
 from .config import AgencyConfig, ServerConfig
 from .contracts import CapabilityContract
+from .detectors import DetectorConfig, Detectors, PolicyRules
 from .errors import (
     AgencyError,
+    AgentFailure,
     AlreadyExists,
     AuditCorrupted,
     AuditError,
+    ConcurrentUpdate,
     ContractViolation,
     DeadlineExceeded,
     FailedPrecondition,
@@ -22,6 +26,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .failure_monitor import FailureMonitor, MonitorConfig
 from .failures import (
     FailureEvent,
     FailureHandler,
@@ -43,17 +48,22 @@ from .goals import (
     parse_step_sentence,
     verify_goal,
 )
+from .interventions import HandoverPacket, HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_task_store import MemoryTaskStore
 from .pipeline import Agency
+from .redis_task_store import RedisTaskStore
 from .router import ConstraintExtractor, Constraints, Router, RoutingDecision, RuleBasedExtractor
 from .smf import Provenance, SMFMessage, SMFMetadata
-from .tasks import Outcome, TaskRequest, TaskState, TaskStep
+from .task_store import TaskStore
+from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
 
 __all__ = [
     "Agency",
     "AgencyConfig",
     "AgencyError",
     "Agent",
+    "AgentFailure",
     "AgentRegistry",
     "AgentReply",
     "AgentRequest",
@@ -62,18 +72,24 @@ __all__ = [
     "AuditError",
     "AuditLog",
     "AuditRecord",
+    "BreakerConfig",
     "CapabilityContract",
     "Catalog",
     "CatalogEntry",
     "CatalogQuery",
     "CheckRegistry",
+    "CircuitBreaker",
+    "ConcurrentUpdate",
     "ConstraintExtractor",
     "Constraints",
     "ContractViolation",
     "DeadlineExceeded",
+    "DetectorConfig",
+    "Detectors",
     "FailedPrecondition",
     "FailureEvent",
     "FailureHandler",
+    "FailureMonitor",
     "FailurePolicy",
     "FailureProcessor",
     "FailureType",
@@ -82,15 +98,21 @@ __all__ = [
     "GoalStage",
     "GoalStore",
     "GoalVerdict",
+    "HandoverPacket",
+    "HumanDecision",
     "InvalidInput",
     "MemoryAuditLog",
     "MemoryCatalog",
     "MemoryGoalStore",
+    "MemoryTaskStore",
+    "MonitorConfig",
     "NotFound",
     "Outcome",
     "PermissionDenied",
+    "PolicyRules",
     "Problem",
     "Provenance",
+    "RedisTaskStore",
     "Resolution",
     "ResolutionKind",
     "ResourceExhausted",
@@ -102,9 +124,11 @@ __all__ = [
     "SMFMetadata",
     "ServerConfig",
     "StepVerdict",
+    "TaskRecord",
     "TaskRequest",
     "TaskState",
     "TaskStep",
+    "TaskStore",
     "Unauthenticated",
     "Unavailable",
     "Verifier",

@@ -15,7 +15,12 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     audit: AuditLog = FileAuditLog(definition.audit.directory)
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
-    agency = Agency(audit=audit, config=definition.agency)
+    tasks = None
+    if definition.storage.backend == "redis":  # task state shared by replicas: resume on any of them
+        from .redis_task_store import RedisTaskStore
+
+        tasks = RedisTaskStore.from_url(definition.storage.redis_url)
+    agency = Agency(audit=audit, config=definition.agency, tasks=tasks)
     for spec in definition.agents:
         await agency.register(spec.contract, spec.build())
     for goal in definition.goals:

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "middleware.cli.config",
     "middleware.cli.goal",
     "middleware.cli.smf",
+    "middleware.cli.contracts",
 ]
 
 
