@@ -1,7 +1,7 @@
 """Agency Middleware: the governance layer multi-agent LLM systems run behind."""
 
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
-from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog
+from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
 from .catalog import Catalog, CatalogEntry, CatalogQuery
 from .circuit_breaker import BreakerConfig, CircuitBreaker
 from .config import AgencyConfig, ServerConfig
@@ -132,6 +132,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Verifier",
+    "WalAuditLog",
     "parse_step_sentence",
     "verify_goal",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .audit import AuditLog, FileAuditLog
+from .audit import AuditLog, WalAuditLog
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
@@ -12,7 +12,7 @@ __all__ = ["build_agency"]
 
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
     """An :class:`Agency` with every agent, contract and goal of ``definition`` registered."""
-    audit: AuditLog = FileAuditLog(definition.audit.directory)
+    audit: AuditLog = WalAuditLog(definition.audit.directory, definition.agency.node_id)
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
     tasks = None
