@@ -1,16 +1,19 @@
 """Agency Middleware: the governance layer multi-agent LLM systems run behind."""
 
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
-from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog
+from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
 from .catalog import Catalog, CatalogEntry, CatalogQuery
+from .circuit_breaker import BreakerConfig, CircuitBreaker
 from .config import AgencyConfig, ServerConfig
 from .contracts import CapabilityContract
+from .detectors import DetectorConfig, Detectors, PolicyRules
 from .errors import (
     AgencyError,
     AgentFailure,
     AlreadyExists,
     AuditCorrupted,
     AuditError,
+    ConcurrentUpdate,
     ContractViolation,
     DeadlineExceeded,
     FailedPrecondition,
@@ -23,6 +26,7 @@ from .errors import (
     Unauthenticated,
     Unavailable,
 )
+from .failure_monitor import FailureMonitor, MonitorConfig
 from .failures import (
     FailureEvent,
     FailureHandler,
@@ -44,11 +48,15 @@ from .goals import (
     parse_step_sentence,
     verify_goal,
 )
+from .interventions import HandoverPacket, HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_task_store import MemoryTaskStore
 from .pipeline import Agency
+from .redis_task_store import RedisTaskStore
 from .router import ConstraintExtractor, Constraints, Router, RoutingDecision, RuleBasedExtractor
 from .smf import Provenance, SMFMessage, SMFMetadata
-from .tasks import Outcome, TaskRequest, TaskState, TaskStep
+from .task_store import TaskStore
+from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
 
 __all__ = [
     "Agency",
@@ -64,18 +72,24 @@ __all__ = [
     "AuditError",
     "AuditLog",
     "AuditRecord",
+    "BreakerConfig",
     "CapabilityContract",
     "Catalog",
     "CatalogEntry",
     "CatalogQuery",
     "CheckRegistry",
+    "CircuitBreaker",
+    "ConcurrentUpdate",
     "ConstraintExtractor",
     "Constraints",
     "ContractViolation",
     "DeadlineExceeded",
+    "DetectorConfig",
+    "Detectors",
     "FailedPrecondition",
     "FailureEvent",
     "FailureHandler",
+    "FailureMonitor",
     "FailurePolicy",
     "FailureProcessor",
     "FailureType",
@@ -84,15 +98,21 @@ __all__ = [
     "GoalStage",
     "GoalStore",
     "GoalVerdict",
+    "HandoverPacket",
+    "HumanDecision",
     "InvalidInput",
     "MemoryAuditLog",
     "MemoryCatalog",
     "MemoryGoalStore",
+    "MemoryTaskStore",
+    "MonitorConfig",
     "NotFound",
     "Outcome",
     "PermissionDenied",
+    "PolicyRules",
     "Problem",
     "Provenance",
+    "RedisTaskStore",
     "Resolution",
     "ResolutionKind",
     "ResourceExhausted",
@@ -104,12 +124,15 @@ __all__ = [
     "SMFMetadata",
     "ServerConfig",
     "StepVerdict",
+    "TaskRecord",
     "TaskRequest",
     "TaskState",
     "TaskStep",
+    "TaskStore",
     "Unauthenticated",
     "Unavailable",
     "Verifier",
+    "WalAuditLog",
     "parse_step_sentence",
     "verify_goal",
 ]

@@ -14,7 +14,8 @@ place (see ``middleware.grpc_api.status``) without parsing strings::
     ├── PermissionDenied             PERMISSION_DENIED PERMISSION_DENIED
     ├── Unauthenticated              UNAUTHENTICATED   UNAUTHENTICATED
     ├── FailedPrecondition           FAILED_PRECONDITION FAILED_PRECONDITION
-    │   └── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
+    │   ├── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
+    │   └── ConcurrentUpdate         CONCURRENT_UPDATE FAILED_PRECONDITION
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
@@ -39,6 +40,7 @@ __all__ = [
     "AlreadyExists",
     "AuditCorrupted",
     "AuditError",
+    "ConcurrentUpdate",
     "ContractViolation",
     "DeadlineExceeded",
     "FailedPrecondition",
@@ -163,6 +165,14 @@ class RoutingRefused(FailedPrecondition):
     def __init__(self, message: str | None = None, *, rejections: Iterable[Any] = ()) -> None:
         self.rejections = list(rejections)
         super().__init__(message)
+
+
+class ConcurrentUpdate(FailedPrecondition):
+    """Another request holds or changed the same object (e.g. two resumes of one task)."""
+
+    default_message = "the object is being changed by another request"
+    reason = "CONCURRENT_UPDATE"
+    retryable = True
 
 
 class ResourceExhausted(AgencyError):

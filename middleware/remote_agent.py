@@ -25,7 +25,7 @@ from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
 from .agents import AgentReply, AgentRequest
 from .errors import AgentFailure, Unavailable
 from .failures import FailureType
-from .grpc_api.convert import smf_to_pb
+from .grpc_api.message_servicer import smf_to_pb
 from .smf import Provenance
 
 __all__ = ["RemoteAgent"]

@@ -35,6 +35,21 @@ class AuditEventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     CATALOG_CHANGE = "catalog.change"
     AGENT_STEP = "agent.step"
+    TASK_RESUMED = "task.resumed"
+    QUARANTINE = "failure.quarantine"
+    CIRCUIT_CHANGE = "agent.circuit"
+    CONTRACT_REVIEW = "contract.review"
+    MESSAGE_ACKED = "message.acked"
+    MESSAGE_EXPIRED = "message.expired"
+    MESSAGE_DEAD_LETTERED = "message.dead_lettered"
+    MESSAGE_LOST = "message.lost"
+    MESSAGE_FORGED = "message.forged"
+    MESSAGE_DUPLICATE = "message.duplicate"
+    TOPIC_DRIFT = "topic.drift"
+    TOPIC_SUBSCRIBED = "topic.subscribed"
+    AGENT_REGISTERED = "agent.registered"
+    AGENT_TURN = "agent.turn"
+    AGENT_HANDOFF = "agent.handoff"
 
 
 class Actors(Model):

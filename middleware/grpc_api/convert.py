@@ -11,7 +11,6 @@ from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem
 from ..router import RoutingDecision
-from ..smf import SMFMessage
 from ..tasks import Outcome
 
 __all__ = [
@@ -23,8 +22,6 @@ __all__ = [
     "loads",
     "outcome_to_pb",
     "query_from_pb",
-    "smf_from_pb",
-    "smf_to_pb",
     "task_from_pb",
 ]
 
@@ -205,46 +202,3 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
         audit_index=o.audit_index,
         outcome_json=o.model_dump_json(),
     )
-
-
-def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
-    meta = m.metadata
-    return common_pb2.SMFMessage(
-        message_id=m.message_id,
-        sender=m.sender,
-        receiver=m.receiver,
-        content_json=dumps(m.content),
-        metadata=common_pb2.SMFMetadata(
-            provenance=common_pb2.Provenance(
-                source=meta.provenance.source, reliability_score=meta.provenance.reliability_score
-            ),
-            freshness_ttl=meta.freshness_ttl,
-            confidence_score=meta.confidence_score,
-            intention_trace=meta.intention_trace,
-        ),
-        trace_id=m.trace_id,
-        created_at=m.created_at.isoformat(),
-    )
-
-
-def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessage:
-    """An SMF message from protobuf, validated (every problem named under ``prefix``)."""
-    meta = pb.metadata
-    data: dict[str, Any] = {
-        "sender": pb.sender,
-        "receiver": pb.receiver,
-        "content": loads(pb.content_json, f"{prefix}.content_json"),
-        "metadata": {
-            "provenance": {
-                "source": meta.provenance.source,
-                "reliability_score": meta.provenance.reliability_score,
-            },
-            "freshness_ttl": meta.freshness_ttl,
-            "confidence_score": meta.confidence_score,
-            "intention_trace": list(meta.intention_trace),
-        },
-    }
-    for name in ("message_id", "trace_id", "created_at"):
-        if getattr(pb, name):
-            data[name] = getattr(pb, name)
-    return parse_model(SMFMessage, data, what="SMF message", prefix=prefix)

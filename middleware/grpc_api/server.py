@@ -11,16 +11,21 @@ from grpc_reflection.v1alpha import reflection
 from .._proto.agency.v1 import (
     agency_pb2,
     agency_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
     catalog_pb2,
     catalog_pb2_grpc,
     goals_pb2,
     goals_pb2_grpc,
 )
 from ..errors import Unavailable
+from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
+from .audit_servicer import AuditServicer
 from .catalog_servicer import CatalogServicer
 from .goal_servicer import GoalServicer
+from .message_servicer import add_message_service
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -73,8 +78,12 @@ def build_server(
     address: str = "127.0.0.1:0",
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    post_office: PostOffice | None = None,
 ) -> GrpcServer:
-    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port)."""
+    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
+
+    ``post_office`` backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+    """
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
@@ -84,12 +93,15 @@ def build_server(
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
+        audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
+    services.append(add_message_service(server, post_office or PostOffice(audit=agency.audit)))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -22,7 +22,7 @@ from ..agents import AgentCallable, AgentReply, AgentRequest, call_agent
 from ..contracts import CapabilityContract
 from ..errors import AgentFailure, ContractViolation, NotFound, Unavailable
 from ..failures import FailureType
-from .convert import smf_from_pb
+from .message_servicer import smf_from_pb  # the one SMF <-> protobuf conversion (issue 7)
 from .status import rpc
 
 __all__ = ["AgentWorkerServicer", "invoke_failure"]
