@@ -23,10 +23,9 @@ import grpc
 
 from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
 from .agents import AgentReply, AgentRequest
-from .errors import AgentFailure, Unavailable
+from .errors import AgentFailure, InvalidInput, Unavailable
 from .failures import FailureType
 from .grpc_api.message_servicer import smf_to_pb
-from .smf import Provenance
 
 __all__ = ["RemoteAgent"]
 
@@ -97,16 +96,34 @@ class RemoteAgent:
                 f"remote {self.endpoint} sent output that is not JSON: {exc}",
                 context={"direction": "output"},
             ) from None
+        try:
+            return self._reply(result, output)
+        except InvalidInput as exc:
+            raise AgentFailure(
+                FailureType.SCHEMA_VIOLATION,
+                f"remote {self.endpoint}: {exc}",
+                context={"direction": "output"},
+            ) from None
+
+    def _reply(self, result: worker_pb2.InvokeResult, output: Any) -> AgentReply:
         provenance = None
         if result.HasField("provenance"):
-            provenance = Provenance(
-                source=result.provenance.source, reliability_score=result.provenance.reliability_score
-            )
-        return AgentReply(
-            output=output,
-            confidence_score=result.confidence_score,
-            provenance=provenance,
-            freshness_ttl=result.freshness_ttl if result.HasField("freshness_ttl") else None,
+            provenance = {
+                "source": result.provenance.source,
+                "reliability_score": result.provenance.reliability_score,
+            }
+        return AgentReply.parse(
+            {
+                "output": output,
+                "confidence_score": result.confidence_score,
+                "provenance": provenance,
+                "freshness_ttl": result.freshness_ttl if result.HasField("freshness_ttl") else None,
+                "created_at": result.created_at or None,
+                "intention_trace": (
+                    list(result.intention_trace.goal_ids) if result.HasField("intention_trace") else None
+                ),
+            },
+            what="reply",
         )
 
     def _error(self, exc: grpc.aio.AioRpcError, key: str) -> Exception:

@@ -100,6 +100,10 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
             )
         if reply.freshness_ttl is not None:
             result.freshness_ttl = reply.freshness_ttl
+        if reply.created_at is not None:
+            result.created_at = reply.created_at.isoformat()
+        if reply.intention_trace is not None:
+            result.intention_trace.CopyFrom(worker_pb2.IntentionTrace(goal_ids=reply.intention_trace))
         return worker_pb2.InvokeResponse(result=result)
 
 

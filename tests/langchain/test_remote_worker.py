@@ -252,3 +252,54 @@ async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gat
     inner = [r for _, r in FileAuditLog(tmp_path / "worker-audit").records() if r.event_type == "agent.step"]
     assert {r.detail["kind"] for r in inner} == {"llm", "runnable"}
     assert {r.trace_id for r in inner} == {outcome.trace_id}
+
+
+async def test_a_reply_keeps_its_smf_metadata_across_the_wire(gateway):
+    from datetime import UTC, datetime
+
+    from middleware import AgentReply, Provenance
+
+    produced = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    async def agent(request: AgentRequest) -> AgentReply:
+        return AgentReply(
+            output={"price": 100},
+            confidence_score=0.65,
+            provenance=Provenance(source="pricing_db", reliability_score=0.9),
+            freshness_ttl=30,
+            created_at=produced,
+            intention_trace=["GOAL_A"],
+        )
+
+    agency, address, _ = gateway
+    async with Worker(agent, contract("price_agent", "quote"), gateway=address) as worker:
+        entry = await agency.catalog.get("price_agent@1.0.0")
+        from middleware.smf import SMFMessage
+
+        message = SMFMessage.parse(
+            {
+                "sender": "gateway",
+                "receiver": "price_agent@1.0.0",
+                "content": {},
+                "metadata": {
+                    "provenance": {"source": "user", "reliability_score": 1},
+                    "freshness_ttl": 60,
+                    "confidence_score": 1,
+                },
+            }
+        )
+        remote = RemoteAgent(worker.endpoint)
+        try:
+            reply = await remote(
+                AgentRequest(message=message, contract=entry.contract, task_id="t", step="s")
+            )
+        finally:
+            await remote.aclose()
+    assert reply == AgentReply(
+        output={"price": 100},
+        confidence_score=0.65,
+        provenance=Provenance(source="pricing_db", reliability_score=0.9),
+        freshness_ttl=30,
+        created_at=produced,
+        intention_trace=["GOAL_A"],
+    )
