@@ -41,12 +41,20 @@ class ServerConfig(Model):
     data_dir: Path = Field(default=Path("agency-data"), description="Where the audit log is written.")
     grace_seconds: float = Field(default=5.0, ge=0, description="Drain time on SIGTERM.")
     agency: AgencyConfig = Field(default_factory=AgencyConfig)
+    catalog_url: str = Field(
+        default="", description="'' = in-memory catalog; redis://host:port/db = shared with other gateways."
+    )
+    catalog_prefix: str = Field(default="agency:", description="Redis key prefix of catalog and stats.")
+    lease_seconds: float | None = Field(
+        default=None, gt=0, description="Heartbeat lease of catalog entries (Redis default 30 s)."
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> ServerConfig:
         """Defaults, then ``given`` (e.g. CLI flags), with ``AGENCY_*`` variables filling gaps.
 
-        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``.
+        Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``,
+        ``AGENCY_CATALOG_URL``, ``AGENCY_CATALOG_PREFIX``, ``AGENCY_LEASE_SECONDS``.
         Explicitly given values win over the environment.
         """
         env = os.environ if env is None else env
@@ -57,5 +65,12 @@ class ServerConfig(Model):
             data["data_dir"] = env["AGENCY_DATA_DIR"]
         if "AGENCY_NODE_ID" in env:
             data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
+        for var, key in (
+            ("AGENCY_CATALOG_URL", "catalog_url"),
+            ("AGENCY_CATALOG_PREFIX", "catalog_prefix"),
+            ("AGENCY_LEASE_SECONDS", "lease_seconds"),
+        ):
+            if var in env:
+                data[key] = env[var]
         data.update({k: v for k, v in given.items() if v is not None})
         return cls.parse(data, what="server configuration")

@@ -157,9 +157,6 @@ class MemoryCatalog:
             queue.put_nowait(_CLOSED)
         self._subscribers.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     # ----------------------------------------------------------------- helpers
     def _view(self, entry: CatalogEntry, now: object) -> CatalogEntry:
         stale = is_stale(entry.last_heartbeat, now, self.lease_seconds)  # type: ignore[arg-type]

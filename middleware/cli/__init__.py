@@ -17,6 +17,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.catalog",
 ]
 
 

@@ -9,9 +9,11 @@ import signal
 from pathlib import Path
 
 from ..audit import FileAuditLog
+from ..backends import open_backends
 from ..config import ServerConfig
 from ..grpc_api import build_server
 from ..pipeline import Agency
+from ..router import Router
 
 log = logging.getLogger("agency.serve")
 
@@ -28,6 +30,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
     p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
     p.add_argument(
+        "--catalog-url",
+        help="redis://host:port/db to share the catalog and routing stats with other gateways "
+        "(default: in memory; env AGENCY_CATALOG_URL)",
+    )
+    p.add_argument("--catalog-prefix", help="Redis key prefix of the shared catalog (default agency:)")
+    p.add_argument("--lease-seconds", type=float, help="heartbeat lease of catalog entries")
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -36,14 +45,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = ServerConfig.from_env(address=args.address, data_dir=args.data_dir)
+    config = ServerConfig.from_env(
+        address=args.address,
+        data_dir=args.data_dir,
+        catalog_url=args.catalog_url,
+        catalog_prefix=args.catalog_prefix,
+        lease_seconds=args.lease_seconds,
+    )
     return asyncio.run(serve(config, demo=args.demo))
 
 
 async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or until ``stop`` is set on the returned server)."""
     audit = FileAuditLog(Path(config.data_dir) / "audit")
-    agency = Agency(audit=audit, config=config.agency)
+    catalog, stats = open_backends(
+        config.catalog_url, prefix=config.catalog_prefix, lease_seconds=config.lease_seconds
+    )
+    agency = Agency(audit=audit, config=config.agency, catalog=catalog, router=Router(catalog, stats=stats))
     if demo:
         from ..demo import build_demo_agency
 
@@ -62,5 +80,6 @@ async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Even
     print("agency: shutting down (draining in-flight calls)", flush=True)
     await server.stop(config.grace_seconds)
     await agency.close()
+    await catalog.close()
     print("agency: stopped", flush=True)
     return 0
