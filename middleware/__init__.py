@@ -2,8 +2,9 @@
 
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
 from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog
-from .catalog import Catalog, CatalogEntry, CatalogQuery
+from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
 from .config import AgencyConfig, ServerConfig
+from .constraints import ConstraintExtractor, Constraints, LangChainExtractor, RuleBasedExtractor, Vocabulary
 from .contracts import CapabilityContract
 from .errors import (
     AgencyError,
@@ -34,9 +35,13 @@ from .failures import (
 from .goals import GoalAssertion, GoalVerdict, StepVerdict, verify_goal
 from .memory_catalog import MemoryCatalog
 from .pipeline import Agency
-from .router import ConstraintExtractor, Constraints, Router, RoutingDecision, RuleBasedExtractor
+from .redis_catalog import RedisCatalog
+from .redis_routing_stats import RedisRoutingStats
+from .router import Router, RoutingDecision, RoutingWeights
+from .routing_stats import MemoryRoutingStats, RoutingStats
 from .smf import Provenance, SMFMessage, SMFMetadata
 from .tasks import Outcome, TaskRequest, TaskState, TaskStep
+from .versions import Version, VersionRange
 
 __all__ = [
     "Agency",
@@ -54,6 +59,8 @@ __all__ = [
     "CapabilityContract",
     "Catalog",
     "CatalogEntry",
+    "CatalogEvent",
+    "CatalogEventType",
     "CatalogQuery",
     "ConstraintExtractor",
     "Constraints",
@@ -69,19 +76,25 @@ __all__ = [
     "GoalAssertion",
     "GoalVerdict",
     "InvalidInput",
+    "LangChainExtractor",
     "MemoryAuditLog",
     "MemoryCatalog",
+    "MemoryRoutingStats",
     "NotFound",
     "Outcome",
     "PermissionDenied",
     "Problem",
     "Provenance",
+    "RedisCatalog",
+    "RedisRoutingStats",
     "Resolution",
     "ResolutionKind",
     "ResourceExhausted",
     "Router",
     "RoutingDecision",
     "RoutingRefused",
+    "RoutingStats",
+    "RoutingWeights",
     "RuleBasedExtractor",
     "SMFMessage",
     "SMFMetadata",
@@ -92,5 +105,8 @@ __all__ = [
     "TaskStep",
     "Unauthenticated",
     "Unavailable",
+    "Version",
+    "VersionRange",
+    "Vocabulary",
     "verify_goal",
 ]

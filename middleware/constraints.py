@@ -185,8 +185,25 @@ DEFAULT_VOCABULARY: dict[str, Any] = {
         ],
     },
     "granularities": {
-        "minute": ["by minute", "per minute", "to the minute", "minute by minute", "精确到分钟", "按分钟", "每分钟"],
-        "hour": ["hourly", "by hour", "per hour", "by the hour", "to the hour", "精确到小时", "按小时", "每小时"],
+        "minute": [
+            "by minute",
+            "per minute",
+            "to the minute",
+            "minute by minute",
+            "精确到分钟",
+            "按分钟",
+            "每分钟",
+        ],
+        "hour": [
+            "hourly",
+            "by hour",
+            "per hour",
+            "by the hour",
+            "to the hour",
+            "精确到小时",
+            "按小时",
+            "每小时",
+        ],
         "day": ["daily", "by day", "per day", "按天", "按日", "每天", "每日"],
     },
     "metrics": _METRICS,
@@ -221,8 +238,8 @@ DEFAULT_VOCABULARY: dict[str, Any] = {
     ],
     "home_region": "china",
     "freshness_patterns": [
-        r"(?:delay|latency|lag|staleness)\s+(?:is\s+)?(?:of\s+)?(?:more than|over|above|exceeds?|greater than)"
-        r"\s*{n}\s*{unit}",
+        r"(?:delay|latency|lag|staleness)\s+(?:is\s+)?(?:of\s+)?"
+        r"(?:more than|over|above|exceeds?|greater than)\s*{n}\s*{unit}",
         r"(?:delay|latency|lag)\s+(?:of\s+)?(?:under|below|within|less than|at most|up to|no more than)"
         r"\s*{n}\s*{unit}",
         r"(?:no|not)\s+(?:more|older)\s+than\s+{n}\s*{unit}\s+(?:old|stale|late|behind|delayed)",
@@ -301,7 +318,20 @@ class Vocabulary(Model):
         return Vocabulary.parse(data, what="vocabulary")
 
 
-_CN_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CN_DIGITS = {
+    "零": 0,
+    "〇": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
 _NUMBER = r"(?P<n>\d+(?:\.\d+)?|[零〇一二两三四五六七八九十百千]+)"
 

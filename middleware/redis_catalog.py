@@ -261,7 +261,9 @@ class RedisCatalog:
             for (key, score), newly, raw in zip(stale, results[::2], results[1::2], strict=True):
                 if newly and raw is not None:
                     entry = self._view(_text(key), raw, score, now)
-                    events.append(CatalogEvent(type=CatalogEventType.STALE, key=entry.key, entry=entry, at=now))
+                    events.append(
+                        CatalogEvent(type=CatalogEventType.STALE, key=entry.key, entry=entry, at=now)
+                    )
         if events:
             pipe = self.redis.pipeline(transaction=False)
             for event in events:

@@ -81,7 +81,9 @@ class Version:
 
     def _key(self) -> tuple[object, ...]:
         # A release sorts after all its pre-releases; identifiers: numbers < strings.
-        pre: tuple[object, ...] = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.prerelease)
+        pre: tuple[object, ...] = tuple(
+            (0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.prerelease
+        )
         return (self.major, self.minor, self.patch, 0 if pre else 1, pre)
 
     def __lt__(self, other: object) -> bool:

@@ -43,13 +43,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     where = argparse.ArgumentParser(add_help=False)
     group = where.add_mutually_exclusive_group()
-    group.add_argument("--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051")
+    group.add_argument(
+        "--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051"
+    )
     group.add_argument("--redis", metavar="URL", help="talk to the shared Redis catalog directly")
     where.add_argument("--prefix", default="agency:", help="Redis key prefix (with --redis; default agency:)")
     where.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmds = p.add_subparsers(dest="catalog_command", metavar="COMMAND", required=True)
 
-    ls = cmds.add_parser("list", parents=[where], help="list capabilities (live ones, unless --include-stale)")
+    ls = cmds.add_parser(
+        "list", parents=[where], help="list capabilities (live ones, unless --include-stale)"
+    )
     ls.add_argument("--name", default="", help="only this capability name")
     ls.add_argument("--action", default="", help="only capabilities with this action in can_do")
     ls.add_argument("--tag", action="append", default=[], help="required tag (repeatable)")
@@ -75,7 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     beat.add_argument("key", help="name@version")
     beat.set_defaults(handler=_run, op=_heartbeat)
 
-    watch = cmds.add_parser("watch", parents=[where], help="print catalog changes as they happen (JSON lines)")
+    watch = cmds.add_parser(
+        "watch", parents=[where], help="print catalog changes as they happen (JSON lines)"
+    )
     watch.add_argument("--include-existing", action="store_true", help="first print every current entry")
     watch.add_argument("--count", type=int, default=0, help="stop after this many events (0 = never)")
     watch.set_defaults(handler=_run, op=_watch)
@@ -161,7 +167,9 @@ class _GrpcTarget:
             yield {
                 "type": event.type,
                 "key": event.key,
-                "entry": _entry_from_pb(event.entry).model_dump(mode="json") if event.HasField("entry") else None,
+                "entry": _entry_from_pb(event.entry).model_dump(mode="json")
+                if event.HasField("entry")
+                else None,
                 "at": event.at,
             }
 
@@ -245,7 +253,13 @@ async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
     for e in entries:
         c = e.contract
         rows.append(
-            (e.key, "stale" if e.stale else "live", str(c.slo_latency_ms), ",".join(c.tags), ",".join(c.can_do))
+            (
+                e.key,
+                "stale" if e.stale else "live",
+                str(c.slo_latency_ms),
+                ",".join(c.tags),
+                ",".join(c.can_do),
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
@@ -287,7 +301,9 @@ async def _deregister(target: _Target, args: argparse.Namespace, out: Any) -> in
 
 async def _heartbeat(target: _Target, args: argparse.Namespace, out: Any) -> int:
     entry = await target.heartbeat(args.key)
-    out.write(json.dumps(_dump(entry)) + "\n" if args.json else f"{entry.key} alive at {entry.last_heartbeat}\n")
+    out.write(
+        json.dumps(_dump(entry)) + "\n" if args.json else f"{entry.key} alive at {entry.last_heartbeat}\n"
+    )
     return 0
 
 

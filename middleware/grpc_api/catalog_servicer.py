@@ -33,7 +33,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self._agency = agency
 
     @rpc
-    async def Register(  # noqa: N802 - gRPC method names
+    async def Register(
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = contract_from_pb(request.contract)
@@ -41,20 +41,20 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         return entry_to_pb(entry)
 
     @rpc
-    async def Get(  # noqa: N802
+    async def Get(
         self, request: catalog_pb2.GetCapabilityRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         return entry_to_pb(await self._agency.catalog.get(request.key))
 
     @rpc
-    async def Query(  # noqa: N802
+    async def Query(
         self, request: catalog_pb2.QueryRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.QueryResponse:
         entries = await self._agency.catalog.query(query_from_pb(request))
         return catalog_pb2.QueryResponse(entries=[entry_to_pb(e) for e in entries])
 
     @rpc
-    async def Update(  # noqa: N802
+    async def Update(
         self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = contract_from_pb(request.contract)
@@ -62,20 +62,20 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         return entry_to_pb(await self._agency.register(contract, replace=True))
 
     @rpc
-    async def Deregister(  # noqa: N802
+    async def Deregister(
         self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.DeregisterResponse:
         await self._agency.deregister(request.key)
         return catalog_pb2.DeregisterResponse()
 
     @rpc
-    async def Heartbeat(  # noqa: N802
+    async def Heartbeat(
         self, request: catalog_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         return entry_to_pb(await self._agency.catalog.heartbeat(request.key))
 
     @rpc_stream
-    async def Watch(  # noqa: N802
+    async def Watch(
         self, request: catalog_pb2.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[catalog_pb2.CatalogEvent]:
         # subscribe first, then list: nothing that happens in between is lost

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -46,7 +45,9 @@ async def make_catalog(
                 await client.ping()
             except Exception as exc:
                 pytest.fail(f"Redis is required at {REDIS_URL}: {exc}")
-            catalog = RedisCatalog(client, prefix=redis_prefix + "catalog:", lease_seconds=lease_seconds, **kwargs)
+            catalog = RedisCatalog(
+                client, prefix=redis_prefix + "catalog:", lease_seconds=lease_seconds, **kwargs
+            )
         made.append(catalog)
         return catalog
 

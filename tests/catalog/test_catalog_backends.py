@@ -100,7 +100,9 @@ async def test_several_versions_live_at_once_and_version_ranges_select_them(make
         await catalog.register(contract("report", v))
 
     async def versions(rng: str) -> list[str]:
-        return [e.contract.version for e in await catalog.query(CatalogQuery(name="report", version_range=rng))]
+        return [
+            e.contract.version for e in await catalog.query(CatalogQuery(name="report", version_range=rng))
+        ]
 
     assert await versions("") == ["1.0.0", "1.4.2", "2.0.0", "2.0.0-rc.1", "2.3.1", "3.0.0"]
     assert await versions("^1.0") == ["1.0.0", "1.4.2"]
@@ -115,7 +117,9 @@ async def test_several_versions_live_at_once_and_version_ranges_select_them(make
 
 async def test_query_filters_by_name_action_tags_and_slo(make_catalog) -> None:
     catalog = await make_catalog()
-    await catalog.register(contract("fast", can_do=["quote"], tags=["finance", "realtime"], slo_latency_ms=100))
+    await catalog.register(
+        contract("fast", can_do=["quote"], tags=["finance", "realtime"], slo_latency_ms=100)
+    )
     await catalog.register(contract("slow", can_do=["quote"], tags=["finance"], slo_latency_ms=5000))
     await catalog.register(contract("other", can_do=["ship"], tags=["logistics"]))
 

@@ -67,7 +67,9 @@ async def test_register_list_show_deregister_through_a_gateway(address: str, tmp
 
     shown = json.loads(await run("show", "near_realtime_report@1.4.0", "--address", address, "--json"))
     assert shown["contract"]["max_data_delay_ms"] == 300000 and shown["contract"]["regions"] == ["shanghai"]
-    assert "cannot_do:\n  - issue_refund" in await run("show", "near_realtime_report@1.4.0", "--address", address)
+    assert "cannot_do:\n  - issue_refund" in await run(
+        "show", "near_realtime_report@1.4.0", "--address", address
+    )
 
     assert await run("deregister", "daily_batch_report@2.0.0", "--address", address) == (
         "deregistered daily_batch_report@2.0.0\n"
@@ -79,7 +81,12 @@ async def test_register_list_show_deregister_through_a_gateway(address: str, tmp
 async def test_a_file_with_a_bad_contract_registers_nothing(address: str, tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(
-        json.dumps([{"name": "good", "can_do": ["a"]}, {"name": "bad", "can_do": ["a"], "cannot_do": ["a"], "slo_latency_ms": 0}])
+        json.dumps(
+            [
+                {"name": "good", "can_do": ["a"]},
+                {"name": "bad", "can_do": ["a"], "cannot_do": ["a"], "slo_latency_ms": 0},
+            ]
+        )
     )
     with pytest.raises(InvalidInput) as err:
         await run("register", str(path), "--address", address)
@@ -96,7 +103,9 @@ async def test_gateway_side_problems_come_back_listed(address: str, tmp_path: Pa
     assert "revision 2" in await run("register", str(path), "--replace", "--address", address)
 
 
-async def test_the_cli_talks_to_the_shared_redis_catalog_directly(tmp_path: Path, redis_client, redis_prefix) -> None:
+async def test_the_cli_talks_to_the_shared_redis_catalog_directly(
+    tmp_path: Path, redis_client, redis_prefix
+) -> None:
     import os
 
     url = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -108,7 +117,10 @@ async def test_the_cli_talks_to_the_shared_redis_catalog_directly(tmp_path: Path
         keys = [e["key"] for e in json.loads(await run("list", *where, "--json"))]
         assert keys == ["daily_batch_report@2.0.0", "near_realtime_report@1.4.0"]
         assert await redis_client.exists(redis_prefix + "catalog:entry:daily_batch_report@2.0.0")
-        watched = [json.loads(x) for x in (await run("watch", *where, "--include-existing", "--count", "2")).splitlines()]
+        watched = [
+            json.loads(x)
+            for x in (await run("watch", *where, "--include-existing", "--count", "2")).splitlines()
+        ]
         assert [(e["type"], e["key"]) for e in watched] == [
             ("existing", "daily_batch_report@2.0.0"),
             ("existing", "near_realtime_report@1.4.0"),

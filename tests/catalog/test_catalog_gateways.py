@@ -46,8 +46,12 @@ async def _start(name: str, data_dir: Path, prefix: str) -> tuple[asyncio.subpro
 
 
 @pytest.fixture
-async def two_gateways(tmp_path: Path, redis_client, redis_prefix: str) -> AsyncIterator[list[grpc.aio.Channel]]:
-    started = await asyncio.gather(_start("gw-a", tmp_path, redis_prefix), _start("gw-b", tmp_path, redis_prefix))
+async def two_gateways(
+    tmp_path: Path, redis_client, redis_prefix: str
+) -> AsyncIterator[list[grpc.aio.Channel]]:
+    started = await asyncio.gather(
+        _start("gw-a", tmp_path, redis_prefix), _start("gw-b", tmp_path, redis_prefix)
+    )
     channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _, port in started]
     try:
         yield channels
@@ -78,20 +82,26 @@ async def test_two_gateway_processes_share_one_redis_catalog(two_gateways) -> No
 
     await a.Register(
         catalog_pb2.RegisterRequest(
-            contract=_contract("report", regions=["shanghai"], max_data_delay_ms=300_000, metrics=["refund_rate"])
+            contract=_contract(
+                "report", regions=["shanghai"], max_data_delay_ms=300_000, metrics=["refund_rate"]
+            )
         )
     )
     event = await asyncio.wait_for(watch.read(), timeout=10)
     assert (event.type, event.key) == ("registered", "report@1.0.0")  # a's change, seen by b
 
-    assert (await b.Get(catalog_pb2.GetCapabilityRequest(key="report@1.0.0"))).contract.max_data_delay_ms == 300_000
+    assert (
+        await b.Get(catalog_pb2.GetCapabilityRequest(key="report@1.0.0"))
+    ).contract.max_data_delay_ms == 300_000
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await b.Register(catalog_pb2.RegisterRequest(contract=_contract("report")))
     assert err.value.code() is grpc.StatusCode.ALREADY_EXISTS
 
     route = agency_pb2_grpc.AgencyServiceStub(b_chan)
     decision = await route.Route(
-        agency_pb2.RouteRequest(text="帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的")
+        agency_pb2.RouteRequest(
+            text="帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的"
+        )
     )
     assert decision.chosen == "report@1.0.0"  # b routes to what a registered
 

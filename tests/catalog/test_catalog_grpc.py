@@ -156,7 +156,11 @@ async def test_route_dry_run_returns_the_full_explanation(server: Server) -> Non
     await stub.Register(
         catalog_pb2.RegisterRequest(
             contract=pb_contract(
-                "monitor", slo_latency_ms=50, regions=["shanghai"], max_data_delay_ms=1000, granularities=["hour"]
+                "monitor",
+                slo_latency_ms=50,
+                regions=["shanghai"],
+                max_data_delay_ms=1000,
+                granularities=["hour"],
             )
         )
     )
@@ -167,7 +171,9 @@ async def test_route_dry_run_returns_the_full_explanation(server: Server) -> Non
         catalog_pb2.RegisterRequest(contract=pb_contract("refuser", can_do=["x"], cannot_do=["query_metric"]))
     )
     decision = await server.agency_stub.Route(
-        agency_pb2.RouteRequest(text="帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的")
+        agency_pb2.RouteRequest(
+            text="帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的"
+        )
     )
     assert decision.chosen == "monitor@1.0.0" and not decision.refused
     constraints = json.loads(decision.constraints_json)
@@ -180,7 +186,9 @@ async def test_route_dry_run_returns_the_full_explanation(server: Server) -> Non
     assert "chose monitor@1.0.0" in decision.explanation
 
     refused = await server.agency_stub.Route(
-        agency_pb2.RouteRequest(text="anything", constraints_json=json.dumps({"action": "query_metric", "data_residency": "eu"}))
+        agency_pb2.RouteRequest(
+            text="anything", constraints_json=json.dumps({"action": "query_metric", "data_residency": "eu"})
+        )
     )
     assert refused.refused and refused.chosen == ""
     assert {(r.agent, r.constraint) for r in refused.rejected} == {

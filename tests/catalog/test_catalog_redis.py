@@ -60,7 +60,9 @@ async def test_gateways_sharing_a_prefix_see_each_others_changes(gateways) -> No
 
 async def test_entries_carry_a_ttl_that_heartbeats_renew(redis_client, redis_prefix) -> None:
     clock = ManualClock()
-    catalog = RedisCatalog(redis_client, prefix=redis_prefix, lease_seconds=2, expire_after_seconds=20, clock=clock)
+    catalog = RedisCatalog(
+        redis_client, prefix=redis_prefix, lease_seconds=2, expire_after_seconds=20, clock=clock
+    )
     await catalog.register(contract(tags=["t"]))
     ttl = await redis_client.pttl(redis_prefix + "entry:agent@1.0.0")
     assert 15_000 < ttl <= 20_000
@@ -73,7 +75,9 @@ async def test_entries_carry_a_ttl_that_heartbeats_renew(redis_client, redis_pre
 
 async def test_an_expired_entry_leaves_no_trace(redis_client, redis_prefix) -> None:
     clock = ManualClock()
-    catalog = RedisCatalog(redis_client, prefix=redis_prefix, lease_seconds=2, expire_after_seconds=10, clock=clock)
+    catalog = RedisCatalog(
+        redis_client, prefix=redis_prefix, lease_seconds=2, expire_after_seconds=10, clock=clock
+    )
     await catalog.register(contract("gone", can_do=["act"]))
     await catalog.register(contract("kept", can_do=["act"]))
     # Redis expires the entry key on its own (real time); simulate its TTL running out

@@ -35,9 +35,21 @@ RULES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "tags": ({"tags": ["realtime"]}, {"tags": ["batch"]}, {"tags": ["realtime", "batch"]}),
     "max_latency_ms": ({"max_latency_ms": 500}, {"slo_latency_ms": 800}, {"slo_latency_ms": 500}),
     "region": ({"region": "shanghai"}, {"regions": ["beijing"]}, {"regions": ["beijing", "shanghai"]}),
-    "data_residency": ({"data_residency": "china"}, {"data_residency": ["china", "usa"]}, {"data_residency": ["china"]}),
-    "freshness_tolerance_ms": ({"freshness_tolerance_ms": 900_000}, {"max_data_delay_ms": 3_600_000}, {"max_data_delay_ms": 300_000}),
-    "time_window": ({"time_window": "last_24h"}, {"time_windows": ["last_30d"]}, {"time_windows": ["today", "last_24h"]}),
+    "data_residency": (
+        {"data_residency": "china"},
+        {"data_residency": ["china", "usa"]},
+        {"data_residency": ["china"]},
+    ),
+    "freshness_tolerance_ms": (
+        {"freshness_tolerance_ms": 900_000},
+        {"max_data_delay_ms": 3_600_000},
+        {"max_data_delay_ms": 300_000},
+    ),
+    "time_window": (
+        {"time_window": "last_24h"},
+        {"time_windows": ["last_30d"]},
+        {"time_windows": ["today", "last_24h"]},
+    ),
     "metric": ({"metric": "refund_rate"}, {"metrics": ["gmv"]}, {"metrics": ["refund_rate"]}),
     "granularity": ({"granularity": "hour"}, {"granularities": ["day"]}, {"granularities": ["hour", "day"]}),
     "needs_human_review": ({"needs_human_review": True}, {"human_review": False}, {"human_review": True}),
@@ -75,7 +87,9 @@ async def test_safety_constraints_need_a_declaration(wanted: dict[str, Any], why
 async def test_undeclared_regions_metrics_windows_mean_any() -> None:
     router = await router_with(contract("general"))
     decision = await router.decide(
-        Constraints(action="query_metric", region="shanghai", metric="gmv", time_window="today", granularity="hour")
+        Constraints(
+            action="query_metric", region="shanghai", metric="gmv", time_window="today", granularity="hour"
+        )
     )
     assert decision.chosen == "general@1.0.0"
 
@@ -87,7 +101,9 @@ async def test_an_action_in_cannot_do_is_never_routed_and_the_refusal_says_so() 
     )
     decision = await router.decide(await router.constraints_for("Predict next quarter's stock price"))
     assert decision.refused and decision.chosen == "" and decision.fallbacks == []
-    assert [(r.agent, r.constraint) for r in decision.rejected] == [("financial_calculator@1.0.0", "cannot_do")]
+    assert [(r.agent, r.constraint) for r in decision.rejected] == [
+        ("financial_calculator@1.0.0", "cannot_do")
+    ]
     assert "cannot do stock_prediction" in decision.explanation
     assert decision.considered == 1  # "unrelated" was never looked at
 
@@ -107,7 +123,9 @@ async def test_refusal_lists_which_constraint_excluded_which_candidate() -> None
         contract("refuser", can_do=["other"], cannot_do=["query_metric"]),
     )
     decision = await router.decide(
-        await router.constraints_for("帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的")
+        await router.constraints_for(
+            "帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的"
+        )
     )
     assert decision.refused
     reasons = {r.agent: (r.constraint, r.reason) for r in decision.rejected}
@@ -121,7 +139,9 @@ async def test_refusal_lists_which_constraint_excluded_which_candidate() -> None
 
 async def test_a_candidate_failing_several_constraints_lists_them_all() -> None:
     router = await router_with(contract("x", regions=["beijing"], metrics=["gmv"]))
-    decision = await router.decide(Constraints(action="query_metric", region="shanghai", metric="refund_rate"))
+    decision = await router.decide(
+        Constraints(action="query_metric", region="shanghai", metric="refund_rate")
+    )
     (rejection,) = decision.rejected
     assert rejection.constraint == "region"
     assert "not shanghai" in rejection.reason and "not refund_rate" in rejection.reason
@@ -149,7 +169,9 @@ async def test_excluded_agents_are_skipped_for_this_attempt() -> None:
 
 
 async def test_rejections_are_bounded_and_the_rest_counted() -> None:
-    router = await router_with(*[contract(f"a{i:02d}", regions=["beijing"]) for i in range(12)], max_rejections=5)
+    router = await router_with(
+        *[contract(f"a{i:02d}", regions=["beijing"]) for i in range(12)], max_rejections=5
+    )
     decision = await router.decide(Constraints(action="query_metric", region="shanghai"))
     assert len(decision.rejected) == 5 and decision.rejected_omitted == 7
     assert decision.considered == 12
@@ -194,7 +216,9 @@ async def test_ranking_prefers_the_faster_slo_when_all_else_is_equal() -> None:
 
 async def test_ranking_moves_when_success_rates_change() -> None:
     stats = MemoryRoutingStats(window=10)
-    router = await router_with(contract("fast", slo_latency_ms=200), contract("steady", slo_latency_ms=600), stats=stats)
+    router = await router_with(
+        contract("fast", slo_latency_ms=200), contract("steady", slo_latency_ms=600), stats=stats
+    )
     assert (await router.decide(Constraints(action="query_metric"))).chosen == "fast@1.0.0"
     for _ in range(5):
         await stats.started("fast@1.0.0")
@@ -210,7 +234,9 @@ async def test_ranking_moves_when_success_rates_change() -> None:
 
 async def test_ranking_moves_when_load_changes() -> None:
     stats = MemoryRoutingStats()
-    router = await router_with(contract("a", slo_latency_ms=300), contract("b", slo_latency_ms=400), stats=stats)
+    router = await router_with(
+        contract("a", slo_latency_ms=300), contract("b", slo_latency_ms=400), stats=stats
+    )
     assert (await router.decide(Constraints(action="query_metric"))).chosen == "a@1.0.0"
     for _ in range(3):
         await stats.started("a@1.0.0")
@@ -228,7 +254,11 @@ async def test_weights_are_configurable() -> None:
     await stats.finished("fast_flaky@1.0.0", success=False)
     await stats.started("fast_flaky@1.0.0")
     await stats.finished("fast_flaky@1.0.0", success=True)
-    latency_first = await router_with(*contracts, stats=stats, weights=RoutingWeights(slo=1, success=0, load=0))
+    latency_first = await router_with(
+        *contracts, stats=stats, weights=RoutingWeights(slo=1, success=0, load=0)
+    )
     assert (await latency_first.decide(Constraints(action="query_metric"))).chosen == "fast_flaky@1.0.0"
-    success_first = await router_with(*contracts, stats=stats, weights=RoutingWeights(slo=0, success=1, load=0))
+    success_first = await router_with(
+        *contracts, stats=stats, weights=RoutingWeights(slo=0, success=1, load=0)
+    )
     assert (await success_first.decide(Constraints(action="query_metric"))).chosen == "slow_sure@1.0.0"

@@ -151,7 +151,9 @@ async def test_langchain_extractor_uses_a_valid_json_answer() -> None:
         ('{"tags": "realtime!!", "needs_human_review": "maybe"}', "needs_human_review"),
     ],
 )
-async def test_langchain_extractor_falls_back_to_the_rules_on_an_invalid_answer(answer: str, why: str) -> None:
+async def test_langchain_extractor_falls_back_to_the_rules_on_an_invalid_answer(
+    answer: str, why: str
+) -> None:
     c = await LangChainExtractor(FakeListChatModel(responses=[answer])).extract(SEED)
     expected = await RuleBasedExtractor().extract(SEED)
     assert c.model_dump(exclude={"extras"}) == expected.model_dump(exclude={"extras"})

@@ -141,7 +141,7 @@ async def test_a_request_no_contract_allows_is_refused_before_any_agent_runs() -
 async def test_the_pipeline_routes_over_a_shared_redis_catalog_and_stats(redis_client, redis_prefix) -> None:
     catalog = RedisCatalog(redis_client, prefix=redis_prefix + "catalog:")
     stats = RedisRoutingStats(redis_client, prefix=redis_prefix + "stats:")
-    agency, monitor, report, _ = await seed_agency(catalog=catalog, router=Router(catalog, stats=stats))
+    agency, _, report, _ = await seed_agency(catalog=catalog, router=Router(catalog, stats=stats))
     try:
         outcome = await agency.submit({"text": SEED})
         assert outcome.state is TaskState.COMPLETED and report.calls == 1
