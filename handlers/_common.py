@@ -13,10 +13,10 @@ def backoff_ms(event: FailureEvent, policy: FailurePolicy) -> float:
     The jitter is derived from the event id so the handler stays pure and
     idempotent while retries of different tasks still spread out.
     """
-    base = min(policy.backoff_max_ms, policy.backoff_base_ms * (2 ** (event.attempt - 1)))
+    base: float = min(policy.backoff_max_ms, policy.backoff_base_ms * (2 ** (event.attempt - 1)))
     digest = hashlib.sha256(event.event_id.encode()).digest()
     unit = int.from_bytes(digest[:4], "big") / 0xFFFFFFFF  # 0..1
-    return max(0.0, base * (1 + policy.jitter * (2 * unit - 1)))
+    return float(max(0.0, base * (1 + policy.jitter * (2 * unit - 1))))
 
 
 def retry_then_backup(event: FailureEvent, policy: FailurePolicy, what: str) -> Resolution:

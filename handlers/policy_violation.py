@@ -1,6 +1,7 @@
 """POLICY_VIOLATION: An output breaks a configured policy rule.
 
-Default resolution: Quarantine the output (blocked, audited, alert raised); it never reaches the user or the next agent.
+Default resolution: Quarantine the output (blocked, audited, alert raised); it never reaches the
+user or the next agent.
 """
 
 from __future__ import annotations

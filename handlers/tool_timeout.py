@@ -1,6 +1,7 @@
 """TOOL_TIMEOUT: An agent did not answer within the deadline derived from its SLO.
 
-Default resolution: Retry (bounded, exponential backoff with jitter), then the next backup agent, then a human.
+Default resolution: Retry (bounded, exponential backoff with jitter), then the next backup agent,
+then a human.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """TOOL_UNAVAILABLE: An agent could not be reached (connection refused, open circuit).
 
-Default resolution: Switch to the next backup at once (retrying an unreachable agent rarely helps); a human when none is left.
+Default resolution: Switch to the next backup at once (retrying an unreachable agent rarely helps);
+a human when none is left.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ TYPE = FailureType.TOOL_UNAVAILABLE
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Switch to the next backup at once (retrying an unreachable agent rarely helps); a human when none is left."""
+    """Switch to the next backup at once (retrying an unreachable agent rarely helps); a human when
+    none is left."""
     if event.fallbacks:
         return Resolution(
             kind=ResolutionKind.USE_BACKUP,

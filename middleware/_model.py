@@ -26,11 +26,15 @@ class Model(BaseModel):
         return parse_model(cls, data, what=what)
 
 
-def problems_from(exc: ValidationError, prefix: str = "") -> list[Problem]:
-    """Turn a pydantic ``ValidationError`` into field-named problems."""
+def problems_from(exc: ValidationError, prefix: str = "", data: Any = None) -> list[Problem]:
+    """Turn a pydantic ``ValidationError`` into field-named problems.
+
+    ``data`` (the input) lets us drop the discriminator tags pydantic puts into the
+    location of tagged unions (``steps.0.regex.pattern`` -> ``steps[0].pattern``).
+    """
     out: list[Problem] = []
     for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err.get("loc", ()) if not _is_union_tag(p)]
+        loc = _clean_loc(err.get("loc", ()), data)
         path = ""
         for part in loc:
             if part.isdigit():
@@ -48,6 +52,24 @@ def problems_from(exc: ValidationError, prefix: str = "") -> list[Problem]:
     return out
 
 
+def _clean_loc(loc: tuple[Any, ...], data: Any) -> list[str]:
+    parts: list[str] = []
+    node = data
+    for part in loc:
+        if _is_union_tag(part):
+            continue
+        if isinstance(node, dict) and isinstance(part, str) and part not in node and node.get("kind") == part:
+            continue  # a discriminator tag, not a field
+        parts.append(str(part))
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return parts
+
+
 def _is_union_tag(part: Any) -> bool:
     # pydantic puts the chosen union member (e.g. "function-after[...]") into the location.
     return isinstance(part, str) and (("[" in part and "]" in part) or part.startswith("function-"))
@@ -61,12 +83,12 @@ def parse_model(cls: type[M], data: Any, *, what: str | None = None, prefix: str
             return data
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise InvalidInput(problems_from(exc, prefix), what=what or _describe(cls)) from None
+        raise InvalidInput(problems_from(exc, prefix, data), what=what or _describe(cls)) from None
 
 
 def _describe(cls: type[BaseModel]) -> str:
     name = cls.__name__
-    words = []
+    words: list[str] = []
     for ch in name:
         if ch.isupper() and words:
             words.append(" ")

@@ -23,7 +23,15 @@ from .smf import Provenance
 from .tasks import TaskRequest, TaskStep
 from .testing import Hang, ScriptedAgent
 
-__all__ = ["WARRANTY_GOAL", "build_demo_agency", "refused_request", "warranty_request"]
+__all__ = [
+    "CONTRACTS",
+    "WARRANTY_GOAL",
+    "build_demo_agency",
+    "demo_agent",
+    "demo_agents",
+    "refused_request",
+    "warranty_request",
+]
 
 WARRANTY_GOAL = GoalAssertion(
     id="GOAL_WARRANTY_001",
@@ -170,6 +178,15 @@ def _reply(request: AgentRequest) -> dict[str, Any]:
         "fee": warranty["fee"],
         "warranty": warranty,
     }
+
+
+def demo_agent(name: str) -> ScriptedAgent:
+    """A fresh scripted agent of the scenario by contract name (a factory for definition files)."""
+    for key, agent in demo_agents().items():
+        if key.split("@", 1)[0] == name:
+            scripted: ScriptedAgent = agent
+            return scripted
+    raise ValueError(f"the demo has no agent named {name!r}")
 
 
 def demo_agents() -> dict[str, Any]:

@@ -147,6 +147,15 @@ class Agency:
         except KeyError:
             raise NotFound(f"no goal {goal_id!r} is registered") from None
 
+    async def record_rejection(self, error: InvalidInput, *, component: str = "gateway") -> None:
+        """Audit input refused at a boundary (a transport calls this for what it refuses itself)."""
+        await self._record(
+            AuditEventType.MESSAGE_REJECTED,
+            outcome="rejected",
+            rule="smf_validation",
+            detail={"what": error.what, "problems": [str(p) for p in error.problems]},
+        )
+
     # ------------------------------------------------------------------ routing
     async def route(self, text: str, constraints: Mapping[str, Any] | None = None) -> RoutingDecision:
         """A dry run: what the router would decide for ``text``, with its reasons."""
@@ -164,11 +173,7 @@ class Agency:
         try:
             req = TaskRequest.parse(request, what="task request")
         except InvalidInput as exc:
-            await self._record(
-                AuditEventType.MESSAGE_REJECTED,
-                outcome="rejected",
-                detail={"problems": [str(p) for p in exc.problems]},
-            )
+            await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = _Run(req, goal, req.trace_id or uuid.uuid4().hex)

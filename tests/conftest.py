@@ -29,3 +29,32 @@ async def redis_client() -> AsyncIterator[object]:
 def redis_prefix() -> str:
     """A unique key prefix so parallel/previous tests never see each other's keys."""
     return f"test:{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+async def demo_agency():
+    """The reference scenario's agency, with no real backoff sleeping."""
+    from middleware import Agency
+    from middleware.demo import build_demo_agency
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    agency = await build_demo_agency(Agency(sleep=no_sleep))
+    yield agency
+    await agency.close()
+
+
+@pytest.fixture
+async def grpc_gateway(demo_agency):
+    """A real gRPC server on port 0 over the demo agency, and a channel to it."""
+    import grpc
+
+    from middleware.grpc_api import build_server
+
+    server = build_server(demo_agency, "127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    yield demo_agency, channel, server
+    await channel.close()
+    await server.stop(0)

@@ -16,6 +16,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import AuditCorrupted
 from .record import AuditRecord, canonical_json
@@ -34,7 +35,7 @@ class FileAuditLog:
         self._path = self._dir / self.FILENAME
         self._lock = asyncio.Lock()
         self._index, self._last_hash = self._recover()
-        self._fh = open(self._path, "ab")  # noqa: SIM115 - held for the log's lifetime
+        self._fh: BinaryIO | None = None  # opened on first append, held until close
 
     @property
     def location(self) -> str:
@@ -90,6 +91,8 @@ class FileAuditLog:
             return index
 
     def _write(self, line: bytes) -> None:
+        if self._fh is None:
+            self._fh = open(self._path, "ab")  # noqa: SIM115 - held for the log's lifetime
         self._fh.write(line)
         self._fh.flush()
         os.fdatasync(self._fh.fileno())
@@ -100,8 +103,9 @@ class FileAuditLog:
 
     async def close(self) -> None:
         async with self._lock:
-            if not self._fh.closed:
+            if self._fh is not None:
                 self._fh.close()
+                self._fh = None
 
 
 def _chain(prev: str, body: bytes) -> str:

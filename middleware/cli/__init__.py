@@ -12,11 +12,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from ..log_format import configure_logging
+
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
 COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
+    "middleware.cli.config",
     "middleware.cli.catalog",
 ]
 
@@ -28,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'agency COMMAND --help' for the options of one command.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    parser.add_argument(
+        "--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON objects"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -38,10 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agency`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)], args.log_format)
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

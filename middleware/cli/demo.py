@@ -70,16 +70,14 @@ def _tell(out: TextIO, title: str, text: str, o: Outcome) -> None:
         for failure, resolution in zip(o.failures, o.resolutions, strict=False):
             if failure.step != name or failure.type.value == "CAPABILITY_MISMATCH":
                 continue
-            w(
-                f"[{name}] {failure.type.value} on {failure.agent} (attempt {failure.attempt}): {failure.detail}\n"
-            )
+            what = f"{failure.type.value} on {failure.agent} (attempt {failure.attempt})"
+            w(f"[{name}] {what}: {failure.detail}\n")
             extra = f" after {resolution.delay_ms:.0f} ms backoff" if resolution.delay_ms else ""
             w(f"[{name}]   -> {resolution.kind.value}{extra}: {resolution.reason}\n")
         step = records.get(name)
         if step is not None and step.status == "completed":
-            w(
-                f"[{name}] done by {step.agent} ({step.attempts} attempt(s), last took {step.duration_ms:.0f} ms)\n"
-            )
+            took = f"{step.attempts} attempt(s), last took {step.duration_ms:.0f} ms"
+            w(f"[{name}] done by {step.agent} ({took})\n")
     if o.goal_verdict:
         w(f"\nGoal verification ({o.goal_verdict.goal_id}):\n")
         for v in o.goal_verdict.steps:

@@ -7,13 +7,19 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
 
 from ..audit import FileAuditLog
-from ..backends import open_backends
-from ..config import ServerConfig
+from ..bootstrap import build_agency
+from ..config import ServerConfig, load_definition
+from ..definition import AgencyDefinition
+from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
+from ..liveness import KeepAlive
+from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
-from ..router import Router
 
 log = logging.getLogger("agency.serve")
 
@@ -30,12 +36,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
     p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
     p.add_argument(
-        "--catalog-url",
-        help="redis://host:port/db to share the catalog and routing stats with other gateways "
-        "(default: in memory; env AGENCY_CATALOG_URL)",
+        "--metrics-address",
+        help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
     )
-    p.add_argument("--catalog-prefix", help="Redis key prefix of the shared catalog (default agency:)")
-    p.add_argument("--lease-seconds", type=float, help="heartbeat lease of catalog entries")
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="agency definition file (YAML): agents, contracts, goals, storage, audit, addresses; "
+        "flags and AGENCY_* variables override it (check it with 'agency config check')",
+    )
     p.add_argument(
         "--demo",
         action="store_true",
@@ -45,41 +54,71 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    config = ServerConfig.from_env(
-        address=args.address,
-        data_dir=args.data_dir,
-        catalog_url=args.catalog_url,
-        catalog_prefix=args.catalog_prefix,
-        lease_seconds=args.lease_seconds,
-    )
+    given = {"address": args.address, "data_dir": args.data_dir, "metrics_address": args.metrics_address}
+    if args.config is not None:
+        if args.demo:
+            raise InvalidInput.single(
+                "--demo", "cannot be combined with --config (the file names the agents)"
+            )
+        definition = load_definition(args.config)
+        server = definition.server.model_copy(update={k: v for k, v in given.items() if v is not None})
+        config = ServerConfig.parse(server.model_dump(), what="server configuration")
+        return asyncio.run(serve(config, definition=definition))
+    config = ServerConfig.from_env(**given)
     return asyncio.run(serve(config, demo=args.demo))
 
 
-async def serve(config: ServerConfig, *, demo: bool = False, ready: asyncio.Event | None = None) -> int:
-    """Run until SIGTERM/SIGINT (or until ``stop`` is set on the returned server)."""
-    audit = FileAuditLog(Path(config.data_dir) / "audit")
-    catalog, stats = open_backends(
-        config.catalog_url, prefix=config.catalog_prefix, lease_seconds=config.lease_seconds
-    )
-    agency = Agency(audit=audit, config=config.agency, catalog=catalog, router=Router(catalog, stats=stats))
-    if demo:
-        from ..demo import build_demo_agency
+async def serve(
+    config: ServerConfig,
+    *,
+    demo: bool = False,
+    definition: AgencyDefinition | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
+    metrics = Metrics()
+    if definition is not None:
+        agency = await build_agency(definition, metrics=metrics)
+    else:
+        audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+        agency = Agency(audit=audit, config=config.agency)
+    metrics_server = None
+    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
+    try:
+        if demo:
+            from ..demo import build_demo_agency
 
-        await build_demo_agency(agency)
-    server = build_server(agency, config.address)
-    await server.start()
-    host = config.address.rsplit(":", 1)[0]
-    print(f"agency: serving on {host}:{server.port} (audit log: {audit.location})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
-    print("agency: shutting down (draining in-flight calls)", flush=True)
-    await server.stop(config.grace_seconds)
-    await agency.close()
-    await catalog.close()
+            await build_demo_agency(agency)
+        server = build_server(agency, config.address)
+        if config.metrics_address:
+            metrics_server = _start_metrics(config.metrics_address, metrics)
+        await server.start()
+        await keep_alive.__aenter__()  # renews this gateway's in-process agents' leases
+        host = config.address.rsplit(":", 1)[0]
+        print(f"agency: serving on {host}:{server.port} (audit log: {agency.audit.location})", flush=True)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        print("agency: shutting down (draining in-flight calls)", flush=True)
+        await server.stop(config.grace_seconds)
+    finally:
+        await keep_alive.__aexit__(None, None, None)
+        await agency.close()
+        await agency.catalog.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _start_metrics(address: str, metrics: Metrics) -> WSGIServer:
+    host, _, port = address.rpartition(":")
+    try:
+        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    except OSError as exc:
+        raise Unavailable(f"cannot serve metrics on {address}: {exc}") from None
+    print(f"agency: metrics on http://{host}:{server.server_port}/metrics", flush=True)
+    return server

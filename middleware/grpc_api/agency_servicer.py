@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from ..errors import InvalidInput
 from ..pipeline import Agency
 from .convert import decision_to_pb, loads, outcome_to_pb, task_from_pb
 from .status import rpc
@@ -15,14 +16,18 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         self._agency = agency
 
     @rpc
-    async def Submit(  # noqa: N802 - gRPC method names
+    async def Submit(
         self, request: agency_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
-        outcome = await self._agency.submit(task_from_pb(request))
-        return outcome_to_pb(outcome)
+        try:
+            task = task_from_pb(request)
+        except InvalidInput as exc:
+            await self._agency.record_rejection(exc)
+            raise
+        return outcome_to_pb(await self._agency.submit(task))
 
     @rpc
-    async def Route(  # noqa: N802
+    async def Route(
         self, request: agency_pb2.RouteRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.RoutingDecision:
         constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)

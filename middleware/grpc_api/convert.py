@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from .._model import parse_model
+from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem
 from ..router import RoutingDecision
-from ..tasks import Outcome, TaskRequest
+from ..tasks import Outcome
 
 __all__ = [
     "contract_from_pb",
@@ -119,7 +119,8 @@ def query_from_pb(pb: catalog_pb2.QueryRequest) -> CatalogQuery:
     )
 
 
-def task_from_pb(pb: agency_pb2.SubmitRequest) -> TaskRequest:
+def task_from_pb(pb: agency_pb2.SubmitRequest) -> dict[str, Any]:
+    """The task request as plain data; the core validates it (and audits a refusal)."""
     data: dict[str, Any] = {
         "text": pb.text,
         "input": loads(pb.input_json, "input_json", default={}, want=dict),
@@ -144,7 +145,7 @@ def task_from_pb(pb: agency_pb2.SubmitRequest) -> TaskRequest:
     goal = loads(pb.goal_json, "goal_json", want=dict)
     if goal is not None:
         data["goal"] = goal
-    return TaskRequest.parse(data, what="task request")
+    return data
 
 
 def decision_to_pb(d: RoutingDecision) -> agency_pb2.RoutingDecision:

@@ -60,13 +60,19 @@ class GrpcServer:
         await self.server.wait_for_termination()
 
 
-def build_server(agency: Agency, address: str = "127.0.0.1:0") -> GrpcServer:
+def build_server(
+    agency: Agency,
+    address: str = "127.0.0.1:0",
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port)."""
     server = grpc.aio.server(
+        interceptors=list(interceptors),
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ]
+        ],
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
@@ -80,7 +86,8 @@ def build_server(agency: Agency, address: str = "127.0.0.1:0") -> GrpcServer:
         [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
-        raise Unavailable(f"cannot listen on {address}")
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpc reports bind failures this way
+        raise Unavailable(f"cannot listen on {address}: {exc}") from None
     return GrpcServer(server, port, health_servicer, services)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -21,20 +22,25 @@ REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 async def _start(name: str, data_dir: Path, prefix: str) -> tuple[asyncio.subprocess.Process, int]:
+    definition = data_dir / f"{name}.yaml"
+    definition.write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "version": 1,
+                "server": {"address": "127.0.0.1:0", "metrics_address": ""},
+                "agency": {"node_id": name},
+                "storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
+                "audit": {"directory": str(data_dir / name / "audit")},
+            }
+        )
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "middleware",
         "serve",
-        "--address",
-        "127.0.0.1:0",
-        "--data-dir",
-        str(data_dir / name),
-        "--catalog-url",
-        REDIS_URL,
-        "--catalog-prefix",
-        prefix,
-        env={**os.environ, "AGENCY_NODE_ID": name},
+        "--config",
+        str(definition),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

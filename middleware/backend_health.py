@@ -1,0 +1,98 @@
+"""Watch the backends a gateway needs (Redis) and say whether it can serve.
+
+``BackendMonitor`` runs named async checks on an interval and calls ``on_change``
+when the overall verdict flips, so the gRPC health service can report
+NOT_SERVING while Redis is unreachable and SERVING again when it returns, and the
+transport can refuse calls at once with UNAVAILABLE instead of letting them hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+__all__ = ["BackendMonitor", "redis_check"]
+
+log = logging.getLogger("agency.health")
+
+Check = Callable[[], Awaitable[None]]
+
+
+def redis_check(client: object, *, timeout: float = 1.0) -> Check:
+    """A check that PINGs a ``redis.asyncio`` client within ``timeout`` seconds."""
+
+    async def check() -> None:
+        async with asyncio.timeout(timeout):
+            await client.ping()  # type: ignore[attr-defined]
+
+    return check
+
+
+class BackendMonitor:
+    """Runs ``checks`` every ``interval`` seconds; ``healthy`` is True when all pass.
+
+    Args:
+        checks: name -> async callable that raises when the backend is unusable.
+        interval: seconds between rounds.
+        on_change: called with the new verdict whenever it flips (and once at start).
+    """
+
+    def __init__(
+        self,
+        checks: Mapping[str, Check],
+        *,
+        interval: float = 1.0,
+        on_change: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> None:
+        self._checks = dict(checks)
+        self._interval = interval
+        self._on_change = on_change
+        self.healthy: bool | None = None
+        self.failing: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Condition()
+
+    async def check_once(self) -> bool:
+        """Run every check now and update ``healthy`` (notifying on a flip)."""
+        failing: dict[str, str] = {}
+        for name, check in self._checks.items():
+            try:
+                await check()
+            except Exception as exc:  # any failure means "not usable"
+                failing[name] = f"{type(exc).__name__}: {exc}"
+        healthy = not failing
+        self.failing = failing
+        if healthy != self.healthy:
+            self.healthy = healthy
+            if healthy:
+                log.warning("backends healthy again")
+            else:
+                log.error("backend unavailable: %s", failing)
+            if self._on_change is not None:
+                await self._on_change(healthy)
+            async with self._changed:
+                self._changed.notify_all()
+        return healthy
+
+    async def wait_for(self, healthy: bool) -> None:
+        """Wait until the verdict is ``healthy`` (for tests and start-up)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.healthy is healthy)
+
+    async def start(self) -> None:
+        await self.check_once()
+        self._task = asyncio.create_task(self._loop(), name="backend-monitor")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.check_once()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None

@@ -1,0 +1,56 @@
+"""``agency config check FILE``: validate an agency definition without starting anything."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..config import load_definition
+from ..errors import InvalidInput
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("config", help="work with agency definition files")
+    cmds = p.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    check = cmds.add_parser(
+        "check",
+        help="validate a definition file and list every problem",
+        description="Validate an agency definition file (YAML or JSON) exactly as 'agency serve --config' "
+        "would, with the AGENCY_* environment overrides applied, and list every problem by path. "
+        "Exit code 0 when valid, 1 when not.",
+    )
+    check.add_argument("file", type=Path, help="the definition file")
+    check.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    check.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        definition = load_definition(args.file)
+    except InvalidInput as exc:
+        if args.format == "json":
+            problems = [{"path": p.field, "problem": p.reason} for p in exc.problems]
+            print(json.dumps({"file": str(args.file), "valid": False, "problems": problems}, indent=2))
+        else:
+            print(f"{args.file}: {len(exc.problems)} problem(s)", file=sys.stderr)
+            for p in exc.problems:
+                print(f"  {p.field or '(root)'}: {p.reason}", file=sys.stderr)
+        return 1
+    summary = {
+        "file": str(args.file),
+        "valid": True,
+        "agents": [a.contract.key for a in definition.agents],
+        "goals": [g.id for g in definition.goals],
+        "storage": definition.storage.backend,
+        "address": definition.server.address,
+    }
+    if args.format == "json":
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"{args.file}: valid ({len(definition.agents)} agents, {len(definition.goals)} goals, "
+            f"storage {definition.storage.backend}, listening on {definition.server.address})"
+        )
+    return 0

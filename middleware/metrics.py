@@ -1,0 +1,182 @@
+"""Prometheus metrics, derived from the audit stream.
+
+Every governed step already writes an :class:`~middleware.audit.AuditRecord`, so
+metrics are computed from those records by :class:`MeteredAuditLog`, a wrapper
+around any :class:`~middleware.audit.AuditLog`: the pipeline needs no metric calls
+of its own, and metrics can never disagree with the audit trail. Subsystems with
+state of their own (circuit breakers, mailboxes, Redis clients) update the gauges
+and counters on :class:`Metrics` directly.
+
+All metrics live in the ``registry`` given (a fresh ``CollectorRegistry`` in tests);
+there is no module-level singleton. Names follow Prometheus conventions (base
+units, ``_total`` for counters, ``_seconds`` for durations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from .audit.log import AuditLog
+from .audit.record import AuditEventType, AuditRecord
+
+__all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics"]
+
+log = logging.getLogger("agency.pipeline")
+
+#: Values of ``agency_circuit_breaker_state``.
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class Metrics:
+    """Every metric Agency Middleware exports, registered on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
+        self.routing = Counter(
+            "agency_routing_decisions_total",
+            "Routing decisions, by outcome (chosen|refused).",
+            ["outcome"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "agency_failures_total",
+            "Failure events, by failure type and agent.",
+            ["type", "agent"],
+            registry=r,
+        )
+        self.resolutions = Counter(
+            "agency_resolutions_total", "Resolutions applied, by kind.", ["kind"], registry=r
+        )
+        self.verifications = Counter(
+            "agency_goal_verifications_total",
+            "Goal verifications, by result (passed|failed).",
+            ["result"],
+            registry=r,
+        )
+        self.smf_errors = Counter(
+            "smf_validation_errors_total", "Messages refused because they failed SMF validation.", registry=r
+        )
+        self.dispatch_latency = Histogram(
+            "agency_dispatch_duration_seconds",
+            "Time an agent took to answer one dispatch.",
+            ["agent"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.task_latency = Histogram(
+            "agency_task_duration_seconds",
+            "End-to-end time of a task, submit to outcome.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.audit_appends = Counter(
+            "agency_audit_appends_total", "Records appended to the audit log.", ["event_type"], registry=r
+        )
+        self.audit_append_latency = Histogram(
+            "agency_audit_append_duration_seconds",
+            "Time until an audit append was durable (acknowledged).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.audit_fsync_latency = Histogram(
+            "agency_audit_fsync_duration_seconds",
+            "Duration of one fdatasync of the audit log.",
+            buckets=_FSYNC_BUCKETS,
+            registry=r,
+        )
+        self.mailbox_depth = Gauge(
+            "agency_mailbox_depth", "Messages waiting in a mailbox.", ["mailbox"], registry=r
+        )
+        self.breaker_state = Gauge(
+            "agency_circuit_breaker_state",
+            "Circuit breaker state per agent (0 closed, 1 half-open, 2 open).",
+            ["agent"],
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "agency_redis_errors_total", "Errors talking to Redis, by operation.", ["operation"], registry=r
+        )
+        self.contract_review = Gauge(
+            "agency_contract_review_flagged",
+            "1 when a contract is flagged for review.",
+            ["agent", "type"],
+            registry=r,
+        )
+
+    def observe(self, record: AuditRecord) -> None:
+        """Update the metrics one audit record implies."""
+        kind = record.event_type
+        d = record.detail
+        if kind == AuditEventType.TASK_COMPLETED:
+            self.tasks.labels(state=record.outcome).inc()
+        elif kind == AuditEventType.ROUTING_DECISION:
+            self.routing.labels(outcome="chosen").inc()
+        elif kind == AuditEventType.ROUTING_REFUSED:
+            self.routing.labels(outcome="refused").inc()
+        elif kind == AuditEventType.FAILURE:
+            self.failures.labels(type=record.outcome, agent=record.actors.agent or "-").inc()
+        elif kind == AuditEventType.RESOLUTION:
+            self.resolutions.labels(kind=record.outcome).inc()
+        elif kind == AuditEventType.VERIFICATION:
+            self.verifications.labels(result="passed" if record.outcome == "passed" else "failed").inc()
+        elif kind == AuditEventType.MESSAGE_REJECTED:
+            self.smf_errors.inc()
+        elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
+            self.dispatch_latency.labels(agent=record.actors.agent or "-").observe(d["duration_ms"] / 1000)
+
+
+class MeteredAuditLog:
+    """An :class:`AuditLog` that updates :class:`Metrics` (and logs rejections at ERROR)
+    for every record it appends to ``inner``."""
+
+    def __init__(self, inner: AuditLog, metrics: Metrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+        self._started: dict[str, datetime] = {}
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    async def append(self, record: AuditRecord) -> int:
+        started = time.perf_counter()
+        index = await self.inner.append(record)
+        self.metrics.audit_append_latency.observe(time.perf_counter() - started)
+        self.metrics.audit_appends.labels(event_type=record.event_type).inc()
+        self.metrics.observe(record)
+        self._track_task(record)
+        if record.event_type == AuditEventType.MESSAGE_REJECTED:
+            log.error(
+                "SMF validation failed: %s",
+                "; ".join(record.detail.get("problems", [])) or "invalid message",
+                extra={"trace_id": record.trace_id, "event": record.event_type},
+            )
+        return index
+
+    def _track_task(self, record: AuditRecord) -> None:
+        if record.event_type == AuditEventType.TASK_SUBMITTED and record.task_id:
+            self._started[record.task_id] = record.time
+        elif record.event_type == AuditEventType.TASK_COMPLETED:
+            started = self._started.pop(record.task_id, None)
+            if started is not None:
+                self.metrics.task_latency.observe((record.time - started).total_seconds())
+
+    def records(self) -> Iterator[tuple[int, AuditRecord]]:
+        return self.inner.records()
+
+    def __getattr__(self, name: str) -> object:
+        # Backend-specific operations (checkpoints, proofs ...) pass straight through.
+        return getattr(self.inner, name)
+
+    async def close(self) -> None:
+        await self.inner.close()

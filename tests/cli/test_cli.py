@@ -1,0 +1,144 @@
+"""The ``agency`` command line: demo, serve (a real process, stopped with SIGTERM), help."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.cli import main
+from middleware.cli.demo import run_demo
+
+
+async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path):
+    out = io.StringIO()
+    assert await run_demo(tmp_path, out=out) == 0
+    text = out.getvalue()
+    assert "Goal anchored: GOAL_WARRANTY_001" in text
+    assert "chose warranty_agent@2.1.0" in text
+    assert text.count("TOOL_TIMEOUT on replacement_shipper@1.0.0") == 3
+    assert "use_backup" in text and "express_shipper@1.0.0" in text
+    assert text.count("[PASS]") == 3
+    assert "COMPLETED" in text
+    assert "contract says it cannot do stock_prediction" in text
+    assert "REJECTED before any agent ran" in text
+    assert str(tmp_path / "audit" / "audit.jsonl") in text
+    assert (tmp_path / "audit" / "audit.jsonl").stat().st_size > 0
+
+
+async def test_demo_json_output(tmp_path):
+    out = io.StringIO()
+    assert await run_demo(tmp_path, as_json=True, out=out) == 0
+    first, second = json.loads(out.getvalue())
+    assert first["state"] == "completed" and second["state"] == "rejected"
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "serve" in out and "demo" in out
+
+
+def test_demo_runs_as_a_console_script(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "middleware", "demo", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "COMPLETED" in proc.stdout
+
+
+def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
+    env = {**os.environ, "AGENCY_NODE_ID": "node-test"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "middleware",
+            "--log-format",
+            "json",
+            "serve",
+            "--address",
+            "127.0.0.1:0",
+            "--data-dir",
+            str(tmp_path),
+            "--demo",
+            "--metrics-address",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        metrics_line = proc.stdout.readline()  # blocks until the server prints its addresses
+        metrics_url = re.search(r"metrics on (\S+)", metrics_line)
+        line = proc.stdout.readline()
+        m = re.search(r"serving on (\S+):(\d+)", line)
+        assert m and metrics_url, metrics_line + line + proc.stderr.read()
+        with grpc.insecure_channel(f"127.0.0.1:{m.group(2)}") as channel:
+            stub = agency_pb2_grpc.AgencyServiceStub(channel)
+            decision = stub.Route(agency_pb2.RouteRequest(text="predict the stock price"), timeout=10)
+            assert decision.refused
+            outcome = stub.Submit(agency_pb2.SubmitRequest(text="predict the stock price"), timeout=10)
+            assert outcome.state == "rejected"
+            with pytest.raises(grpc.RpcError):
+                stub.Submit(agency_pb2.SubmitRequest(text="x", user_id="u" * 300), timeout=10)
+        exposition = urllib.request.urlopen(metrics_url.group(1), timeout=10).read().decode()
+        assert 'agency_tasks_total{state="rejected"} 1.0' in exposition
+        assert 'agency_routing_decisions_total{outcome="refused"} 1.0' in exposition
+        assert "smf_validation_errors_total 1.0" in exposition
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped" in out
+    errors = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
+    assert any(e["level"] == "ERROR" and "SMF validation failed" in e["message"] for e in errors), err
+    audit = Path(tmp_path) / "audit" / "audit.jsonl"
+    assert b'"node":"node-test"' in audit.read_bytes()
+
+
+def test_serve_rejects_a_bad_address(tmp_path, capsys):
+    assert (
+        main(["serve", "--address", "not an address", "--data-dir", str(tmp_path), "--metrics-address", ""])
+        == 2
+    )
+    assert "error" in capsys.readouterr().err
+
+
+def test_serve_reports_a_port_in_use(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [
+            "serve",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path),
+            "--metrics-address",
+            "",
+        ]
+        assert main(argv) == 2
+    assert "cannot listen" in capsys.readouterr().err
