@@ -24,7 +24,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ._model import Model
 from .contracts import CapabilityContract, normalise_label
@@ -47,7 +47,9 @@ Clock = Callable[[], datetime]
 
 
 class CatalogEntry(Model):
-    """A registered contract plus its liveness."""
+    """A registered contract plus its liveness. Immutable: catalogs hand out shared instances."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     contract: CapabilityContract
     registered_at: datetime = Field(default_factory=utcnow)

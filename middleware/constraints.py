@@ -108,8 +108,9 @@ class Constraints(Model):
     def described(self) -> str:
         """``action=x region=y ...``: the requirements that are set, for explanations."""
         parts = []
-        for key, value in self.model_dump(exclude={"extras"}).items():
-            if value in ("", [], None, 0, False):
+        for key in Constraints.model_fields:
+            value = getattr(self, key)
+            if key == "extras" or value in ("", [], None, 0, False):
                 continue
             if isinstance(value, list):
                 value = ",".join(value)

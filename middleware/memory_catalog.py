@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 
 from .catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
 from .contracts import CapabilityContract, normalise_label
@@ -12,6 +13,8 @@ from .errors import AlreadyExists, InvalidInput, NotFound
 from .smf import utcnow
 
 __all__ = ["MemoryCatalog"]
+
+_EMPTY: frozenset[str] = frozenset()
 
 
 class MemoryCatalog:
@@ -81,8 +84,8 @@ class MemoryCatalog:
         self._index(contract)
         self._beat(key)
         kind = CatalogEventType.UPDATED if old else CatalogEventType.REGISTERED
-        self._publish(CatalogEvent(type=kind, key=key, entry=entry.model_copy(), at=now))
-        return entry.model_copy()
+        self._publish(CatalogEvent(type=kind, key=key, entry=entry, at=now))
+        return entry
 
     async def deregister(self, key: str) -> None:
         async with self._lock:
@@ -99,9 +102,10 @@ class MemoryCatalog:
         if entry is None:
             raise NotFound(f"no capability {key!r} in the catalog")
         now = self.clock()
-        entry.last_heartbeat = now
+        entry = entry.model_copy(update={"last_heartbeat": now, "stale": False})
+        self._entries[key] = entry
         self._beat(key)
-        fresh = self._view(entry, now)
+        fresh = entry
         if key in self._marked_stale:
             self._marked_stale.discard(key)
             self._publish(CatalogEvent(type=CatalogEventType.ALIVE, key=key, entry=fresh, at=now))
@@ -141,7 +145,9 @@ class MemoryCatalog:
 
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
-        keys = self._by_action.get(action, set()) | self._by_refusal.get(action, set())
+        keys = self._by_action.get(action, _EMPTY) | self._by_refusal.get(action, _EMPTY)
+        if self.lease_seconds is None:  # nothing can be stale: hand out the frozen entries
+            return [self._entries[k] for k in sorted(keys)]
         now = self.clock()
         return [self._view(self._entries[k], now) for k in sorted(keys)]
 
@@ -158,10 +164,10 @@ class MemoryCatalog:
         self._subscribers.clear()
 
     # ----------------------------------------------------------------- helpers
-    def _view(self, entry: CatalogEntry, now: object) -> CatalogEntry:
-        stale = is_stale(entry.last_heartbeat, now, self.lease_seconds)  # type: ignore[arg-type]
-        # a shallow copy: callers cannot change what the catalog holds
-        return entry.model_copy(update={"stale": stale})
+    def _view(self, entry: CatalogEntry, now: datetime) -> CatalogEntry:
+        # entries are frozen, so the stored one can be handed out as long as its flag is right
+        stale = is_stale(entry.last_heartbeat, now, self.lease_seconds)
+        return entry if stale is entry.stale else entry.model_copy(update={"stale": stale})
 
     def _narrowest(self, q: CatalogQuery) -> Iterable[str]:
         sets = []

@@ -177,15 +177,18 @@ class RedisCatalog:
         now = self.clock()
         for start in range(0, len(parsed), 1000):
             pipe = self.redis.pipeline(transaction=False)
+            touched: set[str] = set()
             for contract in parsed[start : start + 1000]:
                 entry = CatalogEntry(contract=contract, registered_at=now, last_heartbeat=now)
                 pipe.set(self._entry_key(contract.key), self._encode(entry), px=self._ttl_ms)
                 for ikey in self._index_keys(contract):
                     pipe.sadd(ikey, contract.key)
-                    pipe.pexpire(ikey, self._ttl_ms)
+                    touched.add(ikey)
                 pipe.zadd(self._hb, {contract.key: _ms(now)})
                 event = CatalogEvent(type=CatalogEventType.REGISTERED, key=contract.key, entry=entry, at=now)
                 pipe.publish(self.channel, event.model_dump_json())
+            for ikey in touched:
+                pipe.pexpire(ikey, self._ttl_ms)
             await pipe.execute()
         return len(parsed)
 
@@ -361,9 +364,14 @@ class RedisCatalog:
     def _view(self, key: str, raw: bytes | str, score: Any, now: datetime) -> CatalogEntry:
         entry = self._decode(key, raw)
         beat = _time(score) if score is not None else entry.last_heartbeat
-        return entry.model_copy(
-            update={"last_heartbeat": beat, "stale": is_stale(beat, now, self.lease_seconds)}
-        )
+        stale = is_stale(beat, now, self.lease_seconds)
+        if beat == entry.last_heartbeat and stale is entry.stale:
+            return entry
+        view = entry.model_copy(update={"last_heartbeat": beat, "stale": stale})
+        cached = self._parsed.get(key)
+        if cached is not None and cached[1] is entry:  # reuse this view until something changes
+            self._parsed[key] = (cached[0], view)
+        return view
 
     def _decode(self, key: str, raw: bytes | str) -> CatalogEntry:
         data = raw.encode() if isinstance(raw, str) else raw

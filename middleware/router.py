@@ -180,6 +180,7 @@ def _review(e: CatalogEntry, c: Constraints) -> str | None:
 
 
 #: Every filtering rule, in the order a rejection reports them (name = constraint field).
+#: The first three always apply; the others only when their constraint is set.
 CHECKS: list[tuple[str, Check]] = [
     ("cannot_do", _cannot_do),
     ("can_do", _can_do),
@@ -196,6 +197,17 @@ CHECKS: list[tuple[str, Check]] = [
     ("granularity", _listed("granularity", "granularities")),
     ("needs_human_review", _review),
 ]
+
+
+def _active_checks(c: Constraints) -> list[tuple[str, Check]]:
+    """The optional rules that can fail for ``c`` (an unset constraint never rejects anyone);
+    the first three of :data:`CHECKS` are checked apart, for every candidate."""
+    active: list[tuple[str, Check]] = []
+    for name, check in CHECKS[3:]:
+        value = getattr(c, name)
+        if value is not None and value != "" and value != [] and value is not False and value != 0:
+            active.append((name, check))
+    return active
 
 
 class Router:
@@ -251,33 +263,45 @@ class Router:
             decision.explanation = _explain(decision)
             return decision
         entries = await self.catalog.candidates(constraints.action)
-        rejected: list[Rejection] = []
+        checks = _active_checks(constraints)
+        rejected: list[dict[str, str]] = []
         fitting: list[CatalogEntry] = []
+        action = constraints.action
         for entry in entries:
-            failed = [(name, why) for name, check in CHECKS if (why := check(entry, constraints)) is not None]
-            if entry.key in exclude:
+            contract = entry.contract
+            if action in contract.can_do and action not in contract.cannot_do and not entry.stale:
+                # the common case: only the optional rules are left to check
+                failed = [(name, why) for name, check in checks if (why := check(entry, constraints)) is not None]
+            else:
+                failed = [
+                    (name, why) for name, check in CHECKS[:3] if (why := check(entry, constraints)) is not None
+                ]
+                failed += [(name, why) for name, check in checks if (why := check(entry, constraints)) is not None]
+            if exclude and entry.key in exclude:
                 failed.append(("exclude", "excluded for this attempt"))
             if failed:
-                reason = "; ".join(why for _, why in failed)
-                rejected.append(Rejection(agent=entry.key, constraint=failed[0][0], reason=reason))
+                reason = "; ".join(why for _, why in failed) if len(failed) > 1 else failed[0][1]
+                rejected.append({"agent": entry.key, "constraint": failed[0][0], "reason": reason})
             else:
                 fitting.append(entry)
-        rejected.sort(key=lambda r: r.constraint != "cannot_do")  # explicit refusals first (stable)
+        rejected.sort(key=lambda r: r["constraint"] != "cannot_do")  # explicit refusals first (stable)
         candidates = await self._rank(fitting)
-        decision = RoutingDecision(
-            constraints=constraints,
-            candidates=candidates,
-            rejected=rejected[: self.max_rejections],
-            rejected_omitted=max(0, len(rejected) - self.max_rejections),
-            considered=len(entries),
+        # one validation of plain dicts (in pydantic-core) beats a model per candidate
+        decision = RoutingDecision.model_validate(
+            {
+                "constraints": constraints,
+                "chosen": candidates[0]["agent"] if candidates else "",
+                "fallbacks": [c["agent"] for c in candidates[1:]],
+                "candidates": candidates,
+                "rejected": rejected[: self.max_rejections],
+                "rejected_omitted": max(0, len(rejected) - self.max_rejections),
+                "considered": len(entries),
+            }
         )
-        if candidates:
-            decision.chosen = candidates[0].agent
-            decision.fallbacks = [c.agent for c in candidates[1:]]
         decision.explanation = _explain(decision)
         return decision
 
-    async def _rank(self, entries: list[CatalogEntry]) -> list[Candidate]:
+    async def _rank(self, entries: list[CatalogEntry]) -> list[dict[str, Any]]:
         if not entries:
             return []
         w = self.weights
@@ -291,16 +315,16 @@ class Router:
             load_term = 1.0 / (1.0 + snap.in_flight / w.load_reference)
             score = (w.slo * slo_term + w.success * snap.success_rate + w.load * load_term) / total
             out.append(
-                Candidate(
-                    agent=entry.key,
-                    score=round(score, 6),
-                    slo_latency_ms=slo,
-                    success_rate=round(snap.success_rate, 4),
-                    load=float(snap.in_flight),
-                    samples=snap.samples,
-                )
+                {
+                    "agent": entry.key,
+                    "score": round(score, 6),
+                    "slo_latency_ms": slo,
+                    "success_rate": round(snap.success_rate, 4),
+                    "load": float(snap.in_flight),
+                    "samples": snap.samples,
+                }
             )
-        out.sort(key=lambda c: (-c.score, c.slo_latency_ms, c.agent))
+        out.sort(key=lambda c: (-c["score"], c["slo_latency_ms"], c["agent"]))
         return out
 
 

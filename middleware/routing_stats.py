@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from ._model import Model
 
 __all__ = ["AgentStats", "MemoryRoutingStats", "RoutingStats"]
 
 
-class AgentStats(Model):
-    """What the router knows about one agent right now."""
+@dataclass(frozen=True, slots=True)
+class AgentStats:
+    """What the router knows about one agent right now (a plain value: read per candidate)."""
 
     success_rate: float = 1.0
     in_flight: int = 0
@@ -59,11 +60,14 @@ class MemoryRoutingStats:
         self._outcomes[agent].append(success)
 
     async def snapshot(self, agent: str) -> AgentStats:
+        return self._snapshot(agent)
+
+    async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
+        return {agent: self._snapshot(agent) for agent in agents}
+
+    def _snapshot(self, agent: str) -> AgentStats:
         outcomes = self._outcomes.get(agent)
         rate = (sum(outcomes) / len(outcomes)) if outcomes else 1.0
         return AgentStats(
             success_rate=rate, in_flight=self._in_flight.get(agent, 0), samples=len(outcomes or ())
         )
-
-    async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
-        return {agent: await self.snapshot(agent) for agent in agents}
