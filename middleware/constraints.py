@@ -587,7 +587,7 @@ def _from_llm(text: str) -> Constraints:
     fields: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     for key, value in data.items():
-        key = _ALIASES.get(key, key)
+        key = _ALIASES.get(str(key), str(key))
         if value is None:
             continue
         if key in Constraints.model_fields and key != "extras":

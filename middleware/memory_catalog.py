@@ -49,7 +49,7 @@ class MemoryCatalog:
         # keys in order of last heartbeat (oldest first): a sweep stops at the first live one
         self._beats: OrderedDict[str, None] = OrderedDict()
         self._marked_stale: set[str] = set()
-        self._subscribers: set[asyncio.Queue[CatalogEvent]] = set()
+        self._subscribers: set[asyncio.Queue[CatalogEvent | _Closed]] = set()
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ writes
@@ -225,7 +225,7 @@ class _MemoryWatch:
     def __init__(self, catalog: MemoryCatalog) -> None:
         self._catalog = catalog
         self._queue: asyncio.Queue[CatalogEvent | _Closed] = asyncio.Queue()
-        catalog._subscribers.add(self._queue)  # type: ignore[arg-type]
+        catalog._subscribers.add(self._queue)
         self._closed = False
 
     async def __aenter__(self) -> _MemoryWatch:
@@ -251,4 +251,4 @@ class _MemoryWatch:
 
     async def aclose(self) -> None:
         self._closed = True
-        self._catalog._subscribers.discard(self._queue)  # type: ignore[arg-type]
+        self._catalog._subscribers.discard(self._queue)

@@ -137,7 +137,7 @@ class RedisCatalog:
                     )
                     kind = CatalogEventType.UPDATED if old else CatalogEventType.REGISTERED
                     event = CatalogEvent(type=kind, key=key, entry=entry, at=now)
-                    pipe.multi()
+                    pipe.multi()  # type: ignore[no-untyped-call]
                     if old is not None:
                         for ikey in self._index_keys(old.contract):
                             pipe.srem(ikey, key)
@@ -203,7 +203,7 @@ class RedisCatalog:
                         raise NotFound(f"no capability {key!r} in the catalog")
                     old = self._decode(key, raw)
                     event = CatalogEvent(type=CatalogEventType.DEREGISTERED, key=key, at=self.clock())
-                    pipe.multi()
+                    pipe.multi()  # type: ignore[no-untyped-call]
                     pipe.delete(ekey)
                     for ikey in self._index_keys(old.contract):
                         pipe.srem(ikey, key)
@@ -241,7 +241,8 @@ class RedisCatalog:
         stale_before = now_ms - int(self.lease_seconds * 1000)
         events: list[CatalogEvent] = []
         # entries whose TTL ran out: forget their heartbeat; one gateway wins each ZREM
-        gone = [_text(k) for k in await self.redis.zrangebyscore(self._hb, "-inf", f"({expired_before}")]
+        expired: list[Any] = await self.redis.zrangebyscore(self._hb, "-inf", f"({expired_before}")
+        gone = [_text(k) for k in expired]
         if gone:
             pipe = self.redis.pipeline(transaction=False)
             for key in gone:
@@ -252,7 +253,7 @@ class RedisCatalog:
                 if won:
                     events.append(CatalogEvent(type=CatalogEventType.DEREGISTERED, key=key, at=now))
                     self._parsed.pop(key, None)
-        stale = await self.redis.zrangebyscore(
+        stale: list[Any] = await self.redis.zrangebyscore(
             self._hb, f"{expired_before}", f"({stale_before}", withscores=True
         )
         if stale:
@@ -312,10 +313,10 @@ class RedisCatalog:
             sets.append(self._idx("can", query.action))
         sets += [self._idx("tag", t) for t in query.tags]
         if sets:
-            keys = sorted(_text(k) for k in await self.redis.sinter(sets))
+            members: list[Any] = list(await self.redis.sinter(sets))
         else:
-            keys = [_text(k) for k in await self.redis.zrange(self._hb, 0, -1)]
-            keys.sort()
+            members = await self.redis.zrange(self._hb, 0, -1)
+        keys = sorted(_text(k) for k in members)
         entries = await self._load(keys, sets)
         return [e for e in entries if query.matches(e)]
 

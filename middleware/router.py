@@ -199,6 +199,10 @@ CHECKS: list[tuple[str, Check]] = [
 ]
 
 
+def _failures(entry: CatalogEntry, c: Constraints, checks: list[tuple[str, Check]]) -> list[tuple[str, str]]:
+    return [(name, why) for name, check in checks if (why := check(entry, c)) is not None]
+
+
 def _active_checks(c: Constraints) -> list[tuple[str, Check]]:
     """The optional rules that can fail for ``c`` (an unset constraint never rejects anyone);
     the first three of :data:`CHECKS` are checked apart, for every candidate."""
@@ -270,13 +274,9 @@ class Router:
         for entry in entries:
             contract = entry.contract
             if action in contract.can_do and action not in contract.cannot_do and not entry.stale:
-                # the common case: only the optional rules are left to check
-                failed = [(name, why) for name, check in checks if (why := check(entry, constraints)) is not None]
+                failed = _failures(entry, constraints, checks)  # common case: the optional rules only
             else:
-                failed = [
-                    (name, why) for name, check in CHECKS[:3] if (why := check(entry, constraints)) is not None
-                ]
-                failed += [(name, why) for name, check in checks if (why := check(entry, constraints)) is not None]
+                failed = _failures(entry, constraints, CHECKS[:3]) + _failures(entry, constraints, checks)
             if exclude and entry.key in exclude:
                 failed.append(("exclude", "excluded for this attempt"))
             if failed:
@@ -307,7 +307,7 @@ class Router:
         w = self.weights
         total = (w.slo + w.success + w.load) or 1.0
         stats = await self.stats.snapshots([e.key for e in entries])
-        out = []
+        out: list[dict[str, Any]] = []
         for entry in entries:
             snap = stats[entry.key]
             slo = entry.contract.slo_latency_ms

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-
 __all__ = ["AgentStats", "MemoryRoutingStats", "RoutingStats"]
 
 

@@ -220,7 +220,7 @@ def _comparators(token: str, whole: str) -> list[_Comparator]:
     # "1.x.3" is nonsense: once a part is a wildcard, the rest must be too.
     if any(wild[i] and not wild[i + 1] for i in range(2)):
         raise InvalidInput([Problem("version_range", f"{token!r}: a number cannot follow a wildcard")])
-    nums = [0 if w else int(x) for x, w in zip(parts, wild, strict=True)]  # type: ignore[arg-type]
+    nums = [0 if w else int(x) for x, w in zip(parts, wild, strict=True)]
     pre = tuple(int(x) if x.isdigit() else x for x in p.group(4).split(".")) if p.group(4) else ()
     if pre and any(wild):
         raise InvalidInput([Problem("version_range", f"{token!r}: a pre-release needs a full version")])

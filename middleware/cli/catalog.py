@@ -141,7 +141,7 @@ class _GrpcTarget:
 
         self._pb = catalog_pb2
         self.channel = grpc.aio.insecure_channel(address)
-        self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
+        self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def query(self, query: CatalogQuery) -> list[CatalogEntry]:
         reply = await self.stub.Query(self._pb.QueryRequest(**query.model_dump()))
