@@ -188,7 +188,8 @@ async def bench_redis(url: str, sizes: list[int], decisions: int) -> None:
         await client.ping()
         pings.append((time.perf_counter_ns() - start) / 1e6)
     print(
-        f"(one PING round trip on this machine: p50 {statistics.median(pings):.3f} ms, p99 {pct(pings, 0.99):.3f} ms)"
+        f"(one PING round trip on this machine: p50 {statistics.median(pings):.3f} ms, "
+        f"p99 {pct(pings, 0.99):.3f} ms)"
     )
     try:
         for n in sizes:
