@@ -135,3 +135,20 @@ async def test_redis_routing_stats_are_shared_and_windowed(redis_client, redis_p
         assert both["b@1"].samples == 0
     finally:
         await other.redis.aclose()
+
+
+async def test_concurrent_registrations_of_one_key_let_exactly_one_win(gateways) -> None:
+    a, b = gateways
+    results = await asyncio.gather(
+        *[(a if i % 2 else b).register(contract("race", description=str(i))) for i in range(6)],
+        return_exceptions=True,
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(winners) == 1
+    assert all(isinstance(r, AlreadyExists) for r in results if isinstance(r, BaseException))
+    stored = await a.get("race@1.0.0")
+    assert stored.contract.description == winners[0].contract.description and stored.revision == 1
+    updates = await asyncio.gather(
+        *[(a if i % 2 else b).update(contract("race", description=f"u{i}")) for i in range(6)]
+    )
+    assert sorted(u.revision for u in updates) == [2, 3, 4, 5, 6, 7]  # no update was lost
