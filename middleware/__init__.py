@@ -32,7 +32,18 @@ from .failures import (
     Resolution,
     ResolutionKind,
 )
-from .goals import GoalAssertion, GoalVerdict, StepVerdict, verify_goal
+from .goals import (
+    CheckRegistry,
+    GoalAssertion,
+    GoalStage,
+    GoalStore,
+    GoalVerdict,
+    MemoryGoalStore,
+    StepVerdict,
+    Verifier,
+    parse_step_sentence,
+    verify_goal,
+)
 from .memory_catalog import MemoryCatalog
 from .pipeline import Agency
 from .redis_catalog import RedisCatalog
@@ -62,6 +73,7 @@ __all__ = [
     "CatalogEvent",
     "CatalogEventType",
     "CatalogQuery",
+    "CheckRegistry",
     "ConstraintExtractor",
     "Constraints",
     "ContractViolation",
@@ -74,11 +86,14 @@ __all__ = [
     "FailureType",
     "FileAuditLog",
     "GoalAssertion",
+    "GoalStage",
+    "GoalStore",
     "GoalVerdict",
     "InvalidInput",
     "LangChainExtractor",
     "MemoryAuditLog",
     "MemoryCatalog",
+    "MemoryGoalStore",
     "MemoryRoutingStats",
     "NotFound",
     "Outcome",
@@ -105,8 +120,10 @@ __all__ = [
     "TaskStep",
     "Unauthenticated",
     "Unavailable",
+    "Verifier",
     "Version",
     "VersionRange",
     "Vocabulary",
+    "parse_step_sentence",
     "verify_goal",
 ]

@@ -9,16 +9,14 @@ return (the output).
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
-from jsonschema.protocols import Validator
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 
 from ._model import Model
-from .errors import ContractViolation, Problem
+from .schemas import CompiledSchema, compile_schema
 
 __all__ = ["SEMVER_RE", "CapabilityContract", "check_against_schema", "normalise_label"]
 
@@ -90,6 +88,9 @@ class CapabilityContract(Model):
         default=False, description="Its results pass a human reviewer (satisfies 'needs human review')."
     )
 
+    # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
+    _compiled: dict[str, tuple[dict[str, Any], CompiledSchema]] = PrivateAttr(default_factory=dict)
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -146,38 +147,37 @@ class CapabilityContract(Model):
         """``name@version``: unique in a catalog."""
         return f"{self.name}@{self.version}"
 
+    def compiled_schema(self, which: str) -> CompiledSchema:
+        """The compiled ``input_schema`` or ``output_schema`` (compiled on first use, then kept)."""
+        schema = self.input_schema if which == "input" else self.output_schema
+        # __pydantic_private__ directly: attribute access to private attrs goes through the
+        # slow __getattr__ path, and this runs on every dispatch.
+        cache: dict[str, tuple[dict[str, Any], CompiledSchema]] = self.__pydantic_private__["_compiled"]  # type: ignore[index]
+        cached = cache.get(which)
+        if cached is None or cached[0] is not schema:
+            cached = cache[which] = (schema, compile_schema(schema))
+        return cached[1]
+
     def check_input(self, data: Any) -> None:
         """Raise :class:`ContractViolation` if ``data`` does not match ``input_schema``."""
-        check_against_schema(self.input_schema, data, what=f"input for {self.key}")
+        if self.input_schema:
+            self.compiled_schema("input").check(data, what=lambda: f"input for {self.key}")
 
     def check_output(self, data: Any) -> None:
         """Raise :class:`ContractViolation` if ``data`` does not match ``output_schema``."""
-        check_against_schema(self.output_schema, data, what=f"output of {self.key}")
+        if self.output_schema:
+            self.compiled_schema("output").check(data, what=lambda: f"output of {self.key}")
 
 
 def check_against_schema(schema: dict[str, Any], data: Any, *, what: str) -> None:
-    """Validate ``data`` against a JSON Schema, listing every violation by JSON path."""
+    """Validate ``data`` against a JSON Schema, listing every violation by JSON path.
+
+    Compiled schemas are cached by content; hot paths should keep a
+    :class:`~middleware.schemas.CompiledSchema` (as contracts do) to skip the lookup.
+
+    Raises:
+        ContractViolation: naming every violation (path and reason).
+    """
     if not schema:
         return
-    validator = _compiled(_freeze(schema))
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        problems = [
-            Problem(e.json_path.replace("$", "", 1).lstrip(".") or "(root)", e.message) for e in errors
-        ]
-        raise ContractViolation(problems, what=what)
-
-
-def _freeze(value: Any) -> Any:
-    import json
-
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-@lru_cache(maxsize=4096)
-def _compiled(schema_json: str) -> Validator:
-    import json
-
-    schema = json.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    compile_schema(schema).check(data, what=what)

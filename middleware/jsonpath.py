@@ -30,17 +30,38 @@ class JsonPathError(ValueError):
 class JsonPath:
     """A compiled path; :meth:`find` returns every value it reaches (possibly none)."""
 
-    __slots__ = ("_parts", "text")
+    __slots__ = ("_parts", "_single", "text")
 
     def __init__(self, text: str, parts: tuple[Any, ...]) -> None:
         self.text = text
         self._parts = parts
+        # Without wildcards a path reaches at most one value: walk it without lists.
+        self._single = all(part is not _WILD for part in parts)
+
+    @property
+    def is_single(self) -> bool:
+        """Whether the path reaches at most one value (no wildcard)."""
+        return self._single
 
     @staticmethod
     def compile(text: str) -> JsonPath:
         return _compile(text)
 
     def find(self, document: Any) -> list[Any]:
+        """Every value the path reaches in ``document``, in document order (maybe none)."""
+        if self._single:
+            value = document
+            for part in self._parts:
+                if isinstance(part, int):
+                    if isinstance(value, list) and -len(value) <= part < len(value):
+                        value = value[part]
+                    else:
+                        return []
+                elif isinstance(value, dict) and part in value:
+                    value = value[part]
+                else:
+                    return []
+            return [value]
         current = [document]
         for part in self._parts:
             nxt: list[Any] = []

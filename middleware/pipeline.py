@@ -27,7 +27,7 @@ from .contracts import CapabilityContract
 from .errors import AgencyError, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import Directive, ResolutionExecutor, StepCursor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution
-from .goals import GoalAssertion, GoalVerdict, verify_goal
+from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .memory_catalog import MemoryCatalog
 from .router import Router, RoutingDecision
 from .smf import Provenance, SMFMessage
@@ -52,6 +52,7 @@ class _Run:
     def __init__(self, request: TaskRequest, goal: GoalAssertion | None, trace_id: str) -> None:
         self.request = request
         self.goal = goal
+        self.staged: StagedVerifier | None = None
         self.trace_id = trace_id
         self.state = TaskState.SUBMITTED
         self.steps: list[StepRecord] = []
@@ -88,6 +89,8 @@ class Agency:
         failures: Maps failure events to resolutions (default: the built-in handlers).
         config: Core knobs.
         sleep: How retries wait (injected so tests need no real sleeping).
+        goals: Where registered goals live (default: in memory).
+        verifier: The goal verification engine and its custom checks (default: no checks).
     """
 
     def __init__(
@@ -99,6 +102,8 @@ class Agency:
         failures: FailureProcessor | None = None,
         config: AgencyConfig | None = None,
         sleep: Sleeper = asyncio.sleep,
+        goals: GoalStore | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -106,7 +111,8 @@ class Agency:
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(policy=self.config.failure_policy)
         self.agents = AgentRegistry()
-        self.goals: dict[str, GoalAssertion] = {}
+        self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
+        self.verifier = verifier if verifier is not None else Verifier()
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups)
 
     # ----------------------------------------------------------------- registry
@@ -135,17 +141,27 @@ class Agency:
         self.agents.remove(key)
         await self._record(AuditEventType.CATALOG_CHANGE, outcome="deregistered", agent=key)
 
-    def register_goal(self, goal: GoalAssertion | Mapping[str, Any]) -> GoalAssertion:
-        """Register a goal so tasks can reference it by id."""
+    def register_goal(
+        self, goal: GoalAssertion | Mapping[str, Any], *, replace: bool = False
+    ) -> GoalAssertion:
+        """Register a goal so tasks can reference it by id.
+
+        Raises:
+            InvalidInput: the goal does not validate, or names custom checks that are not
+                registered on ``self.verifier.checks``; every problem is named.
+            AlreadyExists: another goal with this id is registered and ``replace`` is false.
+        """
         goal = GoalAssertion.parse(goal, what="goal assertion")
-        self.goals[goal.id] = goal
-        return goal
+        self.verifier.require_checks(goal)
+        return self.goals.put(goal, replace=replace)
 
     def get_goal(self, goal_id: str) -> GoalAssertion:
-        try:
-            return self.goals[goal_id]
-        except KeyError:
-            raise NotFound(f"no goal {goal_id!r} is registered") from None
+        """The registered goal ``goal_id``.
+
+        Raises:
+            NotFound: no such goal.
+        """
+        return self.goals.get(goal_id)
 
     async def record_rejection(self, error: InvalidInput, *, component: str = "gateway") -> None:
         """Audit input refused at a boundary (a transport calls this for what it refuses itself)."""
@@ -177,6 +193,18 @@ class Agency:
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = _Run(req, goal, req.trace_id or uuid.uuid4().hex)
+        if goal is not None:
+            run.staged = StagedVerifier(goal, self.verifier)
+            try:
+                run.staged.check_bindings([s.name for s in req.steps] or ["main"])
+            except InvalidInput as exc:
+                await self._record(
+                    AuditEventType.MESSAGE_REJECTED,
+                    outcome="rejected",
+                    task_id=req.task_id,
+                    detail={"problems": [str(p) for p in exc.problems]},
+                )
+                raise
         await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
         envelope = self._envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
         await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": _brief(envelope)})
@@ -259,7 +287,24 @@ class Agency:
                 )
             record.output, record.confidence_score, record.status = output, confidence, "completed"
             run.outputs[step.name] = output
+            return await self._verify_stage(run, step.name, output)
+
+    async def _verify_stage(self, run: _Run, step: str, output: Any) -> Outcome | None:
+        """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
+        if run.staged is None or run.goal is None or run.goal.stage_for(step) is None:
             return None
+        await self._transition(run, TaskState.VERIFYING)
+        verdict = await run.staged.after_step(step, output)
+        assert verdict is not None
+        await self._audit(
+            run,
+            AuditEventType.VERIFICATION,
+            verdict.status,
+            {"stage": verdict.stage, "step": step, **verdict.model_dump(mode="json")},
+        )
+        if verdict.passed:
+            return None
+        return await self._goal_unmet(run, verdict, step, output)
 
     async def _attempt(self, run: _Run, step: TaskStep, cursor: StepCursor) -> tuple[Any, float]:
         """One call of one agent; every way it can go wrong becomes a :class:`_Failed`."""
@@ -339,33 +384,42 @@ class Agency:
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
             return await self._finish(run, TaskState.COMPLETED, output=final)
-        verdict = verify_goal(run.goal, final)
+        assert run.staged is not None
+        verdict = await run.staged.final(final)
         await self._audit(
             run,
             AuditEventType.VERIFICATION,
-            "passed" if verdict.passed else "failed",
-            verdict.model_dump(mode="json"),
+            verdict.status,
+            {"stage": "", **verdict.model_dump(mode="json")},
         )
         if verdict.passed:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
-        failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
-        event = self._event(
-            run,
-            FailureType.GOAL_UNMET,
-            run.steps[-1].name if run.steps else "",
-            "",
-            1,
-            [],
-            f"goal {run.goal.id} not met: {failed}",
-            {"criticality": run.goal.criticality},
-        )
+        return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
+
+    async def _goal_unmet(self, run: _Run, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
+        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
+        assert run.goal is not None
+        where = f"stage {verdict.stage} of goal {run.goal.id}" if verdict.stage else f"goal {run.goal.id}"
+        if verdict.failed_steps:
+            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
+            detail = f"{where} not met: {failed}"
+        else:
+            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
+        context: dict[str, Any] = {
+            "criticality": run.goal.criticality,
+            "stage": verdict.stage,
+            "failed_steps": [s.step for s in verdict.failed_steps],
+        }
+        if verdict.manual_steps:
+            context["manual_pending"] = [s.step for s in verdict.manual_steps]
+        event = self._event(run, FailureType.GOAL_UNMET, step, "", 1, [], detail, context)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
         await self._executor.apply(resolution, event, cursor, run.snapshot())
         return await self._finish(
             run,
             cursor.stop_state or TaskState.FAILED,
-            output=final,
+            output=output,
             verdict=verdict,
             reason=cursor.stop_reason,
             pending=cursor.pending,
@@ -472,6 +526,8 @@ class Agency:
             output=output if state is not TaskState.FAILED or verdict is not None else None,
             goal_id=run.goal.id if run.goal else "",
             goal_verdict=verdict,
+            failed_stage=run.staged.failed_stage if run.staged else "",
+            stage_verdicts=run.staged.verdicts if run.staged else [],
             steps=run.steps,
             failures=run.failures,
             resolutions=run.resolutions,

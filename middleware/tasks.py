@@ -154,7 +154,13 @@ class Outcome(Model):
     state: TaskState
     output: Any = None
     goal_id: str = ""
-    goal_verdict: GoalVerdict | None = None
+    goal_verdict: GoalVerdict | None = Field(
+        default=None, description="The last verification: a failed stage's, or the final one."
+    )
+    failed_stage: str = Field(default="", description="The goal stage that failed, if one did.")
+    stage_verdicts: list[GoalVerdict] = Field(
+        default_factory=list, description="Each goal stage verified, in order."
+    )
     steps: list[StepRecord] = Field(default_factory=list)
     failures: list[FailureEvent] = Field(default_factory=list)
     resolutions: list[Resolution] = Field(default_factory=list)

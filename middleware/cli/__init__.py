@@ -20,6 +20,8 @@ COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
     "middleware.cli.config",
+    "middleware.cli.goal",
+    "middleware.cli.smf",
     "middleware.cli.catalog",
 ]
 

@@ -8,11 +8,19 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from .._proto.agency.v1 import (
+    agency_pb2,
+    agency_pb2_grpc,
+    catalog_pb2,
+    catalog_pb2_grpc,
+    goals_pb2,
+    goals_pb2_grpc,
+)
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .catalog_servicer import CatalogServicer
+from .goal_servicer import GoalServicer
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -76,9 +84,11 @@ def build_server(
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
+        goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -26,8 +26,8 @@ ECOMMERCE = ROOT / "examples" / "ecommerce.yaml"
 
 def test_the_shipped_scenario_file_matches_the_demo():
     definition = load_definition(ECOMMERCE, env={})
-    assert [a.contract for a in definition.agents] == CONTRACTS
-    assert definition.goals == [WARRANTY_GOAL]
+    assert [a.contract.model_dump() for a in definition.agents] == [c.model_dump() for c in CONTRACTS]
+    assert [g.model_dump() for g in definition.goals] == [WARRANTY_GOAL.model_dump()]
 
 
 async def test_the_scenario_file_governs_like_the_demo(tmp_path):
