@@ -379,9 +379,10 @@ class RedisCatalog:
         cached = self._parsed.get(key)
         if cached is not None and cached[0] == data:
             return cached[1]
-        # stored entries were validated when registered; validate again anyway, since
-        # another process (or a person with redis-cli) may have written them
-        entry = CatalogEntry.model_validate_json(data)
+        # Stored entries were validated when registered. Their shape is validated again
+        # (another process, or a person with redis-cli, may have written them), but not the
+        # JSON Schema meta-check, which costs more than everything else together.
+        entry = CatalogEntry.model_validate_json(data, context={"schemas_checked": True})
         if len(self._parsed) > 200_000:
             self._parsed.clear()
         self._parsed[key] = (data, entry)
