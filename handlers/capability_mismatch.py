@@ -1,18 +1,24 @@
-"""CAPABILITY_MISMATCH: No live capability's contract allows the request.
+"""CAPABILITY_MISMATCH: no capability's contract allows the request.
 
-Default resolution: Abort before any agent runs, with each candidate's rejection reason.
+Trigger: the router finds no live contract whose ``can_do`` (and tags, SLO) fit, or the action is in
+    ``cannot_do``.
+Default resolution: Abort before any agent runs (the task is REJECTED), with each candidate's
+    rejection reason.
+Configurable instead (``FailurePolicy.resolution``): escalate_to_human.
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort
+from ._common import abort, configured
 
 TYPE = FailureType.CAPABILITY_MISMATCH
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Abort before any agent runs, with each candidate's rejection reason."""
-    del policy  # this handler does not depend on the policy
+    """Abort before any agent runs (the task is REJECTED), with each candidate's rejection reason."""
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
     return abort(event, event.detail or "no capability allows the request")

@@ -1,20 +1,45 @@
-"""DATA_INCONSISTENCY: Two sources disagree on the same fact.
+"""DATA_INCONSISTENCY: two sources disagree on the same fact.
 
-Default resolution: Return the conflict with both values and their provenance; never merge silently.
+Trigger: an output states a fact (a top-level field) that an earlier step or the request stated with
+    another value (e.g. price 100 vs 120).
+Default resolution: Return the conflict with both values and their provenance, never merged
+    silently; the task waits for the user's choice.
+Configurable instead (``FailurePolicy.resolution``): use_backup (an arbitration agent),
+    escalate_to_human, abort.
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
+from ._common import configured
+
 TYPE = FailureType.DATA_INCONSISTENCY
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Return the conflict with both values and their provenance; never merge silently."""
+    """Return the conflict with both values and their provenance, never merged silently; the task waits
+    for the user's choice.
+    """
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
+    conflict = dict(event.context.get("conflict") or {})
+    options = [
+        {
+            "id": f"value_{i}",
+            "label": f"{v.get('value')!r} from {v.get('source', '?')}",
+            "value": v.get("value"),
+        }
+        for i, v in enumerate(conflict.get("values") or [], start=1)
+    ]
     return Resolution(
         kind=ResolutionKind.RETURN_CONFLICT,
         failure_type=event.type,
         reason=event.detail or "sources disagree",
-        payload={"conflict": event.context.get("conflict", {})},
+        payload={
+            "conflict": conflict,
+            "question": f"Sources disagree on {conflict.get('fact', 'a fact')}; which value is right?",
+            "options": options,
+        },
     )

@@ -1,24 +1,29 @@
-"""GOAL_UNMET: The final output fails one or more verification steps of the goal.
+"""GOAL_UNMET: a goal stage, or the goal on the final output, fails verification.
 
-Default resolution: Escalate to a human with the failed steps (for low criticality: abort with the verdict).
-Manual checks awaiting a person (``context["manual_pending"]``, no machine check failed) are always
-escalated: only a person can complete them.
+Trigger: the goal engine reports failed verification steps (a stage as its step returns, or the
+    goal's own steps on the final output), or manual checks awaiting a person.
+Default resolution: Escalate to a human with the failed steps; for a low-criticality goal: abort
+    with the verdict. Manual checks awaiting a person (``context["manual_pending"]``, no machine
+    check failed) are always escalated: only a person can complete them.
+Configurable instead (``FailurePolicy.resolution``): abort.
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort, escalate
+from ._common import abort, configured, escalate
 
 TYPE = FailureType.GOAL_UNMET
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Escalate to a human with the failed steps (for low criticality: abort with the verdict)."""
-    del policy  # this handler does not depend on the policy
+    """Escalate to a human with the failed steps; for a low-criticality goal: abort with the verdict."""
     if event.context.get("manual_pending") and not event.context.get("failed_steps"):
         return escalate(event, event.detail or "manual checks pending")
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
     if event.context.get("criticality") == "low":
         return abort(event, event.detail or "goal not met")
     return escalate(event, event.detail or "goal not met")

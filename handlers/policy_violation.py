@@ -1,21 +1,34 @@
-"""POLICY_VIOLATION: An output breaks a configured policy rule.
+"""POLICY_VIOLATION: an output breaks a configured policy rule.
 
-Default resolution: Quarantine the output (blocked, audited, alert raised); it never reaches the
-user or the next agent.
+Trigger: a deny-listed term, a forbidden pattern, or a pluggable classifier flags the output.
+Default resolution: Quarantine: the output is blocked (it never reaches the user or the next agent),
+    audited, and an alert is raised.
+Configurable instead (``FailurePolicy.resolution``): escalate_to_human (e.g. the compliance officer,
+    without the content), abort.
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
+from ._common import configured
+
 TYPE = FailureType.POLICY_VIOLATION
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Quarantine the output (blocked, audited, alert raised); it never reaches the user or the next agent."""
+    """Quarantine: the output is blocked (it never reaches the user or the next agent), audited, and an
+    alert is raised.
+    """
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
     return Resolution(
         kind=ResolutionKind.QUARANTINE,
         failure_type=event.type,
         reason=event.detail or "output violates policy",
-        payload={"rule": event.context.get("rule", "")},
+        payload={
+            "rule": event.context.get("rule", ""),
+            "output_sha256": event.context.get("output_sha256", ""),
+        },
     )

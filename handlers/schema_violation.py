@@ -1,23 +1,30 @@
-"""SCHEMA_VIOLATION: Data crossing an agent boundary does not match the contract's schema.
+"""SCHEMA_VIOLATION: data crossing an agent boundary breaks the contract's schema.
 
-Default resolution: An output that breaks the contract: retry once, then the next backup; bad input: abort.
+Trigger: the input sent to, or the output returned by, an agent does not validate against its
+    contract's JSON Schema.
+Default resolution: For an output: retry once, then the backup, then a human; for an input (the
+    agent is not at fault): abort.
+Configurable instead (``FailurePolicy.resolution``): use_backup, escalate_to_human, abort (retry
+    with another cap via ``max_retries``).
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort, retry_then_backup
+from ._common import abort, configured, retry_then_backup
 
 TYPE = FailureType.SCHEMA_VIOLATION
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """An output that breaks the contract: retry once, then the next backup; bad input: abort."""
+    """For an output: retry once, then the backup, then a human; for an input (the agent is not at
+    fault): abort.
+    """
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
     if event.context.get("direction") == "input":
         return abort(event, event.detail or "input does not match the contract")
-    if event.attempt <= min(1, policy.max_retries):
-        return retry_then_backup(event, policy, "schema violation")
-    return retry_then_backup(
-        event.model_copy(update={"attempt": policy.max_retries + 1}), policy, "schema violation"
-    )
+    capped = policy.model_copy(update={"max_retries": min(1, policy.max_retries)})
+    return retry_then_backup(event, capped, "schema violation")

@@ -1,17 +1,22 @@
-"""STALE_DATA: A message is older than its freshness TTL.
+"""STALE_DATA: a message is older than its freshness TTL.
 
-Default resolution: Retry to obtain fresh data, then the next backup, then a human.
+Trigger: an SMF result's ``created_at + freshness_ttl`` is in the past when the gateway receives it.
+Default resolution: Retry to obtain fresh data, then the backup, then a human.
+Configurable instead (``FailurePolicy.resolution``): use_backup, escalate_to_human, abort.
 """
 
 from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import retry_then_backup
+from ._common import configured, retry_then_backup
 
 TYPE = FailureType.STALE_DATA
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Retry to obtain fresh data, then the next backup, then a human."""
+    """Retry to obtain fresh data, then the backup, then a human."""
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
     return retry_then_backup(event, policy, "stale data")

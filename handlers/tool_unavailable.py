@@ -1,26 +1,26 @@
-"""TOOL_UNAVAILABLE: An agent could not be reached (connection refused, open circuit).
+"""TOOL_UNAVAILABLE: an agent could not be reached.
 
-Default resolution: Switch to the next backup at once (retrying an unreachable agent rarely helps);
-a human when none is left.
+Trigger: connection refused / ``Unavailable`` from the agent, no implementation attached, or its
+    circuit breaker is open.
+Default resolution: Switch to the backup at once (retrying an unreachable agent rarely helps); a
+    human when none is left.
+Configurable instead (``FailurePolicy.resolution``): retry (bounded, backoff), escalate_to_human, abort.
 """
 
 from __future__ import annotations
 
-from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
+from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import escalate
+from ._common import backup, configured
 
 TYPE = FailureType.TOOL_UNAVAILABLE
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
-    """Switch to the next backup at once (retrying an unreachable agent rarely helps); a human when
-    none is left."""
-    if event.fallbacks:
-        return Resolution(
-            kind=ResolutionKind.USE_BACKUP,
-            failure_type=event.type,
-            agent=event.fallbacks[0],
-            reason=f"{event.agent} unavailable; switching to backup {event.fallbacks[0]}",
-        )
-    return escalate(event, f"{event.agent} unavailable and no backup left")
+    """Switch to the backup at once (retrying an unreachable agent rarely helps); a human when none is
+    left.
+    """
+    forced = configured(event, policy)
+    if forced is not None:
+        return forced
+    return backup(event, policy, "unavailable")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import ConfigDict, Field
@@ -53,6 +54,12 @@ class AgentReply(Model):
     confidence_score: float = Field(default=1.0, ge=0, le=1)
     provenance: Provenance | None = None
     freshness_ttl: float | None = Field(default=None, ge=0)
+    created_at: datetime | None = Field(
+        default=None, description="When the content was produced (for freshness); None = now."
+    )
+    intention_trace: list[str] | None = Field(
+        default=None, description="Goal ids the answer serves; None = the task's goal."
+    )
 
 
 AgentCallable: TypeAlias = Callable[[AgentRequest], "Any | Awaitable[Any]"]

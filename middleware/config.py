@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, ValidationInfo, field_validator
 
 from ._model import Model
-from .failures import FailurePolicy
+from .circuit_breaker import BreakerConfig
+from .detectors import DetectorConfig
+from .errors import InvalidInput
+from .failure_monitor import MonitorConfig
+from .failures import FailurePolicy, FailureType, check_policy
 
 __all__ = ["AgencyConfig", "ServerConfig", "load_definition"]
 
@@ -35,6 +39,25 @@ class AgencyConfig(Model):
     )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retry/backup knobs.")
     max_backups: int = Field(default=3, ge=0, le=50, description="Backups tried per step before giving up.")
+    failure_policies: dict[FailureType, FailurePolicy] = Field(
+        default_factory=dict,
+        description="Per failure type: retry caps, backoff, forced resolution (only allowed ones), backup.",
+    )
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig, description="Per-agent circuit breaker.")
+    detectors: DetectorConfig = Field(
+        default_factory=DetectorConfig, description="Hedging words, policy rules, compared facts."
+    )
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Failure-rate review flags.")
+
+    @field_validator("failure_policies")
+    @classmethod
+    def _allowed(cls, v: dict[FailureType, FailurePolicy]) -> dict[FailureType, FailurePolicy]:
+        for ftype, policy in v.items():
+            try:
+                check_policy(ftype, policy, field="failure_policies")
+            except InvalidInput as exc:  # re-raised as a ValueError so the path is the full one
+                raise ValueError(f"{ftype.value}.resolution: {exc.problems[0].reason}") from None
+        return v
 
 
 class ServerConfig(Model):

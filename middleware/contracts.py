@@ -30,6 +30,15 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,127}$")
 _LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
 
 
+class _SchemaCache(dict[str, tuple[dict[str, Any], CompiledSchema]]):
+    """A contract's compiled schemas. A cache: it never makes two contracts unequal."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SchemaCache)
+
+    __hash__ = None
+
+
 def normalise_label(value: str) -> str:
     """Tags and actions are compared lower-case, trimmed, with spaces and dashes as ``_``."""
     return re.sub(r"[\s-]+", "_", value.strip().lower())
@@ -89,7 +98,7 @@ class CapabilityContract(Model):
     )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
-    _compiled: dict[str, tuple[dict[str, Any], CompiledSchema]] = PrivateAttr(default_factory=dict)
+    _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())
 
     @field_validator("name")
     @classmethod
@@ -154,7 +163,7 @@ class CapabilityContract(Model):
         schema = self.input_schema if which == "input" else self.output_schema
         # __pydantic_private__ directly: attribute access to private attrs goes through the
         # slow __getattr__ path, and this runs on every dispatch.
-        cache: dict[str, tuple[dict[str, Any], CompiledSchema]] = self.__pydantic_private__["_compiled"]  # type: ignore[index]
+        cache: _SchemaCache = self.__pydantic_private__["_compiled"]  # type: ignore[index]
         cached = cache.get(which)
         if cached is None or cached[0] is not schema:
             cached = cache[which] = (schema, compile_schema(schema))

@@ -14,10 +14,12 @@ place (see ``middleware.grpc_api.status``) without parsing strings::
     ├── PermissionDenied             PERMISSION_DENIED PERMISSION_DENIED
     ├── Unauthenticated              UNAUTHENTICATED   UNAUTHENTICATED
     ├── FailedPrecondition           FAILED_PRECONDITION FAILED_PRECONDITION
-    │   └── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
+    │   ├── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
+    │   └── ConcurrentUpdate         CONCURRENT_UPDATE FAILED_PRECONDITION
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
+    ├── AgentFailure                 AGENT_FAILURE     INTERNAL (an agent states its own failure type)
     └── AuditError                   AUDIT_ERROR       INTERNAL
         └── AuditCorrupted           AUDIT_CORRUPTED   DATA_LOSS
 
@@ -34,9 +36,11 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AgencyError",
+    "AgentFailure",
     "AlreadyExists",
     "AuditCorrupted",
     "AuditError",
+    "ConcurrentUpdate",
     "ContractViolation",
     "DeadlineExceeded",
     "FailedPrecondition",
@@ -163,6 +167,14 @@ class RoutingRefused(FailedPrecondition):
         super().__init__(message)
 
 
+class ConcurrentUpdate(FailedPrecondition):
+    """Another request holds or changed the same object (e.g. two resumes of one task)."""
+
+    default_message = "the object is being changed by another request"
+    reason = "CONCURRENT_UPDATE"
+    retryable = True
+
+
 class ResourceExhausted(AgencyError):
     default_message = "resource exhausted"
     reason = "RESOURCE_EXHAUSTED"
@@ -179,6 +191,42 @@ class Unavailable(AgencyError):
     default_message = "service unavailable"
     reason = "UNAVAILABLE"
     retryable = True
+
+
+class AgentFailure(AgencyError):
+    """Raised by an agent (or an adapter around one) to state *which* failure it is.
+
+    The pipeline turns any exception from an agent into a typed failure event by its
+    class (a timeout, a connection error, anything else is a tool error); an adapter
+    that knows better (a LangChain output that does not parse is a schema violation, a
+    rate limit means the model is unavailable) raises this instead, and the pipeline
+    uses ``failure_type`` as given.
+
+    Attributes:
+        failure_type: A :class:`middleware.failures.FailureType` value (checked).
+        cause: The underlying exception, if any (also chained as ``__cause__``).
+        context: JSON-safe facts for the failure handler, e.g. ``{"direction": "output"}``.
+    """
+
+    default_message = "agent failed"
+    reason = "AGENT_FAILURE"
+
+    def __init__(
+        self,
+        failure_type: str,
+        message: str | None = None,
+        *,
+        cause: BaseException | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        from .failures import FailureType  # failures imports this module
+
+        self.failure_type: str = FailureType.of(failure_type).value
+        self.cause = cause
+        self.context: dict[str, Any] = dict(context or {})
+        super().__init__(message or (str(cause) if cause is not None else None))
+        if cause is not None:
+            self.__cause__ = cause
 
 
 class AuditError(AgencyError):

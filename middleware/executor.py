@@ -1,22 +1,41 @@
 """The resolution executor: the one place where a failure's resolution takes effect.
 
 Handlers only decide (they return a :class:`Resolution`); this module acts on the
-decision for a running step: it waits out a retry's backoff, switches to a backup
-agent, or stops the step with the state the task must take (failed, or waiting on
-input with a clarification question or a human handover packet).
+decision for a running step: it waits out a retry's backoff (through the injected
+``sleep``), switches to a backup agent, raises an alert for a quarantined output,
+or stops the step with the state the task must take – failed, or waiting on input
+with a structured clarification, a conflict to settle, or a human handover packet.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+from pydantic import Field
+
+from ._model import Model
+from .errors import InvalidInput
 from .failures import FailureEvent, Resolution, ResolutionKind
-from .tasks import TaskState
+from .interventions import Blocking, Clarification, CompletedStep, HandoverPacket, suggested_reply
+from .smf import utcnow
+from .tasks import TaskRecord, TaskState
 
-__all__ = ["Directive", "ResolutionExecutor", "StepCursor"]
+__all__ = [
+    "Alert",
+    "AlertSink",
+    "Directive",
+    "LoggingAlertSink",
+    "MemoryAlertSink",
+    "ResolutionExecutor",
+    "StepCursor",
+]
+
+log = logging.getLogger("agency.alerts")
 
 
 class Directive(Enum):
@@ -40,18 +59,61 @@ class StepCursor:
     pending: dict[str, Any] = field(default_factory=dict)
 
 
+class Alert(Model):
+    """A security/operations alert (e.g. a quarantined output)."""
+
+    kind: str
+    task_id: str
+    failure_type: str
+    agent: str = ""
+    rule: str = ""
+    detail: str = ""
+    at: datetime = Field(default_factory=utcnow)
+
+
+@runtime_checkable
+class AlertSink(Protocol):
+    """Where alerts go (a pager, a SIEM, a chat channel ...)."""
+
+    async def alert(self, alert: Alert) -> None: ...
+
+
+class LoggingAlertSink:
+    """Default sink: an ERROR log line on the ``agency.alerts`` logger."""
+
+    async def alert(self, alert: Alert) -> None:
+        log.error("ALERT %s", alert.model_dump_json())
+
+
+class MemoryAlertSink:
+    """Keeps alerts in a list (tests, embedding)."""
+
+    def __init__(self) -> None:
+        self.alerts: list[Alert] = []
+
+    async def alert(self, alert: Alert) -> None:
+        self.alerts.append(alert)
+
+
 Sleeper = Callable[[float], Awaitable[None]]
 
 
 class ResolutionExecutor:
-    """Applies resolutions to a :class:`StepCursor`."""
+    """Applies resolutions to a :class:`StepCursor`.
 
-    def __init__(self, *, sleep: Sleeper, max_backups: int = 3) -> None:
+    Args:
+        sleep: How a retry waits its backoff (injected: tests never sleep).
+        max_backups: Backups tried per step before a human takes over.
+        alerts: Where quarantine alerts go.
+    """
+
+    def __init__(self, *, sleep: Sleeper, max_backups: int = 3, alerts: AlertSink | None = None) -> None:
         self._sleep = sleep
         self._max_backups = max_backups
+        self.alerts = alerts or LoggingAlertSink()
 
     async def apply(
-        self, resolution: Resolution, event: FailureEvent, cursor: StepCursor, snapshot: dict[str, Any]
+        self, resolution: Resolution, event: FailureEvent, cursor: StepCursor, task: TaskRecord
     ) -> Directive:
         kind = resolution.kind
         if kind is ResolutionKind.RETRY:
@@ -59,34 +121,86 @@ class ResolutionExecutor:
                 await self._sleep(resolution.delay_ms / 1000)
             cursor.attempt += 1
             return Directive.RETRY
-        if kind is ResolutionKind.USE_BACKUP and resolution.agent and cursor.backups_used < self._max_backups:
-            if resolution.agent in cursor.fallbacks:
-                cursor.fallbacks.remove(resolution.agent)
+        if (
+            kind is ResolutionKind.USE_BACKUP
+            and resolution.agent in cursor.fallbacks  # only agents the router found fit (any handler)
+            and cursor.backups_used < self._max_backups
+        ):
+            cursor.fallbacks.remove(resolution.agent)
             cursor.agent, cursor.attempt = resolution.agent, 1
             cursor.backups_used += 1
             return Directive.SWITCH
-        if kind is ResolutionKind.ASK_CLARIFICATION:
-            cursor.pending = {"kind": "clarification", **resolution.payload}
-            return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
-        if kind in (ResolutionKind.ESCALATE_TO_HUMAN, ResolutionKind.USE_BACKUP):
-            cursor.pending = {
-                "kind": "human_handover",
-                "blocking_point": resolution.reason,
-                "failure": event.model_dump(mode="json"),
-                "state": snapshot,
-                "suggested_reply": "Your request needs a colleague's review; "
-                "they have the full history and will continue from here.",
-            }
-            return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
-        if kind is ResolutionKind.RETURN_CONFLICT:
-            cursor.pending = {"kind": "conflict", **resolution.payload}
-            return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
+        if kind in (ResolutionKind.ASK_CLARIFICATION, ResolutionKind.RETURN_CONFLICT):
+            question = _clarification(resolution, event)
+            if question is not None:
+                cursor.pending = question
+                return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
         if kind is ResolutionKind.QUARANTINE:
             cursor.pending = {"kind": "quarantine", **resolution.payload}
+            await self.alerts.alert(
+                Alert(
+                    kind="quarantine",
+                    task_id=event.task_id,
+                    failure_type=event.type.value,
+                    agent=event.agent,
+                    rule=str(resolution.payload.get("rule", "")),
+                    detail=resolution.reason,
+                )
+            )
             return self._stop(cursor, TaskState.FAILED, resolution.reason)
-        return self._stop(cursor, TaskState.FAILED, resolution.reason)
+        if kind is ResolutionKind.ABORT:
+            return self._stop(cursor, TaskState.FAILED, resolution.reason)
+        # escalate_to_human, a backup that is not there, or a question without options.
+        cursor.pending = handover(task, event, resolution.reason).model_dump(mode="json")
+        return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
 
     @staticmethod
     def _stop(cursor: StepCursor, state: TaskState, reason: str) -> Directive:
         cursor.stop_state, cursor.stop_reason = state, reason
         return Directive.STOP
+
+
+def _clarification(resolution: Resolution, event: FailureEvent) -> dict[str, Any] | None:
+    """The structured question, or None when it would not be one (fewer than two options)."""
+    conflict = resolution.kind is ResolutionKind.RETURN_CONFLICT
+    try:
+        return Clarification.parse(
+            {
+                "kind": "conflict" if conflict else "clarification",
+                "step": event.step,
+                "question": resolution.payload.get("question") or "Please choose one option.",
+                "options": resolution.payload.get("options") or [],
+                "failure_type": event.type.value,
+                "conflict": resolution.payload.get("conflict") or {},
+            }
+        ).model_dump(mode="json")
+    except InvalidInput:
+        return None
+
+
+def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPacket:
+    """The packet a human gets: state snapshot, completed steps, blocking point, a reply."""
+    return HandoverPacket(
+        task_id=task.task_id,
+        state=task.snapshot(),
+        completed_steps=[
+            CompletedStep(
+                name=s.name,
+                agent=s.agent,
+                status=s.status,
+                started_at=s.started_at,
+                finished_at=s.finished_at,
+                attempts=s.attempts,
+            )
+            for s in task.steps
+        ],
+        blocking_point=Blocking(
+            step=event.step,
+            agent=event.agent,
+            failure_type=event.type.value,
+            detail=reason or event.detail,
+            attempts=event.attempt,
+        ),
+        failure=event.model_dump(mode="json"),
+        suggested_reply=suggested_reply(event.type.value, task.request.text),
+    )

@@ -3,14 +3,22 @@
 A failure is a state of the system with a business meaning, not an exception. Each
 :class:`FailureEvent` has a :class:`FailureType` (a constant, never a free string);
 :class:`FailureProcessor` hands it to the handler registered for its type (the
-built-ins live in the top-level ``handlers`` package, one module per type); the
-handler is a pure function returning a :class:`Resolution`; the executor in
-``middleware.pipeline`` is the only place that applies resolutions.
+built-ins live in the top-level ``handlers`` package, one module per type; packages
+add or override handlers through the ``agency_middleware.failure_handlers``
+entry-point group; code through :meth:`FailureProcessor.register`). A handler is a
+pure function returning a :class:`Resolution`; :mod:`middleware.executor` is the only
+place that applies resolutions.
+
+Operators choose, per type, which resolution applies (``FailurePolicy.resolution``),
+but only among the ones that make sense for that type (:data:`ALLOWED_RESOLUTIONS`):
+retrying a policy violation, for instance, is refused at configuration time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import importlib.metadata
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -18,10 +26,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import Field
 
 from ._model import Model
-from .errors import InvalidInput
+from .errors import InvalidInput, Problem
 from .smf import new_id, utcnow
 
 __all__ = [
+    "ALLOWED_RESOLUTIONS",
+    "DEFAULT_RESOLUTION",
+    "ENTRY_POINT_GROUP",
     "FailureEvent",
     "FailureHandler",
     "FailurePolicy",
@@ -29,7 +40,16 @@ __all__ = [
     "FailureType",
     "Resolution",
     "ResolutionKind",
+    "check_policy",
+    "entry_point_handlers",
 ]
+
+log = logging.getLogger("agency.failures")
+
+#: Entry-point group through which installed packages ship failure handlers. The entry
+#: point's *name* is the failure type (``TOOL_TIMEOUT``), its value the handler
+#: (``my_pkg.handlers:on_timeout``).
+ENTRY_POINT_GROUP = "agency_middleware.failure_handlers"
 
 
 class FailureType(StrEnum):
@@ -49,17 +69,21 @@ class FailureType(StrEnum):
     INTENT_DRIFT = "INTENT_DRIFT"
 
     @classmethod
-    def of(cls, value: str | FailureType) -> FailureType:
+    def of(cls, value: str | FailureType, *, field: str = "type") -> FailureType:
         """The constant for ``value``; an unknown type is an :class:`InvalidInput`."""
+        if isinstance(value, FailureType):
+            return value
         try:
             return cls(value)
         except ValueError:
             raise InvalidInput.single(
-                "type", f"unknown failure type {value!r}; known: {', '.join(t.value for t in cls)}"
+                field, f"unknown failure type {value!r}; known: {', '.join(t.value for t in cls)}"
             ) from None
 
 
 class ResolutionKind(StrEnum):
+    """What can be done about a failure."""
+
     RETRY = "retry"
     USE_BACKUP = "use_backup"
     ASK_CLARIFICATION = "ask_clarification"
@@ -67,6 +91,44 @@ class ResolutionKind(StrEnum):
     QUARANTINE = "quarantine"
     ABORT = "abort"
     RETURN_CONFLICT = "return_conflict"
+
+
+_T, _R = FailureType, ResolutionKind
+
+#: The resolution each type gets when the operator configures nothing (the built-in
+#: handler may still step down, e.g. from retry to backup to a human, as retries run out).
+DEFAULT_RESOLUTION: dict[FailureType, ResolutionKind] = {
+    _T.TOOL_TIMEOUT: _R.RETRY,
+    _T.TOOL_UNAVAILABLE: _R.USE_BACKUP,
+    _T.TOOL_ERROR: _R.RETRY,
+    _T.CONTEXT_AMBIGUITY: _R.ASK_CLARIFICATION,
+    _T.POLICY_VIOLATION: _R.QUARANTINE,
+    _T.DATA_INCONSISTENCY: _R.RETURN_CONFLICT,
+    _T.SCHEMA_VIOLATION: _R.RETRY,
+    _T.GOAL_UNMET: _R.ESCALATE_TO_HUMAN,
+    _T.GOAL_TIMEOUT: _R.ESCALATE_TO_HUMAN,
+    _T.CAPABILITY_MISMATCH: _R.ABORT,
+    _T.STALE_DATA: _R.RETRY,
+    _T.INTENT_DRIFT: _R.ESCALATE_TO_HUMAN,
+}
+
+#: The resolutions an operator may configure for each type (the default included).
+ALLOWED_RESOLUTIONS: dict[FailureType, frozenset[ResolutionKind]] = {
+    _T.TOOL_TIMEOUT: frozenset({_R.RETRY, _R.USE_BACKUP, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.TOOL_UNAVAILABLE: frozenset({_R.USE_BACKUP, _R.RETRY, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.TOOL_ERROR: frozenset({_R.RETRY, _R.USE_BACKUP, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.CONTEXT_AMBIGUITY: frozenset(
+        {_R.ASK_CLARIFICATION, _R.USE_BACKUP, _R.RETRY, _R.ESCALATE_TO_HUMAN, _R.ABORT}
+    ),
+    _T.POLICY_VIOLATION: frozenset({_R.QUARANTINE, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.DATA_INCONSISTENCY: frozenset({_R.RETURN_CONFLICT, _R.USE_BACKUP, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.SCHEMA_VIOLATION: frozenset({_R.RETRY, _R.USE_BACKUP, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.GOAL_UNMET: frozenset({_R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.GOAL_TIMEOUT: frozenset({_R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.CAPABILITY_MISMATCH: frozenset({_R.ABORT, _R.ESCALATE_TO_HUMAN}),
+    _T.STALE_DATA: frozenset({_R.RETRY, _R.USE_BACKUP, _R.ESCALATE_TO_HUMAN, _R.ABORT}),
+    _T.INTENT_DRIFT: frozenset({_R.ESCALATE_TO_HUMAN, _R.ABORT}),
+}
 
 
 class FailureEvent(Model):
@@ -97,13 +159,34 @@ class Resolution(Model):
 
 
 class FailurePolicy(Model):
-    """Operator-tunable knobs the built-in handlers read."""
+    """Operator-tunable knobs the built-in handlers read (one per type, or one for all)."""
 
     max_retries: int = Field(default=2, ge=0, le=20, description="Retries per agent (seed: 2).")
-    backoff_base_ms: float = Field(default=100.0, ge=0)
-    backoff_max_ms: float = Field(default=5000.0, ge=0)
+    backoff_base_ms: float = Field(default=100.0, ge=0, description="First retry's delay.")
+    backoff_max_ms: float = Field(default=5000.0, ge=0, description="Cap of the exponential delay.")
     jitter: float = Field(default=0.2, ge=0, le=1, description="± fraction of the backoff.")
-    on_exhausted: Literal["use_backup", "escalate_to_human", "abort"] = "use_backup"
+    on_exhausted: Literal["use_backup", "escalate_to_human", "abort"] = Field(
+        default="use_backup", description="What follows the last retry."
+    )
+    resolution: ResolutionKind | None = Field(
+        default=None,
+        description="Force this resolution for the type (must be allowed for it); None = the default.",
+    )
+    backup_agent: str = Field(
+        default="", description="Preferred backup (contract key), if among the router's fallbacks."
+    )
+
+
+def check_policy(ftype: FailureType | str, policy: FailurePolicy, *, field: str = "policies") -> None:
+    """Refuse a policy whose ``resolution`` is not allowed for ``ftype``."""
+    ftype = FailureType.of(ftype, field=field)
+    if policy.resolution is not None and policy.resolution not in ALLOWED_RESOLUTIONS[ftype]:
+        allowed = ", ".join(sorted(k.value for k in ALLOWED_RESOLUTIONS[ftype]))
+        raise InvalidInput.single(
+            f"{field}.{ftype.value}.resolution",
+            f"{policy.resolution.value} is not allowed for {ftype.value}; allowed: {allowed}",
+            what="failure policy",
+        )
 
 
 @runtime_checkable
@@ -113,29 +196,100 @@ class FailureHandler(Protocol):
     def __call__(self, event: FailureEvent, policy: FailurePolicy) -> Resolution: ...
 
 
+def entry_point_handlers(
+    group: str = ENTRY_POINT_GROUP,
+    entry_points: Callable[..., Iterable[importlib.metadata.EntryPoint]] | None = None,
+) -> dict[FailureType, FailureHandler]:
+    """The handlers installed packages declare in ``group``.
+
+    Raises:
+        InvalidInput: an entry point names an unknown failure type, two installed
+            packages claim the same type, or a handler is not callable.
+    """
+    found = (entry_points or importlib.metadata.entry_points)(group=group)
+    out: dict[FailureType, FailureHandler] = {}
+    origin: dict[FailureType, str] = {}
+    problems: list[Problem] = []
+    for ep in sorted(found, key=lambda e: (e.name, e.value)):
+        where = f"entry point {ep.name} = {ep.value}"
+        try:
+            ftype = FailureType(ep.name)
+        except ValueError:
+            problems.append(Problem(f"{group}:{ep.name}", f"unknown failure type in {where}"))
+            continue
+        if ftype in out:
+            problems.append(Problem(f"{group}:{ep.name}", f"declared twice ({origin[ftype]} and {ep.value})"))
+            continue
+        handler = ep.load()
+        if not callable(handler):
+            problems.append(Problem(f"{group}:{ep.name}", f"{where} is not callable"))
+            continue
+        out[ftype], origin[ftype] = handler, ep.value
+        log.info("failure handler for %s from %s", ftype.value, ep.value)
+    if problems:
+        raise InvalidInput(problems, what="failure handler entry points")
+    return out
+
+
 class FailureProcessor:
-    """Dispatches each failure event to the handler registered for its type."""
+    """Dispatches each failure event to the handler registered for its type.
+
+    Precedence, lowest first: the built-in handlers, handlers installed packages
+    declare in :data:`ENTRY_POINT_GROUP` (when ``load_entry_points``), then
+    ``handlers`` given here, then :meth:`register` calls.
+
+    Args:
+        handlers: Handlers to install, keyed by failure type.
+        policy: The policy of every type without its own.
+        policies: Per-type policies (caps, backoff, forced resolution, backup agent).
+        load_entry_points: Discover handlers from installed packages.
+        entry_points: The discovery seam (``importlib.metadata.entry_points`` by default).
+    """
 
     def __init__(
         self,
-        handlers: Mapping[FailureType | str, FailureHandler] | None = None,
+        handlers: Mapping[FailureType, FailureHandler] | Mapping[str, FailureHandler] | None = None,
         *,
         policy: FailurePolicy | None = None,
-        policies: Mapping[FailureType | str, FailurePolicy] | None = None,
+        policies: Mapping[FailureType, FailurePolicy] | Mapping[str, FailurePolicy] | None = None,
+        load_entry_points: bool = True,
+        entry_points: Callable[..., Iterable[importlib.metadata.EntryPoint]] | None = None,
     ) -> None:
         from handlers import builtin_handlers
 
         self._handlers: dict[FailureType, FailureHandler] = dict(builtin_handlers())
+        self.plugins: dict[FailureType, FailureHandler] = {}
+        if load_entry_points:
+            self.plugins = entry_point_handlers(entry_points=entry_points)
+            self._handlers.update(self.plugins)
         for ftype, handler in (handlers or {}).items():
             self.register(ftype, handler)
         self.policy = policy or FailurePolicy()
-        self._policies = {FailureType.of(k): v for k, v in (policies or {}).items()}
+        if self.policy.resolution is not None:
+            raise InvalidInput.single(
+                "policy.resolution", "a forced resolution is set per failure type (policies=...)"
+            )
+        self._policies: dict[FailureType, FailurePolicy] = {}
+        for ftype, pol in (policies or {}).items():
+            self.set_policy(ftype, pol)
 
     def register(self, ftype: FailureType | str, handler: FailureHandler) -> None:
-        """Install ``handler`` for ``ftype``, replacing the built-in one."""
+        """Install ``handler`` for ``ftype``, replacing the current one.
+
+        Raises:
+            InvalidInput: ``ftype`` is not one of the twelve types, or ``handler`` is not callable.
+        """
+        key = FailureType.of(ftype)
         if not callable(handler):
             raise InvalidInput.single("handler", "must be callable (event, policy) -> Resolution")
-        self._handlers[FailureType.of(ftype)] = handler
+        self._handlers[key] = handler
+
+    def set_policy(self, ftype: FailureType | str, policy: FailurePolicy | Mapping[str, Any]) -> None:
+        """Configure ``ftype`` (validated: only resolutions allowed for the type)."""
+        key = FailureType.of(ftype, field="policies")
+        parsed = FailurePolicy.parse(policy, what="failure policy")
+        check_policy(key, parsed)
+        self._policies[key] = parsed
 
     def handler_for(self, ftype: FailureType | str) -> FailureHandler:
         return self._handlers[FailureType.of(ftype)]
@@ -144,10 +298,16 @@ class FailureProcessor:
         return self._policies.get(ftype, self.policy)
 
     def process(self, event: FailureEvent) -> Resolution:
-        """The resolution for ``event``; a handler returning anything else is a bug."""
-        resolution = self.handler_for(event.type)(event, self.policy_for(event.type))
+        """The resolution for ``event``.
+
+        Raises:
+            InvalidInput: the event's type is not a known constant.
+            TypeError: a handler returned something other than a :class:`Resolution`.
+        """
+        ftype = FailureType.of(event.type)
+        resolution = self.handler_for(ftype)(event, self.policy_for(ftype))
         if not isinstance(resolution, Resolution):
-            raise TypeError(f"handler for {event.type} returned {type(resolution).__name__}, not Resolution")
+            raise TypeError(f"handler for {ftype} returned {type(resolution).__name__}, not Resolution")
         return resolution
 
 

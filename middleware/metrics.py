@@ -131,6 +131,15 @@ class Metrics:
             self.verifications.labels(result="passed" if record.outcome == "passed" else "failed").inc()
         elif kind == AuditEventType.MESSAGE_REJECTED:
             self.smf_errors.inc()
+        elif kind == AuditEventType.CONTRACT_REVIEW:
+            flagged = 0 if record.outcome == "cleared" else 1
+            self.contract_review.labels(
+                agent=record.actors.agent or "-", type=d.get("failure_type", "-")
+            ).set(flagged)
+        elif kind == AuditEventType.CIRCUIT_CHANGE:
+            self.breaker_state.labels(agent=record.actors.agent or "-").set(
+                BREAKER_STATES.get(record.outcome, 0)
+            )
         elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
             self.dispatch_latency.labels(agent=record.actors.agent or "-").observe(d["duration_ms"] / 1000)
 

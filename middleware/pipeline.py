@@ -2,12 +2,16 @@
 
 ``Agency`` is the in-process API (async-first). ``submit`` runs a task through::
 
-    validate ─► anchor goal ─► for each step: route ─► dispatch (input schema, deadline)
-       ─► output schema + SMF metadata ─► (failure? handler → resolution → executor)
+    validate ─► anchor goal ─► for each step: route (skip open circuits) ─► dispatch (circuit,
+       stale inputs, input schema, deadline) ─► output schema + SMF metadata ─► detectors
+       ─► goal stage ─► (failure? handler → resolution → executor)
     ─► verify the goal on the final output ─► outcome
 
-and appends every step to the audit log before moving on. It knows nothing about
-gRPC: ``middleware.grpc_api`` adapts it.
+through the explicit task states of ``middleware.tasks``, appending every step to the
+audit log before moving on and persisting the task record (``middleware.task_store``)
+when it is created, claimed and stopped. A task waiting for input continues with
+``resume`` on any gateway that shares the store. It knows nothing about gRPC:
+``middleware.grpc_api`` adapts it.
 """
 
 from __future__ import annotations
@@ -16,67 +20,44 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime
 from typing import Any
 
-from .agents import AgentCallable, AgentRegistry, AgentReply, AgentRequest, call_agent
+from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import Actors, AuditEventType
 from .catalog import Catalog, CatalogEntry
+from .circuit_breaker import CircuitBreaker
 from .config import AgencyConfig
 from .contracts import CapabilityContract
-from .errors import AgencyError, ContractViolation, InvalidInput, NotFound, Unavailable
-from .executor import Directive, ResolutionExecutor, StepCursor
-from .failures import FailureEvent, FailureProcessor, FailureType, Resolution
+from .detectors import Detectors
+from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
+from .errors import InvalidInput
+from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
+from .failure_monitor import FailureMonitor
+from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
+from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_task_store import MemoryTaskStore
+from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
-from .smf import Provenance, SMFMessage
-from .tasks import Outcome, StepRecord, TaskRequest, TaskState, TaskStep, check_transition
+from .smf import utcnow
+from .task_store import TaskStore
+from .tasks import (
+    Outcome,
+    StepRecord,
+    TaskRecord,
+    TaskRequest,
+    TaskState,
+    TaskStep,
+    Transition,
+    check_transition,
+)
 
 __all__ = ["Agency"]
 
 Sleeper = Callable[[float], Awaitable[None]]
-
-
-class _Failed(Exception):
-    """Internal: an attempt ended in a typed failure."""
-
-    def __init__(self, ftype: FailureType, detail: str, **context: Any) -> None:
-        super().__init__(detail)
-        self.ftype, self.detail, self.context = ftype, detail, context
-
-
-class _Run:
-    """Everything about one task while it runs."""
-
-    def __init__(self, request: TaskRequest, goal: GoalAssertion | None, trace_id: str) -> None:
-        self.request = request
-        self.goal = goal
-        self.staged: StagedVerifier | None = None
-        self.trace_id = trace_id
-        self.state = TaskState.SUBMITTED
-        self.steps: list[StepRecord] = []
-        self.outputs: dict[str, Any] = {}
-        self.failures: list[FailureEvent] = []
-        self.resolutions: list[Resolution] = []
-        self.routing: list[dict[str, Any]] = []
-        self.last_index = 0
-        self.last_source = Provenance(
-            source=request.provenance.source, reliability_score=request.provenance.reliability_score
-        )
-
-    def snapshot(self) -> dict[str, Any]:
-        """The state a human taking over needs: what is done, when, and the outputs."""
-        return {
-            "task_id": self.request.task_id,
-            "text": self.request.text,
-            "goal_id": self.goal.id if self.goal else "",
-            "completed_steps": [
-                {"name": s.name, "agent": s.agent, "at": s.started_at.isoformat(), "status": s.status}
-                for s in self.steps
-            ],
-            "outputs": self.outputs,
-        }
 
 
 class Agency:
@@ -87,10 +68,16 @@ class Agency:
         audit: Where every step is recorded (default: in memory; ``agency serve`` uses a file).
         router: Routes steps to agents (default: a :class:`Router` over ``catalog``).
         failures: Maps failure events to resolutions (default: the built-in handlers).
-        config: Core knobs.
+        config: Core knobs (failure policies, breaker, detectors, monitor).
         sleep: How retries wait (injected so tests need no real sleeping).
         goals: Where registered goals live (default: in memory).
         verifier: The goal verification engine and its custom checks (default: no checks).
+        clock: The current time, for freshness checks (injected in tests).
+        tasks: Where task state is persisted (default: in memory; Redis for several replicas).
+        detectors: Finds failures in agents' answers (default: built from ``config.detectors``).
+        breaker: Per-agent circuit breaker (default: from ``config.breaker``).
+        monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
+        alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
     """
 
     def __init__(
@@ -104,16 +91,38 @@ class Agency:
         sleep: Sleeper = asyncio.sleep,
         goals: GoalStore | None = None,
         verifier: Verifier | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        tasks: TaskStore | None = None,
+        detectors: Detectors | None = None,
+        breaker: CircuitBreaker | None = None,
+        monitor: FailureMonitor | None = None,
+        alerts: AlertSink | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
         self.audit: AuditLog = audit or MemoryAuditLog()
         self.router = router or Router(self.catalog)
-        self.failures = failures or FailureProcessor(policy=self.config.failure_policy)
+        self.failures = failures or FailureProcessor(
+            policy=self.config.failure_policy, policies=self.config.failure_policies
+        )
         self.agents = AgentRegistry()
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.verifier = verifier if verifier is not None else Verifier()
-        self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups)
+        self.tasks: TaskStore = tasks or MemoryTaskStore()
+        self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
+        self.breaker = breaker or CircuitBreaker(self.config.breaker)
+        self.monitor = monitor or FailureMonitor(self.config.monitor)
+        self._dispatcher = Dispatcher(
+            catalog=self.catalog,
+            agents=self.agents,
+            router=self.router,
+            breaker=self.breaker,
+            detectors=self.detectors,
+            deadline_factor=self.config.deadline_factor,
+            audit=self._audit,
+            clock=clock,
+        )
+        self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
     # ----------------------------------------------------------------- registry
     async def register(
@@ -192,11 +201,10 @@ class Agency:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = _Run(req, goal, req.trace_id or uuid.uuid4().hex)
+        run = TaskRecord.start(req, goal, req.trace_id or uuid.uuid4().hex)
         if goal is not None:
-            run.staged = StagedVerifier(goal, self.verifier)
             try:
-                run.staged.check_bindings([s.name for s in req.steps] or ["main"])
+                StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,
@@ -205,75 +213,104 @@ class Agency:
                     detail={"problems": [str(p) for p in exc.problems]},
                 )
                 raise
+        await self.tasks.create(run)  # AlreadyExists for a duplicate task id
         await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
-        envelope = self._envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
-        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": _brief(envelope)})
+        message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
+        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
         if goal:
             await self._audit(
                 run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
             )
+        return await self._drive(run, self._run(run))
+
+    async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
+        """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
+        started = time.perf_counter()
         try:
-            timeout = goal.timeout_seconds if goal else None
-            async with asyncio.timeout(timeout):
-                return await self._run(run)
+            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None):
+                return await work
         except TimeoutError:
             return await self._goal_timeout(run)
+        finally:
+            run.active_ms += (time.perf_counter() - started) * 1000
 
-    async def _run(self, run: _Run) -> Outcome:
-        steps = run.request.steps or [TaskStep(name="main")]
-        for step in steps:
-            stopped = await self._run_step(run, step)
+    def _steps(self, run: TaskRecord) -> list[TaskStep]:
+        return run.request.steps or [TaskStep(name="main")]
+
+    async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
+        steps = self._steps(run)
+        while run.step_index < len(steps):
+            step = steps[run.step_index]
+            plan, first = first, None
+            stopped = await self._run_step(
+                run, step, agent=plan.agent if plan else "", extra=run.step_inputs.get(step.name)
+            )
             if stopped is not None:
                 return stopped
         return await self._verify(run)
 
-    async def _run_step(self, run: _Run, step: TaskStep) -> Outcome | None:
+    async def _run_step(
+        self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
+    ) -> Outcome | None:
         await self._transition(run, TaskState.ROUTING)
-        explicit = dict(run.request.constraints)
-        if step.action:
-            explicit["action"] = step.action
-        if step.tags:
-            explicit["tags"] = list(step.tags)
-        constraints = await self.router.constraints_for(step.text or run.request.text, explicit)
-        decision = await self.router.decide(constraints)
+        decision = await self._dispatcher.route(run, step)
+        if agent:  # a resume names the agent: only one the contracts allow for this step
+            decision = prefer(decision, agent)
         run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
         if decision.refused:
             await self._audit(
-                run, AuditEventType.ROUTING_REFUSED, "refused", {"step": step.name, **_decision(decision)}
+                run,
+                AuditEventType.ROUTING_REFUSED,
+                "refused",
+                {"step": step.name, **decision_detail(decision)},
             )
-            event = self._event(
-                run, FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
+            event = run.failure_event(
+                FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
             )
             resolution = await self._resolve(run, event)
-            return await self._finish(run, TaskState.REJECTED, reason=resolution.reason)
+            if resolution.kind is ResolutionKind.ABORT:
+                return await self._finish(run, TaskState.REJECTED, reason=resolution.reason)
+            cursor = StepCursor(agent="", fallbacks=[])
+            await self._executor.apply(resolution, event, cursor, run)
+            return await self._stop(run, cursor)
         await self._audit(
             run,
             AuditEventType.ROUTING_DECISION,
             "chosen",
-            {"step": step.name, **_decision(decision)},
+            {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
             agent=decision.chosen,
         )
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
-        record = StepRecord(name=step.name)
-        run.steps.append(record)
+        record = run.step_record(step.name)
+        if record is None:
+            record = StepRecord(name=step.name)
+            run.steps.append(record)
+        record.status = "running"
         while True:
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
             try:
-                output, confidence = await self._attempt(run, step, cursor)
-            except _Failed as failed:
-                event = self._event(
-                    run,
+                answer = await self._dispatcher.attempt(run, step, cursor, extra or {})
+            except AttemptFailed as failed:
+                stale_input = str(failed.context.get("stale_step", ""))
+                event = run.failure_event(
                     failed.ftype,
                     step.name,
                     cursor.agent,
-                    cursor.attempt,
-                    cursor.fallbacks,
+                    run.rewinds + 1 if stale_input else cursor.attempt,
+                    [] if stale_input else cursor.fallbacks,  # another agent gets the same stale input
                     failed.detail,
                     failed.context,
                 )
+                run.held = failed.held
                 resolution = await self._resolve(run, event)
-                directive = await self._executor.apply(resolution, event, cursor, run.snapshot())
+                directive = await self._executor.apply(resolution, event, cursor, run)
+                if directive is Directive.RETRY and stale_input:  # fresh data: redo the step it came from
+                    run.rewinds += 1
+                    run.step_index = [s.name for s in self._steps(run)].index(stale_input)
+                    record.status = "pending"
+                    await self._transition(run, TaskState.ROUTING)
+                    return None
                 if directive is Directive.RETRY:
                     await self._transition(run, TaskState.RETRYING)
                     continue
@@ -281,20 +318,29 @@ class Agency:
                     await self._transition(run, TaskState.ROUTING)
                     continue
                 record.status = "failed"
-                assert cursor.stop_state is not None
-                return await self._finish(
-                    run, cursor.stop_state, reason=cursor.stop_reason, pending=cursor.pending
-                )
-            record.output, record.confidence_score, record.status = output, confidence, "completed"
-            run.outputs[step.name] = output
+                if failed.ftype is FailureType.POLICY_VIOLATION:
+                    await self._audit(
+                        run, AuditEventType.QUARANTINE, "blocked", dict(failed.context), agent=cursor.agent
+                    )
+                return await self._stop(run, cursor)
+            output, confidence, provenance, fresh_until = answer
+            run.complete_step(
+                step.name,
+                output,
+                confidence=confidence,
+                provenance=provenance,
+                fresh_until=fresh_until,
+            )
             return await self._verify_stage(run, step.name, output)
 
-    async def _verify_stage(self, run: _Run, step: str, output: Any) -> Outcome | None:
+    async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
-        if run.staged is None or run.goal is None or run.goal.stage_for(step) is None:
+        stage = run.goal.stage_for(step) if run.goal is not None else None
+        if stage is None:
             return None
         await self._transition(run, TaskState.VERIFYING)
-        verdict = await run.staged.after_step(step, output)
+        run.stage_verdicts = [v for v in run.stage_verdicts if v.stage != stage.name]  # a redo replaces
+        verdict = await self._staged(run).after_step(step, output)
         assert verdict is not None
         await self._audit(
             run,
@@ -306,86 +352,19 @@ class Agency:
             return None
         return await self._goal_unmet(run, verdict, step, output)
 
-    async def _attempt(self, run: _Run, step: TaskStep, cursor: StepCursor) -> tuple[Any, float]:
-        """One call of one agent; every way it can go wrong becomes a :class:`_Failed`."""
-        key = cursor.agent
-        try:
-            entry = await self.catalog.get(key)
-            agent = self.agents.get(key)
-        except NotFound as exc:
-            raise _Failed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
-        contract = entry.contract
-        payload = {**run.request.input, **run.outputs, **step.input}
-        try:
-            contract.check_input(payload)
-        except ContractViolation as exc:
-            raise _Failed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
-        message = self._envelope(run, key, payload)
-        request = AgentRequest(
-            message=message,
-            contract=contract,
-            task_id=run.request.task_id,
-            step=step.name,
-            attempt=cursor.attempt,
-        )
-        deadline = contract.slo_latency_ms * self.config.deadline_factor / 1000
-        await self._audit(
-            run,
-            AuditEventType.DISPATCH,
-            "dispatched",
-            {
-                "step": step.name,
-                "attempt": cursor.attempt,
-                "deadline_ms": round(deadline * 1000, 3),
-                "message": _brief(message),
-            },
-            agent=key,
-        )
-        started = time.perf_counter()
-        await self.router.stats.started(key)
-        success = False
-        try:
-            try:
-                raw = await asyncio.wait_for(call_agent(agent, request), timeout=deadline)
-            except TimeoutError:
-                raise _Failed(
-                    FailureType.TOOL_TIMEOUT,
-                    f"{key} gave no answer within {deadline * 1000:.0f} ms (its SLO)",
-                ) from None
-            except (ConnectionError, Unavailable) as exc:
-                raise _Failed(FailureType.TOOL_UNAVAILABLE, f"{key} unavailable: {exc}") from None
-            except AgencyError as exc:
-                raise _Failed(FailureType.TOOL_ERROR, f"{key} failed: {exc}") from None
-            except Exception as exc:  # an agent's own bug is a typed failure, not a crash
-                raise _Failed(FailureType.TOOL_ERROR, f"{key} raised {type(exc).__name__}: {exc}") from None
-            reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
-            try:
-                contract.check_output(reply.output)
-                result = self._envelope(run, "gateway", reply.output, sender=key, reply=reply)
-            except InvalidInput as exc:
-                raise _Failed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
-            success = True
-        finally:
-            await self.router.stats.finished(key, success=success)
-        elapsed = (time.perf_counter() - started) * 1000
-        run.steps[-1].duration_ms = round(elapsed, 3)
-        run.last_source = result.metadata.provenance
-        await self._audit(
-            run,
-            AuditEventType.AGENT_RESULT,
-            "success",
-            {"step": step.name, "duration_ms": round(elapsed, 3), "message": _brief(result)},
-            agent=key,
-        )
-        return reply.output, result.metadata.confidence_score
+    def _staged(self, run: TaskRecord) -> StagedVerifier:
+        """The goal's staged verifier, over the verdicts kept in the task record."""
+        assert run.goal is not None
+        staged = StagedVerifier(run.goal, self.verifier)
+        staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
+        return staged
 
-    async def _verify(self, run: _Run) -> Outcome:
+    async def _verify(self, run: TaskRecord) -> Outcome:
         await self._transition(run, TaskState.VERIFYING)
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
             return await self._finish(run, TaskState.COMPLETED, output=final)
-        assert run.staged is not None
-        verdict = await run.staged.final(final)
+        verdict = await self._staged(run).final(final)
         await self._audit(
             run,
             AuditEventType.VERIFICATION,
@@ -396,39 +375,19 @@ class Agency:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
         return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
 
-    async def _goal_unmet(self, run: _Run, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
+    async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
         """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
-        assert run.goal is not None
-        where = f"stage {verdict.stage} of goal {run.goal.id}" if verdict.stage else f"goal {run.goal.id}"
-        if verdict.failed_steps:
-            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
-            detail = f"{where} not met: {failed}"
-        else:
-            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
-        context: dict[str, Any] = {
-            "criticality": run.goal.criticality,
-            "stage": verdict.stage,
-            "failed_steps": [s.step for s in verdict.failed_steps],
-        }
-        if verdict.manual_steps:
-            context["manual_pending"] = [s.step for s in verdict.manual_steps]
-        event = self._event(run, FailureType.GOAL_UNMET, step, "", 1, [], detail, context)
+        event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run.snapshot())
-        return await self._finish(
-            run,
-            cursor.stop_state or TaskState.FAILED,
-            output=output,
-            verdict=verdict,
-            reason=cursor.stop_reason,
-            pending=cursor.pending,
-        )
+        await self._executor.apply(resolution, event, cursor, run)
+        names = [s.name for s in self._steps(run)]
+        run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
+        return await self._stop(run, cursor, output=output, verdict=verdict)
 
-    async def _goal_timeout(self, run: _Run) -> Outcome:
+    async def _goal_timeout(self, run: TaskRecord) -> Outcome:
         assert run.goal is not None
-        event = self._event(
-            run,
+        event = run.failure_event(
             FailureType.GOAL_TIMEOUT,
             run.steps[-1].name if run.steps else "",
             "",
@@ -438,36 +397,87 @@ class Agency:
         )
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run.snapshot())
+        await self._executor.apply(resolution, event, cursor, run)
+        return await self._stop(run, cursor)
+
+    async def _stop(self, run: TaskRecord, cursor: StepCursor, **extra: Any) -> Outcome:
         return await self._finish(
-            run, cursor.stop_state or TaskState.FAILED, reason=cursor.stop_reason, pending=cursor.pending
+            run,
+            cursor.stop_state or TaskState.FAILED,
+            reason=cursor.stop_reason,
+            pending=cursor.pending,
+            **extra,
         )
+
+    # ------------------------------------------------------------------- resume
+    async def resume(
+        self,
+        task_id: str,
+        *,
+        answer: str | None = None,
+        decision: HumanDecision | Mapping[str, Any] | None = None,
+    ) -> Outcome:
+        """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
+
+        Args:
+            task_id: The task.
+            answer: For a clarification or a conflict: the id of the chosen option.
+            decision: For a human handover: the human's :class:`HumanDecision`.
+
+        Raises:
+            NotFound: no such task.
+            FailedPrecondition: the task is not waiting for input (e.g. another resume won).
+            ConcurrentUpdate: another resume holds the task right now.
+            InvalidInput: the answer is not an offered option / the decision is malformed.
+        """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required", what="resume")
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
+            if plan.action == "rerun" and plan.agent and decision is not None:
+                routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
+                if prefer(routed, plan.agent).chosen != plan.agent:
+                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "not registered")
+                    raise InvalidInput.single(
+                        "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
+                    )
+            await self._audit(
+                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
+            )
+            if plan.action in ("fail", "cancel"):
+                state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
+                return await self._finish(run, state, reason=plan.reason)
+            # approving the final verification (a stop with the goal's own, stage-less verdict)
+            final_verdict_approved = (
+                plan.action == "approve" and run.verdict is not None and not run.verdict.stage
+            )
+            claim = apply_plan(run, plan, self._steps(run))
+            await self._transition(run, claim, save=True)  # saved with a version check: the claim
+        if final_verdict_approved:  # vouched for by a human: not verified again
+            final = run.outputs.get(self._steps(run)[-1].name)
+            return await self._finish(
+                run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
+            )
+        if plan.action == "accept":
+            return await self._drive(
+                run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
+            )
+        return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+
+    async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
+        """After a resume supplied a step's output: verify its goal stage, then go on."""
+        stopped = await self._verify_stage(run, step, output)
+        return stopped if stopped is not None else await self._run(run)
+
+    async def get_task(self, task_id: str) -> Outcome:
+        """Where a task is now (any gateway sharing the store). Raises NotFound."""
+        if not task_id:
+            raise InvalidInput.single("task_id", "required")
+        return (await self.tasks.get(task_id)).outcome()
 
     # ------------------------------------------------------------------ helpers
-    def _event(
-        self,
-        run: _Run,
-        ftype: FailureType,
-        step: str,
-        agent: str,
-        attempt: int,
-        fallbacks: list[str],
-        detail: str,
-        context: dict[str, Any] | None = None,
-    ) -> FailureEvent:
-        return FailureEvent(
-            type=ftype,
-            task_id=run.request.task_id,
-            trace_id=run.trace_id,
-            step=step,
-            agent=agent,
-            attempt=attempt,
-            fallbacks=list(fallbacks),
-            detail=detail,
-            context=context or {},
-        )
-
-    async def _resolve(self, run: _Run, event: FailureEvent) -> Resolution:
+    async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:
         run.failures.append(event)
         await self._audit(
             run,
@@ -489,18 +499,28 @@ class Agency:
         )
         return resolution
 
-    async def _transition(self, run: _Run, new: TaskState) -> None:
+    async def _transition(self, run: TaskRecord, new: TaskState, *, save: bool = False) -> None:
+        """Move ``run`` to ``new`` (IllegalTransition if not allowed) and audit it.
+
+        The record is persisted when the task is created, claimed by a resume, and when it
+        stops (waiting or terminal) – the states another replica can act on – not on every
+        working transition (each is in the audit log).
+        """
         if run.state is new:
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
+        run.transitions.append(Transition(from_state=old, to_state=new, node=self.config.node_id))
         await self._audit(
             run, AuditEventType.STATE_TRANSITION, new.value, {"from": old.value, "to": new.value}
         )
+        if save:
+            run.updated_at = utcnow()
+            await self.tasks.save(run)
 
     async def _finish(
         self,
-        run: _Run,
+        run: TaskRecord,
         state: TaskState,
         *,
         output: Any = None,
@@ -510,71 +530,38 @@ class Agency:
     ) -> Outcome:
         if state is TaskState.REJECTED and run.state is not TaskState.ROUTING:
             await self._transition(run, TaskState.ROUTING)
+        run.output = output if state is not TaskState.FAILED or verdict is not None else None
+        run.verdict, run.reason, run.pending = verdict, reason, pending or {}
         await self._transition(run, state)
-        if pending and pending.get("kind") == "human_handover":
-            await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", pending)
+        if run.pending.get("kind") == "human_handover":
+            await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
         await self._audit(
             run,
             AuditEventType.TASK_COMPLETED,
             state.value,
             {"reason": reason, "goal_passed": verdict.passed if verdict else None},
         )
-        return Outcome(
-            task_id=run.request.task_id,
-            trace_id=run.trace_id,
-            state=state,
-            output=output if state is not TaskState.FAILED or verdict is not None else None,
-            goal_id=run.goal.id if run.goal else "",
-            goal_verdict=verdict,
-            failed_stage=run.staged.failed_stage if run.staged else "",
-            stage_verdicts=run.staged.verdicts if run.staged else [],
-            steps=run.steps,
-            failures=run.failures,
-            resolutions=run.resolutions,
-            routing=run.routing,
-            reason=reason,
-            pending=pending or {},
-            audit_index=run.last_index,
-        )
+        if state.terminal:
+            await self._monitor(run)
+        run.updated_at = utcnow()
+        await self.tasks.save(run)
+        return run.outcome()
 
-    def _envelope(
-        self,
-        run: _Run,
-        receiver: str,
-        content: Any,
-        *,
-        sender: str = "gateway",
-        reply: AgentReply | None = None,
-    ) -> SMFMessage:
-        """The SMF message for one hop, validated (an invalid one raises InvalidInput)."""
-        provenance = run.last_source
-        confidence = run.request.confidence_score
-        ttl = run.request.freshness_ttl
-        if reply is not None:
-            provenance = reply.provenance or Provenance(
-                source=sender, reliability_score=provenance.reliability_score
+    async def _monitor(self, run: TaskRecord) -> None:
+        """Feed the failure-rate monitor; audit every contract it newly flags for review."""
+        for flag in self.monitor.task_finished(run):
+            await self._audit(
+                run,
+                AuditEventType.CONTRACT_REVIEW,
+                "cleared" if flag.cleared else "flagged",
+                flag.model_dump(mode="json"),
+                agent=flag.agent,
+                rule=f"failure_rate:{flag.failure_type.value}>{flag.threshold:g}",
             )
-            confidence = reply.confidence_score
-            ttl = reply.freshness_ttl if reply.freshness_ttl is not None else ttl
-        return SMFMessage.parse(
-            {
-                "sender": sender,
-                "receiver": receiver,
-                "content": content,
-                "trace_id": run.trace_id,
-                "metadata": {
-                    "provenance": provenance.model_dump(),
-                    "freshness_ttl": ttl,
-                    "confidence_score": confidence,
-                    "intention_trace": [run.goal.id] if run.goal else [],
-                },
-            },
-            what="SMF message",
-        )
 
     async def _audit(
         self,
-        run: _Run,
+        run: TaskRecord,
         event_type: AuditEventType,
         outcome: str,
         detail: dict[str, Any],
@@ -626,18 +613,4 @@ class Agency:
 
     async def close(self) -> None:
         await self.audit.close()
-
-
-def _brief(message: SMFMessage) -> dict[str, Any]:
-    return message.model_dump(mode="json")
-
-
-def _decision(decision: RoutingDecision) -> dict[str, Any]:
-    return {
-        "chosen": decision.chosen,
-        "fallbacks": decision.fallbacks,
-        "explanation": decision.explanation,
-        "constraints": decision.constraints.model_dump(mode="json"),
-        "candidates": [c.model_dump() for c in decision.candidates[:10]],
-        "rejected": [r.model_dump() for r in decision.rejected[:20]],
-    }
+        await self.tasks.close()

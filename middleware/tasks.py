@@ -3,12 +3,17 @@
 States map onto the A2A task states so A2A users recognise them::
 
     SUBMITTED ─► ROUTING ─► DISPATCHED ─► VERIFYING ─► COMPLETED
-                   │  ▲         │  ▲          │
-                   │  └─RETRYING◄┘  │          ├─► INPUT_REQUIRED ─► ROUTING (resume)
-                   ▼                │          ▼
-                REJECTED        (next step)  FAILED / CANCELED
+       │           │  ▲  ▲      │  ▲  │       │
+       │           │  │  └──────┘  │  │       │          (next step / backup agent)
+       │           │  │   RETRYING─┘◄─┘       │
+       │           │  │                        │
+       │           ▼  └─── INPUT_REQUIRED ◄────┘  (clarification, conflict, human;
+       ▼        REJECTED        │                   resumed by Agency.resume)
+    FAILED / CANCELED ◄─────────┘  (from any non-terminal state)
 
-An illegal transition is a bug and raises :class:`IllegalTransition`.
+Only the transitions in ``_LEGAL`` are allowed; an illegal one is a bug and raises
+:class:`IllegalTransition`. :class:`TaskRecord` is the persisted state of one task
+(see ``middleware.task_store``): enough to resume it on any gateway replica.
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ from pydantic import Field, model_validator
 
 from ._model import Model
 from .errors import FailedPrecondition
-from .failures import FailureEvent, Resolution
+from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
 from .smf import Provenance, new_id, utcnow
 
 __all__ = [
     "A2A_STATE",
+    "LEGAL_TRANSITIONS",
     "IllegalTransition",
     "Outcome",
     "StepRecord",
+    "TaskRecord",
     "TaskRequest",
     "TaskState",
     "TaskStep",
@@ -71,16 +78,22 @@ A2A_STATE: dict[TaskState, str] = {
 }
 
 _S = TaskState
-_LEGAL: dict[TaskState, frozenset[TaskState]] = {
-    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.CANCELED, _S.FAILED}),
-    _S.ROUTING: frozenset({_S.DISPATCHED, _S.REJECTED, _S.FAILED, _S.CANCELED, _S.INPUT_REQUIRED}),
+#: Every legal transition. Terminal states have none.
+LEGAL_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.FAILED, _S.CANCELED}),
+    _S.ROUTING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.REJECTED, _S.FAILED, _S.CANCELED}),
     _S.DISPATCHED: frozenset(
         {_S.VERIFYING, _S.RETRYING, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}
     ),
-    _S.RETRYING: frozenset({_S.DISPATCHED, _S.FAILED, _S.CANCELED}),
+    _S.RETRYING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
     _S.VERIFYING: frozenset({_S.COMPLETED, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
-    _S.INPUT_REQUIRED: frozenset({_S.ROUTING, _S.DISPATCHED, _S.COMPLETED, _S.FAILED, _S.CANCELED}),
+    _S.INPUT_REQUIRED: frozenset({_S.ROUTING, _S.DISPATCHED, _S.VERIFYING, _S.FAILED, _S.CANCELED}),
+    _S.COMPLETED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.REJECTED: frozenset(),
+    _S.CANCELED: frozenset(),
 }
+_LEGAL = LEGAL_TRANSITIONS
 
 
 class IllegalTransition(FailedPrecondition):
@@ -91,7 +104,10 @@ class IllegalTransition(FailedPrecondition):
 def check_transition(current: TaskState, new: TaskState) -> None:
     """Raise :class:`IllegalTransition` unless ``current -> new`` is allowed."""
     if new not in _LEGAL.get(current, frozenset()):
-        raise IllegalTransition(f"task cannot go from {current.value} to {new.value}")
+        raise IllegalTransition(
+            f"task cannot go from {current.value} to {new.value}",
+            details={"from": current.value, "to": new.value},
+        )
 
 
 class TaskStep(Model):
@@ -142,8 +158,11 @@ class StepRecord(Model):
     output: Any = None
     confidence_score: float | None = None
     started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
     duration_ms: float = 0.0
     status: str = "pending"
+    provenance: Provenance | None = Field(default=None, description="Source of the output.")
+    fresh_until: datetime | None = Field(default=None, description="The output's freshness TTL ends here.")
 
 
 class Outcome(Model):
@@ -176,3 +195,175 @@ class Outcome(Model):
     def _a2a(self) -> Outcome:
         object.__setattr__(self, "a2a_state", A2A_STATE[self.state])
         return self
+
+
+class Transition(Model):
+    """One state change, when it happened and on which gateway."""
+
+    from_state: TaskState
+    to_state: TaskState
+    at: datetime = Field(default_factory=utcnow)
+    node: str = ""
+
+
+class TaskRecord(Model):
+    """The persisted state of one task: where it is, what is done, what it waits for.
+
+    ``version`` grows by one on every save; stores compare it so two writers (two
+    gateway replicas resuming the same task) cannot both win.
+    """
+
+    request: TaskRequest
+    goal: GoalAssertion | None = None
+    trace_id: str
+    state: TaskState = TaskState.SUBMITTED
+    version: int = Field(default=0, ge=0)
+    step_index: int = Field(default=0, ge=0, description="The step the task is at (len = verification).")
+    steps: list[StepRecord] = Field(default_factory=list)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    failures: list[FailureEvent] = Field(default_factory=list)
+    resolutions: list[Resolution] = Field(default_factory=list)
+    routing: list[dict[str, Any]] = Field(default_factory=list)
+    pending: dict[str, Any] = Field(default_factory=dict)
+    step_inputs: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Extra input per step from resumes (e.g. a clarification)."
+    )
+    held: dict[str, Any] = Field(
+        default_factory=dict, description="A held output (ambiguous, conflicting) a resume may accept."
+    )
+    output: Any = None
+    verdict: GoalVerdict | None = None
+    stage_verdicts: list[GoalVerdict] = Field(default_factory=list, description="Each goal stage verified.")
+    reason: str = ""
+    last_index: int = 0
+    last_source: Provenance
+    active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
+    rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
+    transitions: list[Transition] = Field(default_factory=list)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def task_id(self) -> str:
+        return self.request.task_id
+
+    @classmethod
+    def start(cls, request: TaskRequest, goal: GoalAssertion | None, trace_id: str) -> TaskRecord:
+        return cls(
+            request=request,
+            goal=goal,
+            trace_id=trace_id,
+            last_source=Provenance(
+                source=request.provenance.source, reliability_score=request.provenance.reliability_score
+            ),
+        )
+
+    def step_record(self, name: str) -> StepRecord | None:
+        for record in reversed(self.steps):
+            if record.name == name:
+                return record
+        return None
+
+    def failure_event(
+        self,
+        ftype: FailureType,
+        step: str,
+        agent: str,
+        attempt: int,
+        fallbacks: list[str],
+        detail: str,
+        context: dict[str, Any] | None = None,
+    ) -> FailureEvent:
+        """A failure event of this task."""
+        return FailureEvent(
+            type=ftype,
+            task_id=self.task_id,
+            trace_id=self.trace_id,
+            step=step,
+            agent=agent,
+            attempt=attempt,
+            fallbacks=list(fallbacks),
+            detail=detail,
+            context=context or {},
+        )
+
+    def goal_unmet_event(self, verdict: GoalVerdict, step: str) -> FailureEvent:
+        """The GOAL_UNMET event for a failed (or manually pending) verification at ``step``."""
+        assert self.goal is not None
+        goal = self.goal
+        where = f"stage {verdict.stage} of goal {goal.id}" if verdict.stage else f"goal {goal.id}"
+        if verdict.failed_steps:
+            failed = "; ".join(f"{s.step}: {s.reason}" for s in verdict.failed_steps)
+            detail = f"{where} not met: {failed}"
+        else:
+            detail = f"{where} awaits manual checks: " + "; ".join(s.step for s in verdict.manual_steps)
+        context: dict[str, Any] = {
+            "criticality": goal.criticality,
+            "stage": verdict.stage,
+            "failed_steps": [s.step for s in verdict.failed_steps],
+        }
+        if verdict.manual_steps:
+            context["manual_pending"] = [s.step for s in verdict.manual_steps]
+        record = self.step_record(step)
+        agent = record.agent if record is not None else ""  # the agent whose output failed
+        return self.failure_event(FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
+
+    def complete_step(
+        self,
+        name: str,
+        output: Any,
+        *,
+        agent: str = "",
+        confidence: float | None = None,
+        provenance: Provenance | None = None,
+        fresh_until: datetime | None = None,
+    ) -> StepRecord:
+        """The output of step ``name`` (the current one) is final: record it and move on."""
+        record = self.step_record(name)
+        if record is None:
+            record = StepRecord(name=name)
+            self.steps.append(record)
+        record.agent = agent or record.agent
+        record.output, record.confidence_score, record.status = output, confidence, "completed"
+        record.finished_at, record.provenance, record.fresh_until = utcnow(), provenance, fresh_until
+        self.outputs[name] = output
+        self.held = {}
+        self.step_index += 1
+        return record
+
+    def snapshot(self) -> dict[str, Any]:
+        """The conversation state a human taking over needs: request, goal, outputs so far."""
+        return {
+            "task_id": self.task_id,
+            "text": self.request.text,
+            "user_id": self.request.user_id,
+            "session_id": self.request.session_id,
+            "input": self.request.input,
+            "goal": self.goal.model_dump(mode="json") if self.goal else None,
+            "state": self.state.value,
+            "outputs": self.outputs,
+            "failures": [
+                {"type": f.type.value, "step": f.step, "agent": f.agent, "detail": f.detail}
+                for f in self.failures
+            ],
+        }
+
+    def outcome(self) -> Outcome:
+        """What a client sees of this task now."""
+        return Outcome(
+            task_id=self.task_id,
+            trace_id=self.trace_id,
+            state=self.state,
+            output=self.output,
+            goal_id=self.goal.id if self.goal else "",
+            goal_verdict=self.verdict,
+            failed_stage=next((v.stage for v in self.stage_verdicts if not v.passed), ""),
+            stage_verdicts=self.stage_verdicts,
+            steps=self.steps,
+            failures=self.failures,
+            resolutions=self.resolutions,
+            routing=self.routing,
+            reason=self.reason,
+            pending=self.pending,
+            audit_index=self.last_index,
+        )

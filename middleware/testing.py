@@ -7,6 +7,7 @@ deadline, or raise. It records every request it receives.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,8 +33,8 @@ class Raise:
 class ScriptedAgent:
     """An async agent that plays a script; the last step repeats when the script runs out.
 
-    Each step is a value to return (or an :class:`AgentReply`), a callable taking the
-    request and returning one, :class:`Hang` or :class:`Raise`.
+    Each step is a value to return (or an :class:`AgentReply`), a callable (sync or
+    async) taking the request and returning one, :class:`Hang` or :class:`Raise`.
     """
 
     def __init__(self, *steps: Any, name: str = "scripted") -> None:
@@ -61,7 +62,8 @@ class ScriptedAgent:
             raise step.error
         if callable(step) and not isinstance(step, AgentReply):
             fn: Callable[[AgentRequest], Any] = step
-            return fn(request)
+            result = fn(request)
+            return await result if inspect.isawaitable(result) else result
         return step
 
 

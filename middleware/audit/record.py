@@ -35,6 +35,10 @@ class AuditEventType(StrEnum):
     TASK_COMPLETED = "task.completed"
     CATALOG_CHANGE = "catalog.change"
     AGENT_STEP = "agent.step"
+    TASK_RESUMED = "task.resumed"
+    QUARANTINE = "failure.quarantine"
+    CIRCUIT_CHANGE = "agent.circuit"
+    CONTRACT_REVIEW = "contract.review"
 
 
 class Actors(Model):

@@ -20,8 +20,10 @@ COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
     "middleware.cli.config",
+    "middleware.cli.audit",
     "middleware.cli.goal",
     "middleware.cli.smf",
+    "middleware.cli.contracts",
     "middleware.cli.catalog",
 ]
 

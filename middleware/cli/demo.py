@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..audit import FileAuditLog
+from ..audit import WalAuditLog
 from ..pipeline import Agency
 from ..tasks import Outcome
 
@@ -38,7 +38,7 @@ async def run_demo(data_dir: Path | None, *, as_json: bool = False, out: TextIO)
     from ..demo import build_demo_agency, refused_request, warranty_request
 
     directory = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="agency-demo-"))
-    audit = FileAuditLog(directory / "audit")
+    audit = WalAuditLog(directory / "audit", "demo")
     agency = await build_demo_agency(Agency(audit=audit))
     try:
         first = await agency.submit(warranty_request())
@@ -52,7 +52,8 @@ async def run_demo(data_dir: Path | None, *, as_json: bool = False, out: TextIO)
         _tell(out, "1. A governed task", warranty_request().text, first)
         _tell(out, "2. A request no contract allows", refused_request().text, second)
         out.write(
-            f"\nAudit log: {audit.location} ({sum(1 for _ in audit.records())} records, hash-chained)\n"
+            f"\nAudit log: {audit.location} ({sum(1 for _ in audit.records())} records, "
+            "hash-chained, signed checkpoints)\n"
         )
     ok = first.state.value == "completed" and second.state.value == "rejected"
     return 0 if ok else 1

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     lint.add_argument(
         "--catalog",
         metavar="FILE",
-        help="contracts (a list, or {contracts: [...]}) giving the SLO of target_capabilities",
+        help="contracts (a list, {contracts: [...]}, or an agency definition file) "
+        "giving the SLO of target_capabilities",
     )
     lint.add_argument("--format", choices=["text", "json"], default="text", help="output format")
     lint.add_argument("--strict", action="store_true", help="warnings fail the lint too")

@@ -11,7 +11,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
-from ..audit import FileAuditLog
+from ..audit import WalAuditLog
 from ..bootstrap import build_agency
 from ..config import ServerConfig, load_definition
 from ..definition import AgencyDefinition
@@ -80,7 +80,7 @@ async def serve(
     if definition is not None:
         agency = await build_agency(definition, metrics=metrics)
     else:
-        audit = MeteredAuditLog(FileAuditLog(Path(config.data_dir) / "audit"), metrics)
+        audit = MeteredAuditLog(WalAuditLog(Path(config.data_dir) / "audit", config.agency.node_id), metrics)
         agency = Agency(audit=audit, config=config.agency)
     metrics_server = None
     keep_alive = KeepAlive(agency.catalog, agency.agents.keys)

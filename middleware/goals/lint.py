@@ -8,7 +8,8 @@ Errors (the goal would be refused, or cannot be checked by a machine):
 Warnings: ``timeout-beyond-sla`` (the goal waits longer than a targeted capability's
 SLA), ``unknown-target`` (a target with no SLA given and none in the catalog),
 ``short-timeout-high-criticality`` (high criticality with a timeout under 60 s),
-``manual-step`` (a person must confirm; the goal can only end pending until then).
+``manual-step`` (a person must confirm; the goal can only end pending until then),
+``regex-backtracking`` (nested quantifiers such as ``(a+)+``: catastrophic backtracking).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ __all__ = ["HIGH_CRITICALITY_MIN_TIMEOUT", "catalog_from", "goals_in", "lint_goa
 #: A high-criticality goal with a shorter timeout is flagged (seed section 5.3).
 HIGH_CRITICALITY_MIN_TIMEOUT = 60
 
+# A group holding a quantifier, itself quantified: (a+)+, (\w*x)* (a heuristic, not a proof).
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)[+*{]")
 _STEP_FIELD = re.compile(r"^(?:stages\[\d+\]\.)?verification_steps\[\d+\]")
 
 
@@ -159,6 +162,17 @@ def _semantic(
             )
     if goal:
         for field, step in _all_steps(goal):
+            if step.kind == "regex" and not step.literal and _NESTED_QUANTIFIER.search(step.pattern):
+                out.append(
+                    Finding(
+                        "warning",
+                        "regex-backtracking",
+                        f"pattern {step.pattern!r} nests quantifiers; on a long output it can backtrack "
+                        "for a very long time (and block verification)",
+                        field=f"{field}.pattern",
+                        **where,
+                    )
+                )
             if step.kind == "manual":
                 out.append(
                     Finding(
@@ -230,12 +244,17 @@ def lint_goals(
 
 
 def catalog_from(document: Any) -> dict[str, CapabilityContract]:
-    """Contracts from a catalog file (a list, or ``{"contracts": [...]}``), by key.
+    """Contracts from a catalog file, by key.
+
+    The file holds a list of contracts, ``{"contracts": [...]}``, or is an agency
+    definition file (``agents: [{contract: ...}]``).
 
     Raises:
         InvalidInput: the file does not hold valid contracts (every problem named).
     """
     items = document.get("contracts") if isinstance(document, dict) else document
+    if isinstance(document, dict) and items is None and isinstance(document.get("agents"), list):
+        items = [a.get("contract") if isinstance(a, dict) else a for a in document["agents"]]
     if not isinstance(items, list):
         raise InvalidInput.single("contracts", "a catalog file holds a list of contracts", what="catalog")
     out: dict[str, CapabilityContract] = {}

@@ -87,7 +87,9 @@ def _strip(text: str) -> str:
 def _unquote(text: str) -> tuple[str, bool]:
     t = text.strip()
     if len(t) >= 2 and t[0] in _OPEN_Q and t[-1] in _CLOSE_Q:
-        return t[1:-1], True
+        inner = t[1:-1]
+        if t[0] not in inner and t[-1] not in inner:  # "'a' and 'b'" is not one quoted value
+            return inner, True
     return t, False
 
 

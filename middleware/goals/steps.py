@@ -76,6 +76,20 @@ def _valid_path(v: str | None) -> str | None:
     return v
 
 
+class _CompiledSlot:
+    """Holds a step's compiled form. A cache: it never makes two steps unequal."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CompiledSlot)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class _Step(Model):
     # Steps are immutable: the verifier compiles each once and keeps the compiled form.
     model_config = ConfigDict(frozen=True)
@@ -83,7 +97,7 @@ class _Step(Model):
     description: str = Field(default="", max_length=2000, description="Human wording shown in verdicts.")
 
     # The verifier's compiled form of this step (regexes, paths, schemas), built on first use.
-    _compiled: Any = PrivateAttr(default=None)
+    _compiled: _CompiledSlot = PrivateAttr(default_factory=lambda: _CompiledSlot())
 
 
 class _Scoped(_Step):

@@ -40,6 +40,7 @@ from .steps import (
     ManualStep,
     NotContainsStep,
     RegexStep,
+    _CompiledSlot,
     step_label,
 )
 
@@ -119,10 +120,18 @@ def _trusted(cls: type[M], values: dict[str, Any]) -> M:
     """
     obj = cls.__new__(cls)
     _set_dict(obj, "__dict__", values)
-    _set_fields_set(obj, set(values))
+    # Every field is set, so all instances can share one fields-set: pydantic only ever
+    # adds names to it (on assignment), and every name is already in it.
+    fields_set = _FIELDS_SETS.get(cls)
+    if fields_set is None or len(fields_set) != len(values):
+        fields_set = _FIELDS_SETS[cls] = set(values)
+    _set_fields_set(obj, fields_set)
     _set_extra(obj, None)
     _set_private(obj, None)
     return obj
+
+
+_FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
 
 
 # The slot setters of BaseModel, looked up once (this runs several times per goal).
@@ -202,12 +211,15 @@ def _scope(path: JsonPath | None, subject: _Subject) -> tuple[_Subject | None, s
 
 
 def _compile(step: Any) -> _Compiled:
-    cached = getattr(step, "__pydantic_private__", None) or {}
-    hit = cached.get("_compiled")
-    if isinstance(hit, _Compiled):
-        return hit
-    compiled = _build(step)
-    step._compiled = compiled
+    """The compiled form of ``step``, built once and kept on the step."""
+    private = step.__pydantic_private__
+    slot = private["_compiled"]
+    hit = slot.value
+    if hit is not None and hit.step is step:
+        return hit  # type: ignore[no-any-return]
+    if hit is not None:  # a copy of another step shares its slot: give this one its own
+        slot = private["_compiled"] = _CompiledSlot()
+    compiled = slot.value = _build(step)
     return compiled
 
 
@@ -471,6 +483,14 @@ class Verifier:
 
         Never raises for a bad output or a failing check; a custom check that raises or
         overruns its timeout is a failed step saying so.
+
+        Args:
+            goal: The goal.
+            output: The output to check (text or any JSON value).
+            stage: A stage (or its name) to verify instead of the goal's final steps.
+
+        Raises:
+            InvalidInput: ``stage`` names no stage of the goal.
         """
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)

@@ -1,4 +1,4 @@
-"""``agency.v1.AgencyService``: submit tasks, dry-run routing."""
+"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting tasks, read tasks."""
 
 from __future__ import annotations
 
@@ -33,3 +33,17 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)
         decision = await self._agency.route(request.text, constraints)
         return decision_to_pb(decision)
+
+    @rpc
+    async def Resume(
+        self, request: agency_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        decision = loads(request.decision_json, "decision_json", want=dict)
+        outcome = await self._agency.resume(request.task_id, answer=request.answer or None, decision=decision)
+        return outcome_to_pb(outcome)
+
+    @rpc
+    async def GetTask(
+        self, request: agency_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        return outcome_to_pb(await self._agency.get_task(request.task_id))

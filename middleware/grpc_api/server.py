@@ -11,6 +11,8 @@ from grpc_reflection.v1alpha import reflection
 from .._proto.agency.v1 import (
     agency_pb2,
     agency_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
     catalog_pb2,
     catalog_pb2_grpc,
     goals_pb2,
@@ -19,6 +21,7 @@ from .._proto.agency.v1 import (
 from ..errors import Unavailable
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
+from .audit_servicer import AuditServicer
 from .catalog_servicer import CatalogServicer
 from .goal_servicer import GoalServicer
 
@@ -84,10 +87,12 @@ def build_server(
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [
         catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
         agency_pb2.DESCRIPTOR.services_by_name["AgencyService"].full_name,
+        audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
     health_servicer = health.aio.HealthServicer()

@@ -160,3 +160,33 @@ def test_goal_lint_as_a_subprocess(tmp_path):
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["summary"]["errors"] == 4
+
+
+def test_nested_quantifiers_are_flagged(tmp_path, capsys):
+    goal = {
+        **GOOD,
+        "verification_steps": [
+            {"kind": "regex", "pattern": "^(a+)+$"},
+            {"kind": "regex", "pattern": "(a+)+", "literal": True},
+        ],
+    }
+    code, doc = lint_json(capsys, write(tmp_path, "r.json", goal))
+    assert code == 0
+    assert [(f["code"], f["field"]) for f in doc["findings"]] == [
+        ("regex-backtracking", "verification_steps[0].pattern")
+    ]
+
+
+def test_a_definition_file_is_both_goals_and_catalog(tmp_path, capsys):
+    from pathlib import Path
+
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "ecommerce.yaml")
+    goal = {**GOOD, "id": "GOAL_SLA_001", "target_capabilities": ["warranty_agent"], "timeout_seconds": 1}
+    code, doc = lint_json(capsys, example, write(tmp_path, "g.json", goal), "--catalog", example)
+    assert code == 0
+    assert [f["code"] for f in doc["findings"]] == ["ok", "short-timeout-high-criticality"]
+    goal["timeout_seconds"] = 120
+    code, doc = lint_json(capsys, write(tmp_path, "g2.json", goal), "--catalog", example)
+    assert [f["message"] for f in doc["findings"]] == [
+        "timeout_seconds=120 is beyond the SLA of warranty_agent (1.2 s, catalog SLO of warranty_agent@2.1.0)"
+    ]

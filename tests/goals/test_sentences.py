@@ -187,3 +187,7 @@ def test_parsed_sentences_verify_outputs():
     verdict = verify_goal(goal, {"Controller": "ACME", "version": 3, "x": "todo"})
     assert [s.passed for s in verdict.steps] == [False, False, False]
     assert verdict.steps[0].step == "检查输出是否包含DataController字段"
+
+
+def test_two_quoted_values_are_not_mangled_into_one():
+    assert parse_step_sentence("output contains 'a' and 'b'").value == "'a' and 'b'"

@@ -33,3 +33,10 @@ def test_agency_uses_an_injected_store():
     agency.register_goal(GOAL.model_dump())
     assert store.get("GOAL_STORE_001") == GOAL
     assert agency.get_goal("GOAL_STORE_001") is store.get("GOAL_STORE_001")
+
+
+def test_goals_package_exports_are_importable():
+    import middleware.goals as goals
+
+    assert len(goals.__all__) == len(set(goals.__all__))
+    assert all(getattr(goals, name) is not None for name in goals.__all__)

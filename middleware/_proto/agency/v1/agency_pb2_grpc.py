@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class AgencyServiceStub:
-    """Submit tasks to be governed; ask the router for a dry run.
+    """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
+    for input (a clarification answer or a human decision); read a task's state.
     """
 
     def __init__(self, channel):
@@ -45,10 +46,21 @@ class AgencyServiceStub:
                 request_serializer=agency_dot_v1_dot_agency__pb2.RouteRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_agency__pb2.RoutingDecision.FromString,
                 _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/agency.v1.AgencyService/Resume',
+                request_serializer=agency_dot_v1_dot_agency__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+                _registered_method=True)
+        self.GetTask = channel.unary_unary(
+                '/agency.v1.AgencyService/GetTask',
+                request_serializer=agency_dot_v1_dot_agency__pb2.GetTaskRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+                _registered_method=True)
 
 
 class AgencyServiceServicer:
-    """Submit tasks to be governed; ask the router for a dry run.
+    """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
+    for input (a clarification answer or a human decision); read a task's state.
     """
 
     def Submit(self, request, context):
@@ -58,6 +70,18 @@ class AgencyServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Route(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,6 +100,16 @@ def add_AgencyServiceServicer_to_server(servicer, server):
                     request_deserializer=agency_dot_v1_dot_agency__pb2.RouteRequest.FromString,
                     response_serializer=agency_dot_v1_dot_agency__pb2.RoutingDecision.SerializeToString,
             ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=agency_dot_v1_dot_agency__pb2.ResumeRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_agency__pb2.Outcome.SerializeToString,
+            ),
+            'GetTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTask,
+                    request_deserializer=agency_dot_v1_dot_agency__pb2.GetTaskRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_agency__pb2.Outcome.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agency.v1.AgencyService', rpc_method_handlers)
@@ -85,7 +119,8 @@ def add_AgencyServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AgencyService:
-    """Submit tasks to be governed; ask the router for a dry run.
+    """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
+    for input (a clarification answer or a human decision); read a task's state.
     """
 
     @staticmethod
@@ -132,6 +167,60 @@ class AgencyService:
             '/agency.v1.AgencyService/Route',
             agency_dot_v1_dot_agency__pb2.RouteRequest.SerializeToString,
             agency_dot_v1_dot_agency__pb2.RoutingDecision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.AgencyService/Resume',
+            agency_dot_v1_dot_agency__pb2.ResumeRequest.SerializeToString,
+            agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.AgencyService/GetTask',
+            agency_dot_v1_dot_agency__pb2.GetTaskRequest.SerializeToString,
+            agency_dot_v1_dot_agency__pb2.Outcome.FromString,
             options,
             channel_credentials,
             insecure,

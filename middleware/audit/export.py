@@ -1,0 +1,494 @@
+"""Export audit records: JSON Lines bundles (re-verifiable offline), CSV, CEF and OCSF.
+
+Every export first verifies each node's log (``verify.scan_node``) and refuses a bad
+one; records of several nodes are merged in time order. The JSON Lines export is a
+bundle: a header line, one ``log`` line per node (verifier key, every signed
+checkpoint, consistency proofs between them), then one line per record carrying the
+exact bytes that were hashed (and, when filtered, an inclusion proof against the
+node's latest checkpoint). ``agency audit verify BUNDLE`` checks it without the log.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import heapq
+import io
+import itertools
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import AuditCorrupted, InvalidInput
+from .checkpoint import Verifier
+from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
+from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
+
+__all__ = ["ExportFilter", "ExportFormat", "ExportedRecord", "export", "iter_records"]
+
+PRODUCT, VENDOR, VERSION = "Agency Middleware", "Agency", "0.1.0"
+OCSF_VERSION = "1.8.0"
+
+
+class ExportFormat(StrEnum):
+    """Output formats of ``agency audit export``."""
+
+    JSONL = "jsonl"
+    CSV = "csv"
+    CEF = "cef"
+    OCSF = "ocsf"
+
+
+@dataclass(frozen=True)
+class ExportFilter:
+    """Which records to export (all given conditions must hold; empty = everything).
+
+    Attributes:
+        since: Records at or after this time (UTC).
+        until: Records before this time (UTC).
+        trace_id: Only this trace.
+        goal_id: Only this goal.
+        agent: Only steps involving this agent.
+        event_types: Only these event types.
+    """
+
+    since: datetime | None = None
+    until: datetime | None = None
+    trace_id: str = ""
+    goal_id: str = ""
+    agent: str = ""
+    event_types: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("since", "until"):
+            t = getattr(self, name)
+            if t is not None and t.tzinfo is None:
+                raise InvalidInput.single(
+                    name, "must carry a timezone (e.g. 2026-01-01T00:00:00Z)", what="filter"
+                )
+        if self.since and self.until and self.until <= self.since:
+            raise InvalidInput.single("until", "must be after since", what="filter")
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.since or self.until or self.trace_id or self.goal_id or self.agent or self.event_types
+        )
+
+    def matches(self, rec: dict[str, Any]) -> bool:
+        """Whether a record (its JSON object) passes the filter."""
+        if self.event_types and rec.get("event_type") not in self.event_types:
+            return False
+        if self.trace_id and rec.get("trace_id") != self.trace_id:
+            return False
+        if self.goal_id and rec.get("goal_id") != self.goal_id:
+            return False
+        if self.agent and (rec.get("actors") or {}).get("agent") != self.agent:
+            return False
+        if self.since or self.until:
+            t = _parse_time(rec.get("time"))
+            if t is None or (self.since and t < self.since) or (self.until and t >= self.until):
+                return False
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "since": self.since.isoformat() if self.since else None,
+            "until": self.until.isoformat() if self.until else None,
+            "trace_id": self.trace_id,
+            "goal_id": self.goal_id,
+            "agent": self.agent,
+            "event_types": sorted(self.event_types),
+        }
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class ExportedRecord:
+    """One verified record on its way out: where it is and its exact hashed bytes."""
+
+    node: str
+    index: int
+    time_ns: int
+    raw: bytes
+    record: dict[str, Any] | None = None
+
+    def obj(self) -> dict[str, Any]:
+        return self.record if self.record is not None else json.loads(self.raw)
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote."""
+
+    records: int = 0
+    nodes: list[NodeVerdict] = field(default_factory=list)
+
+
+def _verified_nodes(path: str | Path, key: str | None) -> list[NodeVerdict]:
+    verifier = Verifier(key) if key else None
+    dirs = find_node_dirs(path)
+    if not dirs:
+        raise InvalidInput.single("path", f"no audit log segments under {path}", what="audit export")
+    verdicts = [scan_node(d, verifier) for d in dirs]
+    for v in verdicts:
+        if not v.ok:
+            raise AuditCorrupted(f"refusing to export log {v.node}: {v.error}", where=v.where)
+    return verdicts
+
+
+def _node_records(v: NodeVerdict, flt: ExportFilter) -> Iterator[ExportedRecord]:
+    """Re-read a verified node log's events up to where verification ended; check each leaf."""
+    assert v.state is not None
+    tree = v.state.tree
+    directory = Path(v.source)
+    for name, path in list_segments(directory):
+        end = v.ends.get(path.name)
+        if end is None:  # not part of the verified log (left over by retention)
+            continue
+        with open(path, "rb") as fh:
+            data = fh.read(end)
+        yield from _segment_records(v.node, name, data, tree.size, flt)
+
+
+def _segment_records(
+    node: str, name: SegmentName, data: bytes, size: int, flt: ExportFilter
+) -> Iterator[ExportedRecord]:
+    unpack = HEADER.unpack_from
+    off, n = 0, len(data)
+    plain = flt.empty
+    mv = memoryview(data)
+    while off + HEADER_SIZE <= n:
+        _, length, crc, typ, _, _, index, _, ts, _ = unpack(data, off)
+        end = off + HEADER_SIZE + length
+        if typ == EVENT:
+            if index > size:
+                return
+            if crc32c(mv[off + 12 : end]) != crc:  # the file changed since it was verified
+                raise AuditCorrupted(
+                    f"record {index} changed after verification", where=f"{name.filename}@{off}"
+                )
+            raw = data[off + HEADER_SIZE : end]
+            if plain:
+                yield ExportedRecord(node, index, ts, raw)
+            else:
+                rec = json.loads(raw)
+                if flt.matches(rec):
+                    yield ExportedRecord(node, index, ts, raw, rec)
+        off = end + (-end % 8)
+
+
+def iter_records(
+    path: str | Path, flt: ExportFilter | None = None, *, key: str | None = None
+) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
+    """Verify every node log under ``path`` and stream their matching records merged in time order.
+
+    Raises:
+        AuditCorrupted: a log fails verification (nothing is exported from a bad log).
+    """
+    flt = flt or ExportFilter()
+    verdicts = _verified_nodes(path, key)
+    streams = [_node_records(v, flt) for v in verdicts]
+    merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: r.time_ns)
+    return verdicts, merged
+
+
+def export(
+    path: str | Path,
+    out: IO[bytes],
+    fmt: ExportFormat | str = ExportFormat.JSONL,
+    flt: ExportFilter | None = None,
+    *,
+    key: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ExportSummary:
+    """Verify the log(s) under ``path`` and write the matching records to ``out``.
+
+    Args:
+        path: A node log directory or a directory of node logs.
+        out: A binary stream.
+        fmt: jsonl (a re-verifiable bundle), csv, cef or ocsf (one JSON event per line).
+        flt: Which records (default: all).
+        key: A pinned verifier key; default: the key stored with each log.
+        progress: Called as ``progress(done, total)`` now and then.
+
+    Raises:
+        InvalidInput: unknown format or bad path.
+        AuditCorrupted: a log fails verification.
+    """
+    try:
+        fmt = ExportFormat(fmt)
+    except ValueError:
+        raise InvalidInput.single(
+            "format", f"must be one of {[f.value for f in ExportFormat]}", what="export"
+        ) from None
+    flt = flt or ExportFilter()
+    verdicts, records = iter_records(path, flt, key=key)
+    total = sum(v.events for v in verdicts)
+    summary = ExportSummary(nodes=verdicts)
+    writer = _WRITERS[fmt]
+    for chunk in writer(verdicts, records, flt, summary, progress, total):
+        out.write(chunk)
+    if progress:
+        progress(total, total)
+    return summary
+
+
+_Writer = Callable[
+    [
+        list[NodeVerdict],
+        Iterator[ExportedRecord],
+        ExportFilter,
+        ExportSummary,
+        Callable[[int, int], None] | None,
+        int,
+    ],
+    Iterable[bytes],
+]
+
+
+def _counted(
+    records: Iterator[ExportedRecord],
+    summary: ExportSummary,
+    progress: Callable[[int, int], None] | None,
+    total: int,
+) -> Iterator[ExportedRecord]:
+    for i, rec in enumerate(records, start=1):
+        summary.records = i
+        if progress and i % 10000 == 0:
+            progress(i, total)
+        yield rec
+
+
+def _batched(lines: Iterator[bytes], size: int = 1000) -> Iterator[bytes]:
+    buf: list[bytes] = []
+    for line in lines:
+        buf.append(line)
+        if len(buf) >= size:
+            yield b"".join(buf)
+            buf.clear()
+    if buf:
+        yield b"".join(buf)
+
+
+def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
+    complete = flt.empty
+    head = {"kind": "bundle", "format": BUNDLE_FORMAT, "complete": complete, "filter": flt.describe()}
+    yield _dumps(head)
+    for v in verdicts:
+        assert v.state is not None
+        cps = v.state.checkpoints
+        tree = v.state.tree
+        consistency = [
+            [base64.b64encode(h).decode() for h in tree.consistency_proof(a.size, b.size)]
+            for a, b in itertools.pairwise(cps)
+        ]
+        yield _dumps(
+            {
+                "kind": "log",
+                "node": v.node,
+                "origin": v.state.origin,
+                "vkey": v.state.verifier.vkey if v.state.verifier else "",
+                "size": tree.size,
+                "checkpoints": [cp.note for cp in cps],
+                "consistency": [] if complete else consistency,
+            }
+        )
+        if complete and v.pruned:
+            leaves = tree.leaf_hashes(v.pruned)
+            yield _dumps(
+                {
+                    "kind": "pruned",
+                    "node": v.node,
+                    "size": v.pruned,
+                    "leaves": base64.b64encode(leaves).decode(),
+                }
+            )
+    trees = {v.node: v.state for v in verdicts}
+
+    def lines() -> Iterator[bytes]:
+        for rec in _counted(records, summary, progress, total):
+            proof = None
+            if not complete:
+                st = trees[rec.node]
+                assert st is not None
+                final = st.checkpoints[-1].size if st.checkpoints else 0
+                if rec.index <= final:
+                    proof = [
+                        base64.b64encode(h).decode() for h in st.tree.inclusion_proof(rec.index - 1, final)
+                    ]
+            yield record_line_prefix(rec.node, rec.index, rec.time_ns, proof) + rec.raw + b"}\n"
+
+    yield from _batched(lines())
+
+
+CSV_COLUMNS = [
+    "node", "index", "time", "event_type", "outcome", "component", "user", "agent", "session",
+    "task_id", "trace_id", "goal_id", "rule", "event_id", "schema_version", "detail",
+]  # fmt: skip
+
+
+def _csv(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+
+    def lines() -> Iterator[bytes]:
+        yield buf.getvalue().encode()
+        for rec in _counted(records, summary, progress, total):
+            o = rec.obj()
+            actors = o.get("actors") or {}
+            buf.seek(0)
+            buf.truncate()
+            w.writerow(
+                [
+                    rec.node, rec.index, o.get("time", ""), o.get("event_type", ""), o.get("outcome", ""),
+                    o.get("component", ""), actors.get("user", ""), actors.get("agent", ""),
+                    actors.get("session", ""), o.get("task_id", ""), o.get("trace_id", ""),
+                    o.get("goal_id", ""), o.get("rule", ""), o.get("event_id", ""),
+                    o.get("schema_version", ""), json.dumps(o.get("detail", {}), sort_keys=True),
+                ]
+            )  # fmt: skip
+            yield buf.getvalue().encode()
+
+    yield from _batched(lines())
+
+
+def severity(rec: dict[str, Any]) -> int:
+    """CEF severity 0-10 of a record, from its outcome and event type."""
+    outcome = str(rec.get("outcome", "")).lower()
+    etype = str(rec.get("event_type", ""))
+    if etype.startswith("failure") or outcome in {"failure", "failed", "error"}:
+        return 7
+    if outcome in {"rejected", "refused", "escalated"} or etype == "human.handover":
+        return 5
+    return 3
+
+
+def cef_header(value: Any) -> str:
+    """Escape a CEF header field: backslash and pipe; newlines become spaces."""
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def cef_ext(value: Any) -> str:
+    """Escape a CEF extension value: backslash, equals sign, newlines as \\n."""
+    return (
+        str(value)
+        .replace("\\", "\\\\")
+        .replace("=", "\\=")
+        .replace("\r\n", "\\n")
+        .replace("\n", "\\n")
+        .replace("\r", "\\n")
+    )
+
+
+def cef_line(rec: ExportedRecord) -> str:
+    """One CEF:0 line for a record."""
+    o = rec.obj()
+    actors = o.get("actors") or {}
+    t = _parse_time(o.get("time"))
+    ext = {
+        "rt": int(t.timestamp() * 1000) if t else rec.time_ns // 1_000_000,
+        "dvchost": rec.node,
+        "dvc": o.get("component", ""),
+        "suser": actors.get("user", ""),
+        "outcome": o.get("outcome", ""),
+        "externalId": o.get("event_id", ""),
+        "cn1Label": "index", "cn1": rec.index,
+        "cs1Label": "trace_id", "cs1": o.get("trace_id", ""),
+        "cs2Label": "goal_id", "cs2": o.get("goal_id", ""),
+        "cs3Label": "agent", "cs3": actors.get("agent", ""),
+        "cs4Label": "rule", "cs4": o.get("rule", ""),
+        "cs5Label": "session", "cs5": actors.get("session", ""),
+        "cs6Label": "task_id", "cs6": o.get("task_id", ""),
+        "msg": json.dumps(o.get("detail", {}), sort_keys=True, ensure_ascii=False),
+    }  # fmt: skip
+    etype = o.get("event_type", "")
+    head = "|".join(
+        cef_header(x)
+        for x in ("CEF:0", VENDOR, PRODUCT, VERSION, etype, etype.replace(".", " "), severity(o))
+    )
+    return head + "|" + " ".join(f"{k}={cef_ext(v)}" for k, v in ext.items())
+
+
+def _cef(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
+    yield from _batched((cef_line(r) + "\n").encode() for r in _counted(records, summary, progress, total))
+
+
+def ocsf_event(rec: ExportedRecord) -> dict[str, Any]:
+    """The record as an OCSF 1.8.0 API Activity event (class 6003, activity Other)."""
+    o = rec.obj()
+    actors = o.get("actors") or {}
+    t = _parse_time(o.get("time"))
+    sev = severity(o)
+    outcome = str(o.get("outcome", ""))
+    failed = sev >= 5
+    activity_id = 99
+    return {
+        "class_uid": 6003,
+        "class_name": "API Activity",
+        "category_uid": 6,
+        "category_name": "Application Activity",
+        "activity_id": activity_id,
+        "activity_name": o.get("event_type", ""),
+        "type_uid": 6003 * 100 + activity_id,
+        "severity_id": 4 if sev >= 7 else 3 if sev >= 5 else 1,
+        "time": int(t.timestamp() * 1000) if t else rec.time_ns // 1_000_000,
+        "status": "Failure" if failed else "Success",
+        "status_id": 2 if failed else 1,
+        "status_detail": outcome,
+        "message": o.get("event_type", ""),
+        "metadata": {
+            "version": OCSF_VERSION,
+            "product": {"name": PRODUCT, "vendor_name": VENDOR, "version": VERSION},
+            "uid": o.get("event_id", ""),
+            "sequence": rec.index,
+            "log_name": rec.node,
+            "correlation_uid": o.get("trace_id", ""),
+        },
+        "actor": {
+            "user": {"name": actors.get("user", "")},
+            "session": {"uid": actors.get("session", "")},
+            "app_name": actors.get("agent", ""),
+        },
+        "api": {"operation": o.get("event_type", ""), "service": {"name": o.get("component", "")}},
+        "src_endpoint": {"hostname": o.get("node", rec.node)},
+        "unmapped": {
+            "goal_id": o.get("goal_id", ""),
+            "task_id": o.get("task_id", ""),
+            "rule": o.get("rule", ""),
+            "schema_version": o.get("schema_version"),
+            "detail": o.get("detail", {}),
+        },
+    }
+
+
+def _ocsf(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
+    yield from _batched(_dumps(ocsf_event(r)) for r in _counted(records, summary, progress, total))
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+
+
+_WRITERS: dict[ExportFormat, _Writer] = {
+    ExportFormat.JSONL: _jsonl,
+    ExportFormat.CSV: _csv,
+    ExportFormat.CEF: _cef,
+    ExportFormat.OCSF: _ocsf,
+}
+
+
+def utc(dt: datetime) -> datetime:
+    """Interpret a naive datetime as UTC (for CLI flags)."""
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)

@@ -1,0 +1,393 @@
+"""The on-disk format of the write-ahead audit log, and the one scanner that reads it.
+
+A node's log is a directory of segment files ``{seq:016x}-{first_index:016x}.wal``.
+Each segment is a sequence of frames, little-endian, each padded to 8 bytes::
+
+     0 u32 magic 0x31445541 ("AUD1")   4 u32 payload length L
+     8 u32 CRC-32C of bytes [12, 72+L)
+    12 u8 type  13 u8 version  14 u16 reserved (0)
+    16 u64 index       (events: their index, contiguous from 1; others: events so far)
+    24 u64 synced_through (offset of this segment already fsynced when the frame was written)
+    32 u64 time, UTC nanoseconds since the epoch
+    40 32B chain hash of the previous frame (segment header: last frame of previous segment)
+    72 L   payload
+
+Frame types: segment header (JSON), event (the canonical JSON of an ``AuditRecord``,
+which is also the RFC 6962 leaf input), checkpoint (a signed note), seal (clean close).
+``chain = SHA-256(type || index || prev_chain || SHA-256(0x00 || payload))``; for events
+the inner hash is the Merkle leaf hash. The scanner checks framing, CRC, chain,
+index contiguity and every checkpoint (signature and root) and grows the Merkle tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c as _crc32c
+
+from ..errors import AuditCorrupted
+from .checkpoint import Checkpoint, Verifier
+from .merkle import MerkleTree
+
+__all__ = [
+    "CHECKPOINT",
+    "EVENT",
+    "HEADER_SIZE",
+    "SEAL",
+    "SEGMENT",
+    "ChainState",
+    "Frame",
+    "SegmentName",
+    "TornFrame",
+    "check",
+    "encode_frame",
+    "find_promised_frame",
+    "list_segments",
+    "load_pruned",
+    "scan",
+]
+
+MAGIC = 0x31445541
+VERSION = 1
+SEGMENT, EVENT, CHECKPOINT, SEAL = 1, 2, 3, 4
+_TYPES = {SEGMENT: "segment header", EVENT: "event", CHECKPOINT: "checkpoint", SEAL: "seal"}
+HEADER = struct.Struct("<IIIBBHQQQ32s")
+HEADER_SIZE = HEADER.size  # 72
+_TAIL = struct.Struct("<BBHQQQ32s")  # the CRC-covered part of the header
+_CHAIN_PREFIX = struct.Struct("<BQ32s32s")
+ZERO_HASH = b"\x00" * 32
+MAX_PAYLOAD = 4 << 20
+_LEAF = hashlib.sha256(b"\x00")
+_sha256 = hashlib.sha256
+_crc = _crc32c.crc32c
+_SEGMENT_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.wal$")
+
+
+def crc32c(data: bytes | memoryview, value: int = 0) -> int:
+    """CRC-32C (Castagnoli), as in iSCSI/ext4; crc32c(b"123456789") == 0xE3069283."""
+    return _crc(data, value)
+
+
+@dataclass(frozen=True, order=True)
+class SegmentName:
+    """A segment file's place in the log: its sequence number and the index of its first event."""
+
+    seq: int
+    first_index: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.seq:016x}-{self.first_index:016x}.wal"
+
+    @classmethod
+    def parse(cls, name: str) -> SegmentName | None:
+        m = _SEGMENT_RE.match(name)
+        return cls(int(m[1], 16), int(m[2], 16)) if m else None
+
+
+def list_segments(directory: Path) -> list[tuple[SegmentName, Path]]:
+    """The segments of a node directory, in order, checking the sequence has no gap.
+
+    Raises:
+        AuditCorrupted: a segment is missing from the sequence.
+    """
+    found = sorted((name, p) for p in directory.iterdir() if (name := SegmentName.parse(p.name)) is not None)
+    for (prev, _), (cur, path) in itertools.pairwise(found):
+        if cur.seq != prev.seq + 1:
+            raise AuditCorrupted(f"segment {prev.seq + 1:016x} is missing", where=str(path))
+        if cur.first_index < prev.first_index:
+            raise AuditCorrupted("segment indexes go backwards", where=str(path))
+    return found
+
+
+PRUNED_META = "pruned.json"
+PRUNED_LEAVES = "pruned.leaves"
+
+
+def load_pruned(
+    directory: Path, state: ChainState, segments: list[tuple[SegmentName, Path]]
+) -> tuple[int, list[tuple[SegmentName, Path]]]:
+    """Start ``state`` after the events removed by retention; returns (pruned count, segments left).
+
+    Retention keeps the leaf hashes of removed events (``pruned.leaves``) and the chain hash
+    where the next segment starts (``pruned.json``), so the Merkle tree, its signed roots and
+    proofs for later records stay whole. Segments entirely covered by the pruned range (left
+    by an interrupted retention run) are returned separately as skipped, not scanned.
+
+    Raises:
+        AuditCorrupted: the pruned files disagree with each other or with the segments.
+    """
+    meta_path = directory / PRUNED_META
+    if not meta_path.exists():
+        return 0, segments
+    try:
+        meta = json.loads(meta_path.read_text())
+        size, chain = int(meta["size"]), bytes.fromhex(meta["chain"])
+        leaves = (directory / PRUNED_LEAVES).read_bytes()
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise AuditCorrupted(f"retention record unreadable ({exc})", where=str(meta_path)) from None
+    # Retention writes the leaf hashes first, then the size: a crash in between leaves extra
+    # hashes that are simply not used (they are re-derived from the segments still present).
+    if len(leaves) < 32 * size or len(chain) != 32:
+        raise AuditCorrupted("pruned leaf hashes do not match the pruned size", where=str(meta_path))
+    state.tree.extend([leaves[i : i + 32] for i in range(0, 32 * size, 32)])
+    state.size, state.chain = size, chain
+    keep = [(n, p) for n, p in segments if n.first_index > size]
+    if segments and keep != segments[len(segments) - len(keep) :]:
+        raise AuditCorrupted("segments out of order around the pruned range", where=str(meta_path))
+    if keep and keep[0][0].first_index != size + 1:
+        raise AuditCorrupted(
+            f"events {size + 1}..{keep[0][0].first_index - 1} are missing after the pruned range",
+            where=keep[0][1].name,
+        )
+    return size, keep
+
+
+def encode_frame(
+    typ: int, index: int, synced: int, time_ns: int, prev: bytes, payload: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """Build one frame; returns (frame bytes, leaf hash of the payload, chain hash)."""
+    tail = _TAIL.pack(typ, VERSION, 0, index, synced, time_ns, prev)
+    crc = _crc(payload, _crc(tail))
+    h = _LEAF.copy()
+    h.update(payload)
+    leaf = h.digest()
+    chain = _sha256(_CHAIN_PREFIX.pack(typ, index, prev, leaf)).digest()
+    pad = -(HEADER_SIZE + len(payload)) % 8
+    return b"".join((struct.pack("<III", MAGIC, len(payload), crc), tail, payload, b"\0" * pad)), leaf, chain
+
+
+@dataclass
+class ChainState:
+    """What a scan has established so far about one node's log.
+
+    Attributes:
+        tree: The Merkle tree over every event leaf (pruned ones included).
+        chain: The chain hash of the last good frame.
+        size: Events so far (== tree.size).
+        checkpoints: Every checkpoint seen, verified against ``tree``.
+        verifier: The key every checkpoint must be signed by (None: signatures not checked).
+        origin: The checkpoint origin expected (None: taken from the first header).
+        last_time_ns: Time of the last good frame.
+        sealed: Whether the segment checked last ends with a seal frame.
+    """
+
+    tree: MerkleTree = field(default_factory=MerkleTree)
+    chain: bytes = ZERO_HASH
+    size: int = 0
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    verifier: Verifier | None = None
+    origin: str | None = None
+    last_time_ns: int = 0
+    sealed: bool = False
+
+
+@dataclass(slots=True)
+class Frame:
+    """One good frame, as yielded by ``scan``."""
+
+    type: int
+    index: int
+    time_ns: int
+    payload: memoryview
+    offset: int
+
+
+class TornFrame(AuditCorrupted):
+    """A frame that cannot be read (framing or CRC): a torn write if at the tail of the last segment."""
+
+    def __init__(self, message: str, *, where: str, offset: int) -> None:
+        self.offset = offset
+        super().__init__(message, where=where)
+
+
+def scan(buf: bytes | memoryview, seg: SegmentName, where: str, state: ChainState) -> Iterator[Frame]:
+    """Check and yield every good frame of one segment, updating ``state`` (see ``check``).
+
+    The good frames before a bad one are yielded before the error is raised.
+    """
+    frames: list[tuple[int, int, int, int, int]] = []
+    mv = memoryview(buf)
+    try:
+        check(mv, seg, where, state, frames)
+    finally:
+        pending = frames
+    for typ, index, ts, off, end in pending:
+        yield Frame(typ, index, ts, mv[off + HEADER_SIZE : end], off)
+
+
+def check(
+    buf: bytes | memoryview,
+    seg: SegmentName,
+    where: str,
+    state: ChainState,
+    frames: list[tuple[int, int, int, int, int]] | None = None,
+) -> int:
+    """Check every frame of one segment, updating ``state``; returns the end of the last good frame.
+
+    Args:
+        buf: The segment's bytes.
+        seg: Its name (sequence number and first index, checked against its header).
+        where: How to name the segment in errors.
+        state: The log so far; grows by this segment's good frames (also when raising).
+        frames: If given, receives ``(type, index, time_ns, offset, payload end)`` of each good frame.
+
+    Raises:
+        TornFrame: a frame that cannot be read (bad magic, length past end of file, bad CRC,
+            partial header): ``offset`` says where the readable prefix ends.
+        AuditCorrupted: a readable frame that breaks the log (chain, index, type, checkpoint).
+    """
+    mv = memoryview(buf)
+    size = len(mv)
+    off = 0
+    unpack = HEADER.unpack_from
+    chain_pack = _CHAIN_PREFIX.pack
+    crc_of = _crc
+    last_ts: int | None = None
+    sha = _sha256
+    chain = state.chain
+    count = state.size
+    leaves: list[bytes] = []
+    add_leaf = leaves.append
+    record = frames.append if frames is not None else None
+    sealed = state.sealed = False
+    try:
+        while off < size:
+            if sealed:
+                raise AuditCorrupted("data after the seal", where=f"{where}@{off}")
+            if size - off < HEADER_SIZE:
+                raise TornFrame("partial frame header", where=f"{where}@{off}", offset=off)
+            magic, length, crc, typ, ver, _, index, _synced, ts, prev = unpack(mv, off)
+            if magic != MAGIC:
+                raise TornFrame("no frame here (bad magic)", where=f"{where}@{off}", offset=off)
+            end = off + HEADER_SIZE + length
+            if length > MAX_PAYLOAD or end > size:
+                raise TornFrame(
+                    "frame length runs past the end of the file", where=f"{where}@{off}", offset=off
+                )
+            if crc_of(mv[off + 12 : end]) != crc:
+                raise TornFrame("CRC-32C mismatch", where=f"{where}@{off}", offset=off)
+            nxt = end + (-end % 8)
+            if nxt > size:  # complete frame but its padding is cut: it was never acknowledged
+                raise TornFrame("frame padding cut off", where=f"{where}@{off}", offset=off)
+            if prev != chain:
+                raise AuditCorrupted(
+                    f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=f"{where}@{off}"
+                )
+            leaf = sha(b"\x00" + mv[off + HEADER_SIZE : end]).digest()
+            if typ == EVENT:
+                if index != count + 1:
+                    raise AuditCorrupted(
+                        f"index {index} where {count + 1} was expected", where=f"{where}@{off}"
+                    )
+                count = index
+                add_leaf(leaf)
+            else:
+                _check_other(
+                    mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where
+                )
+                sealed = state.sealed = typ == SEAL
+            chain = sha(chain_pack(typ, index, prev, leaf)).digest()
+            last_ts = ts
+            if record is not None:
+                record((typ, index, ts, off, end))
+            off = nxt
+    finally:  # the state always ends exactly after the last good frame
+        if leaves:
+            state.tree.extend(leaves)
+        state.chain, state.size = chain, count
+        if last_ts is not None:
+            state.last_time_ns = last_ts
+    return off
+
+
+def _check_other(
+    payload: memoryview,
+    typ: int,
+    ver: int,
+    index: int,
+    count: int,
+    off: int,
+    seg: SegmentName,
+    state: ChainState,
+    leaves: list[bytes],
+    where: str,
+) -> None:
+    here = f"{where}@{off}"
+    if index != count:
+        raise AuditCorrupted(f"{_TYPES.get(typ, typ)} frame claims {index} events, {count} seen", where=here)
+    if (off == 0) != (typ == SEGMENT):
+        raise AuditCorrupted("segment header misplaced", where=here)
+    if typ == SEGMENT:
+        _check_header(payload, seg, state, here, count)
+    elif typ == CHECKPOINT:
+        if leaves:
+            state.tree.extend(leaves)
+            leaves.clear()
+        state.size = count
+        _check_checkpoint(payload, state, here)
+    elif typ != SEAL:
+        raise AuditCorrupted(f"unknown frame type {typ} (version {ver})", where=here)
+
+
+def _check_header(payload: memoryview, seg: SegmentName, state: ChainState, here: str, count: int) -> None:
+    try:
+        header = json.loads(bytes(payload))
+        seq, first, origin = header["seq"], header["first_index"], header["origin"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AuditCorrupted(f"unreadable segment header ({exc})", where=here) from exc
+    if (seq, first) != (seg.seq, seg.first_index) or first != count + 1:
+        raise AuditCorrupted(
+            f"segment header says seq {seq} first index {first}; file name and log say "
+            f"seq {seg.seq} first index {count + 1}",
+            where=here,
+        )
+    if state.origin is None:
+        state.origin = origin
+    elif origin != state.origin:
+        raise AuditCorrupted(f"segment belongs to log {origin!r}, not {state.origin!r}", where=here)
+
+
+def _check_checkpoint(payload: memoryview, state: ChainState, here: str) -> None:
+    try:
+        note = bytes(payload).decode()
+    except UnicodeDecodeError as exc:
+        raise AuditCorrupted("checkpoint is not UTF-8", where=here) from exc
+    try:
+        cp = state.verifier.verify(note) if state.verifier else Checkpoint.parse(note)
+    except AuditCorrupted as exc:
+        raise AuditCorrupted(exc.message, where=here) from None
+    if state.origin is not None and cp.origin != state.origin:
+        raise AuditCorrupted(f"checkpoint for log {cp.origin!r}, not {state.origin!r}", where=here)
+    if cp.size != state.size:
+        raise AuditCorrupted(f"checkpoint for size {cp.size} written at size {state.size}", where=here)
+    if cp.root != state.tree.root(cp.size):
+        raise AuditCorrupted(f"checkpoint root for size {cp.size} does not match the records", where=here)
+    state.checkpoints.append(cp)
+
+
+def find_promised_frame(buf: bytes | memoryview, after: int) -> int | None:
+    """Offset of a readable frame past ``after`` whose writer had already synced past ``after``.
+
+    Such a frame proves the bytes at ``after`` were once durable: the damage there is
+    corruption, not a torn write (the Pebble rule).
+    """
+    data = bytes(buf)
+    magic = struct.pack("<I", MAGIC)
+    pos = data.find(magic, after + 1)
+    while pos >= 0 and pos + HEADER_SIZE <= len(data):
+        if pos % 8 == 0:
+            fields = HEADER.unpack_from(data, pos)
+            length, crc, synced = fields[1], fields[2], fields[7]
+            end = pos + HEADER_SIZE + length
+            if end <= len(data) and _crc(data[pos + 12 : end]) == crc and synced > after:
+                return pos
+        pos = data.find(magic, pos + 1)
+    return None

@@ -1,0 +1,704 @@
+"""The write-ahead audit log: segmented, group-committed, recovered on open, tamper-evident.
+
+``WalAuditLog`` implements ``AuditLog`` on disk (format: ``segment.py``). One writer
+thread owns the open segment; concurrent ``append`` calls are staged per event-loop
+turn, handed over together, written with one ``write`` and made durable with one
+``fdatasync``; only then are they acknowledged. Every ``checkpoint_every`` events and on
+close a signed checkpoint is written into the log (and to the ``checkpoint`` file); a
+clean close seals the segment. Opening recovers: see ``_recover``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+
+from ..errors import AuditCorrupted, AuditError, InvalidInput
+from . import retention
+from ._files import atomic_write, fsync_dir
+from .checkpoint import Checkpoint, Signer, load_or_create_signer
+from .merkle import MerkleTree
+from .record import AuditRecord, canonical_json
+from .segment import (
+    CHECKPOINT,
+    EVENT,
+    MAX_PAYLOAD,
+    SEAL,
+    SEGMENT,
+    ChainState,
+    Frame,
+    SegmentName,
+    TornFrame,
+    check,
+    encode_frame,
+    find_promised_frame,
+    list_segments,
+    load_pruned,
+    scan,
+)
+
+__all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin_for"]
+
+CHECKPOINT_FILE = "checkpoint"
+VKEY_FILE = "checkpoint.vkey"
+LOCK_FILE = "LOCK"
+
+
+def origin_for(node: str) -> str:
+    """The checkpoint origin line of a node's log."""
+    return f"agency-middleware/audit/{node}"
+
+
+class FsyncPolicy(StrEnum):
+    """When data reaches the disk before an append is acknowledged.
+
+    ``BATCH`` (default): one fdatasync per group-committed batch, before any ack.
+    ``INTERVAL``: ack after the write; fdatasync at most every ``fsync_interval``.
+    A crash (of the machine, not the process) can lose acknowledged records: only
+    for those who accept that risk.
+    """
+
+    BATCH = "batch"
+    INTERVAL = "interval"
+
+
+@dataclass(frozen=True)
+class WalOptions:
+    """Knobs of a ``WalAuditLog``.
+
+    Attributes:
+        segment_bytes: Rotate to a new segment once the open one passes this size.
+        checkpoint_every: Sign a checkpoint after this many new events (and on close).
+        fsync: The fsync policy (see ``FsyncPolicy``).
+        fsync_interval: Seconds between fdatasyncs under ``FsyncPolicy.INTERVAL``.
+    """
+
+    segment_bytes: int = 64 << 20
+    checkpoint_every: int = 1000
+    fsync: FsyncPolicy = FsyncPolicy.BATCH
+    fsync_interval: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 4096:
+            raise InvalidInput.single("segment_bytes", "must be at least 4096", what="audit log options")
+        if self.checkpoint_every < 1:
+            raise InvalidInput.single("checkpoint_every", "must be at least 1", what="audit log options")
+        if self.fsync_interval <= 0:
+            raise InvalidInput.single("fsync_interval", "must be positive", what="audit log options")
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the log found and did.
+
+    Attributes:
+        events: Events recovered.
+        segments: Segment files scanned.
+        torn_bytes: Bytes cut from the tail of the last segment (0: none).
+        broken_file: Where the cut bytes were kept.
+        torn_reason: Why the tail was cut.
+        removed_temp: Leftover temporary files removed.
+        clean: The last segment was sealed (the previous close was clean).
+        pruned: Events removed earlier by retention (their leaf hashes are kept).
+    """
+
+    events: int = 0
+    segments: int = 0
+    torn_bytes: int = 0
+    broken_file: str = ""
+    torn_reason: str = ""
+    removed_temp: list[str] = field(default_factory=list)
+    clean: bool = True
+    pruned: int = 0
+
+
+_Item = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[int]"]
+
+
+class WalAuditLog:
+    """The durable, tamper-evident audit log of one node, under ``root/<node>/``.
+
+    Args:
+        root: The audit directory; this node's log lives in ``root/<node>``.
+        node: This gateway's node id (one log per replica).
+        signer: Checkpoint key; default: loaded from / created at ``root/keys/<node>.key``.
+        options: Segment size, checkpoint interval, fsync policy.
+
+    Raises:
+        AuditCorrupted: the log on disk fails recovery (see ``location`` and ``where``).
+        AuditError: another process holds the log.
+    """
+
+    _fd: int
+    _offset: int
+    _synced: int
+    _dirty: bool
+    _last_sync: float
+    _pending_cp: Checkpoint | None
+    _segment_path: Path
+    _segment_first: int
+    _visible: tuple[Path, int]
+    _seq: int
+    _checkpointed: int
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        node: str = "local",
+        *,
+        signer: Signer | None = None,
+        options: WalOptions | None = None,
+    ) -> None:
+        if not node or "/" in node or node.startswith(".") or node == "keys":
+            raise InvalidInput.single("node", "must be a plain directory name", what="audit log")
+        self.options = options or WalOptions()
+        self.node = node
+        self.origin = origin_for(node)
+        self._root = Path(root)
+        self._dir = self._root / node
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise AuditError(f"audit log {self._dir} is in use by another process") from None
+        try:
+            self._signer = signer or load_or_create_signer(
+                self._root / "keys" / f"{node}.key", f"audit-{node}"
+            )
+            self._check_vkey()
+            self._state = ChainState(verifier=self._signer.verifier(), origin=self.origin)
+            self.recovery = self._recover()
+            self._open_for_append()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._cv = threading.Condition()
+        self._queue: list[_Item] = []
+        self._staged: dict[asyncio.AbstractEventLoop, list[tuple[bytes, asyncio.Future[int]]]] = {}
+        self._closing = False
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._close_error: BaseException | None = None
+        self._writer = threading.Thread(target=self._run, name=f"audit-wal-{node}", daemon=True)
+        self._writer.start()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def location(self) -> str:
+        """The node's log directory."""
+        return str(self._dir)
+
+    @property
+    def size(self) -> int:
+        """Events durably written so far."""
+        return self._state.size
+
+    @property
+    def vkey(self) -> str:
+        """The verifier key of this log's checkpoints (publish it; pin it when verifying)."""
+        return self._signer.vkey
+
+    async def append(self, record: AuditRecord) -> int:
+        """Write ``record``; returns its index once it is on disk (group-committed).
+
+        Raises:
+            InvalidInput: the record is larger than the frame limit.
+            AuditError: the log is closed or a write/fsync failed (the log then refuses
+                every further append: after a failed fsync the page cache cannot be trusted).
+        """
+        payload = record.canonical()
+        if len(payload) > MAX_PAYLOAD:
+            raise InvalidInput.single("record", f"larger than {MAX_PAYLOAD} bytes", what="audit record")
+        if self._failed is not None:
+            raise AuditError(f"audit log failed earlier: {self._failed}")
+        if self._closing:
+            raise AuditError("audit log is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        staged = self._staged.get(loop)
+        if staged is None:
+            # Every appender woken in this loop turn joins the same hand-over: one batch.
+            staged = self._staged[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        staged.append((payload, fut))
+        return await fut
+
+    def records(self) -> Iterator[tuple[int, AuditRecord]]:
+        """Every durable record, in index order, re-read (and re-checked) from disk."""
+        for frame in self._iter_frames():
+            if frame.type == EVENT:
+                yield frame.index, AuditRecord.model_validate_json(bytes(frame.payload))
+
+    def latest_checkpoint(self) -> Checkpoint | None:
+        """The most recent signed checkpoint (None before the first)."""
+        return self._state.checkpoints[-1] if self._state.checkpoints else None
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every checkpoint signed so far, oldest first."""
+        return list(self._state.checkpoints)
+
+    @property
+    def tree(self) -> MerkleTree:
+        """The Merkle tree over the durable events (read-only use: proofs, roots)."""
+        return self._state.tree
+
+    @property
+    def root_dir(self) -> Path:
+        """The audit directory holding this node's log (and maybe other replicas')."""
+        return self._root
+
+    def _proof_size(self, size: int, field: str) -> int:
+        if size == 0:
+            cp = self.latest_checkpoint()
+            if cp is None:
+                raise InvalidInput.single(
+                    field, "no checkpoint signed yet: give a size", what="proof request"
+                )
+            return cp.size
+        if not 0 < size <= self._state.tree.size:
+            raise InvalidInput.single(field, f"must be 1..{self._state.tree.size}", what="proof request")
+        return size
+
+    def inclusion_proof(self, index: int, tree_size: int = 0) -> tuple[int, bytes, list[bytes]]:
+        """RFC 9162 inclusion proof of record ``index`` (1-based) in the tree of ``tree_size``.
+
+        Args:
+            index: The record.
+            tree_size: The tree size to prove against (0: the latest checkpoint's).
+
+        Returns:
+            (tree size, leaf hash, audit path).
+
+        Raises:
+            InvalidInput: the index or size is outside the log.
+        """
+        size = self._proof_size(tree_size, "tree_size")
+        if not 1 <= index <= size:
+            raise InvalidInput.single("index", f"must be 1..{size}", what="proof request")
+        tree = self._state.tree
+        return size, tree.leaf(index - 1), tree.inclusion_proof(index - 1, size)
+
+    def consistency_proof(self, old_size: int, new_size: int = 0) -> tuple[int, list[bytes]]:
+        """RFC 9162 consistency proof from ``old_size`` to ``new_size`` (0: latest checkpoint's).
+
+        Raises:
+            InvalidInput: a size is outside the log or old > new.
+        """
+        new = self._proof_size(new_size, "new_size")
+        if not 0 <= old_size <= new:
+            raise InvalidInput.single("old_size", f"must be 0..{new}", what="proof request")
+        return new, self._state.tree.consistency_proof(old_size, new)
+
+    async def checkpoint(self) -> Checkpoint:
+        """Sign a checkpoint now (after everything appended so far) and return it."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[int] = loop.create_future()
+        self._enqueue([(b"", loop, fut)])  # empty payload marker: checkpoint request
+        await fut
+        cp = self.latest_checkpoint()
+        assert cp is not None
+        return cp
+
+    async def close(self) -> None:
+        """Flush, sign a final checkpoint, seal the segment and release the log."""
+        if self._closed:
+            return
+        await asyncio.sleep(0)  # let appends staged in this loop turn reach the writer first
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        await asyncio.to_thread(self._writer.join)
+        self._closed = True
+        os.close(self._lock_fd)
+        if self._close_error is not None:
+            raise AuditError(f"audit log close failed: {self._close_error}") from self._close_error
+
+    # ------------------------------------------------------------------ writer
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        staged = self._staged.pop(loop, [])
+        self._enqueue([(p, loop, f) for p, f in staged])
+
+    def _enqueue(self, items: list[_Item]) -> None:
+        with self._cv:
+            if self._closing:
+                for _, loop, fut in items:
+                    loop.call_soon(_fail, fut, AuditError("audit log is closed"))
+                return
+            self._queue.extend(items)
+            self._cv.notify()
+
+    def _run(self) -> None:
+        interval = self.options.fsync is FsyncPolicy.INTERVAL
+        while True:
+            with self._cv:
+                while not self._queue and not self._closing:
+                    if not (interval and self._dirty):
+                        self._cv.wait()
+                    elif not self._cv.wait(self.options.fsync_interval):
+                        break  # idle with unsynced data: sync it below
+                batch, self._queue = self._queue, []
+                closing = self._closing
+            if self._failed is not None:
+                _resolve(batch, error=AuditError(f"audit log failed earlier: {self._failed}"))
+            else:
+                try:
+                    self._commit(batch)
+                    if (
+                        interval
+                        and self._dirty
+                        and time.monotonic() - self._last_sync >= self.options.fsync_interval
+                    ):
+                        self._sync()
+                except Exception as exc:  # an I/O error: fail this batch and every later append
+                    self._failed = exc
+                    _resolve(batch, error=AuditError(f"audit write failed: {exc}"))
+            if closing:
+                try:
+                    self._finish()
+                except Exception as exc:
+                    self._close_error = exc
+                return
+
+    def _commit(self, batch: list[_Item]) -> None:
+        st = self._state
+        parts: list[bytes] = []
+        acks: list[tuple[_Item, int]] = []
+        cp_acks: list[tuple[_Item, int]] = []  # checkpoint requests: answered once the file is published
+        synced = self._synced
+        want_checkpoint = False
+        leaves: list[bytes] = []
+        now = time.time_ns()
+        chain, index = st.chain, st.size
+        for item in batch:
+            payload = item[0]
+            if not payload:
+                want_checkpoint = True
+                cp_acks.append((item, 0))
+                continue
+            index += 1
+            frame, leaf, chain = encode_frame(EVENT, index, synced, now, chain, payload)
+            parts.append(frame)
+            leaves.append(leaf)
+            acks.append((item, index))
+        st.tree.extend(leaves)
+        st.chain, st.size = chain, index
+        if want_checkpoint or st.size - self._checkpointed >= self.options.checkpoint_every:
+            parts.append(self._checkpoint_frame(synced))
+        if parts:
+            self._write(b"".join(parts))
+            if self.options.fsync is FsyncPolicy.BATCH:
+                self._sync()
+        _resolve_ok(acks)
+        if self._pending_cp is not None:
+            self._publish_checkpoint()
+        _resolve_ok(cp_acks)
+        if self._offset >= self.options.segment_bytes:
+            self._rotate()
+
+    def _checkpoint_frame(self, synced: int) -> bytes:
+        st = self._state
+        cp = self._signer.sign(self.origin, st.size, st.tree.root())
+        frame, _, chain = encode_frame(
+            CHECKPOINT, st.size, synced, time.time_ns(), st.chain, cp.note.encode()
+        )
+        st.chain = chain
+        st.checkpoints.append(cp)
+        self._checkpointed = st.size
+        self._pending_cp = cp
+        return frame
+
+    def _publish_checkpoint(self) -> None:
+        """Write the latest checkpoint to its own file once the log holding it is durable."""
+        cp, self._pending_cp = self._pending_cp, None
+        assert cp is not None
+        if self._dirty:
+            self._sync()
+        atomic_write(self._dir / CHECKPOINT_FILE, cp.note.encode())
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self._offset += len(data)
+        self._dirty = True
+        self._visible = (self._segment_path, self._offset)
+
+    def _sync(self) -> None:
+        os.fdatasync(self._fd)
+        self._synced = self._offset
+        self._dirty = False
+        self._last_sync = time.monotonic()
+
+    def _rotate(self) -> None:
+        self._seal()
+        self._sealed_segments.append(
+            retention.SealedSegment(
+                SegmentName(self._seq, self._segment_first),
+                self._segment_path,
+                self._state.size,
+                time.time_ns(),
+            )
+        )
+        os.close(self._fd)
+        self._seq += 1
+        self._new_segment()
+
+    def _seal(self) -> None:
+        st = self._state
+        frame, _, chain = encode_frame(
+            SEAL, st.size, self._synced, time.time_ns(), st.chain, b'{"sealed":true}'
+        )
+        self._write(frame)
+        self._sync()
+        st.chain = chain
+
+    def _finish(self) -> None:
+        try:
+            if self._failed is None:
+                if self._checkpointed != self._state.size or not self._state.checkpoints:
+                    self._write(self._checkpoint_frame(self._synced))
+                self._seal()
+                if self._pending_cp is not None:
+                    self._publish_checkpoint()
+        finally:
+            os.close(self._fd)
+
+    # ------------------------------------------------------------------ opening
+
+    def _check_vkey(self) -> None:
+        path = self._dir / VKEY_FILE
+        if path.exists():
+            if path.read_text().strip() != self._signer.vkey:
+                raise AuditError(
+                    f"the checkpoint key does not match {path}: refusing to sign this log with another key"
+                )
+        else:
+            atomic_write(path, (self._signer.vkey + "\n").encode())
+
+    def _recover(self) -> RecoveryReport:
+        """Scan every segment; cut a torn tail of the last one; refuse anything else.
+
+        Sealed (non-last) segments must verify completely. The last segment is read to
+        its first unreadable frame: if a later readable frame proves that spot had been
+        synced, or the damage is a readable-but-wrong frame, the log refuses to open;
+        otherwise the tail is a torn write: it is copied to ``<segment>.<offset>.broken``,
+        cut and fsynced. Finally the ``checkpoint`` file must agree with what was
+        recovered (a checkpoint covering more events than recovered means lost data).
+        """
+        report = RecoveryReport()
+        for tmp in self._dir.glob("*.tmp"):
+            tmp.unlink()
+            report.removed_temp.append(tmp.name)
+        if report.removed_temp:
+            fsync_dir(self._dir)
+        st = self._state
+        all_segments = list_segments(self._dir)
+        report.pruned, segments = load_pruned(self._dir, st, all_segments)
+        for _, leftover in all_segments[: len(all_segments) - len(segments)]:
+            leftover.unlink()  # covered by a completed retention run that was interrupted
+        report.segments = len(segments)
+        self._seq, self._sealed_last = (segments[0][0].seq if segments else 0), True
+        self._last_path: Path | None = None
+        self._sealed_segments: list[retention.SealedSegment] = []
+        for i, (name, path) in enumerate(segments):
+            last = i == len(segments) - 1
+            data = path.read_bytes()
+            try:
+                check(data, name, path.name, st)
+            except TornFrame as torn:
+                if not last:
+                    raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
+                promised = find_promised_frame(data, torn.offset)
+                if promised is not None:
+                    raise AuditCorrupted(
+                        f"{torn.message}, but the frame at offset {promised} shows it had been synced: "
+                        "corruption, not a torn write",
+                        where=torn.where,
+                    ) from None
+                self._cut(path, data, torn.offset, report, torn.message)
+            sealed = st.sealed
+            if not last and not sealed:
+                raise AuditCorrupted("segment is not sealed but is not the last one", where=path.name)
+            self._seq, self._sealed_last, self._last_path = name.seq, sealed, path
+            self._last_name_first = name.first_index
+            if sealed:
+                self._sealed_segments.append(retention.SealedSegment(name, path, st.size, st.last_time_ns))
+            if last and self._last_path is not None and not self._last_path.exists():
+                self._last_path = None
+        report.events = st.size
+        report.clean = self._sealed_last
+        self._checkpointed = st.checkpoints[-1].size if st.checkpoints else -1
+        self._check_checkpoint_file()
+        return report
+
+    def _cut(self, path: Path, data: bytes, offset: int, report: RecoveryReport, reason: str) -> None:
+        broken = path.with_name(f"{path.name}.{offset}.broken")
+        broken.write_bytes(data[offset:])
+        report.torn_bytes, report.broken_file, report.torn_reason = len(data) - offset, broken.name, reason
+        if offset == 0:  # not even the header survived: the segment never existed
+            path.unlink()
+        else:
+            with open(path, "r+b") as fh:
+                fh.truncate(offset)
+                os.fsync(fh.fileno())
+        fsync_dir(self._dir)
+
+    def _check_checkpoint_file(self) -> None:
+        path = self._dir / CHECKPOINT_FILE
+        if not path.exists():
+            return
+        try:
+            cp = self._signer.verifier().verify(path.read_text())
+        except (AuditCorrupted, UnicodeDecodeError) as exc:
+            raise AuditCorrupted(f"checkpoint file unreadable: {exc}", where=str(path)) from None
+        st = self._state
+        if cp.size > st.size:
+            raise AuditCorrupted(
+                f"data lost: the signed checkpoint covers {cp.size} events, only {st.size} were recovered",
+                where=str(path),
+            )
+        if cp.root != st.tree.root(cp.size):
+            raise AuditCorrupted(
+                f"the signed checkpoint at size {cp.size} does not match the records", where=str(path)
+            )
+
+    def _open_for_append(self) -> None:
+        self._offset = self._synced = 0
+        self._dirty = False
+        self._last_sync = time.monotonic()
+        self._pending_cp = None
+        if self._last_path is not None and not self._sealed_last:
+            self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
+            self._offset = self._synced = os.fstat(self._fd).st_size
+            self._segment_path = self._last_path
+            self._segment_first = self._last_name_first
+            self._visible = (self._last_path, self._offset)
+        else:
+            self._seq += 1 if self._last_path is not None else 0
+            self._new_segment()
+
+    def _new_segment(self) -> None:
+        """Create the next segment: tmp -> header -> fsync -> rename -> fsync directory."""
+        st = self._state
+        name = SegmentName(self._seq, st.size + 1)
+        header = canonical_json(
+            {"seq": name.seq, "first_index": name.first_index, "origin": self.origin, "node": self.node}
+        )
+        frame, _, chain = encode_frame(SEGMENT, st.size, 0, time.time_ns(), st.chain, header)
+        final = self._dir / name.filename
+        tmp = final.with_name(final.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, frame)
+            os.fsync(fd)
+            os.rename(tmp, final)
+            fsync_dir(self._dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        st.chain = chain
+        self._fd = fd
+        self._offset = self._synced = len(frame)
+        self._segment_path = final
+        self._segment_first = name.first_index
+        self._visible = (final, self._offset)
+
+    # ------------------------------------------------------------------ reading
+
+    def _iter_frames(self) -> Iterator[Frame]:
+        """Re-read durable frames from disk with a fresh check of every frame."""
+        end_path, end_offset = self._visible  # one tuple, published atomically by the writer
+        state = ChainState(verifier=self._signer.verifier(), origin=self.origin)
+        _, segments = load_pruned(self._dir, state, list_segments(self._dir))
+        for name, path in segments:
+            with open(path, "rb") as fh:
+                data = fh.read(end_offset) if path == end_path else fh.read()
+            yield from scan(data, name, path.name, state)
+            if path == end_path:
+                return
+
+    # ------------------------------------------------------------------ retention
+
+    async def apply_retention(
+        self,
+        max_age: timedelta,
+        *,
+        archive_dir: str | os.PathLike[str] | None = None,
+        now_ns: int | None = None,
+    ) -> list[str]:
+        """Archive or delete the oldest sealed segments whose last record is older than ``max_age``.
+
+        Only whole sealed segments entirely covered by a signed checkpoint go, oldest first;
+        the open segment never does. Their leaf hashes stay (``pruned.leaves``) so roots,
+        checkpoints and proofs of later records still verify. The removal itself is then
+        appended to the log as an ``audit.retention`` record (see ``retention.py``).
+
+        Args:
+            max_age: Segments whose newest frame is older than this go.
+            archive_dir: Move them to ``archive_dir/<node>/`` instead of deleting them.
+            now_ns: The current time (UTC ns; for tests).
+
+        Returns:
+            The names of the segments archived or deleted.
+        """
+        if max_age.total_seconds() <= 0:
+            raise InvalidInput.single("max_age", "must be positive", what="retention")
+        cutoff = (now_ns if now_ns is not None else time.time_ns()) - int(max_age.total_seconds() * 1e9)
+        cp = self.latest_checkpoint()
+        signed = cp.size if cp else 0
+        chosen = retention.choose(self._sealed_segments, cutoff, signed, self._segment_path)
+        if not chosen:
+            return []
+        archive = Path(archive_dir) / self.node if archive_dir is not None else None
+        await asyncio.to_thread(retention.prune, self._dir, chosen, self._state.tree, archive)
+        del self._sealed_segments[: len(chosen)]
+        await self.append(retention.record(self.node, max_age, chosen, signed, archive))
+        return [seg.path.name for seg in chosen]
+
+
+def _resolve(batch: list[_Item], *, error: BaseException) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[int]]] = {}
+    for _, loop, fut in batch:
+        by_loop.setdefault(loop, []).append(fut)
+    for loop, futs in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(_fail_all, futs, error)
+
+
+def _resolve_ok(acks: list[tuple[_Item, int]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int]]] = {}
+    for (_, loop, fut), index in acks:
+        by_loop.setdefault(loop, []).append((fut, index))
+    for loop, results in by_loop.items():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_set_all, results)
+
+
+def _set_all(results: list[tuple[asyncio.Future[int], int]]) -> None:
+    for fut, index in results:
+        if not fut.done():
+            fut.set_result(index)
+
+
+def _fail_all(futs: list[asyncio.Future[int]], error: BaseException) -> None:
+    for fut in futs:
+        _fail(fut, error)
+
+
+def _fail(fut: asyncio.Future[int], error: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(error)

@@ -1,0 +1,230 @@
+"""``agency audit export|verify|checkpoint|prove``: the audit log, offline."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import InvalidInput
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="export, verify and prove the audit log",
+        description="Work with the write-ahead audit log offline: export it, verify it (CRCs, chain, "
+        "Merkle roots against signed checkpoints), print checkpoints, produce RFC 9162 proofs.",
+    )
+    cmds = p.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
+
+    def where(c: argparse.ArgumentParser) -> None:
+        c.add_argument(
+            "path",
+            nargs="?",
+            type=Path,
+            help="a node log directory or an audit directory of node logs "
+            "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
+        )
+        c.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
+
+    ex = cmds.add_parser(
+        "export",
+        help="export records (jsonl bundle, csv, cef, ocsf)",
+        description="Verify every node log, then write the matching records merged in time order. "
+        "jsonl is a bundle 'agency audit verify' can check without the log.",
+    )
+    where(ex)
+    ex.add_argument("--format", choices=["jsonl", "csv", "cef", "ocsf"], default="jsonl")
+    ex.add_argument("--since", help="records at or after this time (ISO 8601; UTC if no zone)")
+    ex.add_argument("--until", help="records before this time (ISO 8601; UTC if no zone)")
+    ex.add_argument("--trace", default="", help="only this trace id")
+    ex.add_argument("--goal", default="", help="only this goal id")
+    ex.add_argument("--agent", default="", help="only steps involving this agent")
+    ex.add_argument("--event-type", action="append", default=[], help="only this event type (repeatable)")
+    ex.add_argument("--output", "-o", type=Path, help="write here (default: stdout)")
+    ex.set_defaults(handler=_export)
+
+    ve = cmds.add_parser(
+        "verify",
+        help="verify a log directory or an export bundle",
+        description="Check CRCs, the hash chain, contiguous indexes, Merkle roots against every signed "
+        "checkpoint and proofs in bundles. Exit status 1 and the first bad record on failure.",
+    )
+    where(ve)
+    ve.add_argument("--checkpoint", type=Path, help="a checkpoint published earlier: the log must contain it")
+    ve.set_defaults(handler=_verify)
+
+    cp = cmds.add_parser("checkpoint", help="print the latest signed checkpoint of each node log")
+    where(cp)
+    cp.set_defaults(handler=_checkpoint)
+
+    pr = cmds.add_parser(
+        "prove",
+        help="print an inclusion or consistency proof (JSON)",
+        description="--index I [--size N]: inclusion proof of record I; --old M [--size N]: consistency "
+        "proof from size M. N defaults to the latest checkpoint's size.",
+    )
+    where(pr)
+    pr.add_argument("--node", help="which node's log (needed when there are several)")
+    mode = pr.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--index", type=int, help="1-based record index")
+    mode.add_argument("--old", type=int, help="older tree size")
+    pr.add_argument("--size", type=int, default=0, help="tree size to prove against")
+    pr.set_defaults(handler=_prove)
+
+
+def _default_path(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    from ..config import ServerConfig
+
+    return Path(ServerConfig.from_env().data_dir) / "audit"
+
+
+def _key(value: str | None) -> str | None:
+    if value and Path(value).is_file():
+        return Path(value).read_text().strip()
+    return value
+
+
+def _time(value: str | None, field: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput.single(field, f"not an ISO 8601 time: {value!r}", what="option") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+class _Progress:
+    """A one-line progress bar on stderr; used only when stderr is a terminal."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < 0.2:
+            return
+        self._last = now
+        frac = done / total if total else 1.0
+        bar = "#" * int(frac * 30)
+        self._stream.write(f"\rexporting [{bar:<30}] {done}/{total}")
+        if done >= total:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+def _export(args: argparse.Namespace) -> int:
+    from ..audit.export import ExportFilter, export
+
+    flt = ExportFilter(
+        since=_time(args.since, "since"),
+        until=_time(args.until, "until"),
+        trace_id=args.trace,
+        goal_id=args.goal,
+        agent=args.agent,
+        event_types=frozenset(args.event_type),
+    )
+    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    path = _default_path(args.path)
+    if args.output:
+        try:
+            with open(args.output, "wb") as out:
+                summary = export(path, out, args.format, flt, key=_key(args.key), progress=progress)
+        except BaseException:
+            args.output.unlink(missing_ok=True)  # never leave half an export behind
+            raise
+        print(f"exported {summary.records} records to {args.output}", file=sys.stderr)
+    else:
+        summary = export(path, sys.stdout.buffer, args.format, flt, key=_key(args.key), progress=progress)
+        sys.stdout.flush()
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from ..audit.verify import verify_path
+
+    trusted = args.checkpoint.read_text() if args.checkpoint else None
+    verdict = verify_path(_default_path(args.path), key=_key(args.key), trusted_checkpoint=trusted)
+    for node in verdict.nodes:
+        print(node.describe())
+        for w in node.warnings:
+            print(f"     note: {w}")
+    if not args.key:
+        print("     note: no --key given: checked against the key stored with the log, pin the published one")
+    if verdict.ok:
+        print("VERIFIED")
+        return 0
+    bad = verdict.first_failure
+    print(f"VERIFICATION FAILED: {bad.error if bad else 'nothing to verify'}", file=sys.stderr)
+    if bad and bad.where:
+        print(f"  first bad record: {bad.where}", file=sys.stderr)
+    return 1
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    from ..audit.verify import find_node_dirs
+
+    dirs = find_node_dirs(_default_path(args.path))
+    if not dirs:
+        raise InvalidInput.single("path", "no audit log here", what="audit checkpoint")
+    for d in dirs:
+        cp, vkey = d / "checkpoint", d / "checkpoint.vkey"
+        print(f"# node {d.name}  verifier key: {vkey.read_text().strip() if vkey.exists() else '(none)'}")
+        print(cp.read_text() if cp.exists() else "(no checkpoint yet)\n")
+    return 0
+
+
+def _prove(args: argparse.Namespace) -> int:
+    from ..audit.checkpoint import Verifier
+    from ..audit.verify import find_node_dirs, scan_node
+    from ..errors import AuditCorrupted
+
+    dirs = find_node_dirs(_default_path(args.path))
+    if args.node:
+        dirs = [d for d in dirs if d.name == args.node]
+    if len(dirs) != 1:
+        names = ", ".join(d.name for d in find_node_dirs(_default_path(args.path)))
+        raise InvalidInput.single(
+            "node", f"choose one log with --node (have: {names or 'none'})", what="prove"
+        )
+    key = _key(args.key)
+    v = scan_node(dirs[0], Verifier(key) if key else None)
+    if not v.ok or v.state is None:
+        raise AuditCorrupted(f"the log does not verify: {v.error}", where=v.where)
+    tree, cps = v.state.tree, v.state.checkpoints
+    size = args.size or (cps[-1].size if cps else tree.size)
+    if not 0 < size <= tree.size:
+        raise InvalidInput.single("size", f"must be 1..{tree.size}", what="prove")
+
+    def b64(hashes: list[bytes]) -> list[str]:
+        return [base64.b64encode(h).decode() for h in hashes]
+
+    out: dict[str, Any] = {
+        "node": v.node,
+        "tree_size": size,
+        "root": base64.b64encode(tree.root(size)).decode(),
+    }
+    signed = next((c for c in cps if c.size == size), None)
+    out["checkpoint"] = signed.note if signed else None
+    if args.index is not None:
+        if not 1 <= args.index <= size:
+            raise InvalidInput.single("index", f"must be 1..{size}", what="prove")
+        out.update(index=args.index, leaf_hash=b64([tree.leaf(args.index - 1)])[0])
+        out["inclusion_proof"] = b64(tree.inclusion_proof(args.index - 1, size))
+    else:
+        if not 0 <= args.old <= size:
+            raise InvalidInput.single("old", f"must be 0..{size}", what="prove")
+        out.update(old_size=args.old, old_root=base64.b64encode(tree.root(args.old)).decode())
+        out["consistency_proof"] = b64(tree.consistency_proof(args.old, size))
+    print(json.dumps(out, indent=2))
+    return 0

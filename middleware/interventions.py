@@ -1,0 +1,160 @@
+"""What a task waiting on someone carries, and the answers that resume it.
+
+A task stops in ``input_required`` for one of three reasons, each a structured
+``pending`` payload (never an open question):
+
+* ``clarification`` – a question with options for the user (CONTEXT_AMBIGUITY);
+* ``conflict`` – two sources disagree; both values with their provenance, as options
+  (DATA_INCONSISTENCY);
+* ``human_handover`` – a :class:`HandoverPacket` for a colleague: the conversation
+  state, the completed steps with timestamps, the blocking point and a suggested reply.
+
+``Agency.resume`` takes the user's ``answer`` (an option id) or a human's
+:class:`HumanDecision` and continues where the task stopped.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ._model import Model
+from .errors import InvalidInput
+
+__all__ = [
+    "ACCEPT",
+    "RETRY",
+    "Blocking",
+    "Clarification",
+    "CompletedStep",
+    "HandoverPacket",
+    "HumanDecision",
+    "Option",
+    "check_answer",
+    "suggested_reply",
+]
+
+#: Option id that takes the held (ambiguous) output as it is.
+ACCEPT = "accept"
+#: Option id that asks the agent again, with the question and answer added to its input.
+RETRY = "retry"
+
+
+class Option(Model):
+    """One choice offered to the user."""
+
+    id: str = Field(min_length=1, max_length=64)
+    label: str = Field(min_length=1, max_length=2000)
+    value: Any = None
+
+
+class Clarification(Model):
+    """A structured question: at least two options, the answer must be one of them."""
+
+    kind: Literal["clarification", "conflict"] = "clarification"
+    step: str
+    question: str = Field(min_length=1)
+    options: list[Option] = Field(min_length=2)
+    failure_type: str = ""
+    conflict: dict[str, Any] = Field(default_factory=dict, description="For conflicts: fact, values.")
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Clarification:
+        ids = [o.id for o in self.options]
+        if len(ids) != len(set(ids)):
+            raise ValueError("options: ids must be unique")
+        return self
+
+
+class CompletedStep(Model):
+    name: str
+    agent: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    attempts: int = 0
+
+
+class Blocking(Model):
+    """Where and why the task stopped."""
+
+    step: str
+    agent: str = ""
+    failure_type: str
+    detail: str
+    attempts: int = 1
+
+
+class HandoverPacket(Model):
+    """Everything a human taking over needs; nothing needs to be asked again."""
+
+    kind: Literal["human_handover"] = "human_handover"
+    task_id: str
+    state: dict[str, Any] = Field(description="Conversation state snapshot: request, input, outputs.")
+    completed_steps: list[CompletedStep]
+    blocking_point: Blocking
+    failure: dict[str, Any] = Field(default_factory=dict, description="The failure event that blocked it.")
+    suggested_reply: str
+    decisions: list[str] = Field(
+        default_factory=lambda: ["retry", "use_agent", "provide_output", "approve", "abort", "cancel"],
+        description="What ``HumanDecision.action`` may be.",
+    )
+
+
+class HumanDecision(Model):
+    """A human's answer to a handover packet.
+
+    Actions: ``retry`` the blocked step (routed again), ``use_agent`` (run it on
+    ``agent``), ``provide_output`` (the human supplies the step's output, verified like an
+    agent's), ``approve`` (the blocked step's output stands as it is: the human vouches for
+    it, e.g. after manual checks), ``abort`` (the task fails) or ``cancel`` (the task is
+    canceled).
+    """
+
+    action: Literal["retry", "use_agent", "provide_output", "approve", "abort", "cancel"]
+    agent: str = ""
+    output: Any = None
+    note: str = Field(default="", max_length=4000)
+    by: str = Field(default="", max_length=256, description="Who decided (for the audit log).")
+
+    @model_validator(mode="after")
+    def _arguments(self) -> HumanDecision:
+        if self.action == "use_agent" and not self.agent:
+            raise ValueError("agent: required when action is use_agent")
+        if self.action == "provide_output" and self.output is None:
+            raise ValueError("output: required when action is provide_output")
+        return self
+
+
+def check_answer(pending: Clarification, answer: str) -> Option:
+    """The option ``answer`` names; anything else is an :class:`InvalidInput`."""
+    for option in pending.options:
+        if option.id == answer:
+            return option
+    ids = ", ".join(o.id for o in pending.options)
+    raise InvalidInput.single("answer", f"must be one of the offered options: {ids}", what="resume")
+
+
+_REPLIES = {
+    "TOOL_TIMEOUT": "One of our systems is responding slowly; a colleague has your full request and "
+    "will finish it for you.",
+    "TOOL_UNAVAILABLE": "One of our systems is unavailable right now; a colleague has your full "
+    "request and will finish it for you.",
+    "GOAL_UNMET": "I could not complete every part of your request automatically; a colleague has "
+    "reviewed what is done so far and will complete the rest.",
+    "GOAL_TIMEOUT": "Your request is taking longer than expected; a colleague has everything gathered "
+    "so far and will continue from here.",
+    "POLICY_VIOLATION": "Your request needs a review by our team before we can answer; we will come "
+    "back to you.",
+}
+
+
+def suggested_reply(failure_type: str, text: str) -> str:
+    """A reply the human can send as is (adapted to what blocked the task)."""
+    base = _REPLIES.get(
+        failure_type,
+        "Your request needs a colleague's review; they have the full history and will continue from here.",
+    )
+    return f"Hello, about your request “{text[:120]}”: {base}"

@@ -1,0 +1,76 @@
+"""The default task store: in this process only (tasks do not survive a restart).
+
+Finished tasks (completed, failed, rejected, canceled) are kept for ``GetTask`` up to
+``max_finished`` of them, oldest evicted first, so a long-running gateway does not grow
+without bound; tasks still running or waiting for input are never evicted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .errors import AlreadyExists, ConcurrentUpdate, NotFound
+from .tasks import TaskRecord
+
+__all__ = ["MemoryTaskStore"]
+
+
+class MemoryTaskStore:
+    """Task records as JSON in a dict (copies in and out, like a real store), with asyncio locks."""
+
+    def __init__(self, *, max_finished: int = 10_000) -> None:
+        self._data: dict[str, tuple[int, str]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._finished: deque[str] = deque()
+        self._max_finished = max_finished
+
+    async def create(self, record: TaskRecord) -> None:
+        if record.task_id in self._data:
+            raise AlreadyExists(f"task {record.task_id!r} already exists")
+        record.version = 1
+        self._data[record.task_id] = (1, record.model_dump_json())
+
+    async def get(self, task_id: str) -> TaskRecord:
+        try:
+            _, data = self._data[task_id]
+        except KeyError:
+            raise NotFound(f"no task {task_id!r}") from None
+        return TaskRecord.model_validate_json(data)
+
+    async def save(self, record: TaskRecord) -> None:
+        stored = self._data.get(record.task_id)
+        if stored is None:
+            raise NotFound(f"no task {record.task_id!r}")
+        if stored[0] != record.version:
+            raise ConcurrentUpdate(
+                f"task {record.task_id} changed concurrently "
+                f"(stored v{stored[0]}, writing over v{record.version})"
+            )
+        record.version += 1
+        self._data[record.task_id] = (record.version, record.model_dump_json())
+        if record.state.terminal:
+            self._finished.append(record.task_id)
+            while len(self._finished) > self._max_finished:
+                old = self._finished.popleft()
+                self._data.pop(old, None)
+                lock = self._locks.get(old)
+                if lock is not None and not lock.locked():
+                    del self._locks[old]
+
+    @asynccontextmanager
+    async def lock(self, task_id: str, *, wait_s: float = 2.0) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(task_id, asyncio.Lock())
+        try:
+            await asyncio.wait_for(lock.acquire(), timeout=wait_s)
+        except TimeoutError:
+            raise ConcurrentUpdate(f"task {task_id} is locked by another request") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    async def close(self) -> None:
+        return None

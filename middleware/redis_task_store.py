@@ -1,0 +1,135 @@
+"""Task records in Redis, shared by every gateway replica.
+
+Layout (``prefix`` defaults to ``agency:``): ``{prefix}task:{id}`` is a hash with
+the version ``v`` and the JSON ``data``; ``{prefix}task-lock:{id}`` holds the lock
+token. Writes go through one Lua script that compares the version and sets the new
+one atomically; the lock is ``SET NX PX`` released by a compare-and-delete script,
+so a replica can only release its own lock. Every key carries a TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .errors import AlreadyExists, ConcurrentUpdate, NotFound
+from .tasks import TaskRecord
+
+__all__ = ["RedisTaskStore"]
+
+# KEYS[1] task key; ARGV: expected version ("0" = must not exist), new version, data, ttl ms.
+# Returns 1 on success, 0 on a version mismatch, -1 when the key is missing.
+_CAS = """
+local cur = redis.call('HGET', KEYS[1], 'v')
+if cur == false then
+  if ARGV[1] ~= '0' then return -1 end
+elseif cur ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'data', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisTaskStore:
+    """A :class:`~middleware.task_store.TaskStore` on Redis.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client (the caller owns it).
+        prefix: Namespace for every key.
+        ttl_s: How long a task record lives after its last write.
+        lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a task forever.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "agency:",
+        ttl_s: float = 7 * 24 * 3600,
+        lock_ttl_s: float = 30.0,
+        poll_s: float = 0.01,
+        owns_client: bool = False,
+    ) -> None:
+        self._redis = client
+        self._owns_client = owns_client
+        self._prefix = prefix
+        self._ttl_ms = int(ttl_s * 1000)
+        self._lock_ttl_ms = int(lock_ttl_s * 1000)
+        self._poll_s = poll_s
+        self._cas = client.register_script(_CAS)
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisTaskStore:
+        """A store on its own connection to ``url`` (closed by :meth:`close`)."""
+        import redis.asyncio as aioredis
+
+        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+
+    def _key(self, task_id: str) -> str:
+        return f"{self._prefix}task:{task_id}"
+
+    async def create(self, record: TaskRecord) -> None:
+        record.version = 1
+        ok = await self._cas(
+            keys=[self._key(record.task_id)], args=["0", 1, record.model_dump_json(), self._ttl_ms]
+        )
+        if int(ok) != 1:
+            record.version = 0
+            raise AlreadyExists(f"task {record.task_id!r} already exists")
+
+    async def get(self, task_id: str) -> TaskRecord:
+        data = await self._redis.hget(self._key(task_id), "data")
+        if data is None:
+            raise NotFound(f"no task {task_id!r}")
+        return TaskRecord.model_validate_json(data)
+
+    async def save(self, record: TaskRecord) -> None:
+        new = record.version + 1
+        result = int(
+            await self._cas(
+                keys=[self._key(record.task_id)],
+                args=[
+                    str(record.version),
+                    new,
+                    record.model_copy(update={"version": new}).model_dump_json(),
+                    self._ttl_ms,
+                ],
+            )
+        )
+        if result == -1:
+            raise NotFound(f"no task {record.task_id!r}")
+        if result == 0:
+            raise ConcurrentUpdate(
+                f"task {record.task_id} changed concurrently (writing over v{record.version})"
+            )
+        record.version = new
+
+    @asynccontextmanager
+    async def lock(self, task_id: str, *, wait_s: float = 2.0) -> AsyncIterator[None]:
+        key = f"{self._prefix}task-lock:{task_id}"
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + wait_s
+        while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
+            if time.monotonic() >= deadline:
+                raise ConcurrentUpdate(f"task {task_id} is locked by another request")
+            await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        try:
+            yield
+        finally:
+            await self._release(keys=[key], args=[token])
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._redis.aclose()

@@ -1,0 +1,168 @@
+"""Resuming a task that waits for input: from the answer to what the pipeline does next.
+
+:func:`plan_resume` is pure: it checks that the task is waiting, that the answer is
+one of the offered options (or that a human decision fits the handover), and says
+where the task continues. ``Agency.resume`` applies the plan under the task's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import FailedPrecondition, InvalidInput
+from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, check_answer
+from .router import RoutingDecision
+from .smf import Provenance
+from .tasks import TaskRecord, TaskState, TaskStep
+
+__all__ = ["ResumePlan", "apply_plan", "plan_resume", "prefer"]
+
+
+@dataclass
+class ResumePlan:
+    """Where a resumed task continues.
+
+    ``accept``: ``output`` becomes the output of step ``step_index`` (its goal stage is
+    verified again) and the task moves on; ``rerun``: step ``step_index`` runs again (on
+    ``agent``, or routed afresh), with ``extra_input`` added; ``approve``: the step's
+    output stands unverified (a human vouches for it); ``fail`` / ``cancel``: the task ends.
+    """
+
+    action: Literal["accept", "rerun", "approve", "fail", "cancel"]
+    step_index: int
+    reason: str
+    output: Any = None
+    agent: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)  # where an accepted output comes from
+    extra_input: dict[str, Any] = field(default_factory=dict)
+    audit: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_resume(
+    task: TaskRecord,
+    steps: list[TaskStep],
+    *,
+    answer: str | None = None,
+    decision: HumanDecision | Mapping[str, Any] | None = None,
+) -> ResumePlan:
+    """What resuming ``task`` with ``answer`` (an option id) or ``decision`` means.
+
+    Raises:
+        FailedPrecondition: the task is not waiting for input.
+        InvalidInput: the answer is not an offered option, the decision is malformed,
+            or the wrong kind of reply was given.
+    """
+    if task.state is not TaskState.INPUT_REQUIRED:
+        raise FailedPrecondition(
+            f"task {task.task_id} is {task.state.value}, not waiting for input",
+            details={"state": task.state.value},
+        )
+    kind = task.pending.get("kind", "")
+    index = min(task.step_index, len(steps) - 1)
+    if decision is not None:
+        return _human(task, HumanDecision.parse(decision, what="human decision"), index, steps)
+    if kind == "human_handover":
+        raise InvalidInput.single("decision", "this task waits for a human decision", what="resume")
+    if not answer:
+        raise InvalidInput.single("answer", "required: the id of one of the offered options", what="resume")
+    question = Clarification.parse(task.pending, what="pending clarification")
+    option = check_answer(question, answer)
+    audit = {"answer": option.id, "label": option.label}
+    held = task.held
+    if question.kind == "conflict":
+        fact = str(question.conflict.get("fact", ""))
+        output = dict(held.get("output") or {})
+        output[fact] = option.value
+        return ResumePlan(
+            "accept",
+            index,
+            f"conflict on {fact} settled: {option.label}",
+            output=output,
+            agent=str(held.get("agent", "")),
+            provenance=dict(held.get("provenance") or {}),
+            audit=audit,
+        )
+    if option.id == ACCEPT:
+        return ResumePlan(
+            "accept",
+            index,
+            "user confirmed the answer",
+            output=held.get("output"),
+            agent=str(held.get("agent", "")),
+            provenance=dict(held.get("provenance") or {}),
+            audit=audit,
+        )
+    clarification = {"question": question.question, "answer": option.label}
+    if option.id != RETRY:
+        clarification["value"] = option.value
+    return ResumePlan(
+        "rerun",
+        index,
+        f"user clarified: {option.label}",
+        agent=str(held.get("agent", "")),
+        extra_input={"clarification": clarification},
+        audit=audit,
+    )
+
+
+def _human(task: TaskRecord, d: HumanDecision, index: int, steps: list[TaskStep]) -> ResumePlan:
+    audit = {"decision": d.model_dump(mode="json")}
+    who = d.by or "human"
+    note = f" ({d.note})" if d.note else ""
+    if d.action == "abort":
+        return ResumePlan("fail", index, f"aborted by {who}{note}", audit=audit)
+    if d.action == "cancel":
+        return ResumePlan("cancel", index, f"canceled by {who}{note}", audit=audit)
+    if d.action == "approve":
+        name = steps[index].name
+        if name not in task.outputs:
+            raise InvalidInput.single(
+                "decision.action", f"nothing to approve: step {name} has no output", what="resume"
+            )
+        return ResumePlan("approve", index, f"output of {name} approved by {who}{note}", audit=audit)
+    if d.action == "provide_output":
+        return ResumePlan(
+            "accept",
+            index,
+            f"output provided by {who}{note}",
+            output=d.output,
+            agent=f"human:{who}",
+            provenance={"source": f"human:{who}", "reliability_score": 1.0},
+            audit=audit,
+        )
+    agent = d.agent if d.action == "use_agent" else ""
+    return ResumePlan("rerun", index, f"{d.action} decided by {who}{note}", agent=agent, audit=audit)
+
+
+def apply_plan(task: TaskRecord, plan: ResumePlan, steps: list[TaskStep]) -> TaskState:
+    """Record an ``accept`` or ``rerun`` plan on ``task``; the state the resume claims it in."""
+    task.pending = {}
+    task.step_index = plan.step_index
+    name = steps[plan.step_index].name
+    if plan.action == "approve":
+        task.step_index += 1
+        return TaskState.ROUTING if task.step_index < len(steps) else TaskState.VERIFYING
+    if plan.action == "accept":
+        provenance = Provenance.parse(plan.provenance or {"source": "user", "reliability_score": 1.0})
+        task.complete_step(name, plan.output, agent=plan.agent, provenance=provenance)
+        staged = task.goal is not None and task.goal.stage_for(name) is not None
+        return TaskState.ROUTING if task.step_index < len(steps) and not staged else TaskState.VERIFYING
+    if plan.extra_input:  # kept with the task: it still applies if the step is redone
+        task.step_inputs[name] = {**task.step_inputs.get(name, {}), **plan.extra_input}
+    return TaskState.ROUTING
+
+
+def prefer(decision: RoutingDecision, agent: str) -> RoutingDecision:
+    """``decision`` with ``agent`` first, if the router found it fit; unchanged otherwise."""
+    fit = [decision.chosen, *decision.fallbacks] if decision.chosen else []
+    if agent not in fit:
+        return decision
+    return decision.model_copy(
+        update={
+            "chosen": agent,
+            "fallbacks": [a for a in fit if a != agent],
+            "explanation": f"{decision.explanation}; resumed on {agent}",
+        }
+    )

@@ -1,0 +1,60 @@
+"""Where task state lives between steps and across gateway replicas.
+
+A task waiting on a clarification or a human can be resumed by any replica, so
+its :class:`~middleware.tasks.TaskRecord` is persisted (in memory by default, in
+Redis when configured). Two guards keep concurrent writers apart:
+
+* a per-task **lock** (:meth:`TaskStore.lock`) held while a resume checks the task
+  and claims it, so two resumes cannot both see it waiting;
+* a **version compare-and-set** on every :meth:`TaskStore.save`, so even a writer
+  that skipped the lock cannot overwrite a newer state.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, runtime_checkable
+
+from .tasks import TaskRecord
+
+__all__ = ["TaskStore"]
+
+
+@runtime_checkable
+class TaskStore(Protocol):
+    """Persisted task records with a per-task lock and versioned writes."""
+
+    async def create(self, record: TaskRecord) -> None:
+        """Store a new task at version 1 (sets ``record.version``).
+
+        Raises:
+            AlreadyExists: a task with this id exists.
+        """
+        ...
+
+    async def get(self, task_id: str) -> TaskRecord:
+        """The stored task.
+
+        Raises:
+            NotFound: no such task (or it expired).
+        """
+        ...
+
+    async def save(self, record: TaskRecord) -> None:
+        """Write ``record`` if the stored version still equals ``record.version``, then bump it.
+
+        Raises:
+            ConcurrentUpdate: someone else saved a newer version first.
+            NotFound: the task is gone.
+        """
+        ...
+
+    def lock(self, task_id: str, *, wait_s: float = 2.0) -> AbstractAsyncContextManager[None]:
+        """Hold the task's lock for the ``async with`` block.
+
+        Raises:
+            ConcurrentUpdate: the lock was not free within ``wait_s`` seconds.
+        """
+        ...
+
+    async def close(self) -> None: ...
