@@ -28,6 +28,7 @@ from pydantic import Field
 from ._model import Model
 from .catalog import Catalog, CatalogEntry
 from .constraints import ConstraintExtractor, Constraints, RuleBasedExtractor
+from .errors import NotFound
 from .routing_stats import MemoryRoutingStats, RoutingStats
 from .versions import Version, VersionRange
 
@@ -300,6 +301,21 @@ class Router:
         )
         decision.explanation = _explain(decision)
         return decision
+
+    async def why_not(self, key: str, constraints: Constraints) -> str:
+        """Why ``key`` (``name@version``) cannot take a request with ``constraints``; ``""`` if it can.
+
+        Unlike :meth:`decide`, which only considers the agents that mention the action,
+        this checks one named agent against every rule (e.g. to explain a human's choice).
+        """
+        try:
+            entry = await self.catalog.get(key)
+        except NotFound:
+            return "not registered"
+        checks = (
+            CHECKS[:3] + _active_checks(constraints) if constraints.action else _active_checks(constraints)
+        )
+        return "; ".join(why for _, why in _failures(entry, constraints, checks))
 
     async def _rank(self, entries: list[CatalogEntry]) -> list[dict[str, Any]]:
         if not entries:

@@ -262,3 +262,14 @@ async def test_weights_are_configurable() -> None:
         *contracts, stats=stats, weights=RoutingWeights(slo=0, success=1, load=0)
     )
     assert (await success_first.decide(Constraints(action="query_metric"))).chosen == "slow_sure@1.0.0"
+
+
+async def test_why_not_explains_any_named_agent_even_outside_the_index() -> None:
+    router = await router_with(
+        contract("fits"), contract("elsewhere", can_do=["ship"]), contract("far", regions=["beijing"])
+    )
+    wanted = Constraints(action="query_metric", region="shanghai")
+    assert await router.why_not("fits@1.0.0", wanted) == ""
+    assert await router.why_not("elsewhere@1.0.0", wanted) == "query_metric is not in can_do"
+    assert await router.why_not("far@1.0.0", wanted) == "serves beijing, not shanghai"
+    assert await router.why_not("ghost@1.0.0", wanted) == "not registered"
