@@ -160,5 +160,9 @@ class AgentRegistry:
             if close is not None:
                 await close()
 
+    def keys(self) -> list[str]:
+        """The contract keys with an in-process implementation attached."""
+        return list(self._agents)
+
     def __contains__(self, key: object) -> bool:
         return key in self._agents
