@@ -20,10 +20,10 @@ async def main() -> None:
     agency = Agency()
     agent.audit = agency.audit  # the chain's LLM calls are audited under the task's trace id
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "Is my cracked screen covered?", "input": {"question": "covered?"}})
+    outcome = await agency.submit({"text": "Is my cracked screen covered?", "input": {"question": "covered?"},
+                                   "constraints": {"action": "answer_faq"}})
     inner = [r.detail["kind"] for _, r in agency.audit.records() if r.event_type == "agent.step"]
     print(outcome.state.value, "->", outcome.output, "| inner steps audited:", inner)
-
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -163,7 +163,9 @@ async def test_streaming_text_chunks_are_concatenated(agency):
     chain = answer_prompt() | FakeListChatModel(responses=["shipped today"]) | StrOutputParser()
     agent = wrap_runnable(chain, contract("faq_agent", "answer_faq"), stream=True)
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "when?", "input": {"question": "when?"}})
+    outcome = await agency.submit(
+        {"text": "when?", "input": {"question": "when?"}, "constraints": {"action": "answer_faq"}}
+    )
     assert outcome.output == "shipped today"
 
 
@@ -234,7 +236,9 @@ async def test_tool_error_names_the_tool(agency):
     policy_agency = agency
     policy_agency.failures.policy.max_retries = 0
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"question": "B2?"}})
+    outcome = await agency.submit(
+        {"text": "q", "input": {"question": "B2?"}, "constraints": {"action": "order_status"}}
+    )
     failure = outcome.failures[0]
     assert failure.type is FailureType.TOOL_ERROR
     assert "tool 'broken_lookup' raised ToolException: order database refused B2" in failure.detail
@@ -249,7 +253,9 @@ async def test_output_that_does_not_parse_is_a_schema_violation(agency):
     agent = wrap_runnable(chain, contract("json_agent", "answer_faq"))
     agency.failures.policy.max_retries = 0
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"question": "q"}})
+    outcome = await agency.submit(
+        {"text": "q", "input": {"question": "q"}, "constraints": {"action": "answer_faq"}}
+    )
     assert outcome.failures[0].type is FailureType.SCHEMA_VIOLATION
     assert outcome.failures[0].context["direction"] == "output"
     assert "OutputParserException" in outcome.failures[0].detail
@@ -320,7 +326,13 @@ async def test_the_runnable_gets_the_mapped_input_with_the_contract(agency):
     )
     agent = wrap_runnable(RunnableLambda(capture), c, input_mapping={"question": "$.ticket.text"})
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"ticket": {"text": "Can I get a refund?"}}})
+    outcome = await agency.submit(
+        {
+            "text": "q",
+            "input": {"ticket": {"text": "Can I get a refund?"}},
+            "constraints": {"action": "answer_faq"},
+        }
+    )
     assert outcome.output == {"answer": "done"}
     assert received == [{"question": "Can I get a refund?", **contract_variables(agent.contract)}]
     assert received[0]["contract_cannot_do"] == "issue_refund"
@@ -338,7 +350,7 @@ async def test_a_chat_model_alone_gets_the_contract_as_system_prompt(agency):
 
     agent = wrap_runnable(Echo(), contract("echo", "answer_faq", cannot_do=["delete_account"]))
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "say something"})
+    outcome = await agency.submit({"text": "say something", "constraints": {"action": "answer_faq"}})
     assert "You must never: delete_account" in outcome.output
 
 
@@ -348,7 +360,9 @@ async def test_output_mapping_and_reported_confidence(agency):
     )
     agent = wrap_runnable(graph_like, contract("graph_agent", "answer_faq"))
     await agency.register(agent.contract, agent)
-    assert (await agency.submit({"text": "q"})).output == "final answer"
+    assert (
+        await agency.submit({"text": "q", "constraints": {"action": "answer_faq"}})
+    ).output == "final answer"
 
     executor_like = RunnableLambda(lambda _: {"input": "q", "output": "42", "confidence": 0.55})
     picked = wrap_runnable(executor_like, contract("exec_agent", "compute"), output_mapping="output")
@@ -363,7 +377,7 @@ async def test_confidence_outside_0_1_is_a_schema_violation(agency):
     )
     agency.failures.policy.max_retries = 0
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q"})
+    outcome = await agency.submit({"text": "q", "constraints": {"action": "answer_faq"}})
     assert outcome.failures[0].type is FailureType.SCHEMA_VIOLATION
     assert "confidence 7" in outcome.failures[0].detail
 
@@ -397,7 +411,9 @@ async def test_a_failing_audit_write_fails_the_call(agency):
     agent = wrap_runnable(chain, contract("faq_agent", "answer_faq"), audit=BrokenAudit())
     agency.failures.policy.max_retries = 0
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"question": "q"}})
+    outcome = await agency.submit(
+        {"text": "q", "input": {"question": "q"}, "constraints": {"action": "answer_faq"}}
+    )
     assert outcome.state is not TaskState.COMPLETED
     assert "disk full" in outcome.failures[0].detail
 
@@ -420,7 +436,7 @@ async def test_steps_of_sync_code_inside_the_runnable_are_audited_too(agency):
     )
     agent = wrap_runnable(tool_agent(model, [ask_expert]), contract("a", "x"), audit=agency.audit)
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"question": "q"}})
+    outcome = await agency.submit({"text": "q", "input": {"question": "q"}, "constraints": {"action": "x"}})
     assert outcome.state is TaskState.COMPLETED, outcome.reason
     steps = [r for _, r in agency.audit.records() if r.event_type == "agent.step"]
     names = [(r.detail["kind"], r.detail["name"]) for r in steps]
@@ -469,7 +485,9 @@ async def test_a_message_state_graph_gets_messages_and_answers_with_its_last_mes
     c = contract("graph_agent", "answer_faq", cannot_do=["issue_refund"])
     agent = wrap_runnable(RunnableLambda(graph), c, input_mapping=as_messages)
     await agency.register(agent.contract, agent)
-    outcome = await agency.submit({"text": "q", "input": {"question": "covered?"}})
+    outcome = await agency.submit(
+        {"text": "q", "input": {"question": "covered?"}, "constraints": {"action": "answer_faq"}}
+    )
     assert outcome.output == "Covered for 12 months."
     (state,) = received
     assert set(state) == {"messages"}  # no contract variables leak into the graph's state

@@ -235,7 +235,9 @@ async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gat
                 await asyncio.sleep(0.05)
         assert registered is not None, "the worker did not register within 30 s"
         assert registered.contract.endpoint.startswith("127.0.0.1:")
-        outcome = await agency.submit({"text": "covered?", "input": {"question": "covered?"}})
+        outcome = await agency.submit(
+            {"text": "covered?", "input": {"question": "covered?"}, "constraints": {"action": "answer_faq"}}
+        )
         assert outcome.output == "A cracked screen is covered for 12 months."
         proc.send_signal(signal.SIGTERM)
         out_bytes, err_bytes = await asyncio.wait_for(proc.communicate(), timeout=30)
