@@ -41,6 +41,9 @@ class AgentRequest(Model):
     task_id: str
     step: str
     attempt: int = 1
+    text: str = Field(
+        default="", description="The instruction for this step (the step's text, else the task's)."
+    )
     deadline_ms: float | None = Field(
         default=None, gt=0, description="Time budget of this call (from the contract's SLO); None = none."
     )

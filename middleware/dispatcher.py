@@ -111,6 +111,7 @@ class Dispatcher:
             task_id=run.request.task_id,
             step=step.name,
             attempt=cursor.attempt,
+            text=step.text or run.request.text,
             deadline_ms=deadline * 1000,
         )
         await self._audit(

@@ -72,6 +72,7 @@ class RemoteAgent:
                     task_id=request.task_id,
                     step=request.step,
                     attempt=request.attempt,
+                    text=request.text,
                     deadline_ms=deadline_ms,
                 ),
                 timeout=deadline_ms / 1000,

@@ -69,6 +69,7 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
             task_id=request.task_id or message.message_id,
             step=request.step or "main",
             attempt=max(1, request.attempt),
+            text=request.text,
             deadline_ms=request.deadline_ms if request.deadline_ms > 0 else None,
         )
         budget = _budget(context.time_remaining(), request.deadline_ms)

@@ -19,8 +19,10 @@ a LangGraph compiled graph or a chat model into an agent callable for
 Default mappings
 ----------------
 Input (``input_mapping=None``): a chat model gets ``[SystemMessage(contract text),
-HumanMessage(content)]`` (a dict content is sent as JSON); any other runnable gets
-the content dict plus the contract variables, or ``{"input": text, ...}`` for text.
+HumanMessage(instruction + content)]`` (the step's instruction, i.e. the user's request
+by default, followed by the content as JSON); any other runnable gets the content dict
+plus the contract variables and ``input`` = the instruction (unless the content has an
+``input`` of its own), or ``{"input": text, ...}`` for text content.
 ``input_mapping`` may instead be a variable name (text content goes under it), a
 ``{variable: "$.json.path"}`` mapping into the content, or a callable taking the
 :class:`~middleware.agents.AgentRequest` (:func:`as_messages` is the one for LangGraph
@@ -213,12 +215,14 @@ class LangChainAgent:
         elif isinstance(self.runnable, BaseLanguageModel):
             if not isinstance(self.runnable, BaseChatModel):
                 return _text(content)
-            messages: list[BaseMessage] = [HumanMessage(_text(content))]
+            messages: list[BaseMessage] = [HumanMessage(_human_text(request))]
             if self.inject_contract:
                 messages.insert(0, SystemMessage(variables["contract"]))
             return messages
         else:
             value = dict(content) if isinstance(content, dict) else {"input": _text(content)}
+            if request.text:
+                value.setdefault("input", request.text)
         if isinstance(value, dict) and not _is_message_list(value.get("messages")):
             return {**variables, **value}
         return value  # a message state (LangGraph) carries the contract in its system message
@@ -428,3 +432,13 @@ def _reported_confidence(result: Any) -> Any:
     if isinstance(result, dict):
         return result.get("confidence", result.get("confidence_score"))
     return None
+
+
+def _human_text(request: AgentRequest) -> str:
+    """What a chat model is asked: the step's instruction, with the structured input if any."""
+    content = request.input
+    if not request.text:
+        return _text(content)
+    if content in (None, "", {}, []) or content == request.text:
+        return request.text
+    return f"{request.text}\n\nInput:\n{_text(content)}"

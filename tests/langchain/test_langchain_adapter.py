@@ -494,3 +494,29 @@ async def test_a_message_state_graph_gets_messages_and_answers_with_its_last_mes
     system, human = state["messages"]
     assert isinstance(system, SystemMessage) and "You must never: issue_refund" in system.content
     assert isinstance(human, HumanMessage) and human.content == '{"question": "covered?"}'
+
+
+async def test_a_chat_model_is_asked_the_users_request_with_the_structured_input(agency):
+    from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+
+    agent = wrap_runnable(ParrotFakeChatModel(), contract("parrot", "answer_faq"), inject_contract=False)
+    await agency.register(agent.contract, agent)
+    outcome = await agency.submit(
+        {
+            "text": "What is your refund window?",
+            "input": {"order_id": "A1"},
+            "constraints": {"action": "answer_faq"},
+        }
+    )
+    assert outcome.output.startswith("What is your refund window?")
+    assert '"order_id"' in outcome.output and "A1" in outcome.output
+
+
+async def test_a_plain_runnable_gets_the_request_text_as_input(agency):
+    seen = []
+    agent = wrap_runnable(
+        RunnableLambda(lambda x: seen.append(x) or {"ok": True}), contract("lam", "answer_faq")
+    )
+    await agency.register(agent.contract, agent)
+    await agency.submit({"text": "hello there", "input": {"n": 1}, "constraints": {"action": "answer_faq"}})
+    assert seen[0]["input"] == "hello there" and seen[0]["n"] == 1

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InvokeRequest(_message.Message):
-    __slots__ = ("message", "contract_key", "task_id", "step", "attempt", "deadline_ms")
+    __slots__ = ("message", "contract_key", "task_id", "step", "attempt", "deadline_ms", "text")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_KEY_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     message: _common_pb2.SMFMessage
     contract_key: str
     task_id: str
     step: str
     attempt: int
     deadline_ms: float
-    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., contract_key: _Optional[str] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., deadline_ms: _Optional[float] = ...) -> None: ...
+    text: str
+    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., contract_key: _Optional[str] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., deadline_ms: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class InvokeResult(_message.Message):
     __slots__ = ("output_json", "confidence_score", "provenance", "freshness_ttl", "created_at", "intention_trace")
