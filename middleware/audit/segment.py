@@ -47,6 +47,7 @@ __all__ = [
     "SegmentName",
     "TornFrame",
     "check",
+    "encode_events",
     "encode_frame",
     "find_promised_frame",
     "list_segments",
@@ -162,6 +163,38 @@ def encode_frame(
     chain = _sha256(_CHAIN_PREFIX.pack(typ, index, prev, leaf)).digest()
     pad = -(HEADER_SIZE + len(payload)) % 8
     return b"".join((struct.pack("<III", MAGIC, len(payload), crc), tail, payload, b"\0" * pad)), leaf, chain
+
+
+_FIXED = struct.Struct("<III")
+_PADS = [b"\0" * i for i in range(8)]
+
+
+def encode_events(
+    first_index: int, synced: int, time_ns: int, prev: bytes, payloads: list[bytes]
+) -> tuple[bytes, list[bytes], bytes]:
+    """Build the event frames of one batch (indexes from ``first_index``) in one pass.
+
+    Same bytes as calling ``encode_frame(EVENT, ...)`` for each payload in turn, with
+    fewer Python steps per record. Returns (all frames, their leaf hashes, last chain hash).
+    """
+    parts: list[bytes] = []
+    leaves: list[bytes] = []
+    add, add_leaf = parts.append, leaves.append
+    tail_pack, fixed_pack, chain_pack = _TAIL.pack, _FIXED.pack, _CHAIN_PREFIX.pack
+    crc_of, sha, pads = _crc, _sha256, _PADS
+    index = first_index
+    for payload in payloads:
+        tail = tail_pack(EVENT, VERSION, 0, index, synced, time_ns, prev)
+        n = len(payload)
+        add(fixed_pack(MAGIC, n, crc_of(payload, crc_of(tail))))
+        add(tail)
+        add(payload)
+        add(pads[-(HEADER_SIZE + n) % 8])
+        leaf = sha(b"\x00" + payload).digest()
+        add_leaf(leaf)
+        prev = sha(chain_pack(EVENT, index, prev, leaf)).digest()
+        index += 1
+    return b"".join(parts), leaves, prev
 
 
 @dataclass
