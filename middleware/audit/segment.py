@@ -298,23 +298,17 @@ def check(
             if size - off < HEADER_SIZE:
                 raise TornFrame("partial frame header", where=f"{where}@{off}", offset=off)
             magic, length, crc, typ, ver, _, index, _synced, ts, prev = unpack(mv, off)
-            if magic != MAGIC:
-                raise TornFrame("no frame here (bad magic)", where=f"{where}@{off}", offset=off)
-            end = off + HEADER_SIZE + length
-            if length > MAX_PAYLOAD or end > size:
-                raise TornFrame(
-                    "frame length runs past the end of the file", where=f"{where}@{off}", offset=off
-                )
-            if crc_of(mv[off + 12 : end]) != crc:
-                raise TornFrame("CRC-32C mismatch", where=f"{where}@{off}", offset=off)
+            pay = off + HEADER_SIZE
+            end = pay + length
             nxt = end + (-end % 8)
-            if nxt > size:  # complete frame but its padding is cut: it was never acknowledged
-                raise TornFrame("frame padding cut off", where=f"{where}@{off}", offset=off)
+            # One combined test on the hot path; _torn names the first failing check, in order.
+            if magic != MAGIC or length > MAX_PAYLOAD or nxt > size or crc_of(mv[off + 12 : end]) != crc:
+                _torn(mv, off, magic, length, crc, end, where)
             if prev != chain:
                 raise AuditCorrupted(
                     f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=f"{where}@{off}"
                 )
-            leaf = sha(b"\x00" + mv[off + HEADER_SIZE : end]).digest()
+            leaf = sha(b"\x00" + mv[pay:end]).digest()
             if typ == EVENT:
                 if index != count + 1:
                     raise AuditCorrupted(
@@ -339,6 +333,19 @@ def check(
         if last_ts is not None:
             state.last_time_ns = last_ts
     return off
+
+
+def _torn(mv: memoryview, off: int, magic: int, length: int, crc: int, end: int, where: str) -> None:
+    """Raise the ``TornFrame`` for the first framing check the frame at ``off`` fails."""
+    here = f"{where}@{off}"
+    if magic != MAGIC:
+        raise TornFrame("no frame here (bad magic)", where=here, offset=off)
+    if length > MAX_PAYLOAD or end > len(mv):
+        raise TornFrame("frame length runs past the end of the file", where=here, offset=off)
+    if _crc(mv[off + 12 : end]) != crc:
+        raise TornFrame("CRC-32C mismatch", where=here, offset=off)
+    # complete frame but its padding is cut: it was never acknowledged
+    raise TornFrame("frame padding cut off", where=here, offset=off)
 
 
 def _check_other(
