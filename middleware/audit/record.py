@@ -14,7 +14,14 @@ from pydantic import Field
 from .._model import Model
 from ..smf import new_id, utcnow
 
-__all__ = ["AUDIT_SCHEMA_VERSION", "Actors", "AuditEventType", "AuditRecord", "canonical_json", "fast_canonical_json"]
+__all__ = [
+    "AUDIT_SCHEMA_VERSION",
+    "Actors",
+    "AuditEventType",
+    "AuditRecord",
+    "canonical_json",
+    "fast_canonical_json",
+]
 
 AUDIT_SCHEMA_VERSION = 1
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from middleware.audit.merkle import leaf_hash
-from middleware.audit.record import AuditRecord, canonical_json
+from middleware.audit.record import canonical_json
 from middleware.audit.segment import (
     EVENT,
     HEADER,
@@ -40,7 +40,7 @@ from .helpers import SIGNER, open_log, record
 
 TRICKY = {
     "zeta": {"b": 1, "a": [0.1, 1e16, -0.0, 1.5e-7, 3]},
-    "text": "é 日本 \u2028 tab\t quote\" back\\ ctl\x01",
+    "text": 'é 日本 \u2028 tab\t quote" back\\ ctl\x01',
     "Alpha": True,
     "none": None,
 }
@@ -138,9 +138,7 @@ def _reference_check(buf: bytes, state: ChainState) -> int:
                 raise AuditCorrupted(f"index {index} where {count + 1} was expected", where=f"s@{off}")
             count = index
             state.tree.append(leaf)
-            chain = hashlib.sha256(
-                bytes([typ]) + index.to_bytes(8, "little") + prev + leaf
-            ).digest()
+            chain = hashlib.sha256(bytes([typ]) + index.to_bytes(8, "little") + prev + leaf).digest()
             off = nxt
     finally:
         state.chain, state.size = chain, count
