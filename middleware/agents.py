@@ -105,5 +105,9 @@ class AgentRegistry:
         except KeyError:
             raise NotFound(f"no agent implementation is attached to {key}") from None
 
+    def keys(self) -> list[str]:
+        """The contract keys with an in-process implementation attached."""
+        return list(self._agents)
+
     def __contains__(self, key: object) -> bool:
         return key in self._agents

@@ -47,6 +47,17 @@ class AuditEventType(StrEnum):
     QUARANTINE = "failure.quarantine"
     CIRCUIT_CHANGE = "agent.circuit"
     CONTRACT_REVIEW = "contract.review"
+    MESSAGE_ACKED = "message.acked"
+    MESSAGE_EXPIRED = "message.expired"
+    MESSAGE_DEAD_LETTERED = "message.dead_lettered"
+    MESSAGE_LOST = "message.lost"
+    MESSAGE_FORGED = "message.forged"
+    MESSAGE_DUPLICATE = "message.duplicate"
+    TOPIC_DRIFT = "topic.drift"
+    TOPIC_SUBSCRIBED = "topic.subscribed"
+    AGENT_REGISTERED = "agent.registered"
+    AGENT_TURN = "agent.turn"
+    AGENT_HANDOFF = "agent.handoff"
 
 
 class Actors(Model):

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "middleware.cli.goal",
     "middleware.cli.smf",
     "middleware.cli.contracts",
+    "middleware.cli.catalog",
 ]
 
 

@@ -17,6 +17,7 @@ from ..config import ServerConfig, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
+from ..liveness import KeepAlive
 from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
 
@@ -82,6 +83,7 @@ async def serve(
         audit = MeteredAuditLog(WalAuditLog(Path(config.data_dir) / "audit", config.agency.node_id), metrics)
         agency = Agency(audit=audit, config=config.agency)
     metrics_server = None
+    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
     try:
         if demo:
             from ..demo import build_demo_agency
@@ -91,6 +93,7 @@ async def serve(
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
+        await keep_alive.__aenter__()  # renews this gateway's in-process agents' leases
         host = config.address.rsplit(":", 1)[0]
         print(f"agency: serving on {host}:{server.port} (audit log: {agency.audit.location})", flush=True)
         stop = stop or asyncio.Event()
@@ -101,7 +104,9 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        await keep_alive.__aexit__(None, None, None)
         await agency.close()
+        await agency.catalog.close()
         if metrics_server is not None:
             metrics_server.shutdown()
             metrics_server.server_close()

@@ -19,11 +19,13 @@ from .._proto.agency.v1 import (
     goals_pb2_grpc,
 )
 from ..errors import Unavailable
+from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
 from .catalog_servicer import CatalogServicer
 from .goal_servicer import GoalServicer
+from .message_servicer import add_message_service
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -76,8 +78,12 @@ def build_server(
     address: str = "127.0.0.1:0",
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    post_office: PostOffice | None = None,
 ) -> GrpcServer:
-    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port)."""
+    """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
+
+    ``post_office`` backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+    """
     server = grpc.aio.server(
         interceptors=list(interceptors),
         options=[
@@ -95,6 +101,7 @@ def build_server(
         audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
+    services.append(add_message_service(server, post_office or PostOffice(audit=agency.audit)))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
