@@ -200,7 +200,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
     tail = b'0,"time_ns":0,"record":'
     head = record_line_prefix(v.node, 0, 0, None)[: -len(tail)]  # b'{"kind":"record",...,"index":'
     unpack, crc_of = HEADER.unpack_from, _crc32c.crc32c
-    done = 0
+    done, tick = 0, 10000  # report progress every 10,000 records, as the generic path does
     for name, path in list_segments(Path(v.source)):
         end_ok = v.ends.get(path.name)
         if end_ok is None:
@@ -225,8 +225,9 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
                 if len(chunk) >= 1000:
                     done += len(chunk)
                     summary.records = done
-                    if progress and done % 10000 == 0:
+                    if progress and done >= tick:
                         progress(done, total)
+                        tick = done + 10000
                     yield b"".join(chunk)
                     chunk.clear()
             off = end + (-end % 8)

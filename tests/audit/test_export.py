@@ -186,3 +186,15 @@ async def test_single_node_fast_path_writes_the_generic_bundle_lines(tmp_path: P
     bundle.write_bytes(out.getvalue())
     verdict = verify_path(bundle, key=SIGNER.vkey)
     assert verdict.ok and verdict.nodes[0].events == 30
+
+
+def test_fast_path_reports_progress_across_segments(tmp_path: Path) -> None:
+    from bench.bench_audit import write_synthetic_log
+
+    write_synthetic_log(tmp_path, "n1", 25_000, segment_bytes=1 << 20)  # ~3 segments
+    assert len(segments(tmp_path / "n1")) >= 3
+    seen: list[tuple[int, int]] = []
+    summary = export(tmp_path, io.BytesIO(), "jsonl", progress=lambda done, total: seen.append((done, total)))
+    assert summary.records == 25_000
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (25_000, 25_000)
+    assert len(seen) >= 3  # ticks every ~10,000 records, not only at the end
