@@ -188,10 +188,12 @@ async def test_single_node_fast_path_writes_the_generic_bundle_lines(tmp_path: P
     assert verdict.ok and verdict.nodes[0].events == 30
 
 
-def test_fast_path_reports_progress_across_segments(tmp_path: Path) -> None:
-    from bench.bench_audit import write_synthetic_log
-
-    write_synthetic_log(tmp_path, "n1", 25_000, segment_bytes=1 << 20)  # ~3 segments
+async def test_fast_path_reports_progress_across_segments(tmp_path: Path) -> None:
+    # Segments that rotate mid-chunk (not at multiples of 1,000 records) must not stall the ticks.
+    log = open_log(tmp_path, segment_bytes=1 << 20, checkpoint_every=777, fsync="interval")
+    for k in range(75):  # batches of 333: segments end at odd record counts
+        await append_batch(log, 333 * k, 333 + (k == 74) * 25)
+    await log.close()
     assert len(segments(tmp_path / "n1")) >= 3
     seen: list[tuple[int, int]] = []
     summary = export(tmp_path, io.BytesIO(), "jsonl", progress=lambda done, total: seen.append((done, total)))
