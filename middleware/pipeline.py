@@ -613,5 +613,6 @@ class Agency:
         )
 
     async def close(self) -> None:
+        await self.agents.aclose()
         await self.audit.close()
         await self.tasks.close()

@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "middleware.cli.smf",
     "middleware.cli.contracts",
     "middleware.cli.catalog",
+    "middleware.cli.worker",
 ]
 
 
