@@ -41,8 +41,9 @@ gen: $(STAMP)
 gen-check: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 
+## List the benchmarks; run them with: make bench B="goals router"
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(B)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

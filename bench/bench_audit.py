@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import os
 import shutil
 import sqlite3
@@ -158,6 +157,7 @@ def main() -> None:
     work.mkdir(parents=True)
     size = len(_record().canonical())
     print(f"scratch dir: {work.resolve()}  record: {size} bytes  appenders: {APPENDERS}")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
     wal, sqlite, raw, per_batch = [], [], [], []
     try:
         for r in range(args.rounds):
@@ -168,7 +168,8 @@ def main() -> None:
             raw.append(_raw_rate(work / f"raw{r}.bin", args.seconds, size))
             print(
                 f"round {r + 1}: wal {rate:,.0f}/s (avg batch {batch:.1f})  sqlite {sqlite[-1]:,.0f}/s  "
-                f"raw {raw[-1]:,.0f}/s"
+                f"raw {raw[-1]:,.0f}/s  -> {rate / sqlite[-1]:.1f}x sqlite, "
+                f"{100 * rate / raw[-1]:.0f}% of raw"
             )
         w, s, b = statistics.median(wal), statistics.median(sqlite), statistics.median(raw)
         print(f"\ndurable appends/s (median of {args.rounds}):")
@@ -178,6 +179,10 @@ def main() -> None:
             f"  raw write+fdatasync, 64/batch    {b:>10,.0f}/s   -> WAL is {100 * w / b:.0f}%"
             "  (target >= 60%)"
         )
+        # The disk's speed swings within seconds: the ratio of each round's neighbours is steadier.
+        xs = statistics.median(a / c for a, c in zip(wal, sqlite, strict=True))
+        xr = statistics.median(a / c for a, c in zip(wal, raw, strict=True))
+        print(f"  median of per-round ratios: {xs:.1f}x SQLite, {100 * xr:.0f}% of raw")
 
         root = work / "big"
         t0 = time.perf_counter()
@@ -206,8 +211,7 @@ def main() -> None:
             f"export of {summary.records:,} records as JSON Lines: {took:.2f}s "
             f"({out.stat().st_size / 1e6:.0f} MB, target < 20 s)"
         )
-        buf = io.BytesIO()
-        del buf
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -2,9 +2,10 @@
 
 from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
 from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
-from .catalog import Catalog, CatalogEntry, CatalogQuery
+from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
 from .circuit_breaker import BreakerConfig, CircuitBreaker
 from .config import AgencyConfig, ServerConfig
+from .constraints import ConstraintExtractor, Constraints, LangChainExtractor, RuleBasedExtractor, Vocabulary
 from .contracts import CapabilityContract
 from .detectors import DetectorConfig, Detectors, PolicyRules
 from .errors import (
@@ -52,11 +53,15 @@ from .interventions import HandoverPacket, HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
 from .pipeline import Agency
+from .redis_catalog import RedisCatalog
+from .redis_routing_stats import RedisRoutingStats
 from .redis_task_store import RedisTaskStore
-from .router import ConstraintExtractor, Constraints, Router, RoutingDecision, RuleBasedExtractor
+from .router import Router, RoutingDecision, RoutingWeights
+from .routing_stats import MemoryRoutingStats, RoutingStats
 from .smf import Provenance, SMFMessage, SMFMetadata
 from .task_store import TaskStore
 from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
+from .versions import Version, VersionRange
 
 __all__ = [
     "Agency",
@@ -76,6 +81,8 @@ __all__ = [
     "CapabilityContract",
     "Catalog",
     "CatalogEntry",
+    "CatalogEvent",
+    "CatalogEventType",
     "CatalogQuery",
     "CheckRegistry",
     "CircuitBreaker",
@@ -101,9 +108,11 @@ __all__ = [
     "HandoverPacket",
     "HumanDecision",
     "InvalidInput",
+    "LangChainExtractor",
     "MemoryAuditLog",
     "MemoryCatalog",
     "MemoryGoalStore",
+    "MemoryRoutingStats",
     "MemoryTaskStore",
     "MonitorConfig",
     "NotFound",
@@ -112,6 +121,8 @@ __all__ = [
     "PolicyRules",
     "Problem",
     "Provenance",
+    "RedisCatalog",
+    "RedisRoutingStats",
     "RedisTaskStore",
     "Resolution",
     "ResolutionKind",
@@ -119,6 +130,8 @@ __all__ = [
     "Router",
     "RoutingDecision",
     "RoutingRefused",
+    "RoutingStats",
+    "RoutingWeights",
     "RuleBasedExtractor",
     "SMFMessage",
     "SMFMetadata",
@@ -132,6 +145,9 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "Verifier",
+    "Version",
+    "VersionRange",
+    "Vocabulary",
     "WalAuditLog",
     "parse_step_sentence",
     "verify_goal",

@@ -42,6 +42,12 @@ class AgentRequest(Model):
     task_id: str
     step: str
     attempt: int = 1
+    text: str = Field(
+        default="", description="The instruction for this step (the step's text, else the task's)."
+    )
+    deadline_ms: float | None = Field(
+        default=None, gt=0, description="Time budget of this call (from the contract's SLO); None = none."
+    )
     traceparent: str = Field(
         default_factory=current_traceparent,
         description="W3C trace context of the task (empty without tracing); remote workers continue it.",
@@ -90,11 +96,30 @@ async def call_agent(agent: AgentCallable, request: AgentRequest) -> Any:
     return result
 
 
-class AgentRegistry:
-    """Maps a contract key (``name@version``) to the callable that implements it."""
+RemoteFactory: TypeAlias = Callable[[CapabilityContract], AgentCallable]
 
-    def __init__(self) -> None:
+
+def _grpc_remote(contract: CapabilityContract) -> AgentCallable:
+    from .remote_agent import RemoteAgent  # the gRPC client is loaded only when a remote is used
+
+    return RemoteAgent(contract.endpoint)
+
+
+class AgentRegistry:
+    """Maps a contract key (``name@version``) to the callable that implements it.
+
+    A contract registered without an in-process callable but with an ``endpoint``
+    (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``,
+    by default a :class:`middleware.remote_agent.RemoteAgent` calling the worker's
+    ``AgentWorker.Invoke`` over gRPC. Remote agents are cached per key and endpoint
+    and closed by :meth:`aclose`.
+    """
+
+    def __init__(self, *, remote_factory: RemoteFactory | None = _grpc_remote) -> None:
         self._agents: dict[str, AgentCallable] = {}
+        self._remote_factory = remote_factory
+        self._remotes: dict[str, tuple[str, AgentCallable]] = {}
+        self._retired: list[AgentCallable] = []
 
     def add(self, key: str, agent: AgentCallable) -> None:
         if not callable(agent):
@@ -103,12 +128,49 @@ class AgentRegistry:
 
     def remove(self, key: str) -> None:
         self._agents.pop(key, None)
+        remote = self._remotes.pop(key, None)
+        if remote is not None:
+            self._retired.append(remote[1])
 
     def get(self, key: str) -> AgentCallable:
         try:
             return self._agents[key]
         except KeyError:
             raise NotFound(f"no agent implementation is attached to {key}") from None
+
+    def resolve(self, contract: CapabilityContract) -> AgentCallable:
+        """The callable for ``contract``: in process if attached, else remote via its endpoint.
+
+        Raises:
+            NotFound: neither an in-process callable nor an endpoint (with a factory).
+        """
+        key = contract.key
+        if key in self._agents:
+            return self._agents[key]
+        if not contract.endpoint or self._remote_factory is None:
+            return self.get(key)
+        cached = self._remotes.get(key)
+        if cached is not None and cached[0] == contract.endpoint:
+            return cached[1]
+        if cached is not None:  # re-registered at a new address
+            self._retired.append(cached[1])
+        agent = self._remote_factory(contract)
+        self._remotes[key] = (contract.endpoint, agent)
+        return agent
+
+    async def aclose(self) -> None:
+        """Close the remote agents this registry created (their gRPC channels)."""
+        agents = [a for _, a in self._remotes.values()] + self._retired
+        self._remotes.clear()
+        self._retired = []
+        for agent in agents:
+            close = getattr(agent, "aclose", None)
+            if close is not None:
+                await close()
+
+    def keys(self) -> list[str]:
+        """The contract keys with an in-process implementation attached."""
+        return list(self._agents)
 
     def __contains__(self, key: object) -> bool:
         return key in self._agents

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from .audit import AuditLog, WalAuditLog
+from .backends import open_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
+from .router import Router
 
 __all__ = ["build_agency"]
 
@@ -15,12 +17,25 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     audit: AuditLog = WalAuditLog(definition.audit.directory, definition.agency.node_id)
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
+    storage = definition.storage
     tasks = None
-    if definition.storage.backend == "redis":  # task state shared by replicas: resume on any of them
+    if storage.backend == "redis":  # task state shared by replicas: resume on any of them
         from .redis_task_store import RedisTaskStore
 
-        tasks = RedisTaskStore.from_url(definition.storage.redis_url)
-    agency = Agency(audit=audit, config=definition.agency, tasks=tasks)
+        tasks = RedisTaskStore.from_url(storage.redis_url)
+    # catalog and routing stats shared by replicas too (under key_prefix)
+    catalog, stats = open_backends(
+        storage.redis_url if storage.backend == "redis" else "",
+        prefix=storage.key_prefix,
+        lease_seconds=storage.lease_seconds,
+    )
+    agency = Agency(
+        audit=audit,
+        config=definition.agency,
+        tasks=tasks,
+        catalog=catalog,
+        router=Router(catalog, stats=stats),
+    )
     for spec in definition.agents:
         await agency.register(spec.contract, spec.build())
     for goal in definition.goals:

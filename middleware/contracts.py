@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 
 from ._model import Model
 from .schemas import CompiledSchema, compile_schema
@@ -69,6 +69,33 @@ class CapabilityContract(Model):
     output_schema: dict[str, Any] = Field(default_factory=dict, description="JSON Schema of output.")
     owner: str = Field(default="", max_length=256)
     endpoint: str = Field(default="", max_length=512, description="Remote address, empty = in process.")
+    # What the agent satisfies for context constraints (see docs/catalog-and-router.md).
+    regions: list[str] = Field(
+        default_factory=list, description="Regions whose data it serves, normalised; empty = any region."
+    )
+    data_residency: list[str] = Field(
+        default_factory=list,
+        description="Regions where it processes and keeps data; a 'data must not leave X' request "
+        "only goes to an agent that declares residency in X and nowhere else. Empty = undeclared.",
+    )
+    max_data_delay_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000_000,
+        description="Worst delay of the data it serves, in ms; a freshness tolerance needs it declared.",
+    )
+    time_windows: list[str] = Field(
+        default_factory=list, description="Time windows it can answer for (e.g. last_24h); empty = any."
+    )
+    granularities: list[str] = Field(
+        default_factory=list, description="Granularities it can report at (e.g. hour); empty = any."
+    )
+    metrics: list[str] = Field(
+        default_factory=list, description="Metrics it can compute (e.g. refund_rate); empty = any."
+    )
+    human_review: bool = Field(
+        default=False, description="Its results pass a human reviewer (satisfies 'needs human review')."
+    )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())
@@ -100,25 +127,31 @@ class CapabilityContract(Model):
 
     @field_validator("cannot_do")
     @classmethod
-    def _cannot_do(cls, v: list[str]) -> list[str]:
-        return _labels(v, "cannot_do")
+    def _cannot_do(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        labels = _labels(v, "cannot_do")
+        # A field validator (not a model validator) so the overlap is reported together
+        # with every other field problem instead of only once all fields are valid.
+        overlap = [a for a in labels if a in (info.data.get("can_do") or ())]
+        if overlap:
+            raise ValueError(f"can_do and cannot_do overlap on {', '.join(sorted(overlap))}")
+        return labels
+
+    @field_validator("regions", "data_residency", "time_windows", "granularities", "metrics")
+    @classmethod
+    def _constraint_labels(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        return _labels(v, info.field_name or "labels")
 
     @field_validator("input_schema", "output_schema")
     @classmethod
-    def _schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _schema(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if info.context and info.context.get("schemas_checked"):
+            return v  # re-read from a catalog that checked them at registration
         try:
             jsonschema.validators.validator_for(v).check_schema(v)
         except SchemaError as exc:
             where = "/".join(str(p) for p in exc.path) or "(root)"
             raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
         return v
-
-    @model_validator(mode="after")
-    def _disjoint(self) -> CapabilityContract:
-        overlap = sorted(set(self.can_do) & set(self.cannot_do))
-        if overlap:
-            raise ValueError(f"can_do and cannot_do overlap on {', '.join(overlap)}")
-        return self
 
     @property
     def key(self) -> str:

@@ -96,6 +96,14 @@ class StorageSettings(Model):
 
     backend: Literal["memory", "redis"] = "memory"
     redis_url: str = Field(default="", description="redis://host:port/db, required for backend redis.")
+    key_prefix: str = Field(
+        default="agency:", description="Namespace of every Redis key; replicas sharing state use the same."
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Catalog heartbeat lease (default: 30 s on Redis, none in memory).",
+    )
 
     @model_validator(mode="after")
     def _url(self) -> StorageSettings:

@@ -93,7 +93,7 @@ class Dispatcher:
         key = cursor.agent
         try:
             entry = await self._catalog.get(key)
-            agent = self._agents.get(key)
+            agent = self._agents.resolve(entry.contract)
         except NotFound as exc:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
@@ -104,14 +104,16 @@ class Dispatcher:
         except ContractViolation as exc:
             raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
         message = envelope(run, key, payload)
+        deadline = contract.slo_latency_ms * self._deadline_factor / 1000
         request = AgentRequest(
             message=message,
             contract=contract,
             task_id=run.request.task_id,
             step=step.name,
             attempt=cursor.attempt,
+            text=step.text or run.request.text,
+            deadline_ms=deadline * 1000,
         )
-        deadline = contract.slo_latency_ms * self._deadline_factor / 1000
         await self._audit(
             run,
             AuditEventType.DISPATCH,

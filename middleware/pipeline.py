@@ -438,7 +438,8 @@ class Agency:
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
                 if prefer(routed, plan.agent).chosen != plan.agent:
-                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "not registered")
+                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "")
+                    why = why or await self.router.why_not(plan.agent, routed.constraints) or "not chosen"
                     raise InvalidInput.single(
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
@@ -612,5 +613,6 @@ class Agency:
         )
 
     async def close(self) -> None:
+        await self.agents.aclose()
         await self.audit.close()
         await self.tasks.close()

@@ -1,26 +1,36 @@
 """The context-aware router: constraints → candidates → filter → rank → explanation.
 
 The router reads a request's constraints (extracted from its text by a pluggable
-:class:`ConstraintExtractor`, plus any the client states explicitly), queries the
-catalog, keeps only live capabilities whose contract satisfies every constraint
-(never an action outside ``can_do``, never one in ``cannot_do``), ranks them by a
-weighted score of SLO latency, observed success rate and current load, and returns a
+:class:`~middleware.constraints.ConstraintExtractor`, plus any the client states
+explicitly), asks the catalog for the candidates of the action (an index lookup, never a
+scan), keeps only live capabilities whose contract satisfies every constraint (never an
+action outside ``can_do``, never one in ``cannot_do``), ranks them by a weighted score of
+SLO latency, observed success rate and current load, and returns a
 :class:`RoutingDecision` that explains itself. When nothing fits, the decision is a
 refusal with each candidate's reason, and no agent runs.
+
+Score (each term in 0..1, higher is better; see :class:`RoutingWeights`)::
+
+    slo_term     = slo_reference_ms / (slo_reference_ms + slo_latency_ms)
+    success_term = observed success rate over the last dispatches (1.0 with no history)
+    load_term    = 1 / (1 + in_flight / load_reference)
+    score        = (w_slo·slo_term + w_success·success_term + w_load·load_term)
+                   / (w_slo + w_success + w_load)
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pydantic import Field
 
 from ._model import Model
 from .catalog import Catalog, CatalogEntry
-from .contracts import normalise_label
+from .constraints import ConstraintExtractor, Constraints, RuleBasedExtractor
+from .errors import NotFound
 from .routing_stats import MemoryRoutingStats, RoutingStats
+from .versions import Version, VersionRange
 
 __all__ = [
     "Candidate",
@@ -34,110 +44,37 @@ __all__ = [
 ]
 
 
-class Constraints(Model):
-    """What a request requires of the agent that handles it."""
-
-    action: str = Field(default="", description="The action the agent must be able to do.")
-    tags: list[str] = Field(default_factory=list, description="Tags the agent must carry.")
-    max_latency_ms: int = Field(default=0, ge=0, description="0 = no latency requirement.")
-    extras: dict[str, Any] = Field(default_factory=dict, description="Other extracted facts.")
-
-    def merged(self, explicit: Mapping[str, Any]) -> Constraints:
-        """These constraints overridden/extended by the ones a client stated."""
-        data = self.model_dump()
-        for key, value in explicit.items():
-            if key == "tags":
-                data["tags"] = sorted({*data["tags"], *(normalise_label(t) for t in value)})
-            elif key in ("action", "max_latency_ms"):
-                data[key] = normalise_label(value) if key == "action" else value
-            else:
-                data["extras"][key] = value
-        return Constraints.parse(data, what="constraints")
-
-
-@runtime_checkable
-class ConstraintExtractor(Protocol):
-    """Reads a request's text and returns the constraints it implies."""
-
-    async def extract(self, text: str) -> Constraints: ...
-
-
-#: Default vocabulary: action → phrases (English and Chinese) that imply it.
-DEFAULT_ACTIONS: dict[str, list[str]] = {
-    "warranty_claim": [
-        "replacement",
-        "replace",
-        "warranty",
-        "shattered",
-        "broken screen",
-        "换新",
-        "保修",
-        "屏幕碎",
-    ],
-    "stock_prediction": ["stock price", "predict the stock", "share price", "股价", "预测股票"],
-    "compound_interest": ["compound interest", "复利"],
-    "amortization_schedule": ["amortization", "mortgage schedule", "还款计划"],
-    "order_lookup": ["my order", "order status", "查订单", "订单"],
-}
-DEFAULT_TAGS: dict[str, list[str]] = {
-    "realtime": ["real-time", "realtime", "right now", "实时"],
-    "human_review": ["human review", "人工复核", "人工审核"],
-}
-
-
-class RuleBasedExtractor:
-    """Keyword vocabularies → constraints. Configurable; the first matching action wins
-    by longest phrase, so "predict the stock price" beats a generic word."""
-
-    def __init__(
-        self,
-        actions: Mapping[str, Sequence[str]] | None = None,
-        tags: Mapping[str, Sequence[str]] | None = None,
-    ) -> None:
-        self._actions = _compile_vocab(actions if actions is not None else DEFAULT_ACTIONS)
-        self._tags = _compile_vocab(tags if tags is not None else DEFAULT_TAGS)
-
-    async def extract(self, text: str) -> Constraints:
-        best: tuple[int, str] | None = None
-        for action, pattern in self._actions:
-            for m in pattern.finditer(text):
-                length = len(m.group(0))
-                if best is None or length > best[0]:
-                    best = (length, action)
-        tags = sorted({tag for tag, pattern in self._tags if pattern.search(text)})
-        return Constraints(action=best[1] if best else "", tags=tags)
-
-
-def _compile_vocab(vocab: Mapping[str, Sequence[str]]) -> list[tuple[str, re.Pattern[str]]]:
-    out = []
-    for label, phrases in vocab.items():
-        alts = sorted((re.escape(p) for p in phrases), key=len, reverse=True)
-        # \b only around ASCII words; CJK phrases have no word boundaries.
-        parts = [rf"\b{a}\b" if a.isascii() else a for a in alts]
-        out.append((normalise_label(label), re.compile("|".join(parts), re.IGNORECASE)))
-    return out
-
-
 class RoutingWeights(Model):
-    """Weights of the ranking score (each term is normalised to 0..1, higher is better)."""
+    """Weights of the ranking score (see the module docstring for the formula)."""
 
-    slo: float = Field(default=0.4, ge=0)
-    success: float = Field(default=0.4, ge=0)
-    load: float = Field(default=0.2, ge=0)
+    slo: float = Field(default=0.4, ge=0, description="Weight of the SLO latency term.")
+    success: float = Field(default=0.4, ge=0, description="Weight of the observed success rate.")
+    load: float = Field(default=0.2, ge=0, description="Weight of the current load term.")
+    slo_reference_ms: float = Field(
+        default=1000.0, gt=0, description="An SLO of this many ms scores 0.5 on the SLO term."
+    )
+    load_reference: float = Field(
+        default=1.0, gt=0, description="This many calls in flight score 0.5 on the load term."
+    )
 
 
 class Candidate(Model):
+    """A capability that satisfies every constraint, with its score and what it is made of."""
+
     agent: str
     score: float
     slo_latency_ms: int
     success_rate: float
     load: float
+    samples: int = 0
 
 
 class Rejection(Model):
+    """Why one considered capability was not a candidate."""
+
     agent: str
-    reason: str
-    constraint: str
+    constraint: str = Field(description="The first constraint it failed (cannot_do first).")
+    reason: str = Field(description="Every failed constraint, explained.")
 
 
 class RoutingDecision(Model):
@@ -145,9 +82,11 @@ class RoutingDecision(Model):
 
     constraints: Constraints
     chosen: str = ""
-    fallbacks: list[str] = Field(default_factory=list)
+    fallbacks: list[str] = Field(default_factory=list, description="Next best, in order.")
     candidates: list[Candidate] = Field(default_factory=list, description="Best first.")
-    rejected: list[Rejection] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list, description="cannot_do first; bounded.")
+    rejected_omitted: int = Field(default=0, description="Rejections beyond the reported ones.")
+    considered: int = Field(default=0, description="Capabilities that mention the action.")
     explanation: str = ""
 
     @property
@@ -155,8 +94,137 @@ class RoutingDecision(Model):
         return not self.chosen
 
 
+Check = Callable[[CatalogEntry, Constraints], "str | None"]
+
+
+def _cannot_do(e: CatalogEntry, c: Constraints) -> str | None:
+    return f"contract says it cannot do {c.action}" if c.action in e.contract.cannot_do else None
+
+
+def _can_do(e: CatalogEntry, c: Constraints) -> str | None:
+    if c.action in e.contract.can_do or c.action in e.contract.cannot_do:  # cannot_do says it all
+        return None
+    return f"{c.action} is not in can_do"
+
+
+def _liveness(e: CatalogEntry, c: Constraints) -> str | None:
+    return "missed its heartbeats (stale)" if e.stale else None
+
+
+def _name(e: CatalogEntry, c: Constraints) -> str | None:
+    return None if not c.name or e.contract.name == c.name else f"is not {c.name}"
+
+
+def _version(e: CatalogEntry, c: Constraints) -> str | None:
+    if not c.version_range:
+        return None
+    if VersionRange.parse(c.version_range).contains(Version.parse(e.contract.version)):
+        return None
+    return f"version {e.contract.version} is outside {c.version_range}"
+
+
+def _tags(e: CatalogEntry, c: Constraints) -> str | None:
+    missing = [t for t in c.tags if t not in e.contract.tags]
+    return f"lacks tag(s) {', '.join(missing)}" if missing else None
+
+
+def _latency(e: CatalogEntry, c: Constraints) -> str | None:
+    slo = e.contract.slo_latency_ms
+    if c.max_latency_ms and slo > c.max_latency_ms:
+        return f"SLO {slo} ms exceeds {c.max_latency_ms} ms"
+    return None
+
+
+def _region(e: CatalogEntry, c: Constraints) -> str | None:
+    regions = e.contract.regions
+    if not c.region or not regions or c.region in regions:
+        return None
+    return f"serves {', '.join(regions)}, not {c.region}"
+
+
+def _residency(e: CatalogEntry, c: Constraints) -> str | None:
+    if not c.data_residency:
+        return None
+    where = e.contract.data_residency
+    if not where:
+        return f"declares no data residency (data must stay in {c.data_residency})"
+    outside = [r for r in where if r != c.data_residency]
+    return f"keeps data in {', '.join(outside)} (must stay in {c.data_residency})" if outside else None
+
+
+def _freshness(e: CatalogEntry, c: Constraints) -> str | None:
+    if c.freshness_tolerance_ms is None:
+        return None
+    delay = e.contract.max_data_delay_ms
+    if delay is None:
+        return f"declares no max_data_delay_ms (tolerance {c.freshness_tolerance_ms} ms)"
+    if delay > c.freshness_tolerance_ms:
+        return f"data delay up to {delay} ms exceeds the tolerated {c.freshness_tolerance_ms} ms"
+    return None
+
+
+def _listed(field: str, noun: str) -> Check:
+    def check(e: CatalogEntry, c: Constraints) -> str | None:
+        wanted = getattr(c, field)
+        offered: list[str] = getattr(e.contract, noun)
+        if not wanted or not offered or wanted in offered:
+            return None
+        return f"offers {noun} {', '.join(offered)}, not {wanted}"
+
+    return check
+
+
+def _review(e: CatalogEntry, c: Constraints) -> str | None:
+    if c.needs_human_review and not e.contract.human_review:
+        return "its results get no human review"
+    return None
+
+
+#: Every filtering rule, in the order a rejection reports them (name = constraint field).
+#: The first three always apply; the others only when their constraint is set.
+CHECKS: list[tuple[str, Check]] = [
+    ("cannot_do", _cannot_do),
+    ("can_do", _can_do),
+    ("liveness", _liveness),
+    ("name", _name),
+    ("version_range", _version),
+    ("tags", _tags),
+    ("max_latency_ms", _latency),
+    ("region", _region),
+    ("data_residency", _residency),
+    ("freshness_tolerance_ms", _freshness),
+    ("time_window", _listed("time_window", "time_windows")),
+    ("metric", _listed("metric", "metrics")),
+    ("granularity", _listed("granularity", "granularities")),
+    ("needs_human_review", _review),
+]
+
+
+def _failures(entry: CatalogEntry, c: Constraints, checks: list[tuple[str, Check]]) -> list[tuple[str, str]]:
+    return [(name, why) for name, check in checks if (why := check(entry, c)) is not None]
+
+
+def _active_checks(c: Constraints) -> list[tuple[str, Check]]:
+    """The optional rules that can fail for ``c`` (an unset constraint never rejects anyone);
+    the first three of :data:`CHECKS` are checked apart, for every candidate."""
+    active: list[tuple[str, Check]] = []
+    for name, check in CHECKS[3:]:
+        value = getattr(c, name)
+        if value is not None and value != "" and value != [] and value is not False and value != 0:
+            active.append((name, check))
+    return active
+
+
 class Router:
-    """Routes requests to agents through the catalog (see module docstring)."""
+    """Routes requests to agents through the catalog (see module docstring).
+
+    Args:
+        catalog: Where the candidates come from.
+        extractor: Reads constraints from text (default: :class:`RuleBasedExtractor`).
+        stats: Live success rates and load (default: in memory; the pipeline feeds it).
+        weights: The ranking weights.
+        max_rejections: How many rejections a decision reports (the rest are counted).
+    """
 
     def __init__(
         self,
@@ -165,77 +233,114 @@ class Router:
         extractor: ConstraintExtractor | None = None,
         stats: RoutingStats | None = None,
         weights: RoutingWeights | None = None,
+        max_rejections: int = 50,
     ) -> None:
         self.catalog = catalog
         self.extractor = extractor or RuleBasedExtractor()
         self.stats = stats or MemoryRoutingStats()
         self.weights = weights or RoutingWeights()
+        self.max_rejections = max_rejections
 
     async def constraints_for(self, text: str, explicit: Mapping[str, Any] | None = None) -> Constraints:
+        """The constraints of ``text`` (via the extractor), overridden by ``explicit`` ones."""
         extracted = await self.extractor.extract(text) if text else Constraints()
         return extracted.merged(explicit or {})
 
     async def decide(self, constraints: Constraints, *, exclude: Sequence[str] = ()) -> RoutingDecision:
-        """Filter and rank the catalog for ``constraints``; never raises on 'no fit'."""
-        entries = await self.catalog.all()
-        rejected: list[Rejection] = []
+        """Filter and rank the candidates for ``constraints``; never raises on 'no fit'.
+
+        Args:
+            constraints: What the agent must satisfy; without an action nothing can be
+                checked against ``can_do``, so the request is refused.
+            exclude: Keys (``name@version``) not to choose this time.
+        """
+        if not constraints.action:
+            decision = RoutingDecision(
+                constraints=constraints,
+                rejected=[
+                    Rejection(
+                        agent="",
+                        constraint="action",
+                        reason="no action could be read from the request; state one explicitly",
+                    )
+                ],
+            )
+            decision.explanation = _explain(decision)
+            return decision
+        entries = await self.catalog.candidates(constraints.action)
+        checks = _active_checks(constraints)
+        rejected: list[dict[str, str]] = []
         fitting: list[CatalogEntry] = []
+        action = constraints.action
         for entry in entries:
-            reason = self._reject_reason(entry, constraints, exclude)
-            if reason is None:
-                fitting.append(entry)
+            contract = entry.contract
+            if action in contract.can_do and action not in contract.cannot_do and not entry.stale:
+                failed = _failures(entry, constraints, checks)  # common case: the optional rules only
             else:
-                rejected.append(Rejection(agent=entry.key, constraint=reason[0], reason=reason[1]))
-        rejected.sort(key=lambda r: r.constraint != "cannot_do")  # explicit refusals first
+                failed = _failures(entry, constraints, CHECKS[:3]) + _failures(entry, constraints, checks)
+            if exclude and entry.key in exclude:
+                failed.append(("exclude", "excluded for this attempt"))
+            if failed:
+                reason = "; ".join(why for _, why in failed) if len(failed) > 1 else failed[0][1]
+                rejected.append({"agent": entry.key, "constraint": failed[0][0], "reason": reason})
+            else:
+                fitting.append(entry)
+        rejected.sort(key=lambda r: r["constraint"] != "cannot_do")  # explicit refusals first (stable)
         candidates = await self._rank(fitting)
-        decision = RoutingDecision(constraints=constraints, candidates=candidates, rejected=rejected)
-        if candidates:
-            decision.chosen = candidates[0].agent
-            decision.fallbacks = [c.agent for c in candidates[1:]]
+        # one validation of plain dicts (in pydantic-core) beats a model per candidate
+        decision = RoutingDecision.model_validate(
+            {
+                "constraints": constraints,
+                "chosen": candidates[0]["agent"] if candidates else "",
+                "fallbacks": [c["agent"] for c in candidates[1:]],
+                "candidates": candidates,
+                "rejected": rejected[: self.max_rejections],
+                "rejected_omitted": max(0, len(rejected) - self.max_rejections),
+                "considered": len(entries),
+            }
+        )
         decision.explanation = _explain(decision)
         return decision
 
-    def _reject_reason(
-        self, entry: CatalogEntry, c: Constraints, exclude: Sequence[str]
-    ) -> tuple[str, str] | None:
-        contract = entry.contract
-        if c.action and c.action in contract.cannot_do:
-            return "cannot_do", f"contract says it cannot do {c.action}"
-        if c.action and c.action not in contract.can_do:
-            return "can_do", f"{c.action} is not in can_do"
-        if entry.key in exclude:
-            return "exclude", "excluded for this attempt"
-        if entry.stale:
-            return "liveness", "missed its heartbeats (stale)"
-        missing = sorted(set(c.tags) - set(contract.tags))
-        if missing:
-            return "tags", f"lacks tag(s) {', '.join(missing)}"
-        if c.max_latency_ms and contract.slo_latency_ms > c.max_latency_ms:
-            return "max_latency_ms", f"SLO {contract.slo_latency_ms} ms exceeds {c.max_latency_ms} ms"
-        return None
+    async def why_not(self, key: str, constraints: Constraints) -> str:
+        """Why ``key`` (``name@version``) cannot take a request with ``constraints``; ``""`` if it can.
 
-    async def _rank(self, entries: list[CatalogEntry]) -> list[Candidate]:
+        Unlike :meth:`decide`, which only considers the agents that mention the action,
+        this checks one named agent against every rule (e.g. to explain a human's choice).
+        """
+        try:
+            entry = await self.catalog.get(key)
+        except NotFound:
+            return "not registered"
+        checks = (
+            CHECKS[:3] + _active_checks(constraints) if constraints.action else _active_checks(constraints)
+        )
+        return "; ".join(why for _, why in _failures(entry, constraints, checks))
+
+    async def _rank(self, entries: list[CatalogEntry]) -> list[dict[str, Any]]:
         if not entries:
             return []
-        worst_slo = max(e.contract.slo_latency_ms for e in entries)
         w = self.weights
         total = (w.slo + w.success + w.load) or 1.0
-        out = []
+        stats = await self.stats.snapshots([e.key for e in entries])
+        out: list[dict[str, Any]] = []
         for entry in entries:
-            snap = await self.stats.snapshot(entry.key)
-            slo_term = 1.0 - (entry.contract.slo_latency_ms / worst_slo) * 0.5 if worst_slo else 1.0
-            load_term = 1.0 / (1.0 + snap.in_flight)
+            snap = stats[entry.key]
+            slo = entry.contract.slo_latency_ms
+            slo_term = w.slo_reference_ms / (w.slo_reference_ms + slo)
+            load_term = 1.0 / (1.0 + snap.in_flight / w.load_reference)
             score = (w.slo * slo_term + w.success * snap.success_rate + w.load * load_term) / total
             out.append(
-                Candidate(
-                    agent=entry.key,
-                    score=round(score, 6),
-                    slo_latency_ms=entry.contract.slo_latency_ms,
-                    success_rate=round(snap.success_rate, 4),
-                    load=float(snap.in_flight),
-                )
+                {
+                    "agent": entry.key,
+                    "score": round(score, 6),
+                    "slo_latency_ms": slo,
+                    "success_rate": round(snap.success_rate, 4),
+                    "load": float(snap.in_flight),
+                    "samples": snap.samples,
+                }
             )
-        out.sort(key=lambda c: (-c.score, c.slo_latency_ms, c.agent))
+        out.sort(key=lambda c: (-c["score"], c["slo_latency_ms"], c["agent"]))
         return out
 
 
@@ -243,23 +348,17 @@ def _rejections(d: RoutingDecision, limit: int = 5) -> str:
     """The telling rejections in full; agents that simply do not offer the action as a count."""
     telling = [r for r in d.rejected if r.constraint != "can_do"]
     others = len(d.rejected) - len(telling)
-    parts = [f"{r.agent}: {r.reason}" for r in telling[:limit]]
-    if len(telling) > limit:
-        parts.append(f"{len(telling) - limit} more rejected")
+    parts = [f"{r.agent}: {r.reason}" if r.agent else r.reason for r in telling[:limit]]
+    more = len(telling) - limit + d.rejected_omitted
+    if more > 0:
+        parts.append(f"{more} more rejected")
     if others:
         parts.append(f"{others} other(s) do not offer {d.constraints.action}")
     return "; ".join(parts)
 
 
 def _explain(d: RoutingDecision) -> str:
-    want = []
-    if d.constraints.action:
-        want.append(f"action={d.constraints.action}")
-    if d.constraints.tags:
-        want.append(f"tags={','.join(d.constraints.tags)}")
-    if d.constraints.max_latency_ms:
-        want.append(f"max_latency_ms={d.constraints.max_latency_ms}")
-    needs = " ".join(want) or "no constraints"
+    needs = d.constraints.described()
     if d.refused:
         return f"refused ({needs}): {_rejections(d) or 'no capability is registered for it'}"
     best = d.candidates[0]

@@ -10,11 +10,12 @@ import asyncio
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .agents import AgentReply, AgentRequest
 
-__all__ = ["Hang", "Raise", "ScriptedAgent"]
+__all__ = ["Hang", "ManualClock", "Raise", "ScriptedAgent"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,20 @@ class ScriptedAgent:
             result = fn(request)
             return await result if inspect.isawaitable(result) else result
         return step
+
+
+class ManualClock:
+    """A clock that only moves when told to: inject it wherever a ``clock`` is taken.
+
+    >>> clock = ManualClock(); clock.advance(31)  # a 30 s lease has now passed
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now

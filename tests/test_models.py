@@ -107,7 +107,7 @@ def test_contract_normalises_tags_and_keys_by_name_and_version():
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
     [
-        ({"cannot_do": ["compound_interest"]}, "", "overlap"),
+        ({"cannot_do": ["compound_interest"]}, "cannot_do", "overlap"),
         ({"input_schema": {"type": "not-a-type"}}, "input_schema", "JSON Schema"),
         ({"output_schema": {"properties": 3}}, "output_schema", "JSON Schema"),
         ({"version": "1.2"}, "version", "semantic version"),

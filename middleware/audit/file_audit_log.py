@@ -77,7 +77,7 @@ class FileAuditLog:
 
     async def append(self, record: AuditRecord) -> int:
         async with self._lock:
-            body = record.canonical()
+            body = canonical_json(record.model_dump(mode="json"))  # the form _scan re-derives
             index = self._index + 1
             digest = _chain(self._last_hash, body)
             line = (

@@ -8,12 +8,20 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+import orjson
 from pydantic import Field
 
 from .._model import Model
 from ..smf import new_id, utcnow
 
-__all__ = ["AUDIT_SCHEMA_VERSION", "Actors", "AuditEventType", "AuditRecord", "canonical_json"]
+__all__ = [
+    "AUDIT_SCHEMA_VERSION",
+    "Actors",
+    "AuditEventType",
+    "AuditRecord",
+    "canonical_json",
+    "fast_canonical_json",
+]
 
 AUDIT_SCHEMA_VERSION = 1
 
@@ -39,6 +47,17 @@ class AuditEventType(StrEnum):
     QUARANTINE = "failure.quarantine"
     CIRCUIT_CHANGE = "agent.circuit"
     CONTRACT_REVIEW = "contract.review"
+    MESSAGE_ACKED = "message.acked"
+    MESSAGE_EXPIRED = "message.expired"
+    MESSAGE_DEAD_LETTERED = "message.dead_lettered"
+    MESSAGE_LOST = "message.lost"
+    MESSAGE_FORGED = "message.forged"
+    MESSAGE_DUPLICATE = "message.duplicate"
+    TOPIC_DRIFT = "topic.drift"
+    TOPIC_SUBSCRIBED = "topic.subscribed"
+    AGENT_REGISTERED = "agent.registered"
+    AGENT_TURN = "agent.turn"
+    AGENT_HANDOFF = "agent.handoff"
 
 
 class Actors(Model):
@@ -67,9 +86,30 @@ class AuditRecord(Model):
     schema_version: int = AUDIT_SCHEMA_VERSION
 
     def canonical(self) -> bytes:
-        """The canonical JSON bytes of this record (sorted keys, compact, UTF-8)."""
-        return canonical_json(self.model_dump(mode="json"))
+        """The canonical JSON bytes of this record (sorted keys, compact, UTF-8).
+
+        These bytes are what the write-ahead log stores and hashes; nothing ever
+        re-serialises a stored record to check it (verification re-hashes the stored bytes).
+        """
+        return fast_canonical_json(self.model_dump(mode="json"))
+
+
+def fast_canonical_json(value: Any) -> bytes:
+    """Canonical JSON via orjson: sorted keys, compact, UTF-8 (non-ASCII kept, not escaped).
+
+    Floats use orjson's shortest round-trip form (``1e16``, not ``1e+16``). The only values
+    orjson refuses (integers beyond 64 bits) fall back to ``canonical_json``; either way the
+    bytes are deterministic for a given record and are stored exactly as hashed.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return canonical_json(value)
 
 
 def canonical_json(value: Any) -> bytes:
+    """Canonical JSON via the ``json`` module (sorted keys, compact, UTF-8).
+
+    The form ``FileAuditLog`` writes and re-derives when it checks its file: keep it stable.
+    """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -39,6 +39,7 @@ from .segment import (
     SegmentName,
     TornFrame,
     check,
+    encode_events,
     encode_frame,
     find_promised_frame,
     list_segments,
@@ -382,6 +383,7 @@ class WalAuditLog:
         leaves: list[bytes] = []
         now = time.time_ns()
         chain, index = st.chain, st.size
+        payloads: list[bytes] = []
         for item in batch:
             payload = item[0]
             if not payload:
@@ -389,10 +391,11 @@ class WalAuditLog:
                 cp_acks.append((item, 0))
                 continue
             index += 1
-            frame, leaf, chain = encode_frame(EVENT, index, synced, now, chain, payload)
-            parts.append(frame)
-            leaves.append(leaf)
+            payloads.append(payload)
             acks.append((item, index))
+        if payloads:
+            frames, leaves, chain = encode_events(st.size + 1, synced, now, chain, payloads)
+            parts.append(frames)
         st.tree.extend(leaves)
         st.chain, st.size = chain, index
         if want_checkpoint or st.size - self._checkpointed >= self.options.checkpoint_every:

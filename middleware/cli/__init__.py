@@ -26,6 +26,8 @@ COMMAND_MODULES = [
     "middleware.cli.goal",
     "middleware.cli.smf",
     "middleware.cli.contracts",
+    "middleware.cli.catalog",
+    "middleware.cli.worker",
 ]
 
 

@@ -18,6 +18,7 @@ from ..config import ServerConfig, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
+from ..liveness import KeepAlive
 from ..metrics import MeteredAuditLog, Metrics
 from ..pipeline import Agency
 
@@ -124,6 +125,7 @@ async def serve(
         agency.audit = tracing.audit_log(agency.audit)
         interceptors.append(TracingServerInterceptor(tracing))
     metrics_server = None
+    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
     try:
         if demo:
             from ..demo import build_demo_agency
@@ -139,6 +141,7 @@ async def serve(
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
+        await keep_alive.__aenter__()  # renews this gateway's in-process agents' leases
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
         print(
@@ -153,7 +156,9 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        await keep_alive.__aexit__(None, None, None)
         await agency.close()
+        await agency.catalog.close()
         if tracing is not None:
             tracing.shutdown()
         if metrics_server is not None:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc
+from ..catalog import CatalogEntry, CatalogEvent
 from ..pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
-from .status import rpc
+from .status import rpc, rpc_stream
+
+
+def event_to_pb(event: CatalogEvent) -> catalog_pb2.CatalogEvent:
+    return catalog_pb2.CatalogEvent(
+        type=event.type.value,
+        key=event.key,
+        entry=entry_to_pb(event.entry) if event.entry is not None else None,
+        at=event.at.isoformat(),
+    )
+
+
+def _existing(entry: CatalogEntry) -> catalog_pb2.CatalogEvent:
+    return catalog_pb2.CatalogEvent(
+        type="existing", key=entry.key, entry=entry_to_pb(entry), at=entry.last_heartbeat.isoformat()
+    )
 
 
 class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
@@ -34,3 +52,36 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     ) -> catalog_pb2.QueryResponse:
         entries = await self._agency.catalog.query(query_from_pb(request))
         return catalog_pb2.QueryResponse(entries=[entry_to_pb(e) for e in entries])
+
+    @rpc
+    async def Update(
+        self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        contract = contract_from_pb(request.contract)
+        await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
+        return entry_to_pb(await self._agency.register(contract, replace=True))
+
+    @rpc
+    async def Deregister(
+        self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.DeregisterResponse:
+        await self._agency.deregister(request.key)
+        return catalog_pb2.DeregisterResponse()
+
+    @rpc
+    async def Heartbeat(
+        self, request: catalog_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        return entry_to_pb(await self._agency.catalog.heartbeat(request.key))
+
+    @rpc_stream
+    async def Watch(
+        self, request: catalog_pb2.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[catalog_pb2.CatalogEvent]:
+        # subscribe first, then list: nothing that happens in between is lost
+        async with self._agency.catalog.watch() as events:
+            if request.include_existing:
+                for entry in await self._agency.catalog.all():
+                    yield _existing(entry)
+            async for event in events:
+                yield event_to_pb(event)

@@ -76,9 +76,17 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "output_schema": loads(pb.output_schema_json, f"{prefix}.output_schema_json", default={}, want=dict),
         "owner": pb.owner,
         "endpoint": pb.endpoint,
+        "regions": list(pb.regions),
+        "data_residency": list(pb.data_residency),
+        "time_windows": list(pb.time_windows),
+        "granularities": list(pb.granularities),
+        "metrics": list(pb.metrics),
+        "human_review": pb.human_review,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
+    if pb.HasField("max_data_delay_ms"):  # unset = undeclared
+        data["max_data_delay_ms"] = pb.max_data_delay_ms
     return parse_model(CapabilityContract, data, what="capability contract", prefix=prefix)
 
 
@@ -95,6 +103,13 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         output_schema_json=dumps(c.output_schema),
         owner=c.owner,
         endpoint=c.endpoint,
+        regions=c.regions,
+        data_residency=c.data_residency,
+        max_data_delay_ms=c.max_data_delay_ms,
+        time_windows=c.time_windows,
+        granularities=c.granularities,
+        metrics=c.metrics,
+        human_review=c.human_review,
     )
 
 
@@ -105,6 +120,7 @@ def entry_to_pb(e: CatalogEntry) -> catalog_pb2.CatalogEntry:
         registered_at=e.registered_at.isoformat(),
         last_heartbeat=e.last_heartbeat.isoformat(),
         stale=e.stale,
+        revision=e.revision,
     )
 
 
@@ -116,6 +132,7 @@ def query_from_pb(pb: catalog_pb2.QueryRequest) -> CatalogQuery:
             "tags": list(pb.tags),
             "max_slo_latency_ms": pb.max_slo_latency_ms,
             "include_stale": pb.include_stale,
+            "version_range": pb.version_range,
         },
         what="catalog query",
     )
@@ -162,6 +179,7 @@ def decision_to_pb(d: RoutingDecision) -> agency_pb2.RoutingDecision:
                 slo_latency_ms=c.slo_latency_ms,
                 success_rate=c.success_rate,
                 load=c.load,
+                samples=c.samples,
             )
             for c in d.candidates
         ],
@@ -170,6 +188,8 @@ def decision_to_pb(d: RoutingDecision) -> agency_pb2.RoutingDecision:
         ],
         explanation=d.explanation,
         refused=d.refused,
+        considered=d.considered,
+        rejected_omitted=d.rejected_omitted,
     )
 
 

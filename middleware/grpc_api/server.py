@@ -20,6 +20,7 @@ from .._proto.agency.v1 import (
 )
 from ..config import TlsConfig
 from ..errors import Unavailable
+from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
@@ -27,6 +28,7 @@ from .auth import TokenAuthInterceptor
 from .catalog_servicer import CatalogServicer
 from .decode import DecodeGuardInterceptor
 from .goal_servicer import GoalServicer
+from .message_servicer import add_message_service
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -81,6 +83,7 @@ def build_server(
     tls: TlsConfig | None = None,
     token_hashes: Mapping[str, str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    post_office: PostOffice | None = None,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -89,6 +92,7 @@ def build_server(
         token_hashes: ``{sha256_of_token: client_name}``; set = every call but health and
             reflection needs a known bearer token (see :mod:`.auth`).
         interceptors: Further server interceptors (e.g. tracing), outermost first.
+        post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
     """
     chain = list(interceptors)
     if token_hashes is not None:
@@ -111,6 +115,7 @@ def build_server(
         audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
+    services.append(add_message_service(server, post_office or PostOffice(audit=agency.audit)))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

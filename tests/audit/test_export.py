@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from middleware.audit.export import ExportFilter, cef_ext, cef_header, export
-from middleware.audit.verify import verify_path
+from middleware.audit.export import ExportFilter, cef_ext, cef_header, export, iter_records
+from middleware.audit.verify import record_line_prefix, verify_path
 from middleware.cli import main
 from middleware.errors import AuditCorrupted, InvalidInput
 
@@ -167,3 +167,36 @@ async def test_read_only_reader_merges_nodes(tmp_path: Path) -> None:
     assert len(got) == 21 and {r.node for _, r in got} == {"n1"}
     with pytest.raises(AuditError, match="read-only"):
         await reader.append(record(1))
+
+
+async def test_single_node_fast_path_writes_the_generic_bundle_lines(tmp_path: Path) -> None:
+    node = 'n0,"é'  # a name that needs JSON escaping and contains the digits of an index
+    log = open_log(tmp_path, node, segment_bytes=4096, checkpoint_every=7)
+    for k in range(6):
+        await append_batch(log, 10 * k, 5)
+    await log.close()
+    assert len(segments(tmp_path / node)) > 1
+    out = io.BytesIO()
+    summary = export(tmp_path, out, "jsonl")
+    lines = out.getvalue().splitlines()
+    _, records = iter_records(tmp_path)
+    want = [record_line_prefix(r.node, r.index, r.time_ns, None) + r.raw + b"}" for r in records]
+    assert lines[2:] == want and summary.records == 30
+    bundle = tmp_path / "b.jsonl"
+    bundle.write_bytes(out.getvalue())
+    verdict = verify_path(bundle, key=SIGNER.vkey)
+    assert verdict.ok and verdict.nodes[0].events == 30
+
+
+async def test_fast_path_reports_progress_across_segments(tmp_path: Path) -> None:
+    # Segments that rotate mid-chunk (not at multiples of 1,000 records) must not stall the ticks.
+    log = open_log(tmp_path, segment_bytes=1 << 20, checkpoint_every=777, fsync="interval")
+    for k in range(75):  # batches of 333: segments end at odd record counts
+        await append_batch(log, 333 * k, 333 + (k == 74) * 25)
+    await log.close()
+    assert len(segments(tmp_path / "n1")) >= 3
+    seen: list[tuple[int, int]] = []
+    summary = export(tmp_path, io.BytesIO(), "jsonl", progress=lambda done, total: seen.append((done, total)))
+    assert summary.records == 25_000
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (25_000, 25_000)
+    assert len(seen) >= 3  # ticks every ~10,000 records, not only at the end

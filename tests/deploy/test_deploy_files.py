@@ -21,7 +21,7 @@ DEPLOY = ROOT / "deploy"
 IMAGE = "agency-middleware"
 
 #: Built on other branches of issue 9; the lead empties these when merging them.
-PENDING_COMMANDS = {"worker"}  # `agency worker` (remote workers)
+PENDING_COMMANDS: set[str] = set()  # `agency` commands that land with other branches
 PENDING_PATHS: set[str] = set()  # paths COPY needs that land with other branches
 PENDING_ENV: set[str] = set()  # variables config.py reads once other branches land
 
@@ -173,6 +173,8 @@ def test_compose_commands_are_real_agency_commands(service):
     if service.startswith("gateway"):
         assert node == service  # each replica writes its own audit log under its node id
     if service == "worker":
+        module = args.agent.split(":")[0]
+        assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{module} is not in the image"
         gateway = args.gateway.rpartition(":")
         assert gateway[0] in compose()["services"]
         assert int(gateway[2]) == port_of(cli(compose()["services"][gateway[0]]["command"]).address)

@@ -61,7 +61,7 @@ def test_every_problem_is_listed_by_path(tmp_path):
         load_definition(write(tmp_path, bad), env={})
     paths = {p.field for p in info.value.problems}
     assert "agents[2].contract.input_schema" in paths
-    assert "agents[0].contract" in paths  # can_do/cannot_do overlap
+    assert "agents[0].contract.cannot_do" in paths  # can_do/cannot_do overlap
     assert "agents[1].factory" in paths
     assert "server.address" in paths
     assert "storage" in paths

@@ -53,18 +53,20 @@ class RouteRequest(_message.Message):
     def __init__(self, text: _Optional[str] = ..., constraints_json: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
-    __slots__ = ("agent", "score", "slo_latency_ms", "success_rate", "load")
+    __slots__ = ("agent", "score", "slo_latency_ms", "success_rate", "load", "samples")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     SLO_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_RATE_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
     agent: str
     score: float
     slo_latency_ms: int
     success_rate: float
     load: float
-    def __init__(self, agent: _Optional[str] = ..., score: _Optional[float] = ..., slo_latency_ms: _Optional[int] = ..., success_rate: _Optional[float] = ..., load: _Optional[float] = ...) -> None: ...
+    samples: int
+    def __init__(self, agent: _Optional[str] = ..., score: _Optional[float] = ..., slo_latency_ms: _Optional[int] = ..., success_rate: _Optional[float] = ..., load: _Optional[float] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("agent", "constraint", "reason")
@@ -77,7 +79,7 @@ class Rejection(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., constraint: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RoutingDecision(_message.Message):
-    __slots__ = ("constraints_json", "chosen", "fallbacks", "candidates", "rejected", "explanation", "refused")
+    __slots__ = ("constraints_json", "chosen", "fallbacks", "candidates", "rejected", "explanation", "refused", "considered", "rejected_omitted")
     CONSTRAINTS_JSON_FIELD_NUMBER: _ClassVar[int]
     CHOSEN_FIELD_NUMBER: _ClassVar[int]
     FALLBACKS_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +87,8 @@ class RoutingDecision(_message.Message):
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    CONSIDERED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_OMITTED_FIELD_NUMBER: _ClassVar[int]
     constraints_json: str
     chosen: str
     fallbacks: _containers.RepeatedScalarFieldContainer[str]
@@ -92,7 +96,9 @@ class RoutingDecision(_message.Message):
     rejected: _containers.RepeatedCompositeFieldContainer[Rejection]
     explanation: str
     refused: bool
-    def __init__(self, constraints_json: _Optional[str] = ..., chosen: _Optional[str] = ..., fallbacks: _Optional[_Iterable[str]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., rejected: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., explanation: _Optional[str] = ..., refused: _Optional[bool] = ...) -> None: ...
+    considered: int
+    rejected_omitted: int
+    def __init__(self, constraints_json: _Optional[str] = ..., chosen: _Optional[str] = ..., fallbacks: _Optional[_Iterable[str]] = ..., candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., rejected: _Optional[_Iterable[_Union[Rejection, _Mapping]]] = ..., explanation: _Optional[str] = ..., refused: _Optional[bool] = ..., considered: _Optional[int] = ..., rejected_omitted: _Optional[int] = ...) -> None: ...
 
 class StepVerdict(_message.Message):
     __slots__ = ("step", "kind", "passed", "expected_json", "actual_json", "reason")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from middleware._proto.agency.v1 import common_pb2 as agency_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gency/v1/catalog.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\"\x8a\x01\n\x0c\x43\x61talogEntry\x12/\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1d.agency.v1.CapabilityContract\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\t\x12\x16\n\x0elast_heartbeat\x18\x04 \x01(\t\x12\r\n\x05stale\x18\x05 \x01(\x08\"S\n\x0fRegisterRequest\x12/\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1d.agency.v1.CapabilityContract\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"#\n\x14GetCapabilityRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"m\n\x0cQueryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x1a\n\x12max_slo_latency_ms\x18\x04 \x01(\x05\x12\x15\n\rinclude_stale\x18\x05 \x01(\x08\"9\n\rQueryResponse\x12(\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x17.agency.v1.CatalogEntry2\xce\x01\n\x0e\x43\x61talogService\x12?\n\x08Register\x12\x1a.agency.v1.RegisterRequest\x1a\x17.agency.v1.CatalogEntry\x12?\n\x03Get\x12\x1f.agency.v1.GetCapabilityRequest\x1a\x17.agency.v1.CatalogEntry\x12:\n\x05Query\x12\x17.agency.v1.QueryRequest\x1a\x18.agency.v1.QueryResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gency/v1/catalog.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\"\x9c\x01\n\x0c\x43\x61talogEntry\x12/\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1d.agency.v1.CapabilityContract\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x15\n\rregistered_at\x18\x03 \x01(\t\x12\x16\n\x0elast_heartbeat\x18\x04 \x01(\t\x12\r\n\x05stale\x18\x05 \x01(\x08\x12\x10\n\x08revision\x18\x06 \x01(\x04\"S\n\x0fRegisterRequest\x12/\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1d.agency.v1.CapabilityContract\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"#\n\x14GetCapabilityRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x84\x01\n\x0cQueryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x1a\n\x12max_slo_latency_ms\x18\x04 \x01(\x05\x12\x15\n\rinclude_stale\x18\x05 \x01(\x08\x12\x15\n\rversion_range\x18\x06 \x01(\t\"9\n\rQueryResponse\x12(\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x17.agency.v1.CatalogEntry\"@\n\rUpdateRequest\x12/\n\x08\x63ontract\x18\x01 \x01(\x0b\x32\x1d.agency.v1.CapabilityContract\" \n\x11\x44\x65registerRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"\x14\n\x12\x44\x65registerResponse\"\x1f\n\x10HeartbeatRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"(\n\x0cWatchRequest\x12\x18\n\x10include_existing\x18\x01 \x01(\x08\"]\n\x0c\x43\x61talogEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12&\n\x05\x65ntry\x18\x03 \x01(\x0b\x32\x17.agency.v1.CatalogEntry\x12\n\n\x02\x61t\x18\x04 \x01(\t2\xd6\x03\n\x0e\x43\x61talogService\x12?\n\x08Register\x12\x1a.agency.v1.RegisterRequest\x1a\x17.agency.v1.CatalogEntry\x12?\n\x03Get\x12\x1f.agency.v1.GetCapabilityRequest\x1a\x17.agency.v1.CatalogEntry\x12:\n\x05Query\x12\x17.agency.v1.QueryRequest\x1a\x18.agency.v1.QueryResponse\x12;\n\x06Update\x12\x18.agency.v1.UpdateRequest\x1a\x17.agency.v1.CatalogEntry\x12I\n\nDeregister\x12\x1c.agency.v1.DeregisterRequest\x1a\x1d.agency.v1.DeregisterResponse\x12\x41\n\tHeartbeat\x12\x1b.agency.v1.HeartbeatRequest\x1a\x17.agency.v1.CatalogEntry\x12;\n\x05Watch\x12\x17.agency.v1.WatchRequest\x1a\x17.agency.v1.CatalogEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,15 +33,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agency.v1.catalog_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CATALOGENTRY']._serialized_start=63
-  _globals['_CATALOGENTRY']._serialized_end=201
-  _globals['_REGISTERREQUEST']._serialized_start=203
-  _globals['_REGISTERREQUEST']._serialized_end=286
-  _globals['_GETCAPABILITYREQUEST']._serialized_start=288
-  _globals['_GETCAPABILITYREQUEST']._serialized_end=323
-  _globals['_QUERYREQUEST']._serialized_start=325
-  _globals['_QUERYREQUEST']._serialized_end=434
-  _globals['_QUERYRESPONSE']._serialized_start=436
-  _globals['_QUERYRESPONSE']._serialized_end=493
-  _globals['_CATALOGSERVICE']._serialized_start=496
-  _globals['_CATALOGSERVICE']._serialized_end=702
+  _globals['_CATALOGENTRY']._serialized_end=219
+  _globals['_REGISTERREQUEST']._serialized_start=221
+  _globals['_REGISTERREQUEST']._serialized_end=304
+  _globals['_GETCAPABILITYREQUEST']._serialized_start=306
+  _globals['_GETCAPABILITYREQUEST']._serialized_end=341
+  _globals['_QUERYREQUEST']._serialized_start=344
+  _globals['_QUERYREQUEST']._serialized_end=476
+  _globals['_QUERYRESPONSE']._serialized_start=478
+  _globals['_QUERYRESPONSE']._serialized_end=535
+  _globals['_UPDATEREQUEST']._serialized_start=537
+  _globals['_UPDATEREQUEST']._serialized_end=601
+  _globals['_DEREGISTERREQUEST']._serialized_start=603
+  _globals['_DEREGISTERREQUEST']._serialized_end=635
+  _globals['_DEREGISTERRESPONSE']._serialized_start=637
+  _globals['_DEREGISTERRESPONSE']._serialized_end=657
+  _globals['_HEARTBEATREQUEST']._serialized_start=659
+  _globals['_HEARTBEATREQUEST']._serialized_end=690
+  _globals['_WATCHREQUEST']._serialized_start=692
+  _globals['_WATCHREQUEST']._serialized_end=732
+  _globals['_CATALOGEVENT']._serialized_start=734
+  _globals['_CATALOGEVENT']._serialized_end=827
+  _globals['_CATALOGSERVICE']._serialized_start=830
+  _globals['_CATALOGSERVICE']._serialized_end=1300
 # @@protoc_insertion_point(module_scope)

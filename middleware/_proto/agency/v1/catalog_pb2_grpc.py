@@ -50,6 +50,26 @@ class CatalogServiceStub:
                 request_serializer=agency_dot_v1_dot_catalog__pb2.QueryRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_catalog__pb2.QueryResponse.FromString,
                 _registered_method=True)
+        self.Update = channel.unary_unary(
+                '/agency.v1.CatalogService/Update',
+                request_serializer=agency_dot_v1_dot_catalog__pb2.UpdateRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_catalog__pb2.CatalogEntry.FromString,
+                _registered_method=True)
+        self.Deregister = channel.unary_unary(
+                '/agency.v1.CatalogService/Deregister',
+                request_serializer=agency_dot_v1_dot_catalog__pb2.DeregisterRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_catalog__pb2.DeregisterResponse.FromString,
+                _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/agency.v1.CatalogService/Heartbeat',
+                request_serializer=agency_dot_v1_dot_catalog__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_catalog__pb2.CatalogEntry.FromString,
+                _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/agency.v1.CatalogService/Watch',
+                request_serializer=agency_dot_v1_dot_catalog__pb2.WatchRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_catalog__pb2.CatalogEvent.FromString,
+                _registered_method=True)
 
 
 class CatalogServiceServicer:
@@ -74,6 +94,34 @@ class CatalogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Update(self, request, context):
+        """Replace the contract of an existing name@version (NOT_FOUND if absent).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Deregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Heartbeat(self, request, context):
+        """Renew the lease; a stale entry becomes routable again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Watch(self, request, context):
+        """Changes as they happen: registered, updated, deregistered, stale, alive
+        (and "existing" for the initial snapshot when include_existing is set).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CatalogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +139,26 @@ def add_CatalogServiceServicer_to_server(servicer, server):
                     servicer.Query,
                     request_deserializer=agency_dot_v1_dot_catalog__pb2.QueryRequest.FromString,
                     response_serializer=agency_dot_v1_dot_catalog__pb2.QueryResponse.SerializeToString,
+            ),
+            'Update': grpc.unary_unary_rpc_method_handler(
+                    servicer.Update,
+                    request_deserializer=agency_dot_v1_dot_catalog__pb2.UpdateRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_catalog__pb2.CatalogEntry.SerializeToString,
+            ),
+            'Deregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deregister,
+                    request_deserializer=agency_dot_v1_dot_catalog__pb2.DeregisterRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_catalog__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=agency_dot_v1_dot_catalog__pb2.HeartbeatRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_catalog__pb2.CatalogEntry.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=agency_dot_v1_dot_catalog__pb2.WatchRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_catalog__pb2.CatalogEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +243,114 @@ class CatalogService:
             '/agency.v1.CatalogService/Query',
             agency_dot_v1_dot_catalog__pb2.QueryRequest.SerializeToString,
             agency_dot_v1_dot_catalog__pb2.QueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Update(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.CatalogService/Update',
+            agency_dot_v1_dot_catalog__pb2.UpdateRequest.SerializeToString,
+            agency_dot_v1_dot_catalog__pb2.CatalogEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.CatalogService/Deregister',
+            agency_dot_v1_dot_catalog__pb2.DeregisterRequest.SerializeToString,
+            agency_dot_v1_dot_catalog__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.CatalogService/Heartbeat',
+            agency_dot_v1_dot_catalog__pb2.HeartbeatRequest.SerializeToString,
+            agency_dot_v1_dot_catalog__pb2.CatalogEntry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agency.v1.CatalogService/Watch',
+            agency_dot_v1_dot_catalog__pb2.WatchRequest.SerializeToString,
+            agency_dot_v1_dot_catalog__pb2.CatalogEvent.FromString,
             options,
             channel_credentials,
             insecure,

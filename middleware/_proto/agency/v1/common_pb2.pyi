@@ -45,7 +45,7 @@ class SMFMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., receiver: _Optional[str] = ..., content_json: _Optional[str] = ..., metadata: _Optional[_Union[SMFMetadata, _Mapping]] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CapabilityContract(_message.Message):
-    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint")
+    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint", "regions", "data_residency", "max_data_delay_ms", "time_windows", "granularities", "metrics", "human_review")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,13 @@ class CapabilityContract(_message.Message):
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    DATA_RESIDENCY_FIELD_NUMBER: _ClassVar[int]
+    MAX_DATA_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    TIME_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    GRANULARITIES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    HUMAN_REVIEW_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -68,4 +75,11 @@ class CapabilityContract(_message.Message):
     output_schema_json: str
     owner: str
     endpoint: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
+    regions: _containers.RepeatedScalarFieldContainer[str]
+    data_residency: _containers.RepeatedScalarFieldContainer[str]
+    max_data_delay_ms: int
+    time_windows: _containers.RepeatedScalarFieldContainer[str]
+    granularities: _containers.RepeatedScalarFieldContainer[str]
+    metrics: _containers.RepeatedScalarFieldContainer[str]
+    human_review: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., data_residency: _Optional[_Iterable[str]] = ..., max_data_delay_ms: _Optional[int] = ..., time_windows: _Optional[_Iterable[str]] = ..., granularities: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Iterable[str]] = ..., human_review: _Optional[bool] = ...) -> None: ...

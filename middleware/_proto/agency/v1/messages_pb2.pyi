@@ -1,0 +1,92 @@
+from middleware._proto.agency.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("message", "signature", "topic", "broadcast", "ttl_seconds", "trigger_turn", "params_json")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROADCAST_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_TURN_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    message: _common_pb2.SMFMessage
+    signature: str
+    topic: str
+    broadcast: bool
+    ttl_seconds: float
+    trigger_turn: bool
+    params_json: str
+    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., signature: _Optional[str] = ..., topic: _Optional[str] = ..., broadcast: _Optional[bool] = ..., ttl_seconds: _Optional[float] = ..., trigger_turn: _Optional[bool] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("message_id", "recipients")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    recipients: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("max_messages", "wait_seconds", "consumer")
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    max_messages: int
+    wait_seconds: float
+    consumer: str
+    def __init__(self, max_messages: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., consumer: _Optional[str] = ...) -> None: ...
+
+class ReceivedMessage(_message.Message):
+    __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json")
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_TURN_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    receipt: str
+    message: _common_pb2.SMFMessage
+    kind: str
+    topic: str
+    trigger_turn: bool
+    delivery_count: int
+    expires_at: float
+    params_json: str
+    def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("receipts",)
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
+    receipts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, receipts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("acknowledged",)
+    ACKNOWLEDGED_FIELD_NUMBER: _ClassVar[int]
+    acknowledged: int
+    def __init__(self, acknowledged: _Optional[int] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("topics", "batch", "consumer")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    batch: int
+    consumer: str
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., batch: _Optional[int] = ..., consumer: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,151 @@
+"""``agency worker``: serve one agent over gRPC and register it at a gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import InvalidInput
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "worker",
+        help="serve an agent (e.g. a wrapped LangChain runnable) to a gateway over gRPC",
+        description="Serve the agent named by --agent as agency.v1.AgentWorker, register its contract "
+        "(with this worker's address as endpoint) in the gateway's catalog, heartbeat, and deregister "
+        "on SIGTERM/SIGINT. The attribute may be a wrapped agent carrying its contract (a LangChainAgent), "
+        "a LangChain Runnable (wrapped for you; needs --contract), or any agent callable with --contract.",
+    )
+    p.add_argument("--agent", required=True, metavar="MODULE:ATTRIBUTE", help="e.g. myapp.agents:faq_agent")
+    p.add_argument("--gateway", required=True, metavar="HOST:PORT", help="the gateway's gRPC address")
+    p.add_argument(
+        "--address",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where to listen (default: any free port)",
+    )
+    p.add_argument(
+        "--advertise", metavar="HOST:PORT", help="the address the gateway should call, if different"
+    )
+    p.add_argument(
+        "--contract", type=Path, metavar="FILE", help="contract as JSON or YAML (overrides the agent's)"
+    )
+    p.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval (5)")
+    p.add_argument(
+        "--audit-dir", type=Path, help="write a wrapped LangChain agent's inner steps to an audit log here"
+    )
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    agent, contract = load_agent(args.agent, args.contract)
+    return asyncio.run(_serve(args, agent, contract))
+
+
+async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
+    from ..worker import Worker
+
+    audit = None
+    if args.audit_dir is not None and hasattr(agent, "audit") and agent.audit is None:
+        from ..audit import FileAuditLog
+
+        audit = agent.audit = FileAuditLog(args.audit_dir)
+    worker = Worker(
+        agent,
+        contract,
+        gateway=args.gateway,
+        address=args.address,
+        advertise=args.advertise,
+        heartbeat_interval=args.heartbeat,
+    )
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(worker.run(stop, ready=ready))
+    try:
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            await task  # re-raises what stopped it (gateway unreachable, contract refused)
+            return 1
+        print(
+            f"agency: worker {worker.key} serving on {worker.endpoint}, registered at {args.gateway}",
+            flush=True,
+        )
+        await task
+    finally:
+        stop.set()
+        if not task.done():
+            await task
+        if audit is not None:
+            await audit.close()
+    print(f"agency: worker {worker.key} deregistered and stopped", flush=True)
+    return 0
+
+
+def load_agent(spec: str, contract_file: Path | None = None) -> tuple[Any, Any]:
+    """Import ``module:attribute`` and return ``(agent, contract or None)``.
+
+    Raises:
+        InvalidInput: the spec, the module, the attribute or the contract file is wrong.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidInput.single(
+            "--agent", f"{spec!r} is not MODULE:ATTRIBUTE (e.g. myapp.agents:faq_agent)"
+        )
+    if os.getcwd() not in sys.path:  # like uvicorn: modules next to where you run the command
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInput.single("--agent", f"cannot import {module_name!r}: {exc}") from None
+    agent: Any = module
+    for part in attribute.split("."):
+        try:
+            agent = getattr(agent, part)
+        except AttributeError:
+            raise InvalidInput.single("--agent", f"{module_name!r} has no attribute {attribute!r}") from None
+    contract = _read_contract(contract_file) if contract_file else getattr(agent, "contract", None)
+    if _is_runnable(agent):
+        if contract is None:
+            raise InvalidInput.single("--contract", f"{spec} is a LangChain Runnable: give its contract file")
+        from ..langchain import wrap_runnable
+
+        agent = wrap_runnable(agent, contract)
+        contract = agent.contract
+    if contract is None:
+        raise InvalidInput.single("--contract", f"{spec} carries no .contract: give a contract file")
+    if not callable(agent):
+        raise InvalidInput.single("--agent", f"{spec} is a {type(agent).__name__}, not an agent callable")
+    return agent, contract
+
+
+def _read_contract(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput.single("--contract", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InvalidInput.single("--contract", f"{path} does not parse: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput.single("--contract", f"{path} must hold one contract object")
+    return data
+
+
+def _is_runnable(obj: Any) -> bool:
+    if "langchain_core" not in sys.modules:
+        return False  # a Runnable's module would have imported it
+    from langchain_core.runnables import Runnable
+
+    return isinstance(obj, Runnable)

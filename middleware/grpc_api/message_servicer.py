@@ -1,0 +1,190 @@
+"""``agency.v1.MessageService`` over the core post office (a thin adapter).
+
+The caller's agent token travels in the metadata (``authorization: Bearer <token>``
+or ``agency-token``); the post office authenticates it. Errors map to status codes
+only through :mod:`.status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import grpc
+from pydantic import TypeAdapter
+
+from .._model import parse_model
+from .._proto.agency.v1 import common_pb2, messages_pb2, messages_pb2_grpc
+from ..errors import InvalidInput, Problem
+from ..messaging.post_office import PostOffice, Received
+from ..smf import SMFMessage
+from .convert import dumps, loads
+from .status import rpc, rpc_stream
+
+__all__ = ["MessageServicer", "add_message_service", "smf_from_pb", "smf_to_pb"]
+
+_DATETIME = TypeAdapter(datetime)
+
+#: How long one Subscribe round waits for a message before looking again.
+SUBSCRIBE_POLL_SECONDS = 1.0
+
+
+def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessage:
+    """The pydantic SMF message for ``pb`` (``InvalidInput`` naming ``message.*`` fields)."""
+    data: dict[str, Any] = {
+        "sender": pb.sender,
+        "receiver": pb.receiver,
+        "content": loads(pb.content_json, f"{prefix}.content_json"),
+        "metadata": {
+            "provenance": {
+                "source": pb.metadata.provenance.source,
+                "reliability_score": pb.metadata.provenance.reliability_score,
+            },
+            "freshness_ttl": pb.metadata.freshness_ttl,
+            "confidence_score": pb.metadata.confidence_score,
+            "intention_trace": list(pb.metadata.intention_trace),
+        },
+    }
+    if not pb.HasField("metadata"):
+        del data["metadata"]
+    for name in ("message_id", "trace_id", "created_at"):
+        value = getattr(pb, name)
+        if value:
+            data[name] = value
+    return parse_model(SMFMessage, data, what="SMF message", prefix=prefix)
+
+
+def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
+    meta = m.metadata
+    return common_pb2.SMFMessage(
+        message_id=m.message_id,
+        sender=m.sender,
+        receiver=m.receiver,
+        content_json=dumps(m.content),
+        metadata=common_pb2.SMFMetadata(
+            provenance=common_pb2.Provenance(
+                source=meta.provenance.source, reliability_score=meta.provenance.reliability_score
+            ),
+            freshness_ttl=meta.freshness_ttl,
+            confidence_score=meta.confidence_score,
+            intention_trace=list(meta.intention_trace),
+        ),
+        trace_id=m.trace_id,
+        created_at=_rfc3339(m.created_at),
+    )
+
+
+def _rfc3339(value: datetime) -> str:
+    # The same text pydantic produces in the canonical JSON the sender signed.
+    return str(_DATETIME.dump_python(value, mode="json"))
+
+
+def received_to_pb(r: Received) -> messages_pb2.ReceivedMessage:
+    return messages_pb2.ReceivedMessage(
+        receipt=r.receipt,
+        message=smf_to_pb(r.message),
+        kind=r.kind,
+        topic=r.topic,
+        trigger_turn=r.trigger_turn,
+        delivery_count=r.delivery_count,
+        expires_at=r.expires_at,
+        params_json=dumps(dict(r.params)) if r.params else "",
+    )
+
+
+def token_from(context: grpc.aio.ServicerContext) -> str | None:
+    """The agent token in the call's metadata, if any."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
+            return value[7:].strip()
+        if key == "agency-token" and isinstance(value, str):
+            return value.strip()
+    return None
+
+
+class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
+    def __init__(self, post_office: PostOffice) -> None:
+        self._po = post_office
+
+    @rpc
+    async def Send(
+        self, request: messages_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.SendMessageResponse:
+        token = token_from(context)
+        if not request.HasField("message"):
+            raise InvalidInput([Problem("message", "required")], what="send request")
+        message = smf_from_pb(request.message)
+        ttl = request.ttl_seconds if request.HasField("ttl_seconds") else None
+        if request.broadcast and request.topic:
+            raise InvalidInput([Problem("topic", "a message is either broadcast or published to a topic")])
+        if request.broadcast:
+            result = await self._po.broadcast(token, message, signature=request.signature, ttl=ttl)
+        elif request.topic:
+            result = await self._po.publish(
+                token,
+                request.topic,
+                message,
+                signature=request.signature,
+                ttl=ttl,
+                trigger_turn=request.trigger_turn,
+            )
+        else:
+            params = loads(request.params_json, "params_json", default={}, want=dict)
+            result = await self._po.send(
+                token,
+                message,
+                signature=request.signature,
+                ttl=ttl,
+                trigger_turn=request.trigger_turn,
+                params=params,
+            )
+        return messages_pb2.SendMessageResponse(
+            message_id=result.message_id, recipients=list(result.recipients)
+        )
+
+    @rpc
+    async def Pull(
+        self, request: messages_pb2.PullRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.PullResponse:
+        if request.wait_seconds < 0 or request.wait_seconds > 60:
+            raise InvalidInput([Problem("wait_seconds", "must be between 0 and 60")])
+        got = await self._po.pull(
+            token_from(context),
+            max_messages=request.max_messages or 10,
+            wait=request.wait_seconds,
+            consumer=request.consumer or None,
+        )
+        return messages_pb2.PullResponse(messages=[received_to_pb(r) for r in got])
+
+    @rpc
+    async def Ack(
+        self, request: messages_pb2.AckRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.AckResponse:
+        done = await self._po.ack(token_from(context), list(request.receipts))
+        return messages_pb2.AckResponse(acknowledged=done)
+
+    @rpc_stream
+    async def Subscribe(
+        self, request: messages_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[messages_pb2.ReceivedMessage]:
+        token = token_from(context)
+        self._po.identity.authenticate(token)  # refuse at once, not on the first pull
+        for i, topic in enumerate(request.topics):
+            try:
+                await self._po.subscribe(token, topic)
+            except InvalidInput as exc:
+                raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
+        batch = request.batch or 10
+        while True:
+            got = await self._po.pull(
+                token, max_messages=batch, wait=SUBSCRIBE_POLL_SECONDS, consumer=request.consumer or None
+            )
+            for received in got:
+                yield received_to_pb(received)
+
+
+def add_message_service(server: grpc.aio.Server, post_office: PostOffice) -> str:
+    """Register ``MessageService`` over ``post_office`` on ``server``; returns the service name."""
+    messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(post_office), server)
+    return str(messages_pb2.DESCRIPTOR.services_by_name["MessageService"].full_name)

@@ -1,0 +1,81 @@
+"""Agent-to-agent messaging: communication flows, send vs handoff vs post, mailboxes.
+
+- :mod:`.flows` — who may message whom, and with which tool (``a > b > c``).
+- :mod:`.runtime` — send_message sub-calls, handoffs, mailbox posts with
+  notify-or-wake, child runs with a completion watcher; :mod:`.conversation` —
+  user turns and who answers them.
+- :mod:`.post_office` — authenticated, signed, audited point-to-point, topic and
+  broadcast delivery; at-least-once with ack, dedupe, TTL, dead letters.
+- :mod:`.mailbox` — the transport interface; :mod:`.memory_mailbox` (embedded
+  default) and :mod:`.redis_mailbox` (Redis Streams with consumer groups).
+- :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, rate limits.
+"""
+
+from .clock import Clock, ManualClock, system_clock
+from .conversation import Conversation
+from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
+from .identity import (
+    IdentityRegistry,
+    RateLimiter,
+    Registration,
+    TopicACL,
+    generate_key,
+    public_key_b64,
+    sign_message,
+    signing_bytes,
+)
+from .mailbox import Batch, DeadLetter, Delivery, MailboxTransport
+from .memory_mailbox import MemoryMailbox
+from .post_office import (
+    BROADCAST,
+    BROADCAST_TOPIC,
+    DeadMessage,
+    Envelope,
+    PostOffice,
+    PostOfficeConfig,
+    Received,
+    SendResult,
+)
+from .redis_mailbox import RedisMailbox
+from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
+
+__all__ = [
+    "BROADCAST",
+    "BROADCAST_TOPIC",
+    "AgentHandle",
+    "Batch",
+    "ChildResult",
+    "ChildRun",
+    "Clock",
+    "Conversation",
+    "DeadLetter",
+    "DeadMessage",
+    "Delivery",
+    "Edge",
+    "Envelope",
+    "Flows",
+    "Handoff",
+    "IdentityRegistry",
+    "MailboxTransport",
+    "ManualClock",
+    "MemoryMailbox",
+    "PostOffice",
+    "PostOfficeConfig",
+    "RateLimiter",
+    "Received",
+    "RedisMailbox",
+    "Registration",
+    "Runtime",
+    "SendMessage",
+    "SendResult",
+    "ToolCall",
+    "ToolSpec",
+    "TopicACL",
+    "Turn",
+    "TurnContext",
+    "generate_key",
+    "public_key_b64",
+    "sign_message",
+    "signing_bytes",
+    "system_clock",
+]

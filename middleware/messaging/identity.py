@@ -1,0 +1,284 @@
+"""Who is talking, and may they: agent registration, tokens, signatures, topic ACLs, rate limits.
+
+- :class:`IdentityRegistry` registers an agent with its Ed25519 public key and issues
+  a bearer token. The token is returned once (:class:`Registration`) and only its
+  SHA-256 is kept; every call presents it (``Unauthenticated`` otherwise).
+- Messages are signed by the sender over :func:`signing_bytes` (the canonical JSON
+  of the SMF message) and verified on receipt with the registered key.
+- :class:`TopicACL` says who may publish to and subscribe to which topics.
+- :class:`RateLimiter` is a per-agent token bucket; an empty bucket raises
+  ``ResourceExhausted`` with ``retry_after_ms``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import fnmatch
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass, field
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ..audit.record import canonical_json
+from ..errors import (
+    AlreadyExists,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+)
+from ..smf import SMFMessage
+from .clock import Clock, system_clock
+
+__all__ = [
+    "TOPIC_PATTERN",
+    "AgentIdentity",
+    "IdentityRegistry",
+    "RateLimiter",
+    "Registration",
+    "TopicACL",
+    "check_topic",
+    "generate_key",
+    "public_key_b64",
+    "sign_message",
+    "signing_bytes",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+#: Topic names are ``domain.action`` (lower case, dot-separated, at least two parts).
+TOPIC_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
+
+
+def check_topic(topic: str, *, field_name: str = "topic") -> str:
+    """Return ``topic`` if it is a valid ``domain.action`` name.
+
+    Raises:
+        InvalidInput: naming the field and the expected form.
+    """
+    if not TOPIC_PATTERN.match(topic or ""):
+        raise InvalidInput.single(
+            field_name, f"{topic!r} is not a topic name of the form domain.action (lower case, dots)"
+        )
+    return topic
+
+
+def signing_bytes(message: SMFMessage) -> bytes:
+    """The exact bytes a sender signs: the canonical JSON of the whole SMF message."""
+    return canonical_json(message.model_dump(mode="json"))
+
+
+def generate_key() -> Ed25519PrivateKey:
+    """A fresh Ed25519 signing key (keep it with the agent; register its public half)."""
+    return Ed25519PrivateKey.generate()
+
+
+def public_key_b64(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """The raw 32-byte public key, base64: what :meth:`IdentityRegistry.register` takes."""
+    public = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    return base64.b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+
+
+def sign_message(key: Ed25519PrivateKey, message: SMFMessage) -> str:
+    """Sign ``message`` with the sender's key; returns the base64 signature."""
+    return base64.b64encode(key.sign(signing_bytes(message))).decode()
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What registration returns. ``token`` is shown this once and never stored."""
+
+    agent: str
+    token: str = field(repr=False)
+
+
+@dataclass
+class AgentIdentity:
+    """A registered agent (the token itself is not here, only its hash)."""
+
+    name: str
+    public_key: Ed25519PublicKey
+    token_hash: str
+    description: str = ""
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _parse_public_key(value: str | bytes) -> Ed25519PublicKey:
+    try:
+        raw = base64.b64decode(value, validate=True) if isinstance(value, str) else value
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (ValueError, binascii.Error) as exc:
+        raise InvalidInput.single(
+            "public_key", f"not a raw 32-byte Ed25519 public key (base64 when text): {exc}"
+        ) from None
+
+
+class IdentityRegistry:
+    """Registered agents, their public keys, and hashes of their tokens (in memory)."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, AgentIdentity] = {}
+        self._by_hash: dict[str, str] = {}
+
+    def register(self, name: str, public_key: str | bytes, *, description: str = "") -> Registration:
+        """Register ``name`` with its Ed25519 public key and issue its token.
+
+        Raises:
+            InvalidInput: a bad name or key.
+            AlreadyExists: the name is taken.
+        """
+        if not _NAME.match(name or ""):
+            raise InvalidInput.single("name", "1-128 characters: letters, digits and _ . : - (not first)")
+        key = _parse_public_key(public_key)
+        if name in self._agents:
+            raise AlreadyExists(f"agent {name!r} is already registered")
+        token = "agt_" + secrets.token_urlsafe(32)
+        digest = _hash(token)
+        self._agents[name] = AgentIdentity(name, key, digest, description)
+        self._by_hash[digest] = name
+        return Registration(name, token)
+
+    def rotate_token(self, name: str) -> Registration:
+        """Issue a new token for ``name``; the old one stops working at once."""
+        ident = self.get(name)
+        del self._by_hash[ident.token_hash]
+        token = "agt_" + secrets.token_urlsafe(32)
+        ident.token_hash = _hash(token)
+        self._by_hash[ident.token_hash] = name
+        return Registration(name, token)
+
+    def authenticate(self, token: str | None) -> str:
+        """The agent name the token belongs to.
+
+        Raises:
+            Unauthenticated: no token, or not one we issued.
+        """
+        if not token:
+            raise Unauthenticated("no agent token presented")
+        name = self._by_hash.get(_hash(token))
+        if name is None:
+            raise Unauthenticated("unknown or revoked agent token")
+        return name
+
+    def get(self, name: str) -> AgentIdentity:
+        ident = self._agents.get(name)
+        if ident is None:
+            raise NotFound(f"no registered agent {name!r}")
+        return ident
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def verify(self, message: SMFMessage, signature: str) -> bool:
+        """Whether ``signature`` is ``message.sender``'s signature over ``message``."""
+        ident = self._agents.get(message.sender)
+        if ident is None or not signature:
+            return False
+        try:
+            ident.public_key.verify(base64.b64decode(signature, validate=True), signing_bytes(message))
+        except (InvalidSignature, ValueError, binascii.Error):
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: str
+    publishers: frozenset[str]
+    subscribers: frozenset[str]
+
+
+class TopicACL:
+    """Who may publish and subscribe, per topic pattern (``fnmatch`` style: ``billing.*``).
+
+    The first matching rule decides. A topic no rule matches is open to every
+    registered agent when ``default_open`` (the default), closed otherwise. ``"*"``
+    in a member list means every agent.
+    """
+
+    def __init__(self, *, default_open: bool = True) -> None:
+        self._rules: list[_Rule] = []
+        self.default_open = default_open
+
+    def allow(
+        self, pattern: str, *, publishers: list[str] | None = None, subscribers: list[str] | None = None
+    ) -> None:
+        """Add a rule for topics matching ``pattern``; unlisted agents are refused on it."""
+        self._rules.append(_Rule(pattern, frozenset(publishers or ()), frozenset(subscribers or ())))
+
+    def _rule(self, topic: str) -> _Rule | None:
+        for rule in self._rules:
+            if fnmatch.fnmatchcase(topic, rule.pattern):
+                return rule
+        return None
+
+    def may_publish(self, agent: str, topic: str) -> bool:
+        rule = self._rule(topic)
+        if rule is None:
+            return self.default_open
+        return agent in rule.publishers or "*" in rule.publishers
+
+    def may_subscribe(self, agent: str, topic: str) -> bool:
+        rule = self._rule(topic)
+        if rule is None:
+            return self.default_open
+        return agent in rule.subscribers or "*" in rule.subscribers
+
+    def check_publish(self, agent: str, topic: str) -> None:
+        """Raises: PermissionDenied when ``agent`` may not publish to ``topic``."""
+        if not self.may_publish(agent, topic):
+            raise PermissionDenied(f"agent {agent!r} may not publish to topic {topic!r}")
+
+    def check_subscribe(self, agent: str, topic: str) -> None:
+        """Raises: PermissionDenied when ``agent`` may not subscribe to ``topic``."""
+        if not self.may_subscribe(agent, topic):
+            raise PermissionDenied(f"agent {agent!r} may not subscribe to topic {topic!r}")
+
+
+class RateLimiter:
+    """A token bucket per agent: ``rate`` calls per second on average, bursts up to ``burst``.
+
+    Args:
+        rate: Refill rate, tokens per second (> 0).
+        burst: Bucket size (>= 1).
+        clock: Seconds as a float (inject a :class:`~middleware.messaging.clock.ManualClock` in tests).
+    """
+
+    def __init__(self, rate: float, burst: int, *, clock: Clock = system_clock) -> None:
+        if rate <= 0 or burst < 1:
+            raise InvalidInput.single("rate_limit", "rate must be > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # agent -> (tokens, at)
+
+    def acquire(self, agent: str, cost: float = 1.0) -> None:
+        """Take ``cost`` tokens from ``agent``'s bucket.
+
+        Raises:
+            ResourceExhausted: the bucket is empty; ``details["retry_after_ms"]`` says
+                when enough tokens will be back.
+        """
+        now = self._clock()
+        tokens, at = self._buckets.get(agent, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        if tokens < cost:
+            self._buckets[agent] = (tokens, now)
+            retry_ms = max(1, int(((cost - tokens) / self.rate) * 1000 + 0.999))
+            raise ResourceExhausted(
+                f"agent {agent!r} is over its rate limit ({self.rate:g}/s, burst {self.burst}); "
+                f"retry in {retry_ms} ms",
+                details={"agent": agent, "retry_after_ms": retry_ms},
+            )
+        self._buckets[agent] = (tokens - cost, now)

@@ -1,0 +1,632 @@
+"""The post office: authenticated, signed, audited messaging over a mailbox transport.
+
+Every agent has a mailbox named after it. Three ways to address a message:
+
+- **point-to-point** (:meth:`PostOffice.send`): to ``message.receiver``; subject to
+  the communication flows when the post office has them.
+- **topic** (:meth:`PostOffice.publish`): ``domain.action`` names; each subscriber
+  gets its own copy in its own mailbox. Publishing to a topic nobody subscribes to
+  is *topic drift*: audited (``topic.drift``), counted and passed to ``on_drift``.
+- **broadcast** (:meth:`PostOffice.broadcast`): a copy to every registered agent
+  but the sender (ACL topic ``system.broadcast``).
+
+On the way in: the token is authenticated, the SMF message validated, the sender
+must be the token's agent, the rate limit is charged, the payload size is checked,
+the Ed25519 signature verified, then the message is enqueued and audited
+(``message.accepted``). Refusals are audited too (``message.rejected`` /
+``message.forged``).
+
+On the way out (:meth:`PostOffice.pull`): delivery is at-least-once. A pulled
+message not acknowledged within the visibility timeout is handed out again; after
+``max_deliveries`` hand-outs it goes to the dead-letter list with the reason. An
+expired message (TTL) is dropped and recorded. The signature is verified again on
+receipt (the transport is not trusted). Messages whose id was already acknowledged
+in this mailbox are skipped (dedupe), so a redelivery has no second effect.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from .._model import Model
+from ..audit import AuditLog, AuditRecord, MemoryAuditLog
+from ..audit.record import Actors, AuditEventType, canonical_json
+from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, ResourceExhausted
+from ..smf import SMFMessage
+from .clock import Clock, system_clock
+from .flows import Flows
+from .identity import IdentityRegistry, RateLimiter, TopicACL, check_topic
+from .mailbox import Delivery, MailboxTransport
+from .memory_mailbox import MemoryMailbox
+
+__all__ = [
+    "BROADCAST",
+    "BROADCAST_TOPIC",
+    "DeadMessage",
+    "Envelope",
+    "PostOffice",
+    "PostOfficeConfig",
+    "Received",
+    "SendResult",
+]
+
+#: The ``receiver`` of a broadcast message.
+BROADCAST = "*"
+#: The ACL topic that governs who may broadcast.
+BROADCAST_TOPIC = "system.broadcast"
+
+Kind = Literal["direct", "topic", "broadcast"]
+
+
+class PostOfficeConfig(Model):
+    """Delivery knobs of the post office."""
+
+    max_payload_bytes: int = Field(
+        default=64 * 1024, ge=64, description="Largest content (as compact JSON) a message may carry."
+    )
+    default_ttl: float = Field(
+        default=3600.0, gt=0, description="Seconds a message lives when none is given."
+    )
+    max_ttl: float = Field(default=7 * 86400.0, gt=0, description="Longest TTL a sender may ask for.")
+    max_deliveries: int = Field(
+        default=5, ge=1, description="Hand-outs without an ack before a message is dead-lettered."
+    )
+    visibility_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds a pulled message stays invisible to other consumers."
+    )
+    mailbox_max: int = Field(default=10_000, ge=1, description="Unacknowledged messages a mailbox holds.")
+    processed_ttl: float = Field(
+        default=86400.0, gt=0, description="Seconds an acknowledged message id is remembered for dedupe."
+    )
+    require_signatures: bool = Field(default=True, description="Refuse messages without a valid signature.")
+
+
+class Envelope(Model):
+    """What a mailbox stores: the SMF message plus how it travels."""
+
+    message: SMFMessage
+    signature: str = ""
+    kind: Kind = "direct"
+    topic: str = ""
+    expires_at: float = Field(description="Epoch seconds after which the message is dropped.")
+    trigger_turn: bool = False
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What a send returns: the message id and the mailboxes it went to.
+
+    For topics and broadcast, a subscriber whose mailbox is full is skipped (and the
+    refusal audited); ``recipients`` lists only the mailboxes that got a copy.
+    """
+
+    message_id: str
+    recipients: tuple[str, ...]
+
+    @property
+    def copies(self) -> int:
+        return len(self.recipients)
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message handed to its recipient; acknowledge it with ``receipt``."""
+
+    receipt: str
+    message: SMFMessage
+    kind: Kind
+    topic: str
+    trigger_turn: bool
+    delivery_count: int
+    expires_at: float
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeadMessage:
+    """A dead-lettered message and why it died (``message`` is None if unreadable)."""
+
+    message: SMFMessage | None
+    reason: str
+    delivery_count: int
+
+
+def _receipt(entry_id: str, message_id: str) -> str:
+    return f"{entry_id}|{message_id}"
+
+
+class PostOffice:
+    """Authenticated, signed, audited mailboxes, topics and broadcast over one transport.
+
+    Args:
+        transport: Where mailboxes live (default: :class:`MemoryMailbox`).
+        identity: Registered agents and token hashes (default: a fresh registry).
+        audit: Where every message and refusal is recorded (default: in memory).
+        acl: Topic publish/subscribe rules (default: every topic open).
+        rate_limiter: Per-agent token bucket charged on every send (default: none).
+        flows: When given, point-to-point messages must follow a declared flow.
+        flows_exempt: Senders the flows do not bind (the runtime's completion watcher).
+        config: Delivery knobs.
+        clock: Epoch seconds; TTLs and expiry use it.
+        on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
+
+    Attributes:
+        on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
+            enqueued (the runtime uses one to wake agents it hosts).
+    """
+
+    def __init__(
+        self,
+        transport: MailboxTransport | None = None,
+        *,
+        identity: IdentityRegistry | None = None,
+        audit: AuditLog | None = None,
+        acl: TopicACL | None = None,
+        rate_limiter: RateLimiter | None = None,
+        flows: Flows | None = None,
+        flows_exempt: Sequence[str] = (),
+        config: PostOfficeConfig | None = None,
+        clock: Clock = system_clock,
+        on_drift: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.transport: MailboxTransport = transport or MemoryMailbox(clock=clock)
+        self.identity = identity or IdentityRegistry()
+        self.audit: AuditLog = audit or MemoryAuditLog()
+        self.acl = acl or TopicACL()
+        self.rate_limiter = rate_limiter
+        self.flows = flows
+        self.flows_exempt = set(flows_exempt)
+        self.config = config or PostOfficeConfig()
+        self.on_drift = on_drift
+        self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
+        self._subscribers: dict[str, set[str]] = {}
+        self.on_delivered: list[Callable[[str, bool], None]] = []
+
+    # ------------------------------------------------------------------ identity
+    async def register(self, name: str, public_key: str | bytes, *, description: str = "") -> str:
+        """Register an agent and return its token (shown this once; only its hash is kept)."""
+        registration = self.identity.register(name, public_key, description=description)
+        await self._audit(AuditEventType.AGENT_REGISTERED, "registered", name, {"description": description})
+        return registration.token
+
+    # ------------------------------------------------------------------ topics
+    async def subscribe(self, token: str | None, topic: str) -> None:
+        """Subscribe the token's agent to ``topic`` (ACL-checked, audited)."""
+        agent = self.identity.authenticate(token)
+        check_topic(topic)
+        try:
+            self.acl.check_subscribe(agent, topic)
+        except PermissionDenied as exc:
+            await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "refused", agent, {"topic": topic}, exc)
+            raise
+        self._subscribers.setdefault(topic, set()).add(agent)
+        await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "subscribed", agent, {"topic": topic})
+
+    async def unsubscribe(self, token: str | None, topic: str) -> None:
+        agent = self.identity.authenticate(token)
+        self._subscribers.get(topic, set()).discard(agent)
+        await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "unsubscribed", agent, {"topic": topic})
+
+    def subscribers(self, topic: str) -> list[str]:
+        return sorted(self._subscribers.get(topic, ()))
+
+    # ------------------------------------------------------------------ sending
+    async def send(
+        self,
+        token: str | None,
+        message: SMFMessage | Mapping[str, Any] | str,
+        *,
+        signature: str = "",
+        ttl: float | None = None,
+        trigger_turn: bool = False,
+        params: Mapping[str, Any] | None = None,
+    ) -> SendResult:
+        """Send ``message`` to the mailbox of ``message.receiver``.
+
+        Raises:
+            Unauthenticated: bad token. InvalidInput: bad message, TTL or oversized payload.
+            PermissionDenied: impersonation, bad signature, or no communication flow.
+            NotFound: unknown receiver. ResourceExhausted: rate limit or full mailbox.
+        """
+        sender, msg = await self._admit(token, message, signature, "direct")
+        try:
+            if msg.receiver not in self.identity:
+                raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
+            if self.flows is not None and sender not in self.flows_exempt:
+                self.flows.check(sender, msg.receiver)
+        except AgencyError as exc:
+            await self._reject(sender, msg, exc, "direct")
+            raise
+        return await self._deliver(
+            sender, msg, signature, "direct", "", [msg.receiver], ttl, trigger_turn, params
+        )
+
+    async def publish(
+        self,
+        token: str | None,
+        topic: str,
+        message: SMFMessage | Mapping[str, Any] | str,
+        *,
+        signature: str = "",
+        ttl: float | None = None,
+        trigger_turn: bool = False,
+    ) -> SendResult:
+        """Publish to ``topic`` (``message.receiver`` must be the topic): a copy per subscriber.
+
+        With no subscriber nothing is delivered and the drift is reported (audit event,
+        ``drift`` counter, ``on_drift`` hook); the result then has zero copies.
+        """
+        check_topic(topic)
+        sender, msg = await self._admit(token, message, signature, "topic")
+        try:
+            if msg.receiver != topic:
+                raise InvalidInput.single(
+                    "receiver", f"a message published to {topic!r} must name it as receiver"
+                )
+            self.acl.check_publish(sender, topic)
+        except AgencyError as exc:
+            await self._reject(sender, msg, exc, "topic", topic)
+            raise
+        recipients = sorted(self._subscribers.get(topic, set()) - {sender})
+        if not recipients:
+            self.drift[topic] += 1
+            if self.on_drift is not None:
+                self.on_drift(topic, sender)
+            await self._audit(
+                AuditEventType.TOPIC_DRIFT,
+                "no_subscriber",
+                sender,
+                {"topic": topic, "message_id": msg.message_id, "published": self.drift[topic]},
+                trace_id=msg.trace_id,
+                rule="topic subscribers",
+            )
+        return await self._deliver(
+            sender, msg, signature, "topic", topic, recipients, ttl, trigger_turn, None
+        )
+
+    async def broadcast(
+        self,
+        token: str | None,
+        message: SMFMessage | Mapping[str, Any] | str,
+        *,
+        signature: str = "",
+        ttl: float | None = None,
+    ) -> SendResult:
+        """A copy to every registered agent except the sender (``message.receiver`` = ``"*"``)."""
+        sender, msg = await self._admit(token, message, signature, "broadcast")
+        try:
+            if msg.receiver != BROADCAST:
+                raise InvalidInput.single("receiver", f"a broadcast names {BROADCAST!r} as receiver")
+            self.acl.check_publish(sender, BROADCAST_TOPIC)
+        except AgencyError as exc:
+            await self._reject(sender, msg, exc, "broadcast")
+            raise
+        recipients = [a for a in self.identity.names() if a != sender]
+        return await self._deliver(sender, msg, signature, "broadcast", "", recipients, ttl, False, None)
+
+    async def _admit(
+        self, token: str | None, message: SMFMessage | Mapping[str, Any] | str, signature: str, kind: Kind
+    ) -> tuple[str, SMFMessage]:
+        """Authenticate, validate, rate-limit, size-check and verify; audit any refusal."""
+        try:
+            sender = self.identity.authenticate(token)
+        except AgencyError as exc:
+            await self._audit(AuditEventType.MESSAGE_REJECTED, "refused", "", {"kind": kind}, exc)
+            raise
+        try:
+            msg = SMFMessage.parse(message, what="SMF message")
+        except InvalidInput as exc:
+            await self._audit(AuditEventType.MESSAGE_REJECTED, "refused", sender, {"kind": kind}, exc)
+            raise
+        try:
+            if msg.sender != sender:
+                raise PermissionDenied(
+                    f"agent {sender!r} cannot send as {msg.sender!r}: the sender must be the token's agent"
+                )
+            if self.rate_limiter is not None:
+                self.rate_limiter.acquire(sender)
+            self._check_size(msg)
+        except AgencyError as exc:
+            await self._reject(sender, msg, exc, kind)
+            raise
+        if (signature or self.config.require_signatures) and not self.identity.verify(msg, signature):
+            forged = PermissionDenied(
+                f"the signature of message {msg.message_id!r} does not verify "
+                f"with {sender!r}'s registered key",
+                details={"cause": "BAD_SIGNATURE", "message_id": msg.message_id},
+            )
+            await self._audit(
+                AuditEventType.MESSAGE_FORGED,
+                "refused",
+                sender,
+                {"message_id": msg.message_id, "receiver": msg.receiver, "kind": kind, "stage": "send"},
+                forged,
+                trace_id=msg.trace_id,
+            )
+            raise forged
+        return sender, msg
+
+    def _check_size(self, msg: SMFMessage) -> None:
+        size = len(canonical_json(msg.content))
+        limit = self.config.max_payload_bytes
+        if size > limit:
+            raise InvalidInput.single(
+                "content",
+                f"payload is {size} bytes, over the {limit}-byte limit: store it elsewhere (object store, "
+                'file service) and send a reference instead, e.g. {"url": "https://...", "sha256": "<hex>"}',
+                what="SMF message",
+            )
+
+    def _ttl(self, ttl: float | None) -> float:
+        value = self.config.default_ttl if ttl is None else ttl
+        if not 0 < value <= self.config.max_ttl:
+            raise InvalidInput.single(
+                "ttl", f"must be > 0 and <= {self.config.max_ttl:g} seconds, got {value:g}"
+            )
+        return value
+
+    async def _deliver(
+        self,
+        sender: str,
+        msg: SMFMessage,
+        signature: str,
+        kind: Kind,
+        topic: str,
+        recipients: Sequence[str],
+        ttl: float | None,
+        trigger_turn: bool,
+        params: Mapping[str, Any] | None,
+    ) -> SendResult:
+        try:
+            envelope = Envelope(
+                message=msg,
+                signature=signature,
+                kind=kind,
+                topic=topic,
+                expires_at=self.clock() + self._ttl(ttl),
+                trigger_turn=trigger_turn,
+                params=dict(params or {}),
+            )
+            data = envelope.model_dump_json().encode()
+            if kind == "direct":
+                await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
+        except AgencyError as exc:
+            await self._reject(sender, msg, exc, kind, topic)
+            raise
+        delivered = list(recipients)
+        if kind != "direct":
+            # One full subscriber mailbox must not cost every other subscriber its copy.
+            delivered = []
+            for recipient in recipients:
+                try:
+                    await self.transport.enqueue(recipient, data, max_len=self.config.mailbox_max)
+                except ResourceExhausted as exc:
+                    await self._audit(
+                        AuditEventType.MESSAGE_REJECTED,
+                        "refused",
+                        sender,
+                        {"message_id": msg.message_id, "kind": kind, "topic": topic, "recipient": recipient},
+                        exc,
+                        trace_id=msg.trace_id,
+                    )
+                    continue
+                delivered.append(recipient)
+        await self._audit(
+            AuditEventType.MESSAGE_ACCEPTED,
+            "accepted",
+            sender,
+            {
+                "message_id": msg.message_id,
+                "kind": kind,
+                "receiver": msg.receiver,
+                "topic": topic,
+                "recipients": delivered,
+                "trigger_turn": trigger_turn,
+                "expires_at": envelope.expires_at,
+            },
+            trace_id=msg.trace_id,
+        )
+        for callback in self.on_delivered:
+            for recipient in delivered:
+                callback(recipient, trigger_turn)
+        return SendResult(msg.message_id, tuple(delivered))
+
+    async def _reject(
+        self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""
+    ) -> None:
+        await self._audit(
+            AuditEventType.MESSAGE_REJECTED,
+            "refused",
+            sender,
+            {"message_id": msg.message_id, "receiver": msg.receiver, "kind": kind, "topic": topic},
+            exc,
+            trace_id=msg.trace_id,
+        )
+
+    # ------------------------------------------------------------------ receiving
+    async def pull(
+        self, token: str | None, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+    ) -> list[Received]:
+        """Up to ``max_messages`` messages from the token's agent's mailbox.
+
+        Args:
+            wait: Seconds to wait for a message when the mailbox is empty.
+            consumer: This consumer's name (several processes may serve one agent).
+        """
+        agent = self.identity.authenticate(token)
+        if not 1 <= max_messages <= 1000:
+            raise InvalidInput.single("max_messages", "must be between 1 and 1000")
+        batch = await self.transport.receive(
+            agent,
+            consumer or agent,
+            count=max_messages,
+            visibility_timeout=self.config.visibility_timeout,
+            block=wait,
+        )
+        for entry_id in batch.lost:
+            await self._audit(
+                AuditEventType.MESSAGE_LOST,
+                "trimmed",
+                agent,
+                {
+                    "mailbox": agent,
+                    "entry": entry_id,
+                    "why": "trimmed away while pending (never acknowledged)",
+                },
+            )
+        now = self.clock()
+        candidates: list[tuple[Delivery, Envelope]] = []
+        for delivery in batch.deliveries:
+            envelope = await self._open(agent, delivery)
+            if envelope is None:
+                continue
+            msg = envelope.message
+            if envelope.expires_at <= now:
+                await self.transport.ack(agent, [delivery.entry_id])
+                await self._audit(
+                    AuditEventType.MESSAGE_EXPIRED,
+                    "expired",
+                    agent,
+                    {"message_id": msg.message_id, "sender": msg.sender, "expired_at": envelope.expires_at},
+                    trace_id=msg.trace_id,
+                )
+                continue
+            if delivery.delivery_count > self.config.max_deliveries:
+                reason = f"not acknowledged after {delivery.delivery_count - 1} deliveries"
+                await self._dead_letter(agent, delivery, reason, msg)
+                continue
+            candidates.append((delivery, envelope))
+        seen = (
+            await self.transport.seen(agent, [e.message.message_id for _, e in candidates])
+            if candidates
+            else set()
+        )
+        out: list[Received] = []
+        for delivery, envelope in candidates:
+            msg = envelope.message
+            if msg.message_id in seen:
+                await self.transport.ack(agent, [delivery.entry_id])
+                await self._audit(
+                    AuditEventType.MESSAGE_DUPLICATE,
+                    "skipped",
+                    agent,
+                    {"message_id": msg.message_id, "delivery_count": delivery.delivery_count},
+                    trace_id=msg.trace_id,
+                )
+                continue
+            if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
+                msg, envelope.signature
+            ):
+                await self._audit(
+                    AuditEventType.MESSAGE_FORGED,
+                    "refused",
+                    agent,
+                    {"message_id": msg.message_id, "claimed_sender": msg.sender, "stage": "receive"},
+                    trace_id=msg.trace_id,
+                )
+                await self._dead_letter(agent, delivery, "signature does not verify", msg)
+                continue
+            out.append(
+                Received(
+                    receipt=_receipt(delivery.entry_id, msg.message_id),
+                    message=msg,
+                    kind=envelope.kind,
+                    topic=envelope.topic,
+                    trigger_turn=envelope.trigger_turn,
+                    delivery_count=delivery.delivery_count,
+                    expires_at=envelope.expires_at,
+                    params=envelope.params,
+                )
+            )
+        return out
+
+    async def _open(self, agent: str, delivery: Delivery) -> Envelope | None:
+        try:
+            return Envelope.model_validate_json(delivery.data)
+        except ValidationError:
+            await self._dead_letter(agent, delivery, "unreadable envelope", None)
+            return None
+
+    async def _dead_letter(self, agent: str, delivery: Delivery, reason: str, msg: SMFMessage | None) -> None:
+        await self.transport.dead_letter(agent, delivery, reason)
+        await self._audit(
+            AuditEventType.MESSAGE_DEAD_LETTERED,
+            "dead_lettered",
+            agent,
+            {
+                "message_id": msg.message_id if msg else "",
+                "reason": reason,
+                "delivery_count": delivery.delivery_count,
+            },
+            trace_id=msg.trace_id if msg else "",
+        )
+
+    async def ack(self, token: str | None, receipts: Sequence[str]) -> int:
+        """Acknowledge processed messages (by receipt); returns how many were still pending.
+
+        Their ids are remembered (``processed_ttl``) so redelivered copies are skipped.
+        """
+        agent = self.identity.authenticate(token)
+        entry_ids: list[str] = []
+        message_ids: list[str] = []
+        for i, receipt in enumerate(receipts):
+            entry_id, sep, message_id = receipt.partition("|")
+            if not sep or not entry_id or not message_id:
+                raise InvalidInput.single(f"receipts[{i}]", f"{receipt!r} is not a receipt from pull")
+            entry_ids.append(entry_id)
+            message_ids.append(message_id)
+        done = await self.transport.ack(
+            agent, entry_ids, processed=message_ids, processed_ttl=self.config.processed_ttl
+        )
+        await self._audit(
+            AuditEventType.MESSAGE_ACKED, "acked", agent, {"message_ids": message_ids, "pending": done}
+        )
+        return done
+
+    async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
+        """The token's agent's dead-letter list, oldest first."""
+        agent = self.identity.authenticate(token)
+        out = []
+        for dead in await self.transport.dead_letters(agent, limit=limit):
+            try:
+                msg: SMFMessage | None = Envelope.model_validate_json(dead.data).message
+            except ValidationError:
+                msg = None
+            out.append(DeadMessage(msg, dead.reason, dead.delivery_count))
+        return out
+
+    async def mailbox_size(self, agent: str) -> int:
+        return await self.transport.size(agent)
+
+    # ------------------------------------------------------------------ audit
+    async def _audit(
+        self,
+        event: AuditEventType,
+        outcome: str,
+        agent: str,
+        detail: dict[str, Any],
+        error: AgencyError | None = None,
+        *,
+        trace_id: str = "",
+        rule: str = "",
+    ) -> None:
+        if error is not None:
+            detail = {**detail, "error": error.reason, "why": error.message}
+        await self.audit.append(
+            AuditRecord(
+                event_type=event,
+                component="messaging",
+                actors=Actors(agent=agent),
+                trace_id=trace_id,
+                outcome=outcome,
+                rule=rule or (error.reason if error else ""),
+                detail=detail,
+            )
+        )

@@ -1,0 +1,249 @@
+"""The shared mailbox transport: one Redis stream and one consumer group per mailbox.
+
+Layout (every key under ``prefix``)::
+
+    {prefix}mbox:{mailbox}   stream of live entries, field ``d`` = the bytes; group ``agency``
+    {prefix}dlq:{mailbox}    dead-letter stream: ``d``, ``reason``, ``entry``, ``deliveries``
+    {prefix}done:{mailbox}   sorted set: processed message id -> forget-after (epoch seconds)
+
+- ``enqueue`` is one Lua call that checks the bound (``XLEN``) and ``XADD`` s.
+- ``receive`` is one Lua call: ``XAUTOCLAIM`` entries idle longer than the visibility
+  timeout (their delivery count, from ``XPENDING``, has grown by one), then
+  ``XREADGROUP >`` for the rest. Entries trimmed away while pending come back in
+  ``XAUTOCLAIM``'s third element (Redis >= 7.0; nil entries on 6.2) and are
+  reported in ``Batch.lost`` instead of crashing the consumer. When nothing is
+  there and ``block`` is set, one plain ``XREADGROUP BLOCK`` follows.
+- ``ack`` is one pipeline: ``XACK`` + ``XDEL`` (so ``XLEN`` counts live entries and
+  the bound holds) + ``ZADD`` of the processed ids.
+
+Redis is transport, not the record of truth: stream ids never appear in the audit
+log as sequence numbers (a failover can un-acknowledge entries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from ..errors import ResourceExhausted
+from .clock import Clock, system_clock
+from .mailbox import Batch, DeadLetter, Delivery
+
+__all__ = ["RedisMailbox"]
+
+GROUP = "agency"
+
+_ENQUEUE = """
+local n = redis.call('XLEN', KEYS[1])
+if n + #ARGV - 1 > tonumber(ARGV[1]) then return false end
+local ids = {}
+for i = 2, #ARGV do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'd', ARGV[i]) end
+return ids
+"""
+
+# ARGV: group, consumer, min idle ms, count. Returns {{id, data, deliveries}...}, {lost ids...}
+_RECEIVE = """
+local key, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local count = tonumber(ARGV[4])
+local out, lost = {}, {}
+local claimed = redis.call('XAUTOCLAIM', key, group, consumer, ARGV[3], '0-0', 'COUNT', count)
+for _, e in ipairs(claimed[2]) do
+  if type(e) ~= 'table' or type(e[2]) ~= 'table' then
+    if type(e) == 'table' then lost[#lost + 1] = e[1] end
+  else
+    local p = redis.call('XPENDING', key, group, e[1], e[1], 1)
+    local n = 1
+    if p[1] then n = p[1][4] end
+    out[#out + 1] = {e[1], e[2][2], n}
+  end
+end
+if claimed[3] then
+  for _, id in ipairs(claimed[3]) do lost[#lost + 1] = id end
+end
+local rest = count - #out
+if rest > 0 then
+  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', rest, 'STREAMS', key, '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do out[#out + 1] = {e[1], e[2][2], 1} end
+  end
+end
+return {out, lost}
+"""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisMailbox:
+    """Redis Streams :class:`~middleware.messaging.mailbox.MailboxTransport`.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` (bytes responses, i.e. ``decode_responses=False``).
+        prefix: Namespace for every key (tests use a unique one each).
+        clock: Epoch seconds; only the processed-id expiry uses it (visibility timeouts
+            are Redis' own idle times).
+        max_dead_letters: Approximate cap of each dead-letter stream.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str = "agency:",
+        clock: Clock = system_clock,
+        max_dead_letters: int = 10_000,
+    ) -> None:
+        self._r = client
+        self._prefix = prefix
+        self._clock = clock
+        self._max_dead = max_dead_letters
+        self._enqueue = client.register_script(_ENQUEUE)
+        self._receive = client.register_script(_RECEIVE)
+        self._groups: set[str] = set()
+        self._touched: set[str] = set()  # mailboxes this instance used (for purge)
+
+    def _key(self, mailbox: str) -> str:
+        self._touched.add(mailbox)
+        return f"{self._prefix}mbox:{mailbox}"
+
+    async def _ensure_group(self, key: str, *, force: bool = False) -> None:
+        if key in self._groups and not force:
+            return
+        try:
+            await self._r.xgroup_create(key, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add(key)
+
+    async def enqueue(self, mailbox: str, data: bytes, *, max_len: int) -> str:
+        return (await self.enqueue_many(mailbox, [data], max_len=max_len))[0]
+
+    async def enqueue_many(self, mailbox: str, items: Sequence[bytes], *, max_len: int) -> list[str]:
+        if not items:
+            return []
+        key = self._key(mailbox)
+        await self._ensure_group(key)
+        ids = await self._enqueue(keys=[key], args=[max_len, *items])
+        if ids is None:
+            raise ResourceExhausted(
+                f"mailbox {mailbox!r} cannot take {len(items)} more messages (bound {max_len})",
+                details={"mailbox": mailbox, "max_len": max_len, "retry_after_ms": 1000},
+            )
+        return [_s(i) for i in ids]
+
+    async def receive(
+        self,
+        mailbox: str,
+        consumer: str,
+        *,
+        count: int,
+        visibility_timeout: float,
+        block: float = 0.0,
+    ) -> Batch:
+        key = self._key(mailbox)
+        await self._ensure_group(key)
+        idle_ms = max(int(visibility_timeout * 1000), 1)
+        try:
+            reply: Any = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
+        except ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self._ensure_group(key, force=True)  # the stream was deleted under us
+            reply = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
+        out, lost = reply
+        deliveries = [Delivery(_s(i), bytes(d), int(n)) for i, d, n in out]
+        if not deliveries and not lost and block > 0:
+            resp: Any = await self._r.xreadgroup(
+                GROUP, consumer, {key: ">"}, count=count, block=max(int(block * 1000), 1)
+            )
+            for _, entries in resp or []:
+                for entry_id, fields in entries:
+                    if fields:  # a nil entry cannot come from '>', but never trust it blindly
+                        deliveries.append(Delivery(_s(entry_id), bytes(fields[b"d"]), 1))
+        return Batch(deliveries, [_s(i) for i in lost])
+
+    async def ack(
+        self,
+        mailbox: str,
+        entry_ids: Sequence[str],
+        *,
+        processed: Sequence[str] = (),
+        processed_ttl: float = 0.0,
+    ) -> int:
+        key = self._key(mailbox)
+        pipe = self._r.pipeline(transaction=False)
+        if entry_ids:
+            pipe.xack(key, GROUP, *entry_ids)
+            pipe.xdel(key, *entry_ids)
+        if processed:
+            done = f"{self._prefix}done:{mailbox}"
+            now = self._clock()
+            pipe.zadd(done, dict.fromkeys(processed, now + processed_ttl))
+            pipe.zremrangebyscore(done, "-inf", now)
+        if not entry_ids and not processed:
+            return 0
+        results = await pipe.execute()
+        return int(results[0]) if entry_ids else 0
+
+    async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:
+        if not message_ids:
+            return set()
+        scores = await self._r.zmscore(f"{self._prefix}done:{mailbox}", list(message_ids))
+        now = self._clock()
+        return {m for m, score in zip(message_ids, scores, strict=True) if score is not None and score > now}
+
+    async def dead_letter(self, mailbox: str, delivery: Delivery, reason: str) -> None:
+        key = self._key(mailbox)
+        pipe = self._r.pipeline(transaction=True)
+        pipe.xadd(
+            f"{self._prefix}dlq:{mailbox}",
+            {
+                "d": delivery.data,
+                "reason": reason,
+                "entry": delivery.entry_id,
+                "deliveries": delivery.delivery_count,
+            },
+            maxlen=self._max_dead,
+            approximate=True,
+        )
+        pipe.xack(key, GROUP, delivery.entry_id)
+        pipe.xdel(key, delivery.entry_id)
+        await pipe.execute()
+
+    async def dead_letters(self, mailbox: str, *, limit: int = 100) -> list[DeadLetter]:
+        rows: Any = await self._r.xrange(f"{self._prefix}dlq:{mailbox}", count=limit)
+        return [
+            DeadLetter(
+                entry_id=_s(f[b"entry"]),
+                data=bytes(f[b"d"]),
+                reason=_s(f[b"reason"]),
+                delivery_count=int(f[b"deliveries"]),
+            )
+            for _, f in rows
+        ]
+
+    async def size(self, mailbox: str) -> int:
+        return int(await self._r.xlen(self._key(mailbox)))
+
+    async def trim(self, mailbox: str, max_len: int) -> int:
+        return int(await self._r.xtrim(self._key(mailbox), maxlen=max(max_len, 0), approximate=False))
+
+    async def delete(self, mailbox: str) -> None:
+        """Remove every key of ``mailbox`` (stream, dead letters, processed ids)."""
+        key = self._key(mailbox)
+        await self._r.delete(key, f"{self._prefix}dlq:{mailbox}", f"{self._prefix}done:{mailbox}")
+        self._groups.discard(key)
+
+    async def purge(self) -> None:
+        """Delete every key of every mailbox this instance has used (tests, benchmarks)."""
+        for mailbox in list(self._touched):
+            await self.delete(mailbox)
+        self._touched.clear()
+
+    async def close(self) -> None:
+        """Nothing to release: the Redis client belongs to the caller."""

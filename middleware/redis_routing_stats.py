@@ -1,0 +1,93 @@
+"""Routing statistics in Redis, so every gateway replica ranks with the same numbers.
+
+Per agent (``P`` = prefix, default ``agency:stats:``)::
+
+    P <name@version>:outcomes   list   the last ``window`` outcomes, newest first ("1"/"0")
+    P <name@version>            hash   ok (successes in the list), n (list length), in_flight
+
+A Lua script keeps ``ok``/``n`` in step with the list, so reading an agent's stats is one
+HMGET and ranking N candidates is one pipelined round trip. Keys expire after
+``ttl_seconds`` without dispatches, so agents that left do not leak stats. ``in_flight``
+is a shared counter: a gateway that dies mid-call leaves it high until the key expires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+
+from .routing_stats import AgentStats
+
+__all__ = ["RedisRoutingStats"]
+
+_FINISHED_LUA = """
+local popped = 0
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
+  popped = tonumber(redis.call('RPOP', KEYS[1]) or 0)
+  redis.call('HINCRBY', KEYS[2], 'n', -1)
+end
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'n', 1)
+redis.call('HINCRBY', KEYS[2], 'ok', tonumber(ARGV[1]) - popped)
+local inflight = tonumber(redis.call('HGET', KEYS[2], 'in_flight') or 0)
+if inflight > 0 then redis.call('HINCRBY', KEYS[2], 'in_flight', -1) end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+class RedisRoutingStats:
+    """Success rate over the last ``window`` dispatches and calls in flight, in Redis.
+
+    Args:
+        redis: An asyncio Redis client.
+        prefix: Namespace of the keys (replicas sharing stats use the same one).
+        window: How many recent outcomes the success rate covers.
+        ttl_seconds: Stats of an agent with no dispatch for this long are dropped.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = "agency:stats:",
+        window: int = 100,
+        ttl_seconds: float = 86_400,
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.window = window
+        self._ttl_ms = int(ttl_seconds * 1000)
+        self._finished = redis.register_script(_FINISHED_LUA)
+
+    async def started(self, agent: str) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hincrby(self.prefix + agent, "in_flight", 1)
+        pipe.pexpire(self.prefix + agent, self._ttl_ms)
+        await pipe.execute()
+
+    async def finished(self, agent: str, *, success: bool) -> None:
+        await self._finished(
+            keys=[f"{self.prefix}{agent}:outcomes", self.prefix + agent],
+            args=[1 if success else 0, self.window, self._ttl_ms],
+        )
+
+    async def snapshot(self, agent: str) -> AgentStats:
+        return (await self.snapshots([agent]))[agent]
+
+    async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
+        pipe = self.redis.pipeline(transaction=False)
+        for agent in agents:
+            pipe.hmget(self.prefix + agent, "ok", "n", "in_flight")
+        rows = await pipe.execute() if agents else []
+        out = {}
+        for agent, (ok, n, in_flight) in zip(agents, rows, strict=True):
+            samples = int(n or 0)
+            out[agent] = AgentStats(
+                success_rate=int(ok or 0) / samples if samples else 1.0,
+                in_flight=max(0, int(in_flight or 0)),
+                samples=samples,
+            )
+        return out

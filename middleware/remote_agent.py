@@ -1,0 +1,157 @@
+"""An agent that lives in another process: a client of a worker's ``AgentWorker.Invoke``.
+
+The gateway uses a :class:`RemoteAgent` for every contract registered with an
+``endpoint`` and no in-process callable (see ``AgentRegistry.resolve``). Each call
+carries the attempt's deadline as the gRPC deadline. What comes back maps onto the
+same failure types as an in-process agent::
+
+    worker answered                      -> AgentReply (output, confidence, provenance)
+    worker reported a typed failure      -> AgentFailure(type, detail)   (as the worker typed it)
+    UNAVAILABLE, RESOURCE_EXHAUSTED,     -> Unavailable                  -> TOOL_UNAVAILABLE
+      UNIMPLEMENTED, NOT_FOUND (the worker
+      does not serve this contract)
+    DEADLINE_EXCEEDED                    -> TimeoutError                 -> TOOL_TIMEOUT
+    any other status                     -> AgentFailure(TOOL_ERROR)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
+from .agents import AgentReply, AgentRequest
+from .errors import AgentFailure, InvalidInput, Unavailable
+from .failures import FailureType
+from .grpc_api.message_servicer import smf_to_pb
+
+__all__ = ["RemoteAgent"]
+
+_UNAVAILABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.NOT_FOUND,
+}
+
+
+class RemoteAgent:
+    """Calls the agent served by an ``agency worker`` at ``endpoint`` (``host:port``).
+
+    Args:
+        endpoint: The worker's address, as registered in its contract.
+        channel: A channel to use instead of opening one (it is then not closed here).
+    """
+
+    def __init__(self, endpoint: str, *, channel: grpc.aio.Channel | None = None) -> None:
+        if not endpoint:
+            raise ValueError("a remote agent needs an endpoint (host:port)")
+        self.endpoint = endpoint
+        self._channel = channel
+        self._owns_channel = channel is None
+        self._stub: worker_pb2_grpc.AgentWorkerStub | None = None
+
+    def _worker(self) -> worker_pb2_grpc.AgentWorkerStub:
+        if self._stub is None:
+            if self._channel is None:  # opened lazily: a channel belongs to the running loop
+                self._channel = grpc.aio.insecure_channel(self.endpoint)
+            self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._stub
+
+    async def __call__(self, request: AgentRequest) -> AgentReply:
+        """One attempt on the remote agent, within ``request.deadline_ms``."""
+        key = request.contract.key
+        deadline_ms = request.deadline_ms or float(request.contract.slo_latency_ms)
+        try:
+            response = await self._worker().Invoke(
+                worker_pb2.InvokeRequest(
+                    message=smf_to_pb(request.message),
+                    contract_key=key,
+                    task_id=request.task_id,
+                    step=request.step,
+                    attempt=request.attempt,
+                    text=request.text,
+                    deadline_ms=deadline_ms,
+                ),
+                timeout=deadline_ms / 1000,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise self._error(exc, key) from None
+        which = response.WhichOneof("outcome")
+        if which == "failure":
+            failure = response.failure
+            context = _json_object(failure.context_json)
+            raise AgentFailure(failure.type, f"remote {self.endpoint}: {failure.detail}", context=context)
+        if which != "result":
+            raise AgentFailure(
+                FailureType.TOOL_ERROR, f"remote {self.endpoint} sent an empty answer for {key}"
+            )
+        result = response.result
+        try:
+            output = json.loads(result.output_json)
+        except ValueError as exc:
+            raise AgentFailure(
+                FailureType.SCHEMA_VIOLATION,
+                f"remote {self.endpoint} sent output that is not JSON: {exc}",
+                context={"direction": "output"},
+            ) from None
+        try:
+            return self._reply(result, output)
+        except InvalidInput as exc:
+            raise AgentFailure(
+                FailureType.SCHEMA_VIOLATION,
+                f"remote {self.endpoint}: {exc}",
+                context={"direction": "output"},
+            ) from None
+
+    def _reply(self, result: worker_pb2.InvokeResult, output: Any) -> AgentReply:
+        provenance = None
+        if result.HasField("provenance"):
+            provenance = {
+                "source": result.provenance.source,
+                "reliability_score": result.provenance.reliability_score,
+            }
+        return AgentReply.parse(
+            {
+                "output": output,
+                "confidence_score": result.confidence_score,
+                "provenance": provenance,
+                "freshness_ttl": result.freshness_ttl if result.HasField("freshness_ttl") else None,
+                "created_at": result.created_at or None,
+                "intention_trace": (
+                    list(result.intention_trace.goal_ids) if result.HasField("intention_trace") else None
+                ),
+            },
+            what="reply",
+        )
+
+    def _error(self, exc: grpc.aio.AioRpcError, key: str) -> Exception:
+        code, detail = exc.code(), exc.details() or ""
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return TimeoutError(f"{key} at {self.endpoint}: deadline exceeded")
+        if code in _UNAVAILABLE:
+            return Unavailable(f"worker {self.endpoint} for {key}: {code.name}: {detail}")
+        return AgentFailure(
+            FailureType.TOOL_ERROR,
+            f"worker {self.endpoint} for {key} answered {code.name}: {detail}",
+            context={"grpc_status": code.name},
+        )
+
+    async def aclose(self) -> None:
+        """Close the channel this agent opened."""
+        if self._channel is not None and self._owns_channel:
+            await self._channel.close()
+        self._channel, self._stub = None, None
+
+    def __repr__(self) -> str:
+        return f"RemoteAgent({self.endpoint!r})"
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,57 @@
+"""A consumer process killed mid-processing (kill -9) loses nothing: another consumer gets the message."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Any
+
+from middleware.messaging import ManualClock, PostOfficeConfig, RedisMailbox
+
+from .helpers import Env, register
+
+CONSUMER = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from middleware.messaging import RedisMailbox
+
+async def main():
+    client = aioredis.Redis.from_url(sys.argv[1])
+    box = RedisMailbox(client, prefix=sys.argv[2])
+    batch = await box.receive("bob", "doomed", count=10, visibility_timeout=0.2)
+    print(len(batch.deliveries), flush=True)
+    await asyncio.Event().wait()  # "processing" forever, never acking
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_consumer_process_loses_nothing(redis_client: Any, redis_prefix: str) -> None:
+    url = "redis://{host}:{port}/{db}".format(**redis_client.connection_pool.connection_kwargs)
+    clock = ManualClock()
+    transport = RedisMailbox(redis_client, prefix=redis_prefix, clock=clock)
+    env = Env("redis", transport, clock)
+    po = env.office(config=PostOfficeConfig(visibility_timeout=0.2))
+    try:
+        a, b = await register(po, "alice"), await register(po, "bob")
+        msg = a.message("bob", "ship order 42")
+        await po.send(a.token, msg, signature=a.sign(msg))
+
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CONSUMER, url, redis_prefix, stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert line.strip() == b"1"  # the doomed consumer holds the message
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+        assert await po.pull(b.token, consumer="survivor") == []  # not visible yet
+        got = await env.after_visibility(lambda: po.pull(b.token, consumer="survivor"), bool)
+        assert [(r.message.content, r.delivery_count) for r in got] == [("ship order 42", 2)]
+        await po.ack(b.token, [got[0].receipt])
+        assert await po.mailbox_size("bob") == 0
+    finally:
+        await transport.purge()
