@@ -21,7 +21,7 @@ __all__ = ["MemoryTaskStore"]
 class MemoryTaskStore:
     """Task records as JSON in a dict (copies in and out, like a real store), with asyncio locks."""
 
-    def __init__(self, *, max_finished: int = 10_000) -> None:
+    def __init__(self, *, max_finished: int = 1_000) -> None:
         self._data: dict[str, tuple[int, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._finished: deque[str] = deque()
