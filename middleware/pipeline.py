@@ -60,6 +60,12 @@ __all__ = ["Agency"]
 Sleeper = Callable[[float], Awaitable[None]]
 
 
+#: Records after which a task waits until everything it has logged is durable.
+_DURABLE_BARRIERS = frozenset(
+    {AuditEventType.TASK_SUBMITTED, AuditEventType.DISPATCH, AuditEventType.TASK_COMPLETED}
+)
+
+
 class Agency:
     """The governance core, in process.
 
@@ -112,6 +118,7 @@ class Agency:
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
+        self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
@@ -233,6 +240,7 @@ class Agency:
             return await self._goal_timeout(run)
         finally:
             run.active_ms += (time.perf_counter() - started) * 1000
+            await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
         return run.request.steps or [TaskStep(name="main")]
@@ -570,7 +578,15 @@ class Agency:
         agent: str = "",
         rule: str = "",
     ) -> None:
-        run.last_index = await self._record(
+        """Append a record of this task's progress.
+
+        Records are handed to the log in order but awaited in groups: the task waits
+        for durability only at a barrier (before an agent is dispatched, when the task
+        ends, and when the segment returns), so one group commit covers several steps
+        and nothing leaves the gateway — a dispatch or an outcome — before the records
+        that precede it are on disk.
+        """
+        record = self._new_record(
             event_type,
             outcome=outcome,
             detail=detail,
@@ -582,6 +598,24 @@ class Agency:
             user=run.request.user_id,
             session=run.request.session_id,
         )
+        pending = self._unflushed.setdefault(run.request.task_id, [])
+        if event_type not in _DURABLE_BARRIERS:
+            pending.append(asyncio.ensure_future(self.audit.append(record)))  # stages in call order
+            return
+        if pending:
+            await asyncio.sleep(0)  # let the handed-over appends stage first, in order
+        # The barrier record is appended in this task's context (observers such as tracing
+        # attach context here); once it is durable, everything staged before it is too.
+        run.last_index = max(run.last_index, await self.audit.append(record))
+        await self._flush_audit(run)
+
+    async def _flush_audit(self, run: TaskRecord) -> None:
+        """Wait until every record this task has handed to the log is durable."""
+        pending = self._unflushed.pop(run.request.task_id, None)
+        if pending:
+            # shielded: a goal timeout must not cancel appends already handed over
+            indexes = await asyncio.shield(asyncio.gather(*pending))
+            run.last_index = max(run.last_index, *indexes)
 
     async def _record(
         self,
@@ -598,18 +632,45 @@ class Agency:
         session: str = "",
     ) -> int:
         return await self.audit.append(
-            AuditRecord(
-                event_type=event_type.value,
-                node=self.config.node_id,
-                component="gateway",
-                actors=Actors(user=user, agent=agent, session=session),
+            self._new_record(
+                event_type,
+                outcome=outcome,
+                detail=detail,
+                agent=agent,
+                rule=rule,
                 task_id=task_id,
                 trace_id=trace_id,
                 goal_id=goal_id,
-                rule=rule,
-                outcome=outcome,
-                detail=detail or {},
+                user=user,
+                session=session,
             )
+        )
+
+    def _new_record(
+        self,
+        event_type: AuditEventType,
+        *,
+        outcome: str,
+        detail: dict[str, Any] | None,
+        agent: str,
+        rule: str,
+        task_id: str,
+        trace_id: str,
+        goal_id: str,
+        user: str,
+        session: str,
+    ) -> AuditRecord:
+        return AuditRecord(
+            event_type=event_type.value,
+            node=self.config.node_id,
+            component="gateway",
+            actors=Actors(user=user, agent=agent, session=session),
+            task_id=task_id,
+            trace_id=trace_id,
+            goal_id=goal_id,
+            rule=rule,
+            outcome=outcome,
+            detail=detail or {},
         )
 
     async def close(self) -> None:

@@ -16,6 +16,11 @@ class AuditLog(Protocol):
 
     ``append`` returns only once the record is durable (for disk backends: written
     and fsynced) and gives back the record's index (contiguous, from 1).
+
+    Order: records take their place in the order ``append`` is *called*; an
+    implementation stages the record before its first suspension point. The
+    pipeline relies on this to hand several records over without awaiting each
+    and then wait once: when a later record is durable, every earlier one is.
     """
 
     async def append(self, record: AuditRecord) -> int: ...

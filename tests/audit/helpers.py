@@ -45,5 +45,16 @@ def segments(node_dir: Path) -> list[Path]:
 def crash_image(node_dir: Path, dest_root: Path) -> Path:
     """Copy a live node directory as a crash would leave it (no close, no seal)."""
     dest = dest_root / node_dir.name
-    shutil.copytree(node_dir, dest, ignore=shutil.ignore_patterns("LOCK"))
+    dest.mkdir(parents=True)
+    for path in sorted(node_dir.rglob("*")):
+        if path.name == "LOCK" or path.is_dir():
+            continue
+        target = dest / path.relative_to(node_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(path, target)
+        except FileNotFoundError:
+            # the live writer renamed a just-created segment's temp file while we copied:
+            # a crash at this instant would not have it either
+            continue
     return dest
