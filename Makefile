@@ -22,9 +22,11 @@ demo: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/agency serve
 
-## The test suite (needs the local Redis on 127.0.0.1:6379 for the Redis tests).
+## Stub drift, lint, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
 test: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
+	$(BIN)/ruff check middleware handlers tests scripts bench
+	$(BIN)/mypy middleware handlers
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
