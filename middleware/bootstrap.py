@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .audit import AuditLog, WalAuditLog
+from .audit import AuditLog, WalAuditLog, WalOptions
 from .backends import open_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
@@ -14,7 +14,8 @@ __all__ = ["build_agency"]
 
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
     """An :class:`Agency` with every agent, contract and goal of ``definition`` registered."""
-    audit: AuditLog = WalAuditLog(definition.audit.directory, definition.agency.node_id)
+    options = WalOptions(on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None)
+    audit: AuditLog = WalAuditLog(definition.audit.directory, definition.agency.node_id, options=options)
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
     storage = definition.storage

@@ -16,7 +16,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -81,12 +81,15 @@ class WalOptions:
         checkpoint_every: Sign a checkpoint after this many new events (and on close).
         fsync: The fsync policy (see ``FsyncPolicy``).
         fsync_interval: Seconds between fdatasyncs under ``FsyncPolicy.INTERVAL``.
+        on_sync: Called (from the writer thread) with each fdatasync's duration in seconds,
+            e.g. a Prometheus histogram's ``observe``; must be quick and thread-safe.
     """
 
     segment_bytes: int = 64 << 20
     checkpoint_every: int = 1000
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     fsync_interval: float = 0.05
+    on_sync: Callable[[float], None] | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -441,7 +444,10 @@ class WalAuditLog:
         self._visible = (self._segment_path, self._offset)
 
     def _sync(self) -> None:
+        started = time.perf_counter()
         os.fdatasync(self._fd)
+        if self.options.on_sync is not None:
+            self.options.on_sync(time.perf_counter() - started)
         self._synced = self._offset
         self._dirty = False
         self._last_sync = time.monotonic()

@@ -12,7 +12,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import start_http_server
 
-from ..audit import WalAuditLog
+from ..audit import WalAuditLog, WalOptions
 from ..bootstrap import build_agency
 from ..config import ServerConfig, load_definition
 from ..definition import AgencyDefinition
@@ -113,7 +113,12 @@ async def serve(
     if definition is not None:
         agency = await build_agency(definition, metrics=metrics)
     else:
-        audit = MeteredAuditLog(WalAuditLog(Path(config.data_dir) / "audit", config.agency.node_id), metrics)
+        wal = WalAuditLog(
+            Path(config.data_dir) / "audit",
+            config.agency.node_id,
+            options=WalOptions(on_sync=metrics.audit_fsync_latency.observe),
+        )
+        audit = MeteredAuditLog(wal, metrics)
         agency = Agency(audit=audit, config=config.agency)
     interceptors: list[grpc.aio.ServerInterceptor] = []
     tracing = None

@@ -103,6 +103,8 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
         assert 'agency_tasks_total{state="rejected"} 1.0' in exposition
         assert 'agency_routing_decisions_total{outcome="refused"} 1.0' in exposition
         assert "smf_validation_errors_total 1.0" in exposition
+        fsyncs = re.search(r"^agency_audit_fsync_duration_seconds_count (\S+)$", exposition, re.M)
+        assert fsyncs and float(fsyncs.group(1)) > 0, "the audit log's fdatasyncs are measured"
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
