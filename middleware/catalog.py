@@ -27,10 +27,9 @@ from typing import Protocol, runtime_checkable
 from pydantic import ConfigDict, Field, field_validator
 
 from ._model import Model
-from .contracts import CapabilityContract, normalise_label
-from .errors import InvalidInput
+from .contracts import CapabilityContract, normalise_label, normalise_tag_set
 from .smf import utcnow
-from .versions import Version, VersionRange
+from .versions import Version, VersionRange, checked_range_text
 
 __all__ = [
     "Catalog",
@@ -80,17 +79,12 @@ class CatalogQuery(Model):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: list[str]) -> list[str]:
-        return sorted({normalise_label(t) for t in v if t.strip()})
+        return normalise_tag_set(v)
 
     @field_validator("version_range")
     @classmethod
     def _range(cls, v: str) -> str:
-        if v.strip():
-            try:
-                VersionRange.parse(v)
-            except InvalidInput as exc:
-                raise ValueError(exc.problems[0].reason) from None
-        return v.strip()
+        return checked_range_text(v)
 
     def matches(self, entry: CatalogEntry) -> bool:
         """Whether ``entry`` (with its ``stale`` flag already computed) is in the result."""

@@ -28,9 +28,9 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import Field, field_validator
 
 from ._model import Model
-from .contracts import normalise_label
+from .contracts import normalise_label, normalise_tag_set
 from .errors import InvalidInput
-from .versions import VersionRange
+from .versions import checked_range_text
 
 __all__ = [
     "ConstraintExtractor",
@@ -72,18 +72,12 @@ class Constraints(Model):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: list[str]) -> list[str]:
-        return sorted({normalise_label(t) for t in v if t.strip()})
+        return normalise_tag_set(v)
 
     @field_validator("version_range")
     @classmethod
     def _range(cls, v: str) -> str:
-        v = v.strip()
-        if v:
-            try:
-                VersionRange.parse(v)
-            except InvalidInput as exc:
-                raise ValueError(exc.problems[0].reason) from None
-        return v
+        return checked_range_text(v)
 
     def merged(self, explicit: Mapping[str, Any]) -> Constraints:
         """These constraints overridden by the ones a client stated (tags are united).

@@ -44,6 +44,11 @@ def normalise_label(value: str) -> str:
     return re.sub(r"[\s-]+", "_", value.strip().lower())
 
 
+def normalise_tag_set(values: list[str]) -> list[str]:
+    """Query-side tags: normalised, blanks dropped, deduplicated, sorted."""
+    return sorted({normalise_label(t) for t in values if t.strip()})
+
+
 def _labels(values: list[str], field: str) -> list[str]:
     out: list[str] = []
     for i, raw in enumerate(values):

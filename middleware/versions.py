@@ -263,3 +263,18 @@ def _bumped(nums: list[int], index: int) -> Version:
     # "<2.0.0" would admit 2.0.0-rc.1 under plain precedence; the pre-release rule in
     # VersionRange.contains keeps it out unless a comparator opts in.
     return Version(out[0], out[1], out[2])
+
+
+def checked_range_text(text: str) -> str:
+    """``text`` trimmed, if empty or a valid :class:`VersionRange` (for pydantic validators).
+
+    Raises:
+        ValueError: saying why the range does not parse.
+    """
+    text = text.strip()
+    if text:
+        try:
+            VersionRange.parse(text)
+        except InvalidInput as exc:
+            raise ValueError(exc.problems[0].reason) from None
+    return text
