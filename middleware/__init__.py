@@ -1,67 +1,173 @@
-"""Agency Middleware: the governance layer multi-agent LLM systems run behind."""
+"""Agency Middleware: the governance layer multi-agent LLM systems run behind.
 
-from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
-from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
-from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
-from .circuit_breaker import BreakerConfig, CircuitBreaker
-from .config import AgencyConfig, ServerConfig
-from .constraints import ConstraintExtractor, Constraints, LangChainExtractor, RuleBasedExtractor, Vocabulary
-from .contracts import CapabilityContract
-from .detectors import DetectorConfig, Detectors, PolicyRules
-from .errors import (
-    AgencyError,
-    AgentFailure,
-    AlreadyExists,
-    AuditCorrupted,
-    AuditError,
-    ConcurrentUpdate,
-    ContractViolation,
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidInput,
-    NotFound,
-    PermissionDenied,
-    Problem,
-    ResourceExhausted,
-    RoutingRefused,
-    Unauthenticated,
-    Unavailable,
-)
-from .failure_monitor import FailureMonitor, MonitorConfig
-from .failures import (
-    FailureEvent,
-    FailureHandler,
-    FailurePolicy,
-    FailureProcessor,
-    FailureType,
-    Resolution,
-    ResolutionKind,
-)
-from .goals import (
-    CheckRegistry,
-    GoalAssertion,
-    GoalStage,
-    GoalStore,
-    GoalVerdict,
-    MemoryGoalStore,
-    StepVerdict,
-    Verifier,
-    parse_step_sentence,
-    verify_goal,
-)
-from .interventions import HandoverPacket, HumanDecision
-from .memory_catalog import MemoryCatalog
-from .memory_task_store import MemoryTaskStore
-from .pipeline import Agency
-from .redis_catalog import RedisCatalog
-from .redis_routing_stats import RedisRoutingStats
-from .redis_task_store import RedisTaskStore
-from .router import Router, RoutingDecision, RoutingWeights
-from .routing_stats import MemoryRoutingStats, RoutingStats
-from .smf import Provenance, SMFMessage, SMFMetadata
-from .task_store import TaskStore
-from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
-from .versions import Version, VersionRange
+The names below are imported on first use (PEP 562), so importing one submodule
+(``middleware.audit.segment`` in a verification worker, say) does not import them all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
+    from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
+    from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
+    from .circuit_breaker import BreakerConfig, CircuitBreaker
+    from .config import AgencyConfig, ServerConfig
+    from .constraints import (
+        ConstraintExtractor,
+        Constraints,
+        LangChainExtractor,
+        RuleBasedExtractor,
+        Vocabulary,
+    )
+    from .contracts import CapabilityContract
+    from .detectors import DetectorConfig, Detectors, PolicyRules
+    from .errors import (
+        AgencyError,
+        AgentFailure,
+        AlreadyExists,
+        AuditCorrupted,
+        AuditError,
+        ConcurrentUpdate,
+        ContractViolation,
+        DeadlineExceeded,
+        FailedPrecondition,
+        InvalidInput,
+        NotFound,
+        PermissionDenied,
+        Problem,
+        ResourceExhausted,
+        RoutingRefused,
+        Unauthenticated,
+        Unavailable,
+    )
+    from .failure_monitor import FailureMonitor, MonitorConfig
+    from .failures import (
+        FailureEvent,
+        FailureHandler,
+        FailurePolicy,
+        FailureProcessor,
+        FailureType,
+        Resolution,
+        ResolutionKind,
+    )
+    from .goals import (
+        CheckRegistry,
+        GoalAssertion,
+        GoalStage,
+        GoalStore,
+        GoalVerdict,
+        MemoryGoalStore,
+        StepVerdict,
+        Verifier,
+        parse_step_sentence,
+        verify_goal,
+    )
+    from .interventions import HandoverPacket, HumanDecision
+    from .memory_catalog import MemoryCatalog
+    from .memory_task_store import MemoryTaskStore
+    from .pipeline import Agency
+    from .redis_catalog import RedisCatalog
+    from .redis_routing_stats import RedisRoutingStats
+    from .redis_task_store import RedisTaskStore
+    from .router import Router, RoutingDecision, RoutingWeights
+    from .routing_stats import MemoryRoutingStats, RoutingStats
+    from .smf import Provenance, SMFMessage, SMFMetadata
+    from .task_store import TaskStore
+    from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
+    from .versions import Version, VersionRange
+
+_EXPORTS: dict[str, str] = {
+    "Agency": ".pipeline",
+    "AgencyConfig": ".config",
+    "AgencyError": ".errors",
+    "Agent": ".agents",
+    "AgentFailure": ".errors",
+    "AgentRegistry": ".agents",
+    "AgentReply": ".agents",
+    "AgentRequest": ".agents",
+    "AlreadyExists": ".errors",
+    "AuditCorrupted": ".errors",
+    "AuditError": ".errors",
+    "AuditLog": ".audit",
+    "AuditRecord": ".audit",
+    "BreakerConfig": ".circuit_breaker",
+    "CapabilityContract": ".contracts",
+    "Catalog": ".catalog",
+    "CatalogEntry": ".catalog",
+    "CatalogEvent": ".catalog",
+    "CatalogEventType": ".catalog",
+    "CatalogQuery": ".catalog",
+    "CheckRegistry": ".goals",
+    "CircuitBreaker": ".circuit_breaker",
+    "ConcurrentUpdate": ".errors",
+    "ConstraintExtractor": ".constraints",
+    "Constraints": ".constraints",
+    "ContractViolation": ".errors",
+    "DeadlineExceeded": ".errors",
+    "DetectorConfig": ".detectors",
+    "Detectors": ".detectors",
+    "FailedPrecondition": ".errors",
+    "FailureEvent": ".failures",
+    "FailureHandler": ".failures",
+    "FailureMonitor": ".failure_monitor",
+    "FailurePolicy": ".failures",
+    "FailureProcessor": ".failures",
+    "FailureType": ".failures",
+    "FileAuditLog": ".audit",
+    "GoalAssertion": ".goals",
+    "GoalStage": ".goals",
+    "GoalStore": ".goals",
+    "GoalVerdict": ".goals",
+    "HandoverPacket": ".interventions",
+    "HumanDecision": ".interventions",
+    "InvalidInput": ".errors",
+    "LangChainExtractor": ".constraints",
+    "MemoryAuditLog": ".audit",
+    "MemoryCatalog": ".memory_catalog",
+    "MemoryGoalStore": ".goals",
+    "MemoryRoutingStats": ".routing_stats",
+    "MemoryTaskStore": ".memory_task_store",
+    "MonitorConfig": ".failure_monitor",
+    "NotFound": ".errors",
+    "Outcome": ".tasks",
+    "PermissionDenied": ".errors",
+    "PolicyRules": ".detectors",
+    "Problem": ".errors",
+    "Provenance": ".smf",
+    "RedisCatalog": ".redis_catalog",
+    "RedisRoutingStats": ".redis_routing_stats",
+    "RedisTaskStore": ".redis_task_store",
+    "Resolution": ".failures",
+    "ResolutionKind": ".failures",
+    "ResourceExhausted": ".errors",
+    "Router": ".router",
+    "RoutingDecision": ".router",
+    "RoutingRefused": ".errors",
+    "RoutingStats": ".routing_stats",
+    "RoutingWeights": ".router",
+    "RuleBasedExtractor": ".constraints",
+    "SMFMessage": ".smf",
+    "SMFMetadata": ".smf",
+    "ServerConfig": ".config",
+    "StepVerdict": ".goals",
+    "TaskRecord": ".tasks",
+    "TaskRequest": ".tasks",
+    "TaskState": ".tasks",
+    "TaskStep": ".tasks",
+    "TaskStore": ".task_store",
+    "Unauthenticated": ".errors",
+    "Unavailable": ".errors",
+    "Verifier": ".goals",
+    "Version": ".versions",
+    "VersionRange": ".versions",
+    "Vocabulary": ".constraints",
+    "WalAuditLog": ".audit",
+    "parse_step_sentence": ".goals",
+    "verify_goal": ".goals",
+}
 
 __all__ = [
     "Agency",
@@ -152,3 +258,16 @@ __all__ = [
     "parse_step_sentence",
     "verify_goal",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

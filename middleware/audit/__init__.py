@@ -6,13 +6,35 @@ is the interface every backend implements; ``WalAuditLog`` is the default on dis
 see docs/audit-log.md); ``FileAuditLog`` is the simpler single-file log of the
 foundation; ``MemoryAuditLog`` keeps records in memory for tests and embedding.
 ``verify``/``export`` read logs offline.
+
+The names below are imported on first use (PEP 562), so importing one submodule
+(``middleware.audit.segment`` in a verification worker, say) does not import them all.
 """
 
-from .file_audit_log import FileAuditLog
-from .log import AuditLog
-from .memory_audit_log import MemoryAuditLog
-from .record import AUDIT_SCHEMA_VERSION, Actors, AuditEventType, AuditRecord
-from .wal import FsyncPolicy, WalAuditLog, WalOptions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .file_audit_log import FileAuditLog
+    from .log import AuditLog
+    from .memory_audit_log import MemoryAuditLog
+    from .record import AUDIT_SCHEMA_VERSION, Actors, AuditEventType, AuditRecord
+    from .wal import FsyncPolicy, WalAuditLog, WalOptions
+
+_EXPORTS: dict[str, str] = {
+    "AUDIT_SCHEMA_VERSION": ".record",
+    "Actors": ".record",
+    "AuditEventType": ".record",
+    "AuditLog": ".log",
+    "AuditRecord": ".record",
+    "FileAuditLog": ".file_audit_log",
+    "FsyncPolicy": ".wal",
+    "MemoryAuditLog": ".memory_audit_log",
+    "WalAuditLog": ".wal",
+    "WalOptions": ".wal",
+}
 
 __all__ = [
     "AUDIT_SCHEMA_VERSION",
@@ -26,3 +48,16 @@ __all__ = [
     "WalAuditLog",
     "WalOptions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
