@@ -210,6 +210,9 @@ class ChainState:
         origin: The checkpoint origin expected (None: taken from the first header).
         last_time_ns: Time of the last good frame.
         sealed: Whether the segment checked last ends with a seal frame.
+        deferred_roots: If a list, checkpoints are not compared with ``tree`` (which then
+            only collects leaf hashes) but appended here with where they are, for the
+            caller to compare once it has the whole tree (see ``segment_pool``).
     """
 
     tree: MerkleTree = field(default_factory=MerkleTree)
@@ -220,6 +223,7 @@ class ChainState:
     origin: str | None = None
     last_time_ns: int = 0
     sealed: bool = False
+    deferred_roots: list[tuple[Checkpoint, str]] | None = None
 
 
 @dataclass(slots=True)
@@ -408,6 +412,9 @@ def _check_checkpoint(payload: memoryview, state: ChainState, here: str) -> None
         raise AuditCorrupted(f"checkpoint for log {cp.origin!r}, not {state.origin!r}", where=here)
     if cp.size != state.size:
         raise AuditCorrupted(f"checkpoint for size {cp.size} written at size {state.size}", where=here)
+    if state.deferred_roots is not None:
+        state.deferred_roots.append((cp, here))
+        return
     if cp.root != state.tree.root(cp.size):
         raise AuditCorrupted(f"checkpoint root for size {cp.size} does not match the records", where=here)
     state.checkpoints.append(cp)

@@ -25,12 +25,11 @@ from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verif
 from .segment import (
     ChainState,
     SegmentName,
-    TornFrame,
-    check,
     find_promised_frame,
     list_segments,
     load_pruned,
 )
+from .segment_pool import check_segments
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -112,9 +111,13 @@ def find_node_dirs(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def scan_node(
-    directory: Path, verifier: Verifier | None, *, trusted: Checkpoint | None = None
+    directory: Path,
+    verifier: Verifier | None,
+    *,
+    trusted: Checkpoint | None = None,
+    workers: int | None = None,
 ) -> NodeVerdict:
-    """Verify one node's log directory without modifying it."""
+    """Verify one node's log directory without modifying it (``workers``: see ``check_segments``)."""
     v = NodeVerdict(node=directory.name, source=str(directory))
     if verifier is None:
         vkey = directory / VKEY_FILE
@@ -132,14 +135,13 @@ def scan_node(
         if pruned:
             v.warnings.append(f"events 1..{pruned} removed by retention (their leaf hashes are kept)")
         v.pruned = pruned
-        for i, (name, path) in enumerate(segments):
-            data = path.read_bytes()
+        for i, checked in enumerate(check_segments(segments, state, workers=workers)):
+            path, end, torn = checked.path, checked.end, checked.torn
             last = i == len(segments) - 1
-            try:
-                end = check(data, name, path.name, state)
-            except TornFrame as torn:
+            if torn is not None:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
+                data = path.read_bytes()
                 promised = find_promised_frame(data, torn.offset)
                 if promised is not None:
                     raise AuditCorrupted(

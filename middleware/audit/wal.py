@@ -37,8 +37,6 @@ from .segment import (
     ChainState,
     Frame,
     SegmentName,
-    TornFrame,
-    check,
     encode_events,
     encode_frame,
     find_promised_frame,
@@ -46,6 +44,7 @@ from .segment import (
     load_pruned,
     scan,
 )
+from .segment_pool import check_segments
 
 __all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin_for"]
 
@@ -83,6 +82,9 @@ class WalOptions:
         fsync_interval: Seconds between fdatasyncs under ``FsyncPolicy.INTERVAL``.
         on_sync: Called (from the writer thread) with each fdatasync's duration in seconds,
             e.g. a Prometheus histogram's ``observe``; must be quick and thread-safe.
+        recovery_workers: Processes that check segments in parallel when the log is opened
+            (default: one per CPU; 1: check in this process). Small logs are checked in
+            this process anyway (see ``segment_pool``).
     """
 
     segment_bytes: int = 64 << 20
@@ -90,6 +92,7 @@ class WalOptions:
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     fsync_interval: float = 0.05
     on_sync: Callable[[float], None] | None = None
+    recovery_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -98,6 +101,8 @@ class WalOptions:
             raise InvalidInput.single("checkpoint_every", "must be at least 1", what="audit log options")
         if self.fsync_interval <= 0:
             raise InvalidInput.single("fsync_interval", "must be positive", what="audit log options")
+        if self.recovery_workers is not None and self.recovery_workers < 1:
+            raise InvalidInput.single("recovery_workers", "must be at least 1", what="audit log options")
 
 
 @dataclass
@@ -523,14 +528,13 @@ class WalAuditLog:
         self._seq, self._sealed_last = (segments[0][0].seq if segments else 0), True
         self._last_path: Path | None = None
         self._sealed_segments: list[retention.SealedSegment] = []
-        for i, (name, path) in enumerate(segments):
+        for i, checked in enumerate(check_segments(segments, st, workers=self.options.recovery_workers)):
+            name, path, torn = checked.name, checked.path, checked.torn
             last = i == len(segments) - 1
-            data = path.read_bytes()
-            try:
-                check(data, name, path.name, st)
-            except TornFrame as torn:
+            if torn is not None:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
+                data = path.read_bytes()
                 promised = find_promised_frame(data, torn.offset)
                 if promised is not None:
                     raise AuditCorrupted(
