@@ -24,3 +24,15 @@ async def flaky(request: AgentRequest) -> Any:
 async def steady(request: AgentRequest) -> Any:
     """Always answers."""
     return {"done": True}
+
+
+async def held(request: AgentRequest) -> Any:
+    """Stays in flight until the test pushes to the Redis list its input names."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(request.input["redis_url"])
+    try:
+        await client.blpop([request.input["release"]], timeout=20)
+    finally:
+        await client.aclose()
+    return {"released": True}

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from gateway_processes import GatewayProcess, redis_definition, start_gateways, write_definition
+from gateway_processes import REDIS_URL, GatewayProcess, redis_definition, start_gateways, write_definition
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc, common_pb2
 from middleware.cli import main
@@ -41,6 +42,10 @@ AGENTS = [
     {
         "agent": "replica_agents:steady",
         "contract": {"name": "steady", "can_do": ["work"], "slo_latency_ms": 2000},
+    },
+    {
+        "agent": "replica_agents:held",
+        "contract": {"name": "held", "can_do": ["hold"], "slo_latency_ms": 20000},
     },
 ]
 PLAN = agency_pb2.SubmitRequest(text="plan the rollout", constraints_json='{"action": "plan"}')
@@ -121,7 +126,7 @@ async def _keys(replica: Replica) -> set[str]:
 
 async def test_a_catalog_change_through_either_gateway_is_seen_by_both(replicas) -> None:
     a, b = replicas
-    defined = {"unsure@1.0.0", "flaky@1.0.0", "steady@1.0.0"}
+    defined = {"unsure@1.0.0", "flaky@1.0.0", "steady@1.0.0", "held@1.0.0"}
     assert await _keys(a) == await _keys(b) == defined  # both registered the file's agents: one entry each
 
     for writer, reader, name in ((a, b, "from_a"), (b, a, "from_b")):
@@ -160,6 +165,33 @@ async def test_routing_statistics_gathered_by_one_gateway_steer_the_other(replic
     assert after.chosen == "steady@1.0.0" and list(after.fallbacks) == ["flaky@1.0.0"]
     assert "success 100%" in after.explanation
     assert _stats(await a.agency.Route(ROUTE_WORK, timeout=10)) == _stats(after)  # one set of numbers
+
+
+async def test_calls_in_flight_on_one_gateway_are_load_on_the_other(
+    replicas, redis_client, redis_prefix
+) -> None:
+    a, b = replicas
+    route = agency_pb2.RouteRequest(text="hold on", constraints_json='{"action": "hold"}')
+    release = f"{redis_prefix}release"
+    call = a.agency.Submit(
+        agency_pb2.SubmitRequest(
+            text="hold on",
+            constraints_json='{"action": "hold"}',
+            input_json=json.dumps({"redis_url": REDIS_URL, "release": release}),
+        ),
+        timeout=20,
+    )
+    try:
+        deadline = time.monotonic() + 10  # the call reaching the agent in the other process
+        while _stats(await b.agency.Route(route, timeout=10))["held@1.0.0"][2] == 0.0:
+            assert time.monotonic() < deadline, "b never saw the call in flight on a"
+            await asyncio.sleep(0.02)
+        assert _stats(await b.agency.Route(route, timeout=10))["held@1.0.0"] == (1.0, 0, 1.0)
+    finally:
+        await redis_client.rpush(release, "go")
+    outcome = await call
+    assert outcome.state == "completed" and json.loads(outcome.output_json) == {"released": True}
+    assert _stats(await b.agency.Route(route, timeout=10))["held@1.0.0"] == (1.0, 1, 0.0)
 
 
 async def test_each_gateway_writes_its_own_audit_log_and_export_merges_them(
