@@ -23,7 +23,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     if storage.backend == "redis":  # task state shared by replicas: resume on any of them
         from .redis_task_store import RedisTaskStore
 
-        tasks = RedisTaskStore.from_url(storage.redis_url)
+        tasks = RedisTaskStore.from_url(storage.redis_url, prefix=storage.key_prefix)
     # catalog and routing stats shared by replicas too (under key_prefix)
     catalog, stats = open_backends(
         storage.redis_url if storage.backend == "redis" else "",
@@ -38,7 +38,9 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         router=Router(catalog, stats=stats),
     )
     for spec in definition.agents:
-        await agency.register(spec.contract, spec.build())
+        # replace: on a shared catalog every replica (and a restarted gateway) registers the same
+        # definition; the file is the source of truth for the agents it names
+        await agency.register(spec.contract, spec.build(), replace=True)
     for goal in definition.goals:
         agency.register_goal(goal)
     return agency

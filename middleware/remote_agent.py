@@ -12,6 +12,9 @@ same failure types as an in-process agent::
       does not serve this contract)
     DEADLINE_EXCEEDED                    -> TimeoutError                 -> TOOL_TIMEOUT
     any other status                     -> AgentFailure(TOOL_ERROR)
+
+The request's W3C ``traceparent`` (and the task's ``tracestate``) travel as the call's
+gRPC metadata, so the worker continues the task's trace (see ``middleware.tracing``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .agents import AgentReply, AgentRequest
 from .errors import AgentFailure, InvalidInput, Unavailable
 from .failures import FailureType
 from .grpc_api.message_servicer import smf_to_pb
+from .tracing import trace_metadata
 
 __all__ = ["RemoteAgent"]
 
@@ -76,6 +80,7 @@ class RemoteAgent:
                     deadline_ms=deadline_ms,
                 ),
                 timeout=deadline_ms / 1000,
+                metadata=trace_metadata(request.traceparent),
             )
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, key) from None

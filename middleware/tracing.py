@@ -20,6 +20,11 @@ How a task becomes one trace:
 * :class:`~middleware.agents.AgentRequest` carries the ``traceparent`` of the task
   span, so a remote worker that receives the request (however it is transported)
   continues the same trace with :meth:`Tracing.agent_span`.
+* Over gRPC, :class:`~middleware.remote_agent.RemoteAgent` sends that ``traceparent``
+  (and the task's ``tracestate``, if any) as ``AgentWorker.Invoke`` metadata
+  (:func:`trace_metadata`), with or without OTel in the gateway; the worker hands it to
+  the agent unchanged, or, with tracing on, opens its agent span as a child of it and
+  hands the agent that span's ``traceparent`` (same trace id).
 """
 
 from __future__ import annotations
@@ -39,11 +44,13 @@ if TYPE_CHECKING:
     from .agents import AgentRequest
 
 __all__ = [
+    "TRACE_HEADERS",
     "Tracing",
     "TracingAuditLog",
     "current_trace_id",
     "current_traceparent",
     "otel_available",
+    "trace_metadata",
 ]
 
 try:  # the optional extra
@@ -59,6 +66,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 E = AuditEventType
+
+TRACE_HEADERS = ("traceparent", "tracestate")
+"""The W3C trace context headers, as gRPC metadata keys."""
 
 
 def otel_available() -> bool:
@@ -87,6 +97,25 @@ def inject(carrier: dict[str, str]) -> None:
     """Write the current context's ``traceparent`` (and ``tracestate``) into ``carrier``."""
     if _PROPAGATOR is not None:
         _PROPAGATOR.inject(carrier)
+
+
+def trace_metadata(traceparent: str) -> tuple[tuple[str, str], ...]:
+    """gRPC metadata that continues ``traceparent`` in the callee.
+
+    ``traceparent`` travels as given (no OTel needed). The current context's
+    ``tracestate`` is added when the current span *is* that parent, so vendor state
+    is never paired with another span's id. A value that is not printable ASCII
+    cannot be a W3C header (nor gRPC metadata) and is not sent.
+    """
+    if not traceparent or not (traceparent.isascii() and traceparent.isprintable()):
+        return ()
+    headers = [("traceparent", traceparent)]
+    if _PROPAGATOR is not None:
+        carrier: dict[str, str] = {}
+        _PROPAGATOR.inject(carrier)
+        if carrier.get("traceparent") == traceparent and carrier.get("tracestate"):
+            headers.append(("tracestate", carrier["tracestate"]))
+    return tuple(headers)
 
 
 def extract(carrier: dict[str, str]) -> Any:
@@ -166,17 +195,20 @@ class Tracing:
         return TracingAuditLog(inner, self)
 
     @contextlib.contextmanager
-    def agent_span(self, request: AgentRequest, name: str = "") -> Iterator[Any]:
+    def agent_span(self, request: AgentRequest, name: str = "", *, tracestate: str = "") -> Iterator[Any]:
         """A span for handling ``request`` in a (remote) worker, in the task's trace.
 
-        The parent is the request's ``traceparent``; without one, the span still
-        joins the task's trace through ``request.message.trace_id`` when that is a
-        32-hex id.
+        The parent is the request's ``traceparent`` (with ``tracestate``, the vendor
+        state that came with it); without one, the span still joins the task's trace
+        through ``request.message.trace_id`` when that is a 32-hex id.
         """
         assert otel_trace is not None
         parent = None
         if request.traceparent:
-            parent = extract({"traceparent": request.traceparent})
+            carrier = {"traceparent": request.traceparent}
+            if tracestate:
+                carrier["tracestate"] = tracestate
+            parent = extract(carrier)
         elif _HEX32.match(request.message.trace_id or ""):
             parent = _parent_for_trace(request.message.trace_id)
         with self.tracer.start_as_current_span(
@@ -191,6 +223,12 @@ class Tracing:
             },
         ) as span:
             yield span
+
+    @staticmethod
+    def set_error(span: Any, description: str) -> None:
+        """Mark ``span`` as failed (e.g. with the failure type an agent came back with)."""
+        assert otel_trace is not None
+        span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, description))
 
 
 class TracingAuditLog:

@@ -38,6 +38,7 @@ from .contracts import CapabilityContract
 from .errors import InvalidInput, Unavailable
 from .grpc_api.convert import contract_to_pb
 from .grpc_api.worker_servicer import AgentWorkerServicer
+from .tracing import Tracing
 
 __all__ = ["Worker"]
 
@@ -60,6 +61,8 @@ class Worker:
         connect_timeout: How long to wait for the gateway at start-up.
         grace: Seconds in-flight calls get to finish on stop.
         on_heartbeat: Called with the heartbeat count after each acknowledged heartbeat.
+        tracing: Continue each caller's trace with an agent span (``agency worker
+            --tracing``); without it the caller's ``traceparent`` still reaches the agent.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Worker:
         connect_timeout: float = 10.0,
         grace: float = 5.0,
         on_heartbeat: Callable[[int], object] | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         if contract is None:
             contract = getattr(agent, "contract", None)
@@ -96,6 +100,7 @@ class Worker:
         self.registered: CapabilityContract | None = None
         self.heartbeats = 0
         self.on_heartbeat = on_heartbeat
+        self.tracing = tracing
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -125,7 +130,7 @@ class Worker:
             InvalidInput: the gateway refused the contract (every problem named).
         """
         server = grpc.aio.server()
-        servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)})
+        servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)}, tracing=self.tracing)
         worker_pb2_grpc.add_AgentWorkerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

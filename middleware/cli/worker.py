@@ -43,6 +43,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--audit-dir", type=Path, help="write a wrapped LangChain agent's inner steps to an audit log here"
     )
+    p.add_argument(
+        "--tracing",
+        choices=["off", "console", "otlp"],
+        default="off",
+        help="export OpenTelemetry spans, each call a child of the gateway's task span "
+        "(needs agency-middleware[otel]; default off: the trace context is still passed to the agent)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -59,6 +66,11 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
         from ..audit import FileAuditLog
 
         audit = agent.audit = FileAuditLog(args.audit_dir)
+    tracing = None
+    if args.tracing != "off":
+        from ..tracing import Tracing
+
+        tracing = Tracing.with_exporter(args.tracing, service_name="agency-worker")
     worker = Worker(
         agent,
         contract,
@@ -66,6 +78,7 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
         address=args.address,
         advertise=args.advertise,
         heartbeat_interval=args.heartbeat,
+        tracing=tracing,
     )
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(worker.run(stop, ready=ready))
@@ -87,6 +100,8 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
             await task
         if audit is not None:
             await audit.close()
+        if tracing is not None:
+            tracing.shutdown()  # flushes the spans still batched
     print(f"agency: worker {worker.key} deregistered and stopped", flush=True)
     return 0
 

@@ -6,6 +6,11 @@ fail the RPC: the failure comes back typed in ``InvokeResponse.failure`` (the sa
 types the gateway's pipeline would give it in process), so the gateway's failure
 machinery handles it. Transport problems (an unknown contract key, a malformed
 message) are status codes, mapped in ``status.py``.
+
+The caller's W3C ``traceparent`` (gRPC metadata) reaches the agent in
+``AgentRequest.traceparent``: unchanged without tracing; with a :class:`Tracing`, the
+call runs in an agent span that is a child of it, and the agent gets that span's
+``traceparent`` (the same trace), so whatever the agent traces nests under it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ..agents import AgentCallable, AgentReply, AgentRequest, call_agent
 from ..contracts import CapabilityContract
 from ..errors import AgentFailure, ContractViolation, NotFound, Unavailable
 from ..failures import FailureType
+from ..tracing import TRACE_HEADERS, Tracing, current_traceparent
 from .message_servicer import smf_from_pb  # the one SMF <-> protobuf conversion (issue 7)
 from .status import rpc
 
@@ -48,10 +54,22 @@ def invoke_failure(exc: BaseException) -> worker_pb2.AgentFailure:
 
 
 class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
-    """Serves the agents of one worker process, by contract key."""
+    """Serves the agents of one worker process, by contract key.
 
-    def __init__(self, agents: Mapping[str, tuple[CapabilityContract, AgentCallable]]) -> None:
+    Args:
+        agents: ``contract key -> (contract, agent callable)``.
+        tracing: Continue the caller's trace with an agent span per call (None = no spans;
+            the ``traceparent`` is still handed to the agent).
+    """
+
+    def __init__(
+        self,
+        agents: Mapping[str, tuple[CapabilityContract, AgentCallable]],
+        *,
+        tracing: Tracing | None = None,
+    ) -> None:
         self._agents = dict(agents)
+        self._tracing = tracing
 
     @rpc
     async def Invoke(
@@ -63,6 +81,7 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
             raise NotFound(f"this worker does not serve {request.contract_key!r} (it serves {served})")
         contract, agent = hosted
         message = smf_from_pb(request.message)
+        trace = {k: v for k, v in context.invocation_metadata() or () if k in TRACE_HEADERS}
         agent_request = AgentRequest(
             message=message,
             contract=contract,
@@ -71,41 +90,57 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
             attempt=max(1, request.attempt),
             text=request.text,
             deadline_ms=request.deadline_ms if request.deadline_ms > 0 else None,
+            traceparent=trace.get("traceparent", ""),
         )
         budget = _budget(context.time_remaining(), request.deadline_ms)
-        try:
-            contract.check_input(message.content)
-            async with asyncio.timeout(budget):
-                raw = await call_agent(agent, agent_request)
-        except ContractViolation as exc:
-            failure = AgentFailure(FailureType.SCHEMA_VIOLATION, str(exc), context={"direction": "input"})
-            return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
-        except Exception as exc:  # an agent's failure is data for the gateway, not a crash
-            return worker_pb2.InvokeResponse(failure=invoke_failure(exc))
-        reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
-        try:
-            output_json = json.dumps(reply.output, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            failure = AgentFailure(
-                FailureType.SCHEMA_VIOLATION,
-                f"returned an output that is not JSON: {exc}",
-                context={"direction": "output"},
+        if self._tracing is None:
+            return await _invoke(contract, agent, agent_request, budget)
+        with self._tracing.agent_span(agent_request, tracestate=trace.get("tracestate", "")) as span:
+            inner = agent_request.model_copy(update={"traceparent": current_traceparent()})
+            response = await _invoke(contract, agent, inner, budget)
+            if response.WhichOneof("outcome") == "failure":
+                self._tracing.set_error(span, f"{response.failure.type}: {response.failure.detail}")
+            return response
+
+
+async def _invoke(
+    contract: CapabilityContract, agent: AgentCallable, agent_request: AgentRequest, budget: float | None
+) -> worker_pb2.InvokeResponse:
+    """One call of ``agent``: its answer as an ``InvokeResult``, or its failure, typed."""
+    message = agent_request.message
+    try:
+        contract.check_input(message.content)
+        async with asyncio.timeout(budget):
+            raw = await call_agent(agent, agent_request)
+    except ContractViolation as exc:
+        failure = AgentFailure(FailureType.SCHEMA_VIOLATION, str(exc), context={"direction": "input"})
+        return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
+    except Exception as exc:  # an agent's failure is data for the gateway, not a crash
+        return worker_pb2.InvokeResponse(failure=invoke_failure(exc))
+    reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+    try:
+        output_json = json.dumps(reply.output, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        failure = AgentFailure(
+            FailureType.SCHEMA_VIOLATION,
+            f"returned an output that is not JSON: {exc}",
+            context={"direction": "output"},
+        )
+        return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
+    result = worker_pb2.InvokeResult(output_json=output_json, confidence_score=reply.confidence_score)
+    if reply.provenance is not None:
+        result.provenance.CopyFrom(
+            common_pb2.Provenance(
+                source=reply.provenance.source, reliability_score=reply.provenance.reliability_score
             )
-            return worker_pb2.InvokeResponse(failure=invoke_failure(failure))
-        result = worker_pb2.InvokeResult(output_json=output_json, confidence_score=reply.confidence_score)
-        if reply.provenance is not None:
-            result.provenance.CopyFrom(
-                common_pb2.Provenance(
-                    source=reply.provenance.source, reliability_score=reply.provenance.reliability_score
-                )
-            )
-        if reply.freshness_ttl is not None:
-            result.freshness_ttl = reply.freshness_ttl
-        if reply.created_at is not None:
-            result.created_at = reply.created_at.isoformat()
-        if reply.intention_trace is not None:
-            result.intention_trace.CopyFrom(worker_pb2.IntentionTrace(goal_ids=reply.intention_trace))
-        return worker_pb2.InvokeResponse(result=result)
+        )
+    if reply.freshness_ttl is not None:
+        result.freshness_ttl = reply.freshness_ttl
+    if reply.created_at is not None:
+        result.created_at = reply.created_at.isoformat()
+    if reply.intention_trace is not None:
+        result.intention_trace.CopyFrom(worker_pb2.IntentionTrace(goal_ids=reply.intention_trace))
+    return worker_pb2.InvokeResponse(result=result)
 
 
 def _budget(remaining: float | None, deadline_ms: float) -> float | None:

@@ -3,73 +3,34 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import re
-import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from gateway_processes import redis_definition, start_gateways, write_definition
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(60)
-
-REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-async def _start(name: str, data_dir: Path, prefix: str) -> tuple[asyncio.subprocess.Process, int]:
-    definition = data_dir / f"{name}.yaml"
-    definition.write_text(
-        json.dumps(  # JSON is YAML
-            {
-                "version": 1,
-                "server": {"address": "127.0.0.1:0", "metrics_address": ""},
-                "agency": {"node_id": name},
-                "storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": prefix},
-                "audit": {"directory": str(data_dir / name / "audit")},
-            }
-        )
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "middleware",
-        "serve",
-        "--config",
-        str(definition),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), timeout=30)  # bounded: a process starting
-    match = re.search(rb"serving on [\d.]+:(\d+)", line)
-    assert match, f"gateway {name} did not start: {line!r}"
-    return proc, int(match.group(1))
 
 
 @pytest.fixture
 async def two_gateways(
     tmp_path: Path, redis_client, redis_prefix: str
 ) -> AsyncIterator[list[grpc.aio.Channel]]:
-    started = await asyncio.gather(
-        _start("gw-a", tmp_path, redis_prefix), _start("gw-b", tmp_path, redis_prefix)
-    )
-    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _, port in started]
+    config = write_definition(tmp_path / "agency.json", redis_definition(redis_prefix))
+    gateways = await start_gateways(config, ["gw-a", "gw-b"], tmp_path)
+    channels = [grpc.aio.insecure_channel(g.address) for g in gateways]
     try:
         yield channels
     finally:
         for channel in channels:
             await channel.close()
-        for proc, _ in started:
-            proc.send_signal(signal.SIGTERM)
-        for proc, _ in started:
-            assert await asyncio.wait_for(proc.wait(), timeout=20) == 0
+        codes = [await g.stop() for g in gateways]
         async for key in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(key)
+    assert codes == [0, 0], [g.output() for g in gateways]
 
 
 def _contract(name: str, **kw: object) -> common_pb2.CapabilityContract:
