@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import sys
@@ -77,6 +78,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--old", type=int, help="older tree size")
     pr.add_argument("--size", type=int, default=0, help="tree size to prove against")
     pr.set_defaults(handler=_prove)
+
+    rt = cmds.add_parser(
+        "retain",
+        help="archive or delete old segments of a log no gateway has open",
+        description="Apply retention to node logs that no running gateway holds (a gateway applies "
+        "its own, see audit.retention in the definition file). Sealed segments whose newest record "
+        "is older than --max-age and that a signed checkpoint covers go, oldest first: moved under "
+        "--archive DIR/<node>/ or deleted. Their leaf hashes stay, so roots, checkpoints and proofs "
+        "of later records still verify, and an audit.retention record in the log says what went. "
+        "That record is signed with the log's own checkpoint key.",
+    )
+    rt.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="a node log directory or an audit directory of node logs "
+        "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
+    )
+    rt.add_argument("--max-age", required=True, help="segments older than this go: 90d, 12h, 30m, 2w")
+    rt.add_argument(
+        "--archive", type=Path, help="move the segments under ARCHIVE/<node>/ instead of deleting"
+    )
+    rt.add_argument("--node", help="only this node's log")
+    rt.add_argument(
+        "--signing-key",
+        type=Path,
+        help="the log's checkpoint key file (default: <audit dir>/keys/<node>.key, where the gateway "
+        "keeps it)",
+    )
+    rt.set_defaults(handler=_retain)
 
 
 def _default_path(path: Path | None) -> Path:
@@ -227,4 +258,45 @@ def _prove(args: argparse.Namespace) -> int:
         out.update(old_size=args.old, old_root=base64.b64encode(tree.root(args.old)).decode())
         out["consistency_proof"] = b64(tree.consistency_proof(args.old, size))
     print(json.dumps(out, indent=2))
+    return 0
+
+
+def _retain(args: argparse.Namespace) -> int:
+    from ..audit.checkpoint import Signer
+    from ..audit.retention import parse_age
+    from ..audit.verify import find_node_dirs
+    from ..audit.wal import WalAuditLog
+
+    try:
+        max_age = parse_age(args.max_age)
+    except ValueError as exc:
+        raise InvalidInput.single("max-age", str(exc), what="option") from None
+    dirs = find_node_dirs(_default_path(args.path))
+    if args.node:
+        dirs = [d for d in dirs if d.name == args.node]
+    if not dirs:
+        raise InvalidInput.single("path", "no node log here (or none named by --node)", what="audit retain")
+    signers = {}
+    for d in dirs:  # every key is checked before any log is touched
+        key = args.signing_key or d.parent / "keys" / f"{d.name}.key"
+        if not key.is_file():
+            raise InvalidInput.single(
+                "signing-key", f"no checkpoint key at {key}: pass the log's key", what="audit retain"
+            )
+        try:
+            signers[d] = Signer.from_skey(key.read_text())
+        except (InvalidInput, UnicodeDecodeError) as exc:
+            raise InvalidInput.single("signing-key", f"{key}: {exc}", what="audit retain") from None
+
+    async def run() -> None:
+        for d, signer in signers.items():
+            log = WalAuditLog(d.parent, d.name, signer=signer)
+            try:
+                removed = await log.apply_retention(max_age, archive_dir=args.archive)
+            finally:
+                await log.close()
+            verb = "archived" if args.archive else "deleted"
+            print(f"{d.name}: {verb} {len(removed)} segment(s){': ' + ', '.join(removed) if removed else ''}")
+
+    asyncio.run(run())
     return 0
