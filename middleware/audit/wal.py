@@ -51,6 +51,10 @@ __all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin
 CHECKPOINT_FILE = "checkpoint"
 VKEY_FILE = "checkpoint.vkey"
 LOCK_FILE = "LOCK"
+PUBLISH_INTERVAL = 1.0
+"""Seconds between rewrites of the ``checkpoint`` file (tmp + fsync + rename + fsync of the
+directory) by the writer; the checkpoints in the log itself are written every
+``checkpoint_every`` events regardless. The file may lag the log, never lead it."""
 
 
 def origin_for(node: str) -> str:
@@ -153,6 +157,7 @@ class WalAuditLog:
     _dirty: bool
     _last_sync: float
     _pending_cp: Checkpoint | None
+    _published_at: float
     _segment_path: Path
     _segment_first: int
     _visible: tuple[Path, int]
@@ -354,10 +359,13 @@ class WalAuditLog:
         while True:
             with self._cv:
                 while not self._queue and not self._closing:
-                    if not (interval and self._dirty):
+                    waits = [self.options.fsync_interval] if interval and self._dirty else []
+                    if self._pending_cp is not None:
+                        waits.append(PUBLISH_INTERVAL)
+                    if not waits:
                         self._cv.wait()
-                    elif not self._cv.wait(self.options.fsync_interval):
-                        break  # idle with unsynced data: sync it below
+                    elif not self._cv.wait(min(waits)):
+                        break  # idle with unsynced data or an unpublished checkpoint: below
                 batch, self._queue = self._queue, []
                 closing = self._closing
             if self._failed is not None:
@@ -413,7 +421,9 @@ class WalAuditLog:
             if self.options.fsync is FsyncPolicy.BATCH:
                 self._sync()
         _resolve_ok(acks)
-        if self._pending_cp is not None:
+        if self._pending_cp is not None and (
+            cp_acks or time.monotonic() - self._published_at >= PUBLISH_INTERVAL
+        ):
             self._publish_checkpoint()
         _resolve_ok(cp_acks)
         if self._offset >= self.options.segment_bytes:
@@ -438,6 +448,7 @@ class WalAuditLog:
         if self._dirty:
             self._sync()
         atomic_write(self._dir / CHECKPOINT_FILE, cp.note.encode())
+        self._published_at = time.monotonic()
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -594,6 +605,7 @@ class WalAuditLog:
         self._dirty = False
         self._last_sync = time.monotonic()
         self._pending_cp = None
+        self._published_at = 0.0
         if self._last_path is not None and not self._sealed_last:
             self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
             self._offset = self._synced = os.fstat(self._fd).st_size
