@@ -159,9 +159,10 @@ class PostOffice:
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
         on_depth: Metric hook called with ``(mailbox, live messages)`` after every send
-            into, pull from and ack in a mailbox (one ``transport.size`` per mailbox, so
-            only paid when set). The depth is the transport's: with Redis mailboxes it
-            counts what every replica enqueued.
+            into and ack in a mailbox, and after a pull that dropped messages (expired,
+            dead-lettered, duplicates): one ``transport.size`` each, so only paid when set.
+            The depth is the transport's: with Redis mailboxes it counts what every
+            replica enqueued.
 
     Attributes:
         on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
@@ -563,7 +564,7 @@ class PostOffice:
                     params=envelope.params,
                 )
             )
-        if batch.deliveries or batch.lost:
+        if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)
             await self._report_depth([agent])
         return out
 

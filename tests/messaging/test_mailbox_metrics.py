@@ -23,8 +23,7 @@ def depth(metrics: Metrics, mailbox: str) -> float | None:
 async def test_mailbox_depth_goes_up_on_send_and_down_on_ack(env: Env) -> None:
     metrics = Metrics()
     po = env.office(on_depth=metrics.set_mailbox_depth)
-    alice, bob = await register(po, "alice"), await register(po, "bob")
-    await register(po, "carol")
+    alice, bob, carol = await register(po, "alice"), await register(po, "bob"), await register(po, "carol")
     assert depth(metrics, "bob") is None  # nothing observed yet
 
     for n in range(3):
@@ -42,6 +41,13 @@ async def test_mailbox_depth_goes_up_on_send_and_down_on_ack(env: Env) -> None:
     msg = alice.message("*", "all hands")
     await po.broadcast(alice.token, msg, signature=alice.sign(msg))
     assert depth(metrics, "bob") == 2 and depth(metrics, "carol") == 1  # every copy's mailbox
+
+    msg = alice.message("carol", "soon stale")
+    await po.send(alice.token, msg, signature=alice.sign(msg), ttl=1)
+    assert depth(metrics, "carol") == 2
+    env.clock.advance(2)  # the 1 s TTL ran out; the broadcast copy (default TTL 1 h) did not
+    got = await po.pull(carol.token, max_messages=5)
+    assert len(got) == 1 and depth(metrics, "carol") == 1  # the pull dropped the expired one
 
 
 async def test_without_a_hook_nothing_is_measured(env: Env) -> None:
