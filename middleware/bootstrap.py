@@ -1,34 +1,50 @@
-"""Assemble a running Agency from an agency definition (the file behind ``--config``)."""
+"""Assemble a running Agency, and its post office, from an agency definition (``--config``)."""
 
 from __future__ import annotations
 
 from .audit import AuditLog, WalAuditLog, WalOptions
 from .backends import open_backends
 from .definition import AgencyDefinition
+from .messaging.mailbox import MailboxTransport
+from .messaging.memory_mailbox import MemoryMailbox
+from .messaging.post_office import PostOffice
 from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
 from .router import Router
 
-__all__ = ["build_agency"]
+__all__ = ["build_agency", "build_post_office"]
 
 
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
-    """An :class:`Agency` with every agent, contract and goal of ``definition`` registered."""
+    """An :class:`Agency` with every agent, contract and goal of ``definition`` registered.
+
+    With ``metrics``, the audit log is metered and Redis errors are counted.
+
+    Raises:
+        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
+    """
     options = WalOptions(on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None)
-    audit: AuditLog = WalAuditLog(definition.audit.directory, definition.agency.node_id, options=options)
+    signer = definition.audit.signer()
+    audit: AuditLog = WalAuditLog(
+        definition.audit_directory, definition.agency.node_id, signer=signer, options=options
+    )
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
+    on_redis_error = metrics.redis_error if metrics is not None else None
     storage = definition.storage
     tasks = None
     if storage.backend == "redis":  # task state shared by replicas: resume on any of them
         from .redis_task_store import RedisTaskStore
 
-        tasks = RedisTaskStore.from_url(storage.redis_url, prefix=storage.key_prefix)
+        tasks = RedisTaskStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+        )
     # catalog and routing stats shared by replicas too (under key_prefix)
     catalog, stats = open_backends(
         storage.redis_url if storage.backend == "redis" else "",
         prefix=storage.key_prefix,
         lease_seconds=storage.lease_seconds,
+        on_redis_error=on_redis_error,
     )
     agency = Agency(
         audit=audit,
@@ -38,9 +54,44 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         router=Router(catalog, stats=stats),
     )
     for spec in definition.agents:
-        # replace: on a shared catalog every replica (and a restarted gateway) registers the same
-        # definition; the file is the source of truth for the agents it names
+        # replace: every replica (and a restarted one, while its old entry lives on in Redis)
+        # registers the same contracts from the same file
         await agency.register(spec.contract, spec.build(), replace=True)
     for goal in definition.goals:
         agency.register_goal(goal)
     return agency
+
+
+async def build_post_office(
+    definition: AgencyDefinition, *, audit: AuditLog, metrics: Metrics | None = None
+) -> PostOffice:
+    """The post office behind ``MessageService``: the definition's messaging agents enrolled,
+    its communication flows enforced, mailboxes in Redis (under ``storage.key_prefix``, shared
+    by replicas) or in memory (see :attr:`AgencyDefinition.mailbox_backend`).
+
+    The caller closes it with ``await post_office.transport.close()``.
+    """
+    messaging = definition.messaging
+    transport: MailboxTransport
+    if definition.mailbox_backend == "redis":
+        from .messaging.redis_mailbox import RedisMailbox
+
+        transport = RedisMailbox.from_url(
+            definition.storage.redis_url,
+            prefix=definition.storage.key_prefix,
+            on_redis_error=metrics.redis_error if metrics is not None else None,
+        )
+    else:
+        transport = MemoryMailbox()
+    post_office = PostOffice(
+        transport,
+        audit=audit,
+        flows=messaging.build_flows() if messaging.flows is not None else None,
+        config=messaging.delivery,
+        on_depth=metrics.set_mailbox_depth if metrics is not None else None,
+    )
+    for agent in messaging.agents:
+        await post_office.enroll(
+            agent.name, agent.public_key, agent.token_sha256, description=agent.description
+        )
+    return post_office

@@ -1,12 +1,15 @@
 """Typed configuration. This is the one module that reads environment variables and files.
 
 ``AgencyConfig`` holds the knobs of the core; ``ServerConfig`` those of
-``agency serve``. Each field says what it does; ``from_env`` applies the
-``AGENCY_*`` environment variables on top of the defaults (or of given values).
+``agency serve``. Each field says what it does. The ``AGENCY_*`` environment
+variables (:data:`ENV_VARIABLES`) override the agency definition file and are
+overridden by command-line flags: :func:`definition_from` / :func:`load_definition`
+build the whole definition that way, ``ServerConfig.from_env`` just the server part.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -25,16 +28,21 @@ from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
 
 __all__ = [
+    "ENV_VARIABLES",
     "AgencyConfig",
     "ClientTlsConfig",
     "ServerConfig",
     "TlsConfig",
+    "definition_from",
+    "env_layer",
     "hash_token",
     "load_definition",
+    "read_signer_key",
     "read_token_hashes",
 ]
 
 if TYPE_CHECKING:
+    from .audit.checkpoint import Signer
     from .definition import AgencyDefinition
 
 
@@ -170,6 +178,26 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, str]:
     return out
 
 
+def read_signer_key(path: Path) -> Signer:
+    """The audit checkpoint signer in the key file at ``path`` (``PRIVATE+KEY+...`` text).
+
+    Raises:
+        ValueError: saying why (missing, unreadable, not a signer key), for a field validator.
+    """
+    from .audit.checkpoint import Signer
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read the checkpoint key {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a checkpoint signer key (PRIVATE+KEY+... text)") from None
+    try:
+        return Signer.from_skey(text)
+    except InvalidInput as exc:
+        raise ValueError(f"{path}: {exc.problems[0].reason}") from None
+
+
 class ServerConfig(Model):
     """Settings of ``agency serve``."""
 
@@ -203,39 +231,18 @@ class ServerConfig(Model):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> ServerConfig:
-        """Defaults, then ``given`` (e.g. CLI flags), with ``AGENCY_*`` variables filling gaps.
+        """Defaults, then the ``AGENCY_*`` variables, then ``given`` (e.g. CLI flags).
 
         Recognised: ``AGENCY_ADDRESS``, ``AGENCY_DATA_DIR``, ``AGENCY_NODE_ID``,
         ``AGENCY_METRICS_ADDRESS``, ``AGENCY_TLS_CERT``, ``AGENCY_TLS_KEY``,
         ``AGENCY_TLS_CLIENT_CA`` (setting it requires client certificates) and
-        ``AGENCY_AUTH_TOKENS`` (a token file), ``AGENCY_TRACING`` (off | console | otlp).
-        Explicitly given values win over the environment.
+        ``AGENCY_AUTH_TOKENS`` (a token file), ``AGENCY_TRACING`` (off | console | otlp)
+        (see :data:`ENV_VARIABLES`). Explicitly given values win over the environment.
         """
-        env = os.environ if env is None else env
-        data: dict[str, Any] = {}
-        if "AGENCY_ADDRESS" in env:
-            data["address"] = env["AGENCY_ADDRESS"]
-        if "AGENCY_DATA_DIR" in env:
-            data["data_dir"] = env["AGENCY_DATA_DIR"]
-        if "AGENCY_METRICS_ADDRESS" in env:
-            data["metrics_address"] = env["AGENCY_METRICS_ADDRESS"]
-        if "AGENCY_NODE_ID" in env:
-            data["agency"] = {"node_id": env["AGENCY_NODE_ID"]}
-        if "AGENCY_TRACING" in env:
-            data["tracing"] = env["AGENCY_TRACING"]
-        if "AGENCY_AUTH_TOKENS" in env:
-            data["auth_tokens"] = env["AGENCY_AUTH_TOKENS"]
-        tls = {
-            key: env[var]
-            for key, var in (
-                ("cert", "AGENCY_TLS_CERT"),
-                ("key", "AGENCY_TLS_KEY"),
-                ("client_ca", "AGENCY_TLS_CLIENT_CA"),
-            )
-            if env.get(var)
-        }
-        if tls:
-            data["tls"] = {**tls, "require_client_cert": "client_ca" in tls}
+        layer = env_layer(os.environ if env is None else env)
+        data: dict[str, Any] = dict(layer.get("server", {}))
+        if "node_id" in layer.get("agency", {}):
+            data["agency"] = {"node_id": layer["agency"]["node_id"]}
         data.update({k: v for k, v in given.items() if v is not None})
         return cls.parse(data, what="server configuration")
 
@@ -244,30 +251,111 @@ class ServerConfig(Model):
         return read_token_hashes(self.auth_tokens) if self.auth_tokens else None
 
 
-#: Environment variables that override the definition file: variable -> (section, key).
-ENV_OVERRIDES: dict[str, tuple[str, str]] = {
-    "AGENCY_ADDRESS": ("server", "address"),
-    "AGENCY_METRICS_ADDRESS": ("server", "metrics_address"),
-    "AGENCY_DATA_DIR": ("server", "data_dir"),
-    "AGENCY_NODE_ID": ("agency", "node_id"),
-    "AGENCY_REDIS_URL": ("storage", "redis_url"),
-    "AGENCY_STORAGE": ("storage", "backend"),
-    "AGENCY_AUDIT_DIR": ("audit", "directory"),
+#: The ``AGENCY_*`` environment variables and the definition field each one sets. They
+#: override the definition file; command-line flags override them. An empty value counts
+#: as unset, except for ``AGENCY_METRICS_ADDRESS`` (empty = no metrics endpoint).
+ENV_VARIABLES: dict[str, str] = {
+    "AGENCY_ADDRESS": "server.address",
+    "AGENCY_METRICS_ADDRESS": "server.metrics_address",
+    "AGENCY_DATA_DIR": "server.data_dir",
+    "AGENCY_TRACING": "server.tracing",
+    "AGENCY_AUTH_TOKENS": "server.auth_tokens",
+    "AGENCY_TLS_CERT": "server.tls.cert",
+    "AGENCY_TLS_KEY": "server.tls.key",
+    "AGENCY_TLS_CLIENT_CA": "server.tls.client_ca",  # and server.tls.require_client_cert: true
+    "AGENCY_NODE_ID": "agency.node_id",
+    "AGENCY_STORAGE": "storage.backend",
+    "AGENCY_REDIS_URL": "storage.redis_url",  # and storage.backend: redis, unless AGENCY_STORAGE says
+    "AGENCY_KEY_PREFIX": "storage.key_prefix",
+    "AGENCY_AUDIT_DIR": "audit.directory",
+    "AGENCY_CHECKPOINT_KEY": "audit.checkpoint_key",
 }
 
+_KEEP_EMPTY = {"AGENCY_METRICS_ADDRESS"}
 
-def load_definition(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> AgencyDefinition:
-    """Read and validate an agency definition file (YAML or JSON), env overriding it.
+
+def env_layer(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``AGENCY_*`` variables of ``env`` as a partial definition (``{section: {key: ...}}``)."""
+    layer: dict[str, Any] = {}
+    for var, path in ENV_VARIABLES.items():
+        value = env.get(var)
+        if value is None or (not value and var not in _KEEP_EMPTY):
+            continue
+        _set_path(layer, path, value)
+    if "client_ca" in layer.get("server", {}).get("tls", {}):
+        layer["server"]["tls"]["require_client_cert"] = True
+    if env.get("AGENCY_REDIS_URL") and not env.get("AGENCY_STORAGE"):
+        layer["storage"]["backend"] = "redis"
+    return layer
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+def _merge(base: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    """Lay ``layer`` over ``base`` in place: mappings merge key by key, anything else replaces.
+
+    A section of ``base`` that is not a mapping is left alone, so validation reports it.
+    """
+    for key, value in layer.items():
+        if isinstance(value, Mapping):
+            current = base.setdefault(key, {})
+            if isinstance(current, dict):
+                _merge(current, value)
+        else:
+            base[key] = value
+
+
+def definition_from(
+    data: Any = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    source: str = "definition",
+) -> AgencyDefinition:
+    """An agency definition from defaults, ``data`` (the file), ``env``, then ``overrides``.
+
+    Each layer wins over the ones before it: flags (``overrides``, a partial definition
+    such as ``{"server": {"address": ...}}``) > ``AGENCY_*`` variables > the file >
+    defaults. A layer that moves the data directory without naming an audit directory
+    moves the audit log with it (``<data_dir>/audit``).
+
+    Raises:
+        InvalidInput: listing every problem by path.
+    """
+    from .definition import AgencyDefinition
+
+    merged: Any = {} if data is None else copy.deepcopy(data)
+    if isinstance(merged, dict):
+        for layer in (env_layer(os.environ if env is None else env), overrides or {}):
+            moves_data = "data_dir" in layer.get("server", {}) and "directory" not in layer.get("audit", {})
+            if moves_data and isinstance(merged.get("audit"), dict):
+                merged["audit"].pop("directory", None)
+            _merge(merged, layer)
+    return AgencyDefinition.from_data(merged, source=source)
+
+
+def load_definition(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgencyDefinition:
+    """Read and validate an agency definition file (YAML or JSON), env and ``overrides`` over it.
+
+    See :func:`definition_from` for the precedence.
 
     Raises:
         InvalidInput: listing every problem by path (``agents[2].contract.input_schema: ...``).
     """
     import yaml
 
-    from .definition import AgencyDefinition
     from .errors import InvalidInput, Problem
 
-    env = os.environ if env is None else env
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -283,14 +371,4 @@ def load_definition(path: str | os.PathLike[str], env: Mapping[str, str] | None 
         raise InvalidInput(
             [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
         ) from None
-    if data is None:
-        data = {}
-    if isinstance(data, dict):
-        for var, (section, key) in ENV_OVERRIDES.items():
-            if var in env:
-                if not isinstance(data.get(section, {}), dict):
-                    continue
-                data.setdefault(section, {})[key] = env[var]
-        if "AGENCY_REDIS_URL" in env and "AGENCY_STORAGE" not in env:
-            data["storage"]["backend"] = "redis"
-    return AgencyDefinition.from_data(data, source=source)
+    return definition_from(data, env=env, overrides=overrides, source=source)

@@ -2,16 +2,18 @@
 
 It names the agents (in-process factories by import path, or remote workers by
 endpoint) with their contracts, the goals, the failure policy, the storage
-backend, the audit log and the server's listen addresses. ``load_definition``
-(in ``config.py``, the one module that reads files and the environment) parses the
+backend, the audit log and its checkpoint key, the server's listen addresses, and
+the messaging agents with their communication flows. ``load_definition`` (in
+``config.py``, the one module that reads files and the environment) parses the
 file; :class:`AgencyDefinition` validates it and reports *every* problem by path,
-such as ``agents[2].contract.input_schema: not a valid JSON Schema ...``.
+such as ``agents[2].contract.input_schema: not a valid JSON Schema ...`` or
+``messaging.flows[1]: no agent 'ghost' in the communication flows``.
 
 Example (``examples/ecommerce.yaml`` is the reference scenario)::
 
-    server: {address: 127.0.0.1:50051, metrics_address: 127.0.0.1:9464}
-    storage: {backend: memory}
-    audit: {directory: agency-data/audit}
+    server: {address: 127.0.0.1:50051, metrics_address: 127.0.0.1:9464, data_dir: agency-data}
+    storage: {backend: redis, redis_url: "redis://redis:6379/0", key_prefix: "agency:"}
+    audit: {checkpoint_key: /run/secrets/audit-checkpoint.key}
     agents:
       - factory: middleware.demo:demo_agent
         args: {name: warranty_agent}
@@ -19,6 +21,11 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
       - contract: {name: remote_agent, can_do: [translate], endpoint: 10.0.0.7:50061}
     goals:
       - {id: GOAL_WARRANTY_001, description: ..., verification_steps: [...]}
+    messaging:
+      agents:
+        - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
+        - {name: warranty_agent, public_key: <base64>, token_sha256: <hex>}
+      flows: ["customer_service > warranty_agent"]
 """
 
 from __future__ import annotations
@@ -27,16 +34,29 @@ import importlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ._model import Model
 from .agents import AgentCallable
-from .config import AgencyConfig, ServerConfig
+from .audit.checkpoint import Signer
+from .config import AgencyConfig, ServerConfig, read_signer_key
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
+from .messaging.flows import Flows
+from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
+from .messaging.post_office import PostOfficeConfig
 
-__all__ = ["AgencyDefinition", "AgentDefinition", "AuditSettings", "StorageSettings", "resolve_import"]
+__all__ = [
+    "AgencyDefinition",
+    "AgentDefinition",
+    "AuditSettings",
+    "MessagingAgent",
+    "MessagingSettings",
+    "StorageSettings",
+    "resolve_import",
+]
 
 
 def resolve_import(path: str) -> Any:
@@ -113,8 +133,161 @@ class StorageSettings(Model):
 
 
 class AuditSettings(Model):
-    directory: Path = Field(default=Path("agency-data/audit"), description="Audit log directory.")
-    checkpoint_key: Path | None = Field(default=None, description="Ed25519 private key for checkpoints.")
+    """Where the audit log lives and which key signs its checkpoints."""
+
+    directory: Path | None = Field(
+        default=None, description="Audit log directory (default: ``<server.data_dir>/audit``)."
+    )
+    checkpoint_key: Path | None = Field(
+        default=None,
+        description="File holding the Ed25519 signer key of the checkpoints (``PRIVATE+KEY+...`` "
+        "text); it must exist. Default: ``<directory>/keys/<node id>.key``, created on first start.",
+    )
+
+    @field_validator("checkpoint_key")
+    @classmethod
+    def _signer_key(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            read_signer_key(v)
+        return v
+
+    def signer(self) -> Signer | None:
+        """The checkpoint signer from ``checkpoint_key`` (None = the log's default key).
+
+        Raises:
+            InvalidInput: on ``audit.checkpoint_key``: the file is missing, unreadable or
+                not a signer key.
+        """
+        if self.checkpoint_key is None:
+            return None
+        try:
+            return read_signer_key(self.checkpoint_key)
+        except ValueError as exc:
+            raise InvalidInput.single("audit.checkpoint_key", str(exc), what="definition") from None
+
+
+class MessagingAgent(Model):
+    """An agent with a mailbox: its identity, and its place in the communication flows."""
+
+    name: str = Field(description="The agent's (and its mailbox's) name.")
+    description: str = Field(default="", description="What it does; shown to senders in their tools.")
+    public_key: str = Field(description="Raw 32-byte Ed25519 public key, base64: checks its signatures.")
+    token_sha256: str = Field(
+        description="Hex SHA-256 of the agent's bearer token (the token itself never goes in the file)."
+    )
+    receive_only: bool = Field(default=False, description="May never send (refused as a flow sender).")
+    handoff_reminder: str | None = Field(
+        default=None, description="System note when a conversation is handed to it ({agent} = its name)."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not AGENT_NAME_PATTERN.match(v):
+            raise ValueError("1-128 characters: letters, digits and _ . : - (not first)")
+        return v
+
+    @field_validator("public_key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        try:
+            parse_public_key(v)
+        except InvalidInput as exc:
+            raise ValueError(exc.problems[0].reason) from None
+        return v
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hash(cls, v: str) -> str:
+        v = v.strip().lower()
+        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+            raise ValueError("must be the hex SHA-256 of the token (64 digits; see hash_token)")
+        return v
+
+
+class MessagingSettings(Model):
+    """Agent-to-agent messaging: who has a mailbox, who may message whom, where mailboxes live."""
+
+    mailboxes: Literal["storage", "memory"] = Field(
+        default="storage",
+        description="storage: in Redis (under storage.key_prefix, shared by replicas) when "
+        "storage.backend is redis, else in memory; memory: in this process only.",
+    )
+    agents: list[MessagingAgent] = Field(
+        default_factory=list, description="Agents that may use MessageService (enrolled on every replica)."
+    )
+    flows: list[Any] | None = Field(
+        default=None,
+        description="Communication flows: 'a > b > c' chains or {from, to, tool: send_message|handoff}. "
+        "Given (even empty), direct messages must follow a flow; absent, any agent may message any.",
+    )
+    delivery: PostOfficeConfig = Field(
+        default_factory=PostOfficeConfig, description="TTLs, visibility timeout, retries, size limits."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MessagingSettings:
+        problems: list[Problem] = []
+        names: dict[str, int] = {}
+        tokens: dict[str, int] = {}
+        for i, agent in enumerate(self.agents):
+            if names.setdefault(agent.name, i) != i:
+                problems.append(
+                    Problem(f"agents[{i}].name", f"{agent.name} is already agents[{names[agent.name]}]")
+                )
+            if tokens.setdefault(agent.token_sha256, i) != i:
+                problems.append(
+                    Problem(
+                        f"agents[{i}].token_sha256", f"the same token as agents[{tokens[agent.token_sha256]}]"
+                    )
+                )
+        if self.flows is not None:
+            try:
+                self.build_flows()
+            except InvalidInput as exc:
+                problems += exc.problems
+        if problems:
+            # One error per problem, each at its own path (pydantic nests them under messaging).
+            raise ValidationError.from_exception_data(
+                "messaging",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("messaging", "{reason}", {"reason": p.reason}),
+                        loc=_loc(p.field),
+                        input=None,
+                    )
+                    for p in problems
+                ],
+            )
+        return self
+
+    def build_flows(self) -> Flows:
+        """The communication flows over ``agents`` (raises InvalidInput naming each bad flow)."""
+        return Flows.from_config(
+            {
+                "agents": [
+                    {
+                        "name": a.name,
+                        "description": a.description,
+                        "receive_only": a.receive_only,
+                        "handoff_reminder": a.handoff_reminder,
+                    }
+                    for a in self.agents
+                ],
+                "flows": self.flows or [],
+            }
+        )
+
+
+def _loc(path: str) -> tuple[str | int, ...]:
+    """``flows[1].tool`` -> ``("flows", 1, "tool")``."""
+    out: list[str | int] = []
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("[") and part.endswith("]") and part[1:-1].isdigit():
+            out.append(int(part[1:-1]))
+        elif part:
+            out.append(part)
+    return tuple(out)
 
 
 class AgencyDefinition(Model):
@@ -127,6 +300,19 @@ class AgencyDefinition(Model):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     agents: list[AgentDefinition] = Field(default_factory=list)
     goals: list[GoalAssertion] = Field(default_factory=list)
+    messaging: MessagingSettings = Field(default_factory=MessagingSettings)
+
+    @property
+    def audit_directory(self) -> Path:
+        """``audit.directory``, or ``<server.data_dir>/audit`` when not given."""
+        return self.audit.directory or Path(self.server.data_dir) / "audit"
+
+    @property
+    def mailbox_backend(self) -> Literal["memory", "redis"]:
+        """Where the mailboxes live, from ``messaging.mailboxes`` and ``storage.backend``."""
+        return (
+            "redis" if self.messaging.mailboxes == "storage" and self.storage.backend == "redis" else "memory"
+        )
 
     @model_validator(mode="after")
     def _unique(self) -> AgencyDefinition:

@@ -113,6 +113,14 @@ class Metrics:
             registry=r,
         )
 
+    def redis_error(self, operation: str) -> None:
+        """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""
+        self.redis_errors.labels(operation=operation).inc()
+
+    def set_mailbox_depth(self, mailbox: str, depth: int) -> None:
+        """Record a mailbox's live messages (the post office's ``on_depth`` hook)."""
+        self.mailbox_depth.labels(mailbox=mailbox).set(depth)
+
     def observe(self, record: AuditRecord) -> None:
         """Update the metrics one audit record implies."""
         kind = record.event_type

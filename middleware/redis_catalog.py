@@ -35,6 +35,7 @@ from redis.exceptions import WatchError
 from .catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
 from .contracts import CapabilityContract, normalise_label
 from .errors import AlreadyExists, InvalidInput, NotFound
+from .redis_errors import RedisErrorHook, redis_operation
 from .smf import utcnow
 
 __all__ = ["RedisCatalog"]
@@ -70,6 +71,8 @@ class RedisCatalog:
             (default: 10 leases). Must be at least the lease.
         clock: The time source for heartbeats and staleness (injected in tests).
         sweep_interval: How often an idle watch sweeps for stale entries (default: lease/4).
+        on_redis_error: Called with the operation (``"catalog.register"`` ...) whenever a
+            Redis error escapes one (see :mod:`middleware.redis_errors`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class RedisCatalog:
         expire_after_seconds: float | None = None,
         clock: Clock = utcnow,
         sweep_interval: float | None = None,
+        on_redis_error: RedisErrorHook | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise InvalidInput.single("lease_seconds", "must be positive")
@@ -88,6 +92,7 @@ class RedisCatalog:
         if expire < lease_seconds:
             raise InvalidInput.single("expire_after_seconds", "must be at least lease_seconds")
         self.redis = redis
+        self.on_redis_error = on_redis_error
         self.prefix = prefix
         self.lease_seconds = lease_seconds
         self.expire_after_seconds = expire
@@ -107,10 +112,12 @@ class RedisCatalog:
         return cls(Redis.from_url(url), **kwargs)
 
     # ------------------------------------------------------------------ writes
+    @redis_operation("catalog.register")
     async def register(self, contract: CapabilityContract, *, replace: bool = False) -> CatalogEntry:
         contract = CapabilityContract.parse(contract, what="capability contract")
         return await self._write(contract, replace=replace, must_exist=False)
 
+    @redis_operation("catalog.update")
     async def update(self, contract: CapabilityContract) -> CatalogEntry:
         contract = CapabilityContract.parse(contract, what="capability contract")
         return await self._write(contract, replace=True, must_exist=True)
@@ -153,6 +160,7 @@ class RedisCatalog:
                 except WatchError:
                     continue  # someone else wrote this key meanwhile: read again
 
+    @redis_operation("catalog.register_many")
     async def register_many(self, contracts: list[CapabilityContract], *, replace: bool = False) -> int:
         """Bulk import (pipelined, not one transaction): every contract is validated and,
         unless ``replace``, checked absent before anything is written. Returns the count.
@@ -192,6 +200,7 @@ class RedisCatalog:
             await pipe.execute()
         return len(parsed)
 
+    @redis_operation("catalog.deregister")
     async def deregister(self, key: str) -> None:
         ekey = self._entry_key(key)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -216,6 +225,7 @@ class RedisCatalog:
                 except WatchError:
                     continue
 
+    @redis_operation("catalog.heartbeat")
     async def heartbeat(self, key: str) -> CatalogEntry:
         ekey = self._entry_key(key)
         now = self.clock()
@@ -234,6 +244,7 @@ class RedisCatalog:
             await self.redis.publish(self.channel, event.model_dump_json())
         return entry
 
+    @redis_operation("catalog.sweep")
     async def sweep(self) -> list[CatalogEvent]:
         now = self.clock()
         now_ms = _ms(now)
@@ -276,6 +287,7 @@ class RedisCatalog:
         return events
 
     # ------------------------------------------------------------------- reads
+    @redis_operation("catalog.get")
     async def get(self, key: str) -> CatalogEntry:
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self._entry_key(key))
@@ -285,6 +297,7 @@ class RedisCatalog:
             raise NotFound(f"no capability {key!r} in the catalog")
         return self._view(key, raw, score, self.clock())
 
+    @redis_operation("catalog.candidates")
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
         flat = await self._candidates(
@@ -304,6 +317,7 @@ class RedisCatalog:
         out.sort(key=lambda e: e.key)
         return out
 
+    @redis_operation("catalog.query")
     async def query(self, query: CatalogQuery) -> list[CatalogEntry]:
         query = CatalogQuery.parse(query, what="catalog query")
         sets = []
@@ -329,6 +343,7 @@ class RedisCatalog:
     async def close(self) -> None:
         await self.redis.aclose()
 
+    @redis_operation("catalog.clear")
     async def clear(self) -> int:
         """Delete every key under the prefix (tests, benchmarks). Returns how many."""
         count = 0
@@ -453,6 +468,11 @@ class _RedisWatch:
     def __aiter__(self) -> _RedisWatch:
         return self
 
+    @property
+    def on_redis_error(self) -> RedisErrorHook | None:
+        return self._catalog.on_redis_error
+
+    @redis_operation("catalog.watch")
     async def __anext__(self) -> CatalogEvent:
         await self._subscribe()
         while not self._closed:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
+from .redis_errors import RedisErrorHook, redis_operation
 from .routing_stats import AgentStats
 
 __all__ = ["RedisRoutingStats"]
@@ -46,6 +47,8 @@ class RedisRoutingStats:
         prefix: Namespace of the keys (replicas sharing stats use the same one).
         window: How many recent outcomes the success rate covers.
         ttl_seconds: Stats of an agent with no dispatch for this long are dropped.
+        on_redis_error: Called with the operation (``"routing_stats.finished"`` ...)
+            whenever a Redis error escapes one (see :mod:`middleware.redis_errors`).
     """
 
     def __init__(
@@ -55,19 +58,23 @@ class RedisRoutingStats:
         prefix: str = "agency:stats:",
         window: int = 100,
         ttl_seconds: float = 86_400,
+        on_redis_error: RedisErrorHook | None = None,
     ) -> None:
         self.redis = redis
+        self.on_redis_error = on_redis_error
         self.prefix = prefix
         self.window = window
         self._ttl_ms = int(ttl_seconds * 1000)
         self._finished = redis.register_script(_FINISHED_LUA)
 
+    @redis_operation("routing_stats.started")
     async def started(self, agent: str) -> None:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hincrby(self.prefix + agent, "in_flight", 1)
         pipe.pexpire(self.prefix + agent, self._ttl_ms)
         await pipe.execute()
 
+    @redis_operation("routing_stats.finished")
     async def finished(self, agent: str, *, success: bool) -> None:
         await self._finished(
             keys=[f"{self.prefix}{agent}:outcomes", self.prefix + agent],
@@ -77,6 +84,7 @@ class RedisRoutingStats:
     async def snapshot(self, agent: str) -> AgentStats:
         return (await self.snapshots([agent]))[agent]
 
+    @redis_operation("routing_stats.snapshot")
     async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
         pipe = self.redis.pipeline(transaction=False)
         for agent in agents:

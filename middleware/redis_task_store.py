@@ -16,7 +16,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from .errors import AlreadyExists, ConcurrentUpdate, NotFound
+from .redis_errors import RedisErrorHook, count_redis_error, redis_operation
 from .tasks import TaskRecord
 
 __all__ = ["RedisTaskStore"]
@@ -49,6 +52,8 @@ class RedisTaskStore:
         prefix: Namespace for every key.
         ttl_s: How long a task record lives after its last write.
         lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a task forever.
+        on_redis_error: Called with the operation (``"task_store.save"`` ...) whenever a
+            Redis error escapes one (see :mod:`middleware.redis_errors`).
     """
 
     def __init__(
@@ -60,8 +65,10 @@ class RedisTaskStore:
         lock_ttl_s: float = 30.0,
         poll_s: float = 0.01,
         owns_client: bool = False,
+        on_redis_error: RedisErrorHook | None = None,
     ) -> None:
         self._redis = client
+        self.on_redis_error = on_redis_error
         self._owns_client = owns_client
         self._prefix = prefix
         self._ttl_ms = int(ttl_s * 1000)
@@ -80,6 +87,7 @@ class RedisTaskStore:
     def _key(self, task_id: str) -> str:
         return f"{self._prefix}task:{task_id}"
 
+    @redis_operation("task_store.create")
     async def create(self, record: TaskRecord) -> None:
         record.version = 1
         ok = await self._cas(
@@ -89,12 +97,14 @@ class RedisTaskStore:
             record.version = 0
             raise AlreadyExists(f"task {record.task_id!r} already exists")
 
+    @redis_operation("task_store.get")
     async def get(self, task_id: str) -> TaskRecord:
         data = await self._redis.hget(self._key(task_id), "data")
         if data is None:
             raise NotFound(f"no task {task_id!r}")
         return TaskRecord.model_validate_json(data)
 
+    @redis_operation("task_store.save")
     async def save(self, record: TaskRecord) -> None:
         new = record.version + 1
         result = int(
@@ -121,14 +131,22 @@ class RedisTaskStore:
         key = f"{self._prefix}task-lock:{task_id}"
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
-        while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
-            if time.monotonic() >= deadline:
-                raise ConcurrentUpdate(f"task {task_id} is locked by another request")
-            await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        try:
+            while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
+                if time.monotonic() >= deadline:
+                    raise ConcurrentUpdate(f"task {task_id} is locked by another request")
+                await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        except RedisError as exc:
+            count_redis_error(self.on_redis_error, "task_store.lock", exc)
+            raise
         try:
             yield
         finally:
-            await self._release(keys=[key], args=[token])
+            try:
+                await self._release(keys=[key], args=[token])
+            except RedisError as exc:
+                count_redis_error(self.on_redis_error, "task_store.unlock", exc)
+                raise
 
     async def close(self) -> None:
         if self._owns_client:

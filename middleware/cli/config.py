@@ -38,6 +38,12 @@ def _check(args: argparse.Namespace) -> int:
             for p in exc.problems:
                 print(f"  {p.field or '(root)'}: {p.reason}", file=sys.stderr)
         return 1
+    messaging = definition.messaging
+    flows = (
+        [f"{e.sender} > {e.receiver} via {e.tool.kind}" for e in messaging.build_flows().edges()]
+        if messaging.flows is not None
+        else []
+    )
     summary = {
         "file": str(args.file),
         "valid": True,
@@ -45,12 +51,20 @@ def _check(args: argparse.Namespace) -> int:
         "goals": [g.id for g in definition.goals],
         "storage": definition.storage.backend,
         "address": definition.server.address,
+        "audit_directory": str(definition.audit_directory),
+        "messaging": {
+            "agents": [a.name for a in messaging.agents],
+            "flows": flows,
+            "mailboxes": definition.mailbox_backend,
+        },
     }
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
+        enforced = f"{len(flows)} flows" if messaging.flows is not None else "flows not enforced"
         print(
             f"{args.file}: valid ({len(definition.agents)} agents, {len(definition.goals)} goals, "
+            f"{len(messaging.agents)} messaging agents, {enforced}, mailboxes {definition.mailbox_backend}, "
             f"storage {definition.storage.backend}, listening on {definition.server.address})"
         )
     return 0

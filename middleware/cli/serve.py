@@ -1,4 +1,4 @@
-"""``agency serve``: the gRPC gateway on embedded defaults."""
+"""``agency serve``: the gRPC gateway, on embedded defaults or from an agency definition file."""
 
 from __future__ import annotations
 
@@ -7,36 +7,44 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
 from prometheus_client import start_http_server
 
-from ..audit import WalAuditLog, WalOptions
-from ..bootstrap import build_agency
-from ..config import ServerConfig, load_definition
+from ..bootstrap import build_agency, build_post_office
+from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
 from ..liveness import KeepAlive
-from ..metrics import MeteredAuditLog, Metrics
-from ..pipeline import Agency
+from ..metrics import Metrics
 
 log = logging.getLogger("agency.serve")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    variables = ", ".join(f"{var} ({path})" for var, path in ENV_VARIABLES.items())
     p = sub.add_parser(
         "serve",
         help="run the gRPC gateway",
-        description="Run the gRPC gateway (CatalogService, AgencyService, health, reflection) on "
-        "embedded defaults: an in-memory catalog and an audit log on local disk. Stops cleanly on "
-        "SIGTERM/SIGINT: in-flight calls drain, the audit log is closed. "
-        "Environment: AGENCY_ADDRESS, AGENCY_DATA_DIR, AGENCY_NODE_ID, AGENCY_METRICS_ADDRESS, "
-        "AGENCY_TLS_CERT, AGENCY_TLS_KEY, AGENCY_TLS_CLIENT_CA, AGENCY_AUTH_TOKENS (flags win).",
+        description="Run the gRPC gateway (CatalogService, AgencyService, MessageService, AuditService, "
+        "GoalService, health, reflection): on embedded defaults (an in-memory catalog and mailboxes, an "
+        "audit log on local disk), or as an agency definition file describes it (--config). Stops "
+        "cleanly on SIGTERM/SIGINT: in-flight calls drain, the audit log is closed. "
+        "Precedence: flags > AGENCY_* environment variables > the definition file > defaults. "
+        f"Environment: {variables}. "
+        "AGENCY_REDIS_URL alone also selects Redis storage; AGENCY_TLS_CLIENT_CA also requires client "
+        "certificates; a data directory given without an audit directory moves the audit log to "
+        "DATA_DIR/audit.",
     )
     p.add_argument("--address", help="host:port to listen on (default 127.0.0.1:50051; port 0 = any)")
-    p.add_argument("--data-dir", type=Path, help="directory for the audit log (default ./agency-data)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="data directory; the audit log goes to DATA_DIR/audit (default ./agency-data)",
+    )
     p.add_argument(
         "--metrics-address",
         help="host:port for Prometheus /metrics (default 127.0.0.1:9464; '' = off)",
@@ -59,8 +67,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--config",
         type=Path,
-        help="agency definition file (YAML): agents, contracts, goals, storage, audit, addresses; "
-        "flags and AGENCY_* variables override it (check it with 'agency config check')",
+        help="agency definition file (YAML): agents, contracts, goals, messaging agents and flows, "
+        "storage, audit, addresses; AGENCY_* variables and flags override it "
+        "(check it with 'agency config check')",
     )
     p.add_argument(
         "--demo",
@@ -70,35 +79,39 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    tls = None
-    if args.tls_cert or args.tls_key or args.tls_client_ca:
-        tls = {
-            "cert": args.tls_cert,
-            "key": args.tls_key,
-            "client_ca": args.tls_client_ca,
-            "require_client_cert": args.tls_client_ca is not None,
-        }
-    given = {
-        "address": args.address,
-        "data_dir": args.data_dir,
-        "metrics_address": args.metrics_address,
-        "tls": tls,
-        "auth_tokens": args.auth_tokens,
-        "tracing": args.tracing,
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given, as a partial definition (they win over the environment and the file)."""
+    server: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("address", args.address),
+            ("data_dir", args.data_dir),
+            ("metrics_address", args.metrics_address),
+            ("auth_tokens", args.auth_tokens),
+            ("tracing", args.tracing),
+        )
+        if value is not None
     }
+    tls = {
+        key: value
+        for key, value in (("cert", args.tls_cert), ("key", args.tls_key), ("client_ca", args.tls_client_ca))
+        if value is not None
+    }
+    if args.tls_client_ca is not None:
+        tls["require_client_cert"] = True
+    if tls:
+        server["tls"] = tls
+    return {"server": server}
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.config is not None and args.demo:
+        raise InvalidInput.single("--demo", "cannot be combined with --config (the file names the agents)")
     if args.config is not None:
-        if args.demo:
-            raise InvalidInput.single(
-                "--demo", "cannot be combined with --config (the file names the agents)"
-            )
-        definition = load_definition(args.config)
-        server = definition.server.model_dump()
-        server.update({k: v for k, v in given.items() if v is not None})
-        config = ServerConfig.parse(server, what="server configuration")
-        return asyncio.run(serve(config, definition=definition))
-    config = ServerConfig.from_env(**given)
-    return asyncio.run(serve(config, demo=args.demo))
+        definition = load_definition(args.config, overrides=_overrides(args))
+    else:
+        definition = definition_from(overrides=_overrides(args), source="server configuration")
+    return asyncio.run(serve(definition.server, definition=definition, demo=args.demo))
 
 
 async def serve(
@@ -108,40 +121,42 @@ async def serve(
     definition: AgencyDefinition | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
-    """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set)."""
+    """Run the gateway until SIGTERM/SIGINT (or until ``stop`` is set).
+
+    ``definition`` describes the agency; without one, ``config`` alone does (embedded
+    defaults, the audit log in ``config.data_dir/audit``). The gRPC and metrics settings
+    always come from ``config``.
+    """
+    if definition is None:
+        definition = AgencyDefinition(server=config, agency=config.agency)
     metrics = Metrics()
-    if definition is not None:
-        agency = await build_agency(definition, metrics=metrics)
-    else:
-        wal = WalAuditLog(
-            Path(config.data_dir) / "audit",
-            config.agency.node_id,
-            options=WalOptions(on_sync=metrics.audit_fsync_latency.observe),
-        )
-        audit = MeteredAuditLog(wal, metrics)
-        agency = Agency(audit=audit, config=config.agency)
+    agency = await build_agency(definition, metrics=metrics)
+    node_id = definition.agency.node_id
     interceptors: list[grpc.aio.ServerInterceptor] = []
     tracing = None
-    if config.tracing != "off":
-        from ..grpc_api.tracing import TracingServerInterceptor
-        from ..tracing import Tracing
-
-        tracing = Tracing.with_exporter(config.tracing, service_name=f"agency-{config.agency.node_id}")
-        agency.audit = tracing.audit_log(agency.audit)
-        interceptors.append(TracingServerInterceptor(tracing))
+    post_office = None
     metrics_server = None
     keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
     try:
+        if config.tracing != "off":
+            from ..grpc_api.tracing import TracingServerInterceptor
+            from ..tracing import Tracing
+
+            tracing = Tracing.with_exporter(config.tracing, service_name=f"agency-{node_id}")
+            agency.audit = tracing.audit_log(agency.audit)
+            interceptors.append(TracingServerInterceptor(tracing))
         if demo:
             from ..demo import build_demo_agency
 
             await build_demo_agency(agency)
+        post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
         server = build_server(
             agency,
             config.address,
             tls=config.tls,
             token_hashes=config.token_hashes(),
             interceptors=interceptors,
+            post_office=post_office,
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
@@ -150,7 +165,8 @@ async def serve(
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
         print(
-            f"agency: serving on {host}:{server.port} ({scheme}; audit log: {agency.audit.location})",
+            f"agency: serving on {host}:{server.port} ({scheme}; audit log: {agency.audit.location}; "
+            f"mailboxes: {definition.mailbox_backend})",
             flush=True,
         )
         stop = stop or asyncio.Event()
@@ -162,6 +178,8 @@ async def serve(
         await server.stop(config.grace_seconds)
     finally:
         await keep_alive.__aexit__(None, None, None)
+        if post_office is not None:
+            await post_office.transport.close()
         await agency.close()
         await agency.catalog.close()
         if tracing is not None:

@@ -344,15 +344,18 @@ class Flows:
                         where + ".tool", f"unknown tool {tool_name!r}; known: {sorted(known)}"
                     )
                 for a, b in pairs:
-                    flows.connect(a, b, tool=tool)
+                    try:
+                        flows.connect(a, b, tool=tool)
+                    except InvalidInput as exc:  # connect names the edge; keep the config's place
+                        raise InvalidInput(
+                            [Problem(where, f"{a} > {b}: {p.reason}") for p in exc.problems]
+                        ) from None
             except (KeyError, TypeError):
                 problems.append(Problem(where, "a flow is 'a > b [> c ...]' or {from, to, tool}"))
             except NotFound as exc:
                 problems.append(Problem(where, exc.message))
             except InvalidInput as exc:
-                problems += [
-                    Problem(p.field if p.field.startswith("flows") else where, p.reason) for p in exc.problems
-                ]
+                problems += exc.problems
         if problems:
             raise InvalidInput(problems, what="communication flows")
         return flows

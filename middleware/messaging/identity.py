@@ -37,6 +37,7 @@ from ..smf import SMFMessage
 from .clock import Clock, system_clock
 
 __all__ = [
+    "AGENT_NAME_PATTERN",
     "TOPIC_PATTERN",
     "AgentIdentity",
     "IdentityRegistry",
@@ -45,12 +46,16 @@ __all__ = [
     "TopicACL",
     "check_topic",
     "generate_key",
+    "parse_public_key",
     "public_key_b64",
     "sign_message",
     "signing_bytes",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+#: Agent (and mailbox) names: 1-128 letters, digits and ``_ . : -``, not starting with a symbol.
+AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_NAME = AGENT_NAME_PATTERN
+_TOKEN_HASH = re.compile(r"^[0-9a-f]{64}$")
 #: Topic names are ``domain.action`` (lower case, dot-separated, at least two parts).
 TOPIC_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
 
@@ -111,7 +116,12 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _parse_public_key(value: str | bytes) -> Ed25519PublicKey:
+def parse_public_key(value: str | bytes) -> Ed25519PublicKey:
+    """An Ed25519 public key from its raw 32 bytes (base64 when text).
+
+    Raises:
+        InvalidInput: on ``public_key``, saying what is wrong.
+    """
     try:
         raw = base64.b64decode(value, validate=True) if isinstance(value, str) else value
         return Ed25519PublicKey.from_public_bytes(raw)
@@ -137,7 +147,7 @@ class IdentityRegistry:
         """
         if not _NAME.match(name or ""):
             raise InvalidInput.single("name", "1-128 characters: letters, digits and _ . : - (not first)")
-        key = _parse_public_key(public_key)
+        key = parse_public_key(public_key)
         if name in self._agents:
             raise AlreadyExists(f"agent {name!r} is already registered")
         token = "agt_" + secrets.token_urlsafe(32)
@@ -145,6 +155,28 @@ class IdentityRegistry:
         self._agents[name] = AgentIdentity(name, key, digest, description)
         self._by_hash[digest] = name
         return Registration(name, token)
+
+    def enroll(self, name: str, public_key: str | bytes, token_sha256: str, *, description: str = "") -> None:
+        """Register ``name`` with a token issued out of band, given only as its SHA-256 (hex).
+
+        This is how an agency definition file declares agents: every gateway replica
+        enrolls the same agents, so an agent's one token works on all of them.
+
+        Raises:
+            InvalidInput: a bad name, key or hash. AlreadyExists: the name or token is taken.
+        """
+        if not _NAME.match(name or ""):
+            raise InvalidInput.single("name", "1-128 characters: letters, digits and _ . : - (not first)")
+        key = parse_public_key(public_key)
+        digest = token_sha256.lower()
+        if not _TOKEN_HASH.match(digest):
+            raise InvalidInput.single("token_sha256", "must be the hex SHA-256 of the token (64 digits)")
+        if name in self._agents:
+            raise AlreadyExists(f"agent {name!r} is already registered")
+        if digest in self._by_hash:
+            raise AlreadyExists(f"agent {self._by_hash[digest]!r} already has this token")
+        self._agents[name] = AgentIdentity(name, key, digest, description)
+        self._by_hash[digest] = name
 
     def rotate_token(self, name: str) -> Registration:
         """Issue a new token for ``name``; the old one stops working at once."""

@@ -26,6 +26,7 @@ in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ __all__ = [
     "Received",
     "SendResult",
 ]
+
+log = logging.getLogger("agency.messaging")
 
 #: The ``receiver`` of a broadcast message.
 BROADCAST = "*"
@@ -155,6 +158,11 @@ class PostOffice:
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
+        on_depth: Metric hook called with ``(mailbox, live messages)`` after every send
+            into and ack in a mailbox, and after a pull that dropped messages (expired,
+            dead-lettered, duplicates): one ``transport.size`` each, so only paid when set.
+            The depth is the transport's: with Redis mailboxes it counts what every
+            replica enqueued.
 
     Attributes:
         on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
@@ -174,6 +182,7 @@ class PostOffice:
         config: PostOfficeConfig | None = None,
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
+        on_depth: Callable[[str, int], None] | None = None,
     ) -> None:
         self.clock = clock
         self.transport: MailboxTransport = transport or MemoryMailbox(clock=clock)
@@ -185,6 +194,7 @@ class PostOffice:
         self.flows_exempt = set(flows_exempt)
         self.config = config or PostOfficeConfig()
         self.on_drift = on_drift
+        self.on_depth = on_depth
         self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
         self._subscribers: dict[str, set[str]] = {}
         self.on_delivered: list[Callable[[str, bool], None]] = []
@@ -195,6 +205,14 @@ class PostOffice:
         registration = self.identity.register(name, public_key, description=description)
         await self._audit(AuditEventType.AGENT_REGISTERED, "registered", name, {"description": description})
         return registration.token
+
+    async def enroll(
+        self, name: str, public_key: str | bytes, token_sha256: str, *, description: str = ""
+    ) -> None:
+        """Register an agent whose token was issued out of band (only its SHA-256 is given),
+        as the agency definition file does; audited as ``agent.registered`` / ``enrolled``."""
+        self.identity.enroll(name, public_key, token_sha256, description=description)
+        await self._audit(AuditEventType.AGENT_REGISTERED, "enrolled", name, {"description": description})
 
     # ------------------------------------------------------------------ topics
     async def subscribe(self, token: str | None, topic: str) -> None:
@@ -436,6 +454,7 @@ class PostOffice:
         for callback in self.on_delivered:
             for recipient in delivered:
                 callback(recipient, trigger_turn)
+        await self._report_depth(delivered)
         return SendResult(msg.message_id, tuple(delivered))
 
     async def _reject(
@@ -545,6 +564,8 @@ class PostOffice:
                     params=envelope.params,
                 )
             )
+        if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)
+            await self._report_depth([agent])
         return out
 
     async def _open(self, agent: str, delivery: Delivery) -> Envelope | None:
@@ -588,6 +609,7 @@ class PostOffice:
         await self._audit(
             AuditEventType.MESSAGE_ACKED, "acked", agent, {"message_ids": message_ids, "pending": done}
         )
+        await self._report_depth([agent])
         return done
 
     async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
@@ -604,6 +626,17 @@ class PostOffice:
 
     async def mailbox_size(self, agent: str) -> int:
         return await self.transport.size(agent)
+
+    async def _report_depth(self, mailboxes: Sequence[str]) -> None:
+        if self.on_depth is None:
+            return
+        for mailbox in mailboxes:
+            try:
+                depth = await self.transport.size(mailbox)
+            except Exception as exc:  # a metric must not fail a message that was already handled
+                log.warning("mailbox depth of %r not refreshed: %s", mailbox, exc)
+                continue
+            self.on_depth(mailbox, depth)
 
     # ------------------------------------------------------------------ audit
     async def _audit(

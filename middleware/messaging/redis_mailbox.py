@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from ..errors import ResourceExhausted
+from ..redis_errors import RedisErrorHook, redis_operation
 from .clock import Clock, system_clock
 from .mailbox import Batch, DeadLetter, Delivery
 
@@ -87,6 +88,9 @@ class RedisMailbox:
         clock: Epoch seconds; only the processed-id expiry uses it (visibility timeouts
             are Redis' own idle times).
         max_dead_letters: Approximate cap of each dead-letter stream.
+        on_redis_error: Called with the operation (``"mailbox.receive"`` ...) whenever a
+            Redis error escapes one (see :mod:`middleware.redis_errors`).
+        owns_client: Close ``client`` in :meth:`close` (set by :meth:`from_url`).
     """
 
     def __init__(
@@ -96,8 +100,12 @@ class RedisMailbox:
         prefix: str = "agency:",
         clock: Clock = system_clock,
         max_dead_letters: int = 10_000,
+        on_redis_error: RedisErrorHook | None = None,
+        owns_client: bool = False,
     ) -> None:
         self._r = client
+        self.on_redis_error = on_redis_error
+        self._owns_client = owns_client
         self._prefix = prefix
         self._clock = clock
         self._max_dead = max_dead_letters
@@ -105,6 +113,11 @@ class RedisMailbox:
         self._receive = client.register_script(_RECEIVE)
         self._groups: set[str] = set()
         self._touched: set[str] = set()  # mailboxes this instance used (for purge)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisMailbox:
+        """Mailboxes on their own connection to ``url`` (closed by :meth:`close`)."""
+        return cls(Redis.from_url(url), owns_client=True, **kwargs)
 
     def _key(self, mailbox: str) -> str:
         self._touched.add(mailbox)
@@ -123,6 +136,7 @@ class RedisMailbox:
     async def enqueue(self, mailbox: str, data: bytes, *, max_len: int) -> str:
         return (await self.enqueue_many(mailbox, [data], max_len=max_len))[0]
 
+    @redis_operation("mailbox.enqueue")
     async def enqueue_many(self, mailbox: str, items: Sequence[bytes], *, max_len: int) -> list[str]:
         if not items:
             return []
@@ -136,6 +150,7 @@ class RedisMailbox:
             )
         return [_s(i) for i in ids]
 
+    @redis_operation("mailbox.receive")
     async def receive(
         self,
         mailbox: str,
@@ -167,6 +182,7 @@ class RedisMailbox:
                         deliveries.append(Delivery(_s(entry_id), bytes(fields[b"d"]), 1))
         return Batch(deliveries, [_s(i) for i in lost])
 
+    @redis_operation("mailbox.ack")
     async def ack(
         self,
         mailbox: str,
@@ -190,6 +206,7 @@ class RedisMailbox:
         results = await pipe.execute()
         return int(results[0]) if entry_ids else 0
 
+    @redis_operation("mailbox.seen")
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:
         if not message_ids:
             return set()
@@ -197,6 +214,7 @@ class RedisMailbox:
         now = self._clock()
         return {m for m, score in zip(message_ids, scores, strict=True) if score is not None and score > now}
 
+    @redis_operation("mailbox.dead_letter")
     async def dead_letter(self, mailbox: str, delivery: Delivery, reason: str) -> None:
         key = self._key(mailbox)
         pipe = self._r.pipeline(transaction=True)
@@ -215,6 +233,7 @@ class RedisMailbox:
         pipe.xdel(key, delivery.entry_id)
         await pipe.execute()
 
+    @redis_operation("mailbox.dead_letters")
     async def dead_letters(self, mailbox: str, *, limit: int = 100) -> list[DeadLetter]:
         rows: Any = await self._r.xrange(f"{self._prefix}dlq:{mailbox}", count=limit)
         return [
@@ -227,12 +246,15 @@ class RedisMailbox:
             for _, f in rows
         ]
 
+    @redis_operation("mailbox.size")
     async def size(self, mailbox: str) -> int:
         return int(await self._r.xlen(self._key(mailbox)))
 
+    @redis_operation("mailbox.trim")
     async def trim(self, mailbox: str, max_len: int) -> int:
         return int(await self._r.xtrim(self._key(mailbox), maxlen=max(max_len, 0), approximate=False))
 
+    @redis_operation("mailbox.delete")
     async def delete(self, mailbox: str) -> None:
         """Remove every key of ``mailbox`` (stream, dead letters, processed ids)."""
         key = self._key(mailbox)
@@ -246,4 +268,6 @@ class RedisMailbox:
         self._touched.clear()
 
     async def close(self) -> None:
-        """Nothing to release: the Redis client belongs to the caller."""
+        """Close the Redis client if this instance opened it (:meth:`from_url`)."""
+        if self._owns_client:
+            await self._r.aclose()

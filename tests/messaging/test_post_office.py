@@ -19,7 +19,7 @@ from middleware.messaging import (
     sign_message,
 )
 
-from .helpers import VISIBILITY, Env, register
+from .helpers import VISIBILITY, Agent, Env, register
 
 
 def config(**overrides: object) -> PostOfficeConfig:
@@ -213,6 +213,28 @@ async def test_every_call_needs_a_valid_token_and_the_sender_must_be_the_tokens_
         await po.send(a.token, m, signature=a.sign(m))
     # Only the token's hash is kept.
     assert a.token not in repr(vars(po.identity.get("alice")))
+
+
+async def test_agents_enrolled_with_an_out_of_band_token_hash_authenticate_with_the_token(env: Env) -> None:
+    from middleware.config import hash_token
+    from middleware.errors import AlreadyExists
+    from middleware.messaging import public_key_b64
+
+    po = env.office()
+    key = generate_key()
+    await po.enroll("alice", public_key_b64(key), hash_token("alice-secret").upper(), description="d")
+    b = await register(po, "bob")
+    msg = Agent("alice", "alice-secret", key).message("bob")
+    assert (await po.send("alice-secret", msg, signature=sign_message(key, msg))).recipients == ("bob",)
+    assert (await po.pull(b.token))[0].message.message_id == msg.message_id
+    with pytest.raises(AlreadyExists):  # the name is taken
+        po.identity.enroll("alice", public_key_b64(generate_key()), hash_token("other"))
+    with pytest.raises(AlreadyExists):  # the token belongs to someone else
+        po.identity.enroll("carol", public_key_b64(generate_key()), hash_token("alice-secret"))
+    with pytest.raises(InvalidInput) as err:
+        po.identity.enroll("carol", public_key_b64(generate_key()), "not-a-hash")
+    assert err.value.field == "token_sha256"
+    assert [r.outcome for r in env.events(AuditEventType.AGENT_REGISTERED)] == ["enrolled", "registered"]
 
 
 async def test_invalid_smf_is_refused_naming_the_fields(env: Env) -> None:

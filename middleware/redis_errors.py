@@ -1,0 +1,68 @@
+"""Counting Redis errors: the hook Redis-backed components call, and the decorator they use.
+
+Every Redis-backed component (task store, catalog, routing statistics, mailboxes) takes
+an optional ``on_redis_error`` hook, called with the name of the operation that failed
+(``"mailbox.receive"``, ``"task_store.save"`` ...) each time a Redis error escapes one
+of its operations; the error itself is re-raised unchanged. ``agency serve`` passes
+:meth:`middleware.metrics.Metrics.redis_error`, so the errors show up as
+``agency_redis_errors_total{operation=...}``; without a hook nothing is counted.
+
+An error is counted once, by the innermost operation it escapes (a catalog ``all``
+that fails inside ``query`` counts as ``catalog.query``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+
+from redis.exceptions import RedisError
+
+__all__ = ["RedisErrorHook", "count_redis_error", "redis_operation"]
+
+#: Called with the failed operation's name, e.g. ``"mailbox.enqueue"``.
+RedisErrorHook = Callable[[str], None]
+
+_COUNTED = "_agency_redis_error_counted"
+
+
+class _Observed(Protocol):
+    @property
+    def on_redis_error(self) -> RedisErrorHook | None: ...
+
+
+S = TypeVar("S", bound=_Observed)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def count_redis_error(hook: RedisErrorHook | None, operation: str, error: BaseException) -> None:
+    """Report ``error`` to ``hook`` as a failure of ``operation``, unless already reported."""
+    if hook is None or not isinstance(error, RedisError) or getattr(error, _COUNTED, False):
+        return
+    setattr(error, _COUNTED, True)
+    hook(operation)
+
+
+def redis_operation(
+    operation: str,
+) -> Callable[
+    [Callable[Concatenate[S, P], Awaitable[R]]], Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
+]:
+    """Decorate an async method so Redis errors escaping it reach ``self.on_redis_error``."""
+
+    def decorate(
+        method: Callable[Concatenate[S, P], Awaitable[R]],
+    ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+        @functools.wraps(method)
+        async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return await method(self, *args, **kwargs)
+            except RedisError as exc:
+                count_redis_error(self.on_redis_error, operation, exc)
+                raise
+
+        return wrapper
+
+    return decorate

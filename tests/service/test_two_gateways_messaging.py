@@ -1,0 +1,259 @@
+"""Two ``agency serve --config`` processes on one Redis share the mailboxes: delivered once.
+
+Both gateways read the same definition file (Redis storage under a unique key prefix,
+two messaging agents, the flow ``alice > bob``); ``AGENCY_NODE_ID`` and
+``AGENCY_AUDIT_DIR`` give each its own audit log, as a deployment's environment would.
+Delivery is at-least-once: a pulled message is hidden from every consumer until it is
+acknowledged (through either gateway) or its visibility timeout runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+
+from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
+from middleware.config import hash_token
+from middleware.grpc_api.message_servicer import smf_to_pb
+from middleware.messaging import generate_key, public_key_b64, sign_message
+from middleware.smf import SMFMessage
+
+pytestmark = pytest.mark.timeout(90)
+
+REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: Seconds a pulled, unacknowledged message stays hidden (short, for the redelivery test).
+VISIBILITY = 2.0
+
+
+@dataclass
+class Agent:
+    name: str
+    token: str = field(repr=False)
+    key: Any = field(repr=False)
+
+    @property
+    def auth(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def send_request(self, receiver: str, content: Any) -> messages_pb2.SendMessageRequest:
+        msg = SMFMessage.parse(
+            {
+                "sender": self.name,
+                "receiver": receiver,
+                "content": content,
+                "metadata": {
+                    "provenance": {"source": self.name, "reliability_score": 0.9},
+                    "freshness_ttl": 600,
+                    "confidence_score": 0.9,
+                },
+            }
+        )
+        return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=sign_message(self.key, msg))
+
+
+@dataclass
+class Gateway:
+    name: str
+    proc: asyncio.subprocess.Process
+    port: int
+    metrics_url: str
+    output: list[str]
+    drain: asyncio.Task[None]
+    channel: grpc.aio.Channel | None = None
+
+    @property
+    def messages(self) -> messages_pb2_grpc.MessageServiceStub:
+        assert self.channel is not None
+        return messages_pb2_grpc.MessageServiceStub(self.channel)
+
+    async def metric(self, name: str, labels: str) -> float | None:
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(self.metrics_url, timeout=10).read())
+        match = re.search(rf"^{name}\{{{labels}\}} (\S+)$", text.decode(), re.M)
+        return float(match.group(1)) if match else None
+
+
+async def _start(name: str, definition: Path, data_dir: Path) -> Gateway:
+    env = {**os.environ, "AGENCY_NODE_ID": name, "AGENCY_AUDIT_DIR": str(data_dir / name / "audit")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "middleware",
+        "serve",
+        "--config",
+        str(definition),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    assert proc.stdout is not None
+    output: list[str] = []
+    metrics_url = ""
+    while True:  # bounded: a process starting; it prints its metrics URL, then its gRPC port
+        line = (await asyncio.wait_for(proc.stdout.readline(), timeout=30)).decode()
+        output.append(line)
+        assert line, f"gateway {name} exited: {''.join(output)}"
+        if found := re.search(r"metrics on (\S+)", line):
+            metrics_url = found.group(1)
+        if found := re.search(r"serving on [\d.]+:(\d+) .*mailboxes: (\w+)", line):
+            assert found.group(2) == "redis", line
+            break
+
+    async def drain() -> None:  # keep reading so the pipe never fills; kept for failure reports
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            output.append(raw.decode())
+
+    return Gateway(name, proc, int(found.group(1)), metrics_url, output, asyncio.create_task(drain()))
+
+
+@pytest.fixture
+async def gateways(
+    tmp_path: Path, redis_client: Any, redis_prefix: str
+) -> AsyncIterator[tuple[Gateway, Gateway, Agent, Agent]]:
+    alice = Agent("alice", f"tok-{uuid.uuid4().hex}", generate_key())
+    bob = Agent("bob", f"tok-{uuid.uuid4().hex}", generate_key())
+    definition = tmp_path / "agency.yaml"
+    definition.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "server": {"address": "127.0.0.1:0", "metrics_address": "127.0.0.1:0"},
+                "storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix},
+                "messaging": {
+                    "agents": [
+                        {
+                            "name": a.name,
+                            "public_key": public_key_b64(a.key),
+                            "token_sha256": hash_token(a.token),
+                        }
+                        for a in (alice, bob)
+                    ],
+                    "flows": ["alice > bob"],
+                    "delivery": {"visibility_timeout": VISIBILITY},
+                },
+            }
+        )
+    )
+    started = await asyncio.gather(
+        _start("gw-1", definition, tmp_path), _start("gw-2", definition, tmp_path), return_exceptions=True
+    )
+    gws = [g for g in started if isinstance(g, Gateway)]
+    try:
+        for failure in started:
+            if not isinstance(failure, Gateway):
+                raise failure
+        for gw in gws:
+            gw.channel = grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}")
+        yield gws[0], gws[1], alice, bob
+    finally:
+        for gw in gws:
+            if gw.channel is not None:
+                await gw.channel.close()
+            gw.proc.send_signal(signal.SIGTERM)
+        for gw in gws:
+            code = await asyncio.wait_for(gw.proc.wait(), timeout=20)
+            await gw.drain
+            assert code == 0, "".join(gw.output)
+        async for key in redis_client.scan_iter(match=redis_prefix + "*"):
+            await redis_client.delete(key)
+    for gw in gws:  # each gateway kept its own audit log
+        assert list((tmp_path / gw.name / "audit" / gw.name).glob("*.wal"))
+
+
+async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(gateways) -> None:
+    gw1, gw2, alice, bob = gateways
+    bob_pull = messages_pb2.PullRequest
+
+    # One message, sent through gateway 1, is in the shared mailbox: gateway 2 hands it out ...
+    sent = await gw1.messages.Send(alice.send_request("bob", {"n": 0}), metadata=alice.auth)
+    assert list(sent.recipients) == ["bob"]
+    assert await gw1.metric("agency_mailbox_depth", 'mailbox="bob"') == 1
+    got = await gw2.messages.Pull(
+        bob_pull(max_messages=5, wait_seconds=5, consumer="bob@gw-2"), metadata=bob.auth
+    )
+    (first,) = got.messages
+    assert first.message.message_id == sent.message_id and first.delivery_count == 1
+    # ... and while it is in flight gateway 1 has nothing for bob
+    assert not (await gw1.messages.Pull(bob_pull(consumer="bob@gw-1"), metadata=bob.auth)).messages
+    # the acknowledgement may go through either gateway: it removes the message for both
+    ack = await gw1.messages.Ack(messages_pb2.AckRequest(receipts=[first.receipt]), metadata=bob.auth)
+    assert ack.acknowledged == 1
+    assert await gw1.metric("agency_mailbox_depth", 'mailbox="bob"') == 0
+
+    # Many messages, consumers on both gateways at once: each message reaches exactly one.
+    ids = []
+    for n in range(1, 21):
+        ids.append(
+            (await gw1.messages.Send(alice.send_request("bob", {"n": n}), metadata=alice.auth)).message_id
+        )
+    received: list[tuple[str, str, int]] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+
+    async def consume(gw: Gateway) -> None:
+        while len(received) < len(ids) and loop.time() < deadline:
+            reply = await gw.messages.Pull(
+                bob_pull(max_messages=3, wait_seconds=0.5, consumer=f"bob@{gw.name}"), metadata=bob.auth
+            )
+            for m in reply.messages:
+                received.append((m.message.message_id, gw.name, m.delivery_count))
+            if reply.messages:
+                receipts = [m.receipt for m in reply.messages]
+                done = await gw.messages.Ack(messages_pb2.AckRequest(receipts=receipts), metadata=bob.auth)
+                assert done.acknowledged == len(receipts)
+
+    await asyncio.gather(consume(gw1), consume(gw2))
+    assert sorted(r[0] for r in received) == sorted(ids)  # none lost, none twice
+    assert {r[2] for r in received} == {1}  # nothing was handed out a second time
+    for gw in (gw1, gw2):
+        assert not (await gw.messages.Pull(bob_pull(consumer=f"bob@{gw.name}"), metadata=bob.auth)).messages
+
+    # the flows hold on every replica: bob may not message alice
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await gw2.messages.Send(bob.send_request("alice", "hi"), metadata=bob.auth)
+    assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_an_unacknowledged_message_is_redelivered_by_the_other_gateway(gateways) -> None:
+    gw1, gw2, alice, bob = gateways
+    sent = await gw1.messages.Send(alice.send_request("bob", "pay invoice 7"), metadata=alice.auth)
+    got = await gw1.messages.Pull(
+        messages_pb2.PullRequest(wait_seconds=5, consumer="bob@gw-1"), metadata=bob.auth
+    )
+    (lost,) = got.messages  # bob's consumer on gateway 1 takes it and never acknowledges it
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10 * VISIBILITY
+    again: list[Any] = []
+    while not again:  # poll the other gateway (a separate process) until the timeout runs out
+        assert loop.time() < deadline, "never redelivered"
+        reply = await gw2.messages.Pull(
+            messages_pb2.PullRequest(wait_seconds=0.5, consumer="bob@gw-2"), metadata=bob.auth
+        )
+        again = list(reply.messages)
+    (redelivered,) = again
+    assert redelivered.message.message_id == sent.message_id == lost.message.message_id
+    assert redelivered.delivery_count == 2
+    done = await gw2.messages.Ack(messages_pb2.AckRequest(receipts=[redelivered.receipt]), metadata=bob.auth)
+    assert done.acknowledged == 1
+    # the first consumer's late ack finds nothing pending: the message took effect once
+    late = await gw1.messages.Ack(messages_pb2.AckRequest(receipts=[lost.receipt]), metadata=bob.auth)
+    assert late.acknowledged == 0
+    for gw in (gw1, gw2):
+        reply = await gw.messages.Pull(messages_pb2.PullRequest(consumer=f"bob@{gw.name}"), metadata=bob.auth)
+        assert not reply.messages
+    assert json.loads(redelivered.message.content_json) == "pay invoice 7"
