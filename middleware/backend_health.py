@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-__all__ = ["BackendMonitor", "redis_check"]
+__all__ = ["BackendMonitor", "redis_check", "redis_monitor"]
 
 log = logging.getLogger("agency.health")
 
@@ -53,6 +53,11 @@ class BackendMonitor:
         self.failing: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
+        self._cleanups: list[Callable[[], Awaitable[None]]] = []
+
+    def on_stop(self, cleanup: Callable[[], Awaitable[None]]) -> None:
+        """Await ``cleanup`` when the monitor stops (e.g. to close the client its checks use)."""
+        self._cleanups.append(cleanup)
 
     async def check_once(self) -> bool:
         """Run every check now and update ``healthy`` (notifying on a flip)."""
@@ -96,3 +101,24 @@ class BackendMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        cleanups, self._cleanups = self._cleanups, []
+        for cleanup in cleanups:
+            await cleanup()
+
+
+def redis_monitor(
+    url: str,
+    on_change: Callable[[bool], Awaitable[None]] | None = None,
+    *,
+    interval: float = 1.0,
+    timeout: float = 1.0,
+) -> BackendMonitor:
+    """A monitor of the Redis at ``url``, with its own client (closed when the monitor stops)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    monitor = BackendMonitor(
+        {"redis": redis_check(client, timeout=timeout)}, interval=interval, on_change=on_change
+    )
+    monitor.on_stop(client.aclose)
+    return monitor

@@ -31,6 +31,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
 from __future__ import annotations
 
 import importlib
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from ._model import Model
 from .agents import AgentCallable
 from .audit.checkpoint import Signer
+from .audit.retention import parse_age
 from .config import AgencyConfig, ServerConfig, read_signer_key
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
@@ -54,6 +56,7 @@ __all__ = [
     "AuditSettings",
     "MessagingAgent",
     "MessagingSettings",
+    "RetentionSettings",
     "StorageSettings",
     "resolve_import",
 ]
@@ -132,8 +135,36 @@ class StorageSettings(Model):
         return self
 
 
+def _age(v: Any) -> Any:
+    if isinstance(v, str):
+        return parse_age(v)  # "400d", "12h": a ValueError names the problem
+    return v
+
+
+class RetentionSettings(Model):
+    """Retention of the audit log, applied by the running gateway (see docs/audit-log.md)."""
+
+    max_age: timedelta = Field(
+        description="Sealed segments whose newest record is older than this go, if a signed "
+        "checkpoint covers them: 400d, 12h, 2w (or seconds)."
+    )
+    archive_dir: Path | None = Field(
+        default=None, description="Move them under ``archive_dir/<node id>/`` instead of deleting them."
+    )
+    interval: timedelta = Field(default=timedelta(hours=1), description="Time between runs (1h, 30m ...).")
+
+    _ages = field_validator("max_age", "interval", mode="before")(_age)
+
+    @field_validator("max_age", "interval")
+    @classmethod
+    def _positive(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive")
+        return v
+
+
 class AuditSettings(Model):
-    """Where the audit log lives and which key signs its checkpoints."""
+    """Where the audit log lives, which key signs its checkpoints, how long it is kept."""
 
     directory: Path | None = Field(
         default=None, description="Audit log directory (default: ``<server.data_dir>/audit``)."
@@ -142,6 +173,10 @@ class AuditSettings(Model):
         default=None,
         description="File holding the Ed25519 signer key of the checkpoints (``PRIVATE+KEY+...`` "
         "text); it must exist. Default: ``<directory>/keys/<node id>.key``, created on first start.",
+    )
+
+    retention: RetentionSettings | None = Field(
+        default=None, description="Archive or delete old segments on a schedule (default: keep all)."
     )
 
     @field_validator("checkpoint_key")

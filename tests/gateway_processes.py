@@ -11,7 +11,10 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -141,3 +144,28 @@ async def start_gateways(
             await gateway.stop()
         raise failed[0]
     return started
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    """A private ``redis-server`` on ``port`` (for outage tests), once it accepts connections."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise AssertionError("redis-server is required for this test")
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("redis-server did not start")

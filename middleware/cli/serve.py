@@ -13,11 +13,14 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import start_http_server
 
+from ..audit.retention import RetentionSchedule
+from ..backend_health import BackendMonitor, redis_monitor
 from ..bootstrap import build_agency, build_post_office
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
+from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
 from ..metrics import Metrics
 
@@ -135,6 +138,8 @@ async def serve(
     interceptors: list[grpc.aio.ServerInterceptor] = []
     tracing = None
     post_office = None
+    monitor: BackendMonitor | None = None
+    retention: RetentionSchedule | None = None
     metrics_server = None
     keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
     try:
@@ -150,6 +155,10 @@ async def serve(
 
             await build_demo_agency(agency)
         post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
+        if definition.storage.backend == "redis":
+            # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
+            monitor = redis_monitor(definition.storage.redis_url, lambda ok: server.set_serving(ok))
+            interceptors.append(BackendGate(monitor))
         server = build_server(
             agency,
             config.address,
@@ -162,6 +171,16 @@ async def serve(
             metrics_server = _start_metrics(config.metrics_address, metrics)
         await server.start()
         await keep_alive.__aenter__()  # renews this gateway's in-process agents' leases
+        if monitor is not None:
+            await monitor.start()
+        if (retain := definition.audit.retention) is not None:
+            retention = RetentionSchedule(
+                agency.audit,  # type: ignore[arg-type]  # a WalAuditLog behind its wrappers
+                retain.max_age,
+                archive_dir=retain.archive_dir,
+                interval=retain.interval,
+            )
+            retention.start()
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
         print(
@@ -177,6 +196,10 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        if retention is not None:
+            await retention.stop()
+        if monitor is not None:
+            await monitor.stop()
         await keep_alive.__aexit__(None, None, None)
         if post_office is not None:
             await post_office.transport.close()

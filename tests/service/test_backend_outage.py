@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 
 import grpc
 import pytest
 import redis.asyncio as aioredis
+from gateway_processes import free_port, start_redis
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware import Agency
@@ -17,30 +15,6 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.backend_health import BackendMonitor, redis_check
 from middleware.grpc_api import build_server
 from middleware.grpc_api.gate import BackendGate
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis(port: int) -> subprocess.Popen[bytes]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        pytest.fail("redis-server is required for this test")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail("redis-server did not start")
 
 
 async def test_health_and_fail_fast_follow_a_redis_outage():
