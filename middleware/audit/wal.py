@@ -605,7 +605,7 @@ class WalAuditLog:
         self._dirty = False
         self._last_sync = time.monotonic()
         self._pending_cp = None
-        self._published_at = 0.0
+        self._published_at = float("-inf")  # the first checkpoint is published at once
         if self._last_path is not None and not self._sealed_last:
             self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
             self._offset = self._synced = os.fstat(self._fd).st_size

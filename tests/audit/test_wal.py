@@ -100,6 +100,8 @@ async def test_closed_log_refuses_appends_and_another_process_cannot_open_it(tmp
 def test_bad_options_and_node_names_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="segment_bytes"):
         WalOptions(segment_bytes=10)
+    with pytest.raises(InvalidInput, match="recovery_workers"):
+        WalOptions(recovery_workers=0)
     with pytest.raises(InvalidInput, match="node"):
         WalAuditLog(tmp_path, "../evil", signer=SIGNER)
 
@@ -360,3 +362,36 @@ async def test_interval_policy_acknowledges_before_fdatasync(tmp_path: Path) -> 
     reopened = open_log(tmp_path)
     assert reopened.size == 1
     await reopened.close()
+
+
+async def test_the_checkpoint_file_follows_the_log_at_most_once_per_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from middleware.audit import wal
+    from middleware.audit.checkpoint import Checkpoint
+
+    monkeypatch.setattr(wal, "PUBLISH_INTERVAL", 3600.0)  # nothing but asking or closing publishes
+    log = open_log(tmp_path, checkpoint_every=5)
+    path = tmp_path / "n1" / "checkpoint"
+
+    def published() -> int:
+        return Checkpoint.parse(path.read_text()).size if path.exists() else 0
+
+    async def published_becomes(size: int) -> None:
+        for _ in range(1000):  # up to 10 s: the writer thread publishes after the acks
+            if published() == size:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"checkpoint file at {published()}, expected {size}")
+
+    await append_batch(log, 0, 5)
+    await published_becomes(5)  # the first checkpoint is published at once
+    await append_batch(log, 5, 5)
+    assert log.latest_checkpoint().size == 10 and published() == 5, "the file may lag the log"
+    assert (await log.checkpoint()).size == 10 and published() == 10, "asking publishes"
+    monkeypatch.setattr(wal, "PUBLISH_INTERVAL", 0.01)
+    await append_batch(log, 10, 5)
+    await published_becomes(15)  # the idle writer publishes it once the interval has passed
+    await append_batch(log, 15, 3)
+    await log.close()
+    assert published() == 18, "closing publishes the final checkpoint"
