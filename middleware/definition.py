@@ -376,4 +376,14 @@ class AgencyDefinition(Model):
             raise InvalidInput(
                 [Problem("(root)", "the definition must be a mapping (YAML object)")], what=source
             )
+        server = data.get("server")
+        if isinstance(server, dict) and "agency" in server:  # would be silently ignored
+            raise InvalidInput(
+                [
+                    Problem(
+                        "server.agency", "not read from a definition file: use the top-level agency section"
+                    )
+                ],
+                what=source,
+            )
         return cls.parse(data, what=source)

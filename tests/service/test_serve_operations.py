@@ -108,3 +108,10 @@ def test_bad_retention_settings_are_named_by_path() -> None:
     ok = AgencyDefinition.from_data({"audit": {"retention": {"max_age": "400d"}}})
     assert ok.audit.retention is not None and ok.audit.retention.max_age.days == 400
     assert ok.audit.retention.interval.total_seconds() == 3600
+
+
+def test_agency_settings_under_server_are_refused_not_ignored() -> None:
+    with pytest.raises(InvalidInput) as info:
+        AgencyDefinition.from_data({"server": {"agency": {"node_id": "g7"}}})
+    assert info.value.problems[0].field == "server.agency"
+    assert AgencyDefinition.from_data({"agency": {"node_id": "g7"}}).agency.node_id == "g7"
