@@ -13,8 +13,6 @@ import asyncio
 import json
 import os
 import re
-import signal
-import sys
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +23,7 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from gateway_processes import GatewayProcess, start_gateways
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.config import hash_token
@@ -67,57 +66,25 @@ class Agent:
 
 @dataclass
 class Gateway:
-    name: str
-    proc: asyncio.subprocess.Process
-    port: int
-    metrics_url: str
-    output: list[str]
-    drain: asyncio.Task[None]
-    channel: grpc.aio.Channel | None = None
+    """A running gateway process with a channel to its MessageService and its /metrics."""
+
+    process: GatewayProcess
+    channel: grpc.aio.Channel
+
+    @property
+    def name(self) -> str:
+        return self.process.node
 
     @property
     def messages(self) -> messages_pb2_grpc.MessageServiceStub:
-        assert self.channel is not None
         return messages_pb2_grpc.MessageServiceStub(self.channel)
 
     async def metric(self, name: str, labels: str) -> float | None:
-        text = await asyncio.to_thread(lambda: urllib.request.urlopen(self.metrics_url, timeout=10).read())
+        found = re.search(r"metrics on (\S+)", self.process.output())
+        assert found, self.process.output()
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(found.group(1), timeout=10).read())
         match = re.search(rf"^{name}\{{{labels}\}} (\S+)$", text.decode(), re.M)
         return float(match.group(1)) if match else None
-
-
-async def _start(name: str, definition: Path, data_dir: Path) -> Gateway:
-    env = {**os.environ, "AGENCY_NODE_ID": name, "AGENCY_AUDIT_DIR": str(data_dir / name / "audit")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "middleware",
-        "serve",
-        "--config",
-        str(definition),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    assert proc.stdout is not None
-    output: list[str] = []
-    metrics_url = ""
-    while True:  # bounded: a process starting; it prints its metrics URL, then its gRPC port
-        line = (await asyncio.wait_for(proc.stdout.readline(), timeout=30)).decode()
-        output.append(line)
-        assert line, f"gateway {name} exited: {''.join(output)}"
-        if found := re.search(r"metrics on (\S+)", line):
-            metrics_url = found.group(1)
-        if found := re.search(r"serving on [\d.]+:(\d+) .*mailboxes: (\w+)", line):
-            assert found.group(2) == "redis", line
-            break
-
-    async def drain() -> None:  # keep reading so the pipe never fills; kept for failure reports
-        assert proc.stdout is not None
-        async for raw in proc.stdout:
-            output.append(raw.decode())
-
-    return Gateway(name, proc, int(found.group(1)), metrics_url, output, asyncio.create_task(drain()))
 
 
 @pytest.fixture
@@ -148,26 +115,17 @@ async def gateways(
             }
         )
     )
-    started = await asyncio.gather(
-        _start("gw-1", definition, tmp_path), _start("gw-2", definition, tmp_path), return_exceptions=True
-    )
-    gws = [g for g in started if isinstance(g, Gateway)]
+    processes = await start_gateways(definition, ["gw-1", "gw-2"], tmp_path)
+    gws = [Gateway(p, grpc.aio.insecure_channel(p.address)) for p in processes]
     try:
-        for failure in started:
-            if not isinstance(failure, Gateway):
-                raise failure
         for gw in gws:
-            gw.channel = grpc.aio.insecure_channel(f"127.0.0.1:{gw.port}")
+            assert "mailboxes: redis" in gw.process.output()
         yield gws[0], gws[1], alice, bob
     finally:
         for gw in gws:
-            if gw.channel is not None:
-                await gw.channel.close()
-            gw.proc.send_signal(signal.SIGTERM)
+            await gw.channel.close()
         for gw in gws:
-            code = await asyncio.wait_for(gw.proc.wait(), timeout=20)
-            await gw.drain
-            assert code == 0, "".join(gw.output)
+            assert await gw.process.stop() == 0, gw.process.output()
         async for key in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(key)
     for gw in gws:  # each gateway kept its own audit log
