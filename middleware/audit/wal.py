@@ -17,17 +17,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
 
-from ..errors import AuditCorrupted, AuditError, InvalidInput
+from ..errors import AuditError, InvalidInput
 from . import retention
 from ._files import atomic_write, fsync_dir
 from .checkpoint import Checkpoint, Signer, load_or_create_signer
 from .merkle import MerkleTree
 from .record import AuditRecord, canonical_json
+from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
 from .segment import (
     CHECKPOINT,
     EVENT,
@@ -39,16 +40,13 @@ from .segment import (
     SegmentName,
     encode_events,
     encode_frame,
-    find_promised_frame,
     list_segments,
     load_pruned,
     scan,
 )
-from .segment_pool import check_segments
 
 __all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin_for"]
 
-CHECKPOINT_FILE = "checkpoint"
 VKEY_FILE = "checkpoint.vkey"
 LOCK_FILE = "LOCK"
 PUBLISH_INTERVAL = 1.0
@@ -107,31 +105,6 @@ class WalOptions:
             raise InvalidInput.single("fsync_interval", "must be positive", what="audit log options")
         if self.recovery_workers is not None and self.recovery_workers < 1:
             raise InvalidInput.single("recovery_workers", "must be at least 1", what="audit log options")
-
-
-@dataclass
-class RecoveryReport:
-    """What opening the log found and did.
-
-    Attributes:
-        events: Events recovered.
-        segments: Segment files scanned.
-        torn_bytes: Bytes cut from the tail of the last segment (0: none).
-        broken_file: Where the cut bytes were kept.
-        torn_reason: Why the tail was cut.
-        removed_temp: Leftover temporary files removed.
-        clean: The last segment was sealed (the previous close was clean).
-        pruned: Events removed earlier by retention (their leaf hashes are kept).
-    """
-
-    events: int = 0
-    segments: int = 0
-    torn_bytes: int = 0
-    broken_file: str = ""
-    torn_reason: str = ""
-    removed_temp: list[str] = field(default_factory=list)
-    clean: bool = True
-    pruned: int = 0
 
 
 _Item = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[int]"]
@@ -515,90 +488,15 @@ class WalAuditLog:
             atomic_write(path, (self._signer.vkey + "\n").encode())
 
     def _recover(self) -> RecoveryReport:
-        """Scan every segment; cut a torn tail of the last one; refuse anything else.
-
-        Sealed (non-last) segments must verify completely. The last segment is read to
-        its first unreadable frame: if a later readable frame proves that spot had been
-        synced, or the damage is a readable-but-wrong frame, the log refuses to open;
-        otherwise the tail is a torn write: it is copied to ``<segment>.<offset>.broken``,
-        cut and fsynced. Finally the ``checkpoint`` file must agree with what was
-        recovered (a checkpoint covering more events than recovered means lost data).
-        """
-        report = RecoveryReport()
-        for tmp in self._dir.glob("*.tmp"):
-            tmp.unlink()
-            report.removed_temp.append(tmp.name)
-        if report.removed_temp:
-            fsync_dir(self._dir)
+        found = recover(
+            self._dir, self._state, self._signer.verifier(), workers=self.options.recovery_workers
+        )
+        self._seq, self._sealed_last, self._last_path = found.seq, found.last_sealed, found.last_path
+        self._last_name_first = found.last_first_index
+        self._sealed_segments = found.sealed
         st = self._state
-        all_segments = list_segments(self._dir)
-        report.pruned, segments = load_pruned(self._dir, st, all_segments)
-        for _, leftover in all_segments[: len(all_segments) - len(segments)]:
-            leftover.unlink()  # covered by a completed retention run that was interrupted
-        report.segments = len(segments)
-        self._seq, self._sealed_last = (segments[0][0].seq if segments else 0), True
-        self._last_path: Path | None = None
-        self._sealed_segments: list[retention.SealedSegment] = []
-        for i, checked in enumerate(check_segments(segments, st, workers=self.options.recovery_workers)):
-            name, path, torn = checked.name, checked.path, checked.torn
-            last = i == len(segments) - 1
-            if torn is not None:
-                if not last:
-                    raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
-                data = path.read_bytes()
-                promised = find_promised_frame(data, torn.offset)
-                if promised is not None:
-                    raise AuditCorrupted(
-                        f"{torn.message}, but the frame at offset {promised} shows it had been synced: "
-                        "corruption, not a torn write",
-                        where=torn.where,
-                    ) from None
-                self._cut(path, data, torn.offset, report, torn.message)
-            sealed = st.sealed
-            if not last and not sealed:
-                raise AuditCorrupted("segment is not sealed but is not the last one", where=path.name)
-            self._seq, self._sealed_last, self._last_path = name.seq, sealed, path
-            self._last_name_first = name.first_index
-            if sealed:
-                self._sealed_segments.append(retention.SealedSegment(name, path, st.size, st.last_time_ns))
-            if last and self._last_path is not None and not self._last_path.exists():
-                self._last_path = None
-        report.events = st.size
-        report.clean = self._sealed_last
         self._checkpointed = st.checkpoints[-1].size if st.checkpoints else -1
-        self._check_checkpoint_file()
-        return report
-
-    def _cut(self, path: Path, data: bytes, offset: int, report: RecoveryReport, reason: str) -> None:
-        broken = path.with_name(f"{path.name}.{offset}.broken")
-        broken.write_bytes(data[offset:])
-        report.torn_bytes, report.broken_file, report.torn_reason = len(data) - offset, broken.name, reason
-        if offset == 0:  # not even the header survived: the segment never existed
-            path.unlink()
-        else:
-            with open(path, "r+b") as fh:
-                fh.truncate(offset)
-                os.fsync(fh.fileno())
-        fsync_dir(self._dir)
-
-    def _check_checkpoint_file(self) -> None:
-        path = self._dir / CHECKPOINT_FILE
-        if not path.exists():
-            return
-        try:
-            cp = self._signer.verifier().verify(path.read_text())
-        except (AuditCorrupted, UnicodeDecodeError) as exc:
-            raise AuditCorrupted(f"checkpoint file unreadable: {exc}", where=str(path)) from None
-        st = self._state
-        if cp.size > st.size:
-            raise AuditCorrupted(
-                f"data lost: the signed checkpoint covers {cp.size} events, only {st.size} were recovered",
-                where=str(path),
-            )
-        if cp.root != st.tree.root(cp.size):
-            raise AuditCorrupted(
-                f"the signed checkpoint at size {cp.size} does not match the records", where=str(path)
-            )
+        return found.report
 
     def _open_for_append(self) -> None:
         self._offset = self._synced = 0
