@@ -9,7 +9,7 @@ audited like any other input refused at the boundary.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -71,18 +71,35 @@ class DecodeGuardInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or not handler.unary_unary or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None or handler.request_streaming:
             return handler
-        inner = handler.unary_unary
         refuse = _Refuse(handler_call_details.method or "", self._on_reject).refuse
+        if handler.unary_unary:
+            inner = handler.unary_unary
 
-        async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if isinstance(request, _Malformed):
-                return await refuse(request, context)
-            return await inner(request, context)
+            async def behaviour(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Malformed):
+                    return await refuse(request, context)
+                return await inner(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=_guarded(handler.request_deserializer),
-            response_serializer=handler.response_serializer,
-        )
+            return grpc.unary_unary_rpc_method_handler(
+                behaviour,
+                request_deserializer=_guarded(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:  # server streams (Watch, Export, Subscribe): refused before the stream
+            inner_stream = handler.unary_stream
+
+            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                if isinstance(request, _Malformed):
+                    await refuse(request, context)
+                    return
+                async for response in inner_stream(request, context):
+                    yield response
+
+            return grpc.unary_stream_rpc_method_handler(
+                streaming,
+                request_deserializer=_guarded(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        return handler
