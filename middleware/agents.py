@@ -111,8 +111,10 @@ class AgentRegistry:
     A contract registered without an in-process callable but with an ``endpoint``
     (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``,
     by default a :class:`middleware.remote_agent.RemoteAgent` calling the worker's
-    ``AgentWorker.Invoke`` over gRPC. Remote agents are cached per key and endpoint
-    and closed by :meth:`aclose`.
+    ``AgentWorker.Invoke`` over gRPC in plaintext; ``agency serve`` sets
+    :attr:`remote_factory` to one calling over TLS when the definition has
+    ``workers.tls``. Remote agents are cached per key and endpoint and closed by
+    :meth:`aclose`.
     """
 
     def __init__(self, *, remote_factory: RemoteFactory | None = _grpc_remote) -> None:
@@ -120,6 +122,19 @@ class AgentRegistry:
         self._remote_factory = remote_factory
         self._remotes: dict[str, tuple[str, AgentCallable]] = {}
         self._retired: list[AgentCallable] = []
+
+    @property
+    def remote_factory(self) -> RemoteFactory | None:
+        """Builds the callable of a contract served elsewhere (by its endpoint); None = a
+        contract without an in-process callable cannot be called."""
+        return self._remote_factory
+
+    @remote_factory.setter
+    def remote_factory(self, factory: RemoteFactory | None) -> None:
+        # remotes already built keep the old settings: retire them, they are rebuilt on next use
+        self._retired.extend(agent for _, agent in self._remotes.values())
+        self._remotes.clear()
+        self._remote_factory = factory
 
     def add(self, key: str, agent: AgentCallable) -> None:
         if not callable(agent):

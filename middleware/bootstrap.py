@@ -18,7 +18,8 @@ __all__ = ["build_agency", "build_post_office"]
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
     """An :class:`Agency` with every agent, contract and goal of ``definition`` registered.
 
-    With ``metrics``, the audit log is metered and Redis errors are counted.
+    With ``metrics``, the audit log is metered and Redis errors are counted. Remote workers
+    are called over TLS when the definition has ``workers.tls``.
 
     Raises:
         InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
@@ -53,6 +54,10 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         catalog=catalog,
         router=Router(catalog, stats=stats),
     )
+    if definition.workers.tls is not None:  # remote workers are called over (m)TLS
+        from .remote_agent import RemoteAgent
+
+        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls)
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
         # registers the same contracts from the same file

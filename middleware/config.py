@@ -1,10 +1,13 @@
 """Typed configuration. This is the one module that reads environment variables and files.
 
 ``AgencyConfig`` holds the knobs of the core; ``ServerConfig`` those of
-``agency serve``. Each field says what it does. The ``AGENCY_*`` environment
-variables (:data:`ENV_VARIABLES`) override the agency definition file and are
-overridden by command-line flags: :func:`definition_from` / :func:`load_definition`
-build the whole definition that way, ``ServerConfig.from_env`` just the server part.
+``agency serve``; ``WorkerConfig`` the security settings of ``agency worker`` (TLS
+both ways, its bearer token from a file or ``AGENCY_WORKER_TOKEN``). ``TlsConfig`` and
+``ClientTlsConfig`` check their PEM files when parsed. Each field says what it does.
+The ``AGENCY_*`` environment variables (:data:`ENV_VARIABLES`) override the agency
+definition file and are overridden by command-line flags: :func:`definition_from` /
+:func:`load_definition` build the whole definition that way, ``ServerConfig.from_env``
+just the server part.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from ._model import Model
 from .circuit_breaker import BreakerConfig
@@ -29,15 +32,18 @@ from .failures import FailurePolicy, FailureType, check_policy
 
 __all__ = [
     "ENV_VARIABLES",
+    "WORKER_TOKEN_VARIABLE",
     "AgencyConfig",
     "ClientTlsConfig",
     "ServerConfig",
     "TlsConfig",
+    "WorkerConfig",
     "definition_from",
     "env_layer",
     "hash_token",
     "load_definition",
     "read_signer_key",
+    "read_token",
     "read_token_hashes",
 ]
 
@@ -78,11 +84,62 @@ class AgencyConfig(Model):
         return v
 
 
-class TlsConfig(Model):
-    """TLS for the gRPC server; with ``client_ca`` and ``require_client_cert``, mutual TLS.
+def _read_pem(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
 
-    Paths are checked when the configuration is parsed (a missing file is refused
-    naming the field); :meth:`read` loads the PEM bytes.
+
+def _certificates(path: Path | None) -> Path | None:
+    """``path`` if it names a readable file of PEM certificates (raises ValueError saying why not)."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    from cryptography import x509
+
+    data = _read_pem(path)
+    try:
+        x509.load_pem_x509_certificates(data)
+    except ValueError:
+        raise ValueError(f"{path} holds no PEM certificate") from None
+    return path
+
+
+def _private_key_of(key: Path | None, cert: Path | None) -> Path | None:
+    """``key`` if it is a readable, unencrypted PEM private key for the first certificate in
+    ``cert`` (``cert`` None: not compared; it failed its own check). Raises ValueError."""
+    if key is None:
+        return None
+    if not key.is_file():
+        raise ValueError(f"no such file: {key}")
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
+    data = _read_pem(key)
+    try:
+        private = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise ValueError(f"{key} is encrypted: gRPC needs an unencrypted PEM private key") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError(f"{key} holds no PEM private key") from None
+    if cert is not None:
+        spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        leaf = x509.load_pem_x509_certificates(_read_pem(cert))[0]
+        if private.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
+            raise ValueError(f"{key} is not the private key of the certificate {cert}")
+    return key
+
+
+class TlsConfig(Model):
+    """TLS for a gRPC server (the gateway, a worker); with ``client_ca`` and
+    ``require_client_cert``, mutual TLS.
+
+    Files are checked when the configuration is parsed: a missing or unreadable file, one
+    that holds no PEM certificate or key, or a key that does not belong to the certificate
+    is refused naming the field. :meth:`read` loads the PEM bytes.
     """
 
     cert: Path = Field(description="PEM certificate chain of the server.")
@@ -92,18 +149,26 @@ class TlsConfig(Model):
         default=False, description="Refuse clients without a certificate signed by client_ca (mTLS)."
     )
 
-    @field_validator("cert", "key", "client_ca")
+    @field_validator("cert", "client_ca")
     @classmethod
-    def _readable(cls, v: Path | None) -> Path | None:
-        if v is not None and not v.is_file():
-            raise ValueError(f"no such file: {v}")
-        return v
+    def _pem_certificates(cls, v: Path | None) -> Path | None:
+        return _certificates(v)
+
+    @field_validator("key")
+    @classmethod
+    def _key_of_cert(cls, v: Path, info: ValidationInfo) -> Path | None:
+        return _private_key_of(v, info.data.get("cert"))
 
     @model_validator(mode="after")
     def _ca_for_mtls(self) -> TlsConfig:
         if self.require_client_cert and self.client_ca is None:
             raise ValueError("require_client_cert needs client_ca (the CA that signs client certificates)")
         return self
+
+    @property
+    def scheme(self) -> str:
+        """``TLS`` or ``mTLS``, for start-up lines."""
+        return "mTLS" if self.require_client_cert else "TLS"
 
     def read(self) -> tuple[bytes, bytes, bytes | None]:
         """``(cert_chain, private_key, client_ca)`` as PEM bytes."""
@@ -112,20 +177,26 @@ class TlsConfig(Model):
 
 
 class ClientTlsConfig(Model):
-    """TLS for a client of the gateway (a worker, the CLI): the CA to trust, and for mTLS
-    its own certificate and key."""
+    """TLS for a gRPC client (a worker or the CLI calling the gateway, the gateway calling its
+    workers): the CA to trust, and for mTLS its own certificate and key.
+
+    Files are checked when the configuration is parsed, as for :class:`TlsConfig`.
+    """
 
     ca: Path | None = Field(default=None, description="PEM CA bundle to verify the server (default: system).")
     cert: Path | None = Field(default=None, description="PEM client certificate (mutual TLS).")
     key: Path | None = Field(default=None, description="PEM client private key (mutual TLS).")
     server_name: str = Field(default="", description="Expected server name, if not the address's host.")
 
-    @field_validator("ca", "cert", "key")
+    @field_validator("ca", "cert")
     @classmethod
-    def _readable(cls, v: Path | None) -> Path | None:
-        if v is not None and not v.is_file():
-            raise ValueError(f"no such file: {v}")
-        return v
+    def _pem_certificates(cls, v: Path | None) -> Path | None:
+        return _certificates(v)
+
+    @field_validator("key")
+    @classmethod
+    def _key_of_cert(cls, v: Path | None, info: ValidationInfo) -> Path | None:
+        return _private_key_of(v, info.data.get("cert"))
 
     @model_validator(mode="after")
     def _pair(self) -> ClientTlsConfig:
@@ -251,6 +322,95 @@ class ServerConfig(Model):
         return read_token_hashes(self.auth_tokens) if self.auth_tokens else None
 
 
+#: Where ``agency worker`` finds its bearer token when no ``--token-file`` is given.
+WORKER_TOKEN_VARIABLE = "AGENCY_WORKER_TOKEN"
+
+
+def _check_token(token: str) -> str:
+    token = token.strip()
+    if not token:
+        raise ValueError("empty: expected the bearer token itself")
+    parts = token.split()
+    if len(parts) == 2 and _HASH.match(parts[1].lower()):
+        raise ValueError(
+            "this is a line of the gateway's token file (CLIENT_NAME SHA256_HEX); "
+            "the worker needs the token itself, whose hash is on that line"
+        )
+    if len(parts) != 1:
+        raise ValueError("expected one token (no spaces; one line)")
+    return token
+
+
+def read_token(path: str | os.PathLike[str], *, field: str = "token_file") -> str:
+    """The bearer token in the file at ``path`` (the whole file, surrounding whitespace removed).
+
+    Raises:
+        InvalidInput: naming ``field`` (unreadable, empty, or not one token).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidInput.single(field, f"cannot read {p}: {why}", what="token") from None
+    try:
+        return _check_token(text)
+    except ValueError as exc:
+        raise InvalidInput.single(field, f"{p}: {exc}", what="token") from None
+
+
+class WorkerConfig(Model):
+    """Security settings of ``agency worker``: how it reaches the gateway, and how it serves
+    the gateway's calls. Its agent, addresses and heartbeat are plain flags."""
+
+    gateway_tls: ClientTlsConfig | None = Field(
+        default=None,
+        description="TLS to the gateway: the CA that signs the gateway's certificate, and for mTLS "
+        "this worker's client certificate and key; None = plaintext.",
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        description="This agent's bearer token for the gateway (its line in the gateway's token "
+        "file names the agent); None = send none.",
+    )
+    tls: TlsConfig | None = Field(
+        default=None,
+        description="Serve AgentWorker over TLS; with client_ca and require_client_cert, only to "
+        "callers (the gateway) with a client certificate signed by client_ca (mTLS). None = plaintext.",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _one_token(cls, v: SecretStr | None) -> SecretStr | None:
+        return None if v is None else SecretStr(_check_token(v.get_secret_value()))
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        token_file: str | os.PathLike[str] | None = None,
+        **given: Any,
+    ) -> WorkerConfig:
+        """``given`` (e.g. from flags), the token read from ``token_file``, else from
+        ``AGENCY_WORKER_TOKEN`` (:data:`WORKER_TOKEN_VARIABLE`; empty = unset).
+
+        Raises:
+            InvalidInput: naming each bad field (``token_file`` for the file).
+        """
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        if token_file is not None:
+            data["token"] = read_token(token_file)
+        elif env.get(WORKER_TOKEN_VARIABLE, "").strip():
+            data["token"] = env[WORKER_TOKEN_VARIABLE]
+        return cls.parse(data, what="worker configuration")
+
+    def bearer_token(self) -> str | None:
+        """The token in clear, to send (never log it)."""
+        return None if self.token is None else self.token.get_secret_value()
+
+
 #: The ``AGENCY_*`` environment variables and the definition field each one sets. They
 #: override the definition file; command-line flags override them. An empty value counts
 #: as unset, except for ``AGENCY_METRICS_ADDRESS`` (empty = no metrics endpoint).
@@ -263,6 +423,10 @@ ENV_VARIABLES: dict[str, str] = {
     "AGENCY_TLS_CERT": "server.tls.cert",
     "AGENCY_TLS_KEY": "server.tls.key",
     "AGENCY_TLS_CLIENT_CA": "server.tls.client_ca",  # and server.tls.require_client_cert: true
+    "AGENCY_WORKERS_TLS_CA": "workers.tls.ca",
+    "AGENCY_WORKERS_TLS_CERT": "workers.tls.cert",
+    "AGENCY_WORKERS_TLS_KEY": "workers.tls.key",
+    "AGENCY_WORKERS_TLS_SERVER_NAME": "workers.tls.server_name",
     "AGENCY_NODE_ID": "agency.node_id",
     "AGENCY_STORAGE": "storage.backend",
     "AGENCY_REDIS_URL": "storage.redis_url",  # and storage.backend: redis, unless AGENCY_STORAGE says

@@ -2,8 +2,9 @@
 
 It names the agents (in-process factories by import path, or remote workers by
 endpoint) with their contracts, the goals, the failure policy, the storage
-backend, the audit log and its checkpoint key, the server's listen addresses, and
-the messaging agents with their communication flows. ``load_definition`` (in
+backend, the audit log and its checkpoint key, the server's listen addresses and TLS,
+the TLS the gateway uses to call its remote workers, and the messaging agents with
+their communication flows. ``load_definition`` (in
 ``config.py``, the one module that reads files and the environment) parses the
 file; :class:`AgencyDefinition` validates it and reports *every* problem by path,
 such as ``agents[2].contract.input_schema: not a valid JSON Schema ...`` or
@@ -12,6 +13,7 @@ such as ``agents[2].contract.input_schema: not a valid JSON Schema ...`` or
 Example (``examples/ecommerce.yaml`` is the reference scenario)::
 
     server: {address: 127.0.0.1:50051, metrics_address: 127.0.0.1:9464, data_dir: agency-data}
+    workers: {tls: {ca: /etc/agency/workers-ca.crt, cert: gateway.crt, key: gateway.key}}
     storage: {backend: redis, redis_url: "redis://redis:6379/0", key_prefix: "agency:"}
     audit: {checkpoint_key: /run/secrets/audit-checkpoint.key}
     agents:
@@ -42,7 +44,7 @@ from ._model import Model
 from .agents import AgentCallable
 from .audit.checkpoint import Signer
 from .audit.retention import parse_age
-from .config import AgencyConfig, ServerConfig, read_signer_key
+from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
@@ -58,6 +60,7 @@ __all__ = [
     "MessagingSettings",
     "RetentionSettings",
     "StorageSettings",
+    "WorkersSettings",
     "resolve_import",
 ]
 
@@ -201,6 +204,16 @@ class AuditSettings(Model):
             raise InvalidInput.single("audit.checkpoint_key", str(exc), what="definition") from None
 
 
+class WorkersSettings(Model):
+    """How the gateway calls its remote workers (``agency worker``, contracts with an endpoint)."""
+
+    tls: ClientTlsConfig | None = Field(
+        default=None,
+        description="TLS to every worker: the CA that signs the workers' certificates, and for "
+        "workers that require mutual TLS the gateway's client certificate and key. None = plaintext.",
+    )
+
+
 class MessagingAgent(Model):
     """An agent with a mailbox: its identity, and its place in the communication flows."""
 
@@ -336,6 +349,7 @@ class AgencyDefinition(Model):
     agents: list[AgentDefinition] = Field(default_factory=list)
     goals: list[GoalAssertion] = Field(default_factory=list)
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
+    workers: WorkersSettings = Field(default_factory=WorkersSettings)
 
     @property
     def audit_directory(self) -> Path:

@@ -15,23 +15,37 @@ same failure types as an in-process agent::
 
 The request's W3C ``traceparent`` (and the task's ``tracestate``) travel as the call's
 gRPC metadata, so the worker continues the task's trace (see ``middleware.tracing``).
+
+With ``tls`` (the definition's ``workers.tls``) the call goes over TLS, and with a client
+certificate over mutual TLS. A failed handshake is TOOL_UNAVAILABLE like any unreachable
+worker, its detail naming the likely TLS cause and the ``workers.tls`` field to set.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
 from .agents import AgentReply, AgentRequest
+from .config import ClientTlsConfig
+from .contracts import CapabilityContract
 from .errors import AgentFailure, InvalidInput, Unavailable
 from .failures import FailureType
+from .grpc_api.channel import open_channel
 from .grpc_api.message_servicer import smf_to_pb
+from .grpc_api.tls import TlsSettingNames, tls_hint
 from .tracing import trace_metadata
 
 __all__ = ["RemoteAgent"]
+
+#: Where the gateway's TLS to its workers is set, for error details.
+WORKERS_TLS_FIELDS = TlsSettingNames(
+    ca="workers.tls.ca", cert="workers.tls.cert and .key", server_name="workers.tls.server_name"
+)
 
 _UNAVAILABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -46,21 +60,39 @@ class RemoteAgent:
 
     Args:
         endpoint: The worker's address, as registered in its contract.
+        tls: Call over TLS (verify the worker with ``ca``; present ``cert``/``key`` to a
+            worker requiring mutual TLS). None = plaintext.
         channel: A channel to use instead of opening one (it is then not closed here).
     """
 
-    def __init__(self, endpoint: str, *, channel: grpc.aio.Channel | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        tls: ClientTlsConfig | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
         if not endpoint:
             raise ValueError("a remote agent needs an endpoint (host:port)")
         self.endpoint = endpoint
+        self.tls = tls
         self._channel = channel
         self._owns_channel = channel is None
         self._stub: worker_pb2_grpc.AgentWorkerStub | None = None
 
+    @classmethod
+    def factory(cls, *, tls: ClientTlsConfig | None = None) -> Callable[[CapabilityContract], RemoteAgent]:
+        """What ``AgentRegistry.remote_factory`` takes: a remote agent per contract, all with ``tls``."""
+
+        def build(contract: CapabilityContract) -> RemoteAgent:
+            return cls(contract.endpoint, tls=tls)
+
+        return build
+
     def _worker(self) -> worker_pb2_grpc.AgentWorkerStub:
         if self._stub is None:
             if self._channel is None:  # opened lazily: a channel belongs to the running loop
-                self._channel = grpc.aio.insecure_channel(self.endpoint)
+                self._channel = open_channel(self.endpoint, tls=self.tls)
             self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
 
@@ -137,7 +169,12 @@ class RemoteAgent:
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return TimeoutError(f"{key} at {self.endpoint}: deadline exceeded")
         if code in _UNAVAILABLE:
-            return Unavailable(f"worker {self.endpoint} for {key}: {code.name}: {detail}")
+            hint = (
+                tls_hint(detail, self.tls, WORKERS_TLS_FIELDS) if code is grpc.StatusCode.UNAVAILABLE else ""
+            )
+            return Unavailable(
+                f"worker {self.endpoint} for {key}: {code.name}: {detail}" + (f" -- {hint}" if hint else "")
+            )
         return AgentFailure(
             FailureType.TOOL_ERROR,
             f"worker {self.endpoint} for {key} answered {code.name}: {detail}",
@@ -151,7 +188,7 @@ class RemoteAgent:
         self._channel, self._stub = None, None
 
     def __repr__(self) -> str:
-        return f"RemoteAgent({self.endpoint!r})"
+        return f"RemoteAgent({self.endpoint!r}{', tls' if self.tls else ''})"
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -17,6 +17,12 @@ A :class:`Worker` (what ``agency worker`` runs):
 One worker serves one contract key; two workers registering the same
 ``name@version`` replace each other's endpoint (give replicas distinct versions or
 put them behind one address).
+
+Security, both ways (see the operations guide, "Remote workers"): the worker calls
+the gateway over plaintext, TLS or mutual TLS (``gateway_tls``) with this agent's own
+bearer token (``token``; the gateway's token file names the agent), and serves the
+gateway's ``Invoke`` calls over plaintext, TLS or mutual TLS (``tls``; with a client
+CA, only a gateway presenting a client certificate signed by it gets through).
 """
 
 from __future__ import annotations
@@ -34,9 +40,12 @@ from grpc_reflection.v1alpha import reflection
 
 from ._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, worker_pb2, worker_pb2_grpc
 from .agents import AgentCallable
+from .config import ClientTlsConfig, TlsConfig
 from .contracts import CapabilityContract
-from .errors import InvalidInput, Unavailable
+from .errors import InvalidInput, Unauthenticated, Unavailable
+from .grpc_api.channel import open_channel
 from .grpc_api.convert import contract_to_pb
+from .grpc_api.tls import TlsSettingNames, add_port, tls_hint
 from .grpc_api.worker_servicer import AgentWorkerServicer
 from .tracing import Tracing
 
@@ -45,6 +54,11 @@ __all__ = ["Worker"]
 log = logging.getLogger("agency.worker")
 
 _SERVICE = worker_pb2.DESCRIPTOR.services_by_name["AgentWorker"].full_name
+
+#: How ``agency worker`` names the settings of its TLS to the gateway, in error messages.
+GATEWAY_TLS_FLAGS = TlsSettingNames(
+    ca="--gateway-ca", cert="--gateway-cert and --gateway-key", server_name="--gateway-server-name"
+)
 
 
 class Worker:
@@ -63,6 +77,14 @@ class Worker:
         on_heartbeat: Called with the heartbeat count after each acknowledged heartbeat.
         tracing: Continue each caller's trace with an agent span (``agency worker
             --tracing``); without it the caller's ``traceparent`` still reaches the agent.
+        gateway_tls: Call the gateway over TLS: the CA that signs its certificate, and for
+            a gateway requiring mutual TLS this worker's client certificate and key.
+            None = plaintext.
+        token: This agent's bearer token, sent on every call to the gateway (for a gateway
+            started with a token file; its line there names this agent).
+        tls: Serve ``AgentWorker`` over TLS; with ``client_ca`` and ``require_client_cert``
+            only to callers (the gateway) presenting a certificate signed by ``client_ca``.
+            None = plaintext.
     """
 
     def __init__(
@@ -78,6 +100,9 @@ class Worker:
         grace: float = 5.0,
         on_heartbeat: Callable[[int], object] | None = None,
         tracing: Tracing | None = None,
+        gateway_tls: ClientTlsConfig | None = None,
+        token: str | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         if contract is None:
             contract = getattr(agent, "contract", None)
@@ -101,6 +126,9 @@ class Worker:
         self.heartbeats = 0
         self.on_heartbeat = on_heartbeat
         self.tracing = tracing
+        self.gateway_tls = gateway_tls
+        self.tls = tls
+        self._token = token
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -111,6 +139,11 @@ class Worker:
     @property
     def key(self) -> str:
         return self.contract.key
+
+    @property
+    def scheme(self) -> str:
+        """How the worker serves: ``plaintext``, ``TLS`` or ``mTLS``."""
+        return "plaintext" if self.tls is None else self.tls.scheme
 
     @property
     def endpoint(self) -> str:
@@ -138,15 +171,12 @@ class Worker:
             [_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             server,
         )
-        try:
-            self.port = server.add_insecure_port(self.address)
-        except RuntimeError as exc:
-            raise Unavailable(f"cannot listen on {self.address}: {exc}") from None
+        self.port = add_port(server, self.address, self.tls)
         self._server = server
         await server.start()
         for name in ("", _SERVICE):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._channel = grpc.aio.insecure_channel(self.gateway)
+        self._channel = open_channel(self.gateway, tls=self.gateway_tls, token=self._token)
         self._catalog = catalog_pb2_grpc.CatalogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         try:
             await self._register(wait=True)
@@ -154,7 +184,14 @@ class Worker:
             await self._shutdown()
             raise
         self._beating = asyncio.create_task(self._heartbeat_loop(), name=f"heartbeat {self.key}")
-        log.info("worker %s serving on %s, registered at %s", self.key, self.endpoint, self.gateway)
+        log.info(
+            "worker %s serving on %s (%s), registered at %s (%s)",
+            self.key,
+            self.endpoint,
+            self.scheme,
+            self.gateway,
+            "plaintext" if self.gateway_tls is None else "TLS",
+        )
 
     async def stop(self) -> None:
         """Deregister from the gateway, drain in-flight calls, stop serving."""
@@ -204,23 +241,65 @@ class Worker:
 
     # ----------------------------------------------------------------- helpers
     async def _register(self, *, wait: bool = False) -> None:
+        """Register the contract; with ``wait``, keep trying for ``connect_timeout`` seconds
+        while the gateway is unreachable (it may be starting), but not past a TLS refusal."""
         assert self._catalog is not None
         contract = CapabilityContract.parse(
             {**self.contract.model_dump(), "endpoint": self.endpoint}, what="capability contract"
         )
-        try:
-            await self._catalog.Register(
-                catalog_pb2.RegisterRequest(contract=contract_to_pb(contract), replace=True),
-                timeout=self.connect_timeout,
-                wait_for_ready=wait,
-            )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() is grpc.StatusCode.INVALID_ARGUMENT:
-                raise InvalidInput.single("contract", f"the gateway refused it: {exc.details()}") from None
-            raise Unavailable(
-                f"cannot register {self.key} at gateway {self.gateway}: {exc.code().name}: {exc.details()}"
-            ) from None
+        request = catalog_pb2.RegisterRequest(contract=contract_to_pb(contract), replace=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        while True:
+            try:
+                await self._catalog.Register(request, timeout=max(deadline - loop.time(), 0.01))
+                break
+            except grpc.aio.AioRpcError as exc:
+                # unreachable (perhaps starting): try again; a TLS refusal will not change
+                unreachable = exc.code() is grpc.StatusCode.UNAVAILABLE
+                tls_refused = "handshake" in (exc.details() or "").lower()
+                if wait and unreachable and not tls_refused and await self._reconnected(deadline):
+                    continue
+                raise self._refusal(exc) from None
         self.registered = contract
+
+    async def _reconnected(self, deadline: float) -> bool:
+        """Wait (until ``deadline``) for the channel to try the gateway again; False at the deadline.
+
+        The channel reconnects with gRPC's backoff; an RPC made while it is CONNECTING waits
+        for the outcome, so each state change is worth one more attempt.
+        """
+        assert self._channel is not None
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return False
+        state = self._channel.get_state(try_to_connect=True)
+        if state is grpc.ChannelConnectivity.READY:  # connected: the gateway itself said UNAVAILABLE
+            return False
+        try:
+            await asyncio.wait_for(self._channel.wait_for_state_change(state), remaining)
+        except TimeoutError:
+            return False
+        return True
+
+    def _refusal(self, exc: grpc.aio.AioRpcError) -> Exception:
+        code, detail = exc.code(), exc.details() or ""
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return InvalidInput.single("contract", f"the gateway refused it: {detail}")
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return Unauthenticated(
+                f"gateway {self.gateway} refused {self.key}: {detail} (give this agent's token: "
+                "--token-file FILE or AGENCY_WORKER_TOKEN)"
+            )
+        hint = (
+            tls_hint(detail, self.gateway_tls, GATEWAY_TLS_FLAGS)
+            if code is grpc.StatusCode.UNAVAILABLE
+            else ""
+        )
+        return Unavailable(
+            f"cannot register {self.key} at gateway {self.gateway}: {code.name}: {detail}"
+            + (f" -- {hint}" if hint else "")
+        )
 
     async def _heartbeat_loop(self) -> None:
         assert self._catalog is not None
@@ -236,8 +315,10 @@ class Worker:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is grpc.StatusCode.NOT_FOUND:  # the gateway forgot us (restart)
                     log.warning("gateway %s lost %s; registering again", self.gateway, self.key)
-                    with contextlib.suppress(Unavailable, InvalidInput):
+                    try:
                         await self._register()
+                    except (Unavailable, InvalidInput, Unauthenticated) as err:  # next beat tries again
+                        log.warning("could not register %s again at %s: %s", self.key, self.gateway, err)
                 else:
                     log.warning("heartbeat of %s to %s failed: %s", self.key, self.gateway, exc.code().name)
 

@@ -25,6 +25,14 @@ async def redis_client() -> AsyncIterator[object]:
     await client.aclose()
 
 
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """Throwaway certificates for TLS tests (see tests/pki.py)."""
+    from pki import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
 @pytest.fixture
 def redis_prefix() -> str:
     """A unique key prefix so parallel/previous tests never see each other's keys."""

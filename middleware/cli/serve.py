@@ -182,10 +182,12 @@ async def serve(
             )
             retention.start()
         host = config.address.rsplit(":", 1)[0]
-        scheme = "plaintext" if config.tls is None else ("mTLS" if config.tls.require_client_cert else "TLS")
+        scheme = "plaintext" if config.tls is None else config.tls.scheme
+        to_workers = definition.workers.tls
+        workers = "plaintext" if to_workers is None else ("mTLS" if to_workers.cert else "TLS")
         print(
             f"agency: serving on {host}:{server.port} ({scheme}; audit log: {agency.audit.location}; "
-            f"mailboxes: {definition.mailbox_backend})",
+            f"mailboxes: {definition.mailbox_backend}; calls workers over {workers})",
             flush=True,
         )
         stop = stop or asyncio.Event()

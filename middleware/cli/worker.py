@@ -13,7 +13,23 @@ from typing import Any
 
 import yaml
 
-from ..errors import InvalidInput
+from ..config import WORKER_TOKEN_VARIABLE, WorkerConfig
+from ..errors import InvalidInput, Problem
+
+#: The flag that sets each field of :class:`WorkerConfig`, for error messages.
+_FLAGS = {
+    "gateway_tls": "--gateway-cert/--gateway-key",
+    "gateway_tls.ca": "--gateway-ca",
+    "gateway_tls.cert": "--gateway-cert",
+    "gateway_tls.key": "--gateway-key",
+    "gateway_tls.server_name": "--gateway-server-name",
+    "token_file": "--token-file",
+    "token": WORKER_TOKEN_VARIABLE,
+    "tls": "--tls-cert/--tls-key/--tls-client-ca",
+    "tls.cert": "--tls-cert",
+    "tls.key": "--tls-key",
+    "tls.client_ca": "--tls-client-ca",
+}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +39,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Serve the agent named by --agent as agency.v1.AgentWorker, register its contract "
         "(with this worker's address as endpoint) in the gateway's catalog, heartbeat, and deregister "
         "on SIGTERM/SIGINT. The attribute may be a wrapped agent carrying its contract (a LangChainAgent), "
-        "a LangChain Runnable (wrapped for you; needs --contract), or any agent callable with --contract.",
+        "a LangChain Runnable (wrapped for you; needs --contract), or any agent callable with --contract. "
+        "Security, both ways: --gateway-ca (with --gateway-cert/--gateway-key for mutual TLS) to call a "
+        "gateway that serves TLS; --token-file (or the AGENCY_WORKER_TOKEN variable) for a gateway that "
+        "requires bearer tokens: this agent's own token, whose hash the gateway's token file lists under "
+        "the agent's name (never give a token on the command line: it shows in ps); --tls-cert/--tls-key "
+        "(with --tls-client-ca for mutual TLS) to serve the gateway's calls over TLS, the same semantics "
+        "as 'agency serve'. The gateway then needs workers.tls in its definition (or AGENCY_WORKERS_TLS_*).",
     )
     p.add_argument("--agent", required=True, metavar="MODULE:ATTRIBUTE", help="e.g. myapp.agents:faq_agent")
     p.add_argument("--gateway", required=True, metavar="HOST:PORT", help="the gateway's gRPC address")
@@ -40,6 +62,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--contract", type=Path, metavar="FILE", help="contract as JSON or YAML (overrides the agent's)"
     )
     p.add_argument("--heartbeat", type=float, default=5.0, metavar="SECONDS", help="heartbeat interval (5)")
+    to_gateway = p.add_argument_group("calling the gateway")
+    to_gateway.add_argument(
+        "--gateway-ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA that signs the gateway's certificate: call it over TLS",
+    )
+    to_gateway.add_argument(
+        "--gateway-cert",
+        type=Path,
+        metavar="FILE",
+        help="PEM client certificate of this worker, for a gateway requiring mutual TLS",
+    )
+    to_gateway.add_argument(
+        "--gateway-key", type=Path, metavar="FILE", help="PEM private key of --gateway-cert"
+    )
+    to_gateway.add_argument(
+        "--gateway-server-name",
+        metavar="NAME",
+        help="the name in the gateway's certificate, if not --gateway's host",
+    )
+    to_gateway.add_argument(
+        "--gateway-tls",
+        action="store_true",
+        help="call the gateway over TLS trusting the system CAs (implied by the --gateway-* options)",
+    )
+    to_gateway.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help=f"file holding this agent's bearer token for the gateway (default: ${WORKER_TOKEN_VARIABLE})",
+    )
+    serving = p.add_argument_group("serving the gateway's calls")
+    serving.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="PEM server certificate chain: serve TLS"
+    )
+    serving.add_argument(
+        "--tls-key", type=Path, metavar="FILE", help="PEM server private key (with --tls-cert)"
+    )
+    serving.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA of client certificates: only a gateway presenting one gets through (mutual TLS)",
+    )
     p.add_argument(
         "--audit-dir", type=Path, help="write a wrapped LangChain agent's inner steps to an audit log here"
     )
@@ -54,11 +121,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    security = worker_config(args)
     agent, contract = load_agent(args.agent, args.contract)
-    return asyncio.run(_serve(args, agent, contract))
+    return asyncio.run(_serve(args, agent, contract, security))
 
 
-async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
+def worker_config(args: argparse.Namespace, env: dict[str, str] | None = None) -> WorkerConfig:
+    """The security flags as a :class:`WorkerConfig` (the token from the file or the environment).
+
+    Raises:
+        InvalidInput: naming the flag of each problem (a missing or unreadable file, a key
+            that is not the certificate's, an empty token file ...).
+    """
+    gateway_tls: dict[str, Any] | None = None
+    given = {"ca": args.gateway_ca, "cert": args.gateway_cert, "key": args.gateway_key}
+    if args.gateway_tls or args.gateway_server_name or any(v is not None for v in given.values()):
+        gateway_tls = {k: v for k, v in given.items() if v is not None}
+        gateway_tls["server_name"] = args.gateway_server_name or ""
+    tls: dict[str, Any] | None = None
+    served = {"cert": args.tls_cert, "key": args.tls_key, "client_ca": args.tls_client_ca}
+    if any(v is not None for v in served.values()):
+        tls = {k: v for k, v in served.items() if v is not None}
+        tls["require_client_cert"] = args.tls_client_ca is not None
+    try:
+        return WorkerConfig.from_env(env, token_file=args.token_file, gateway_tls=gateway_tls, tls=tls)
+    except InvalidInput as exc:
+        problems = [Problem(_FLAGS.get(p.field, p.field), p.reason) for p in exc.problems]
+        raise InvalidInput(problems, what="agency worker options") from None
+
+
+async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: WorkerConfig) -> int:
     from ..worker import Worker
 
     audit = None
@@ -79,6 +171,9 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
         advertise=args.advertise,
         heartbeat_interval=args.heartbeat,
         tracing=tracing,
+        gateway_tls=security.gateway_tls,
+        token=security.bearer_token(),
+        tls=security.tls,
     )
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(worker.run(stop, ready=ready))
@@ -89,8 +184,14 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any) -> int:
         if task.done():
             await task  # re-raises what stopped it (gateway unreachable, contract refused)
             return 1
+        to_gateway = "plaintext" if security.gateway_tls is None else "TLS"
+        if security.gateway_tls is not None and security.gateway_tls.cert is not None:
+            to_gateway = "mTLS"
+        if security.token is not None:
+            to_gateway += ", token"
         print(
-            f"agency: worker {worker.key} serving on {worker.endpoint}, registered at {args.gateway}",
+            f"agency: worker {worker.key} serving on {worker.endpoint} ({worker.scheme}), "
+            f"registered at {args.gateway} ({to_gateway})",
             flush=True,
         )
         await task

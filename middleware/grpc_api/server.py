@@ -19,7 +19,6 @@ from .._proto.agency.v1 import (
     goals_pb2_grpc,
 )
 from ..config import TlsConfig
-from ..errors import Unavailable
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
@@ -29,6 +28,7 @@ from .catalog_servicer import CatalogServicer
 from .decode import DecodeGuardInterceptor
 from .goal_servicer import GoalServicer
 from .message_servicer import add_message_service
+from .tls import add_port
 
 __all__ = ["GrpcServer", "build_server"]
 
@@ -122,15 +122,5 @@ def build_server(
         [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    try:
-        if tls is None:
-            port = server.add_insecure_port(address)
-        else:
-            cert, key, ca = tls.read()
-            creds = grpc.ssl_server_credentials(
-                [(key, cert)], root_certificates=ca, require_client_auth=tls.require_client_cert
-            )
-            port = server.add_secure_port(address, creds)
-    except RuntimeError as exc:  # grpc reports bind failures this way
-        raise Unavailable(f"cannot listen on {address}: {exc}") from None
+    port = add_port(server, address, tls)
     return GrpcServer(server, port, health_servicer, services)

@@ -197,6 +197,30 @@ async def test_worker_start_fails_clearly_when_the_gateway_is_unreachable():
         await worker.start()
 
 
+async def test_worker_waits_for_a_gateway_that_starts_after_it():
+    from gateway_processes import free_port
+
+    port = free_port()
+    agent = wrap_runnable(faq_chain("x"), contract("faq_agent", "answer_faq"))
+    worker = Worker(agent, gateway=f"127.0.0.1:{port}", connect_timeout=30)
+    starting = asyncio.create_task(worker.start())
+    # refused connections are retried (the gateway may be starting), not reported at once
+    done, _ = await asyncio.wait({starting}, timeout=0.3)
+    assert not done
+    agency = Agency(sleep=no_sleep)
+    server = build_server(agency, f"127.0.0.1:{port}")
+    await server.start()
+    try:
+        await asyncio.wait_for(starting, 15)  # the channel's reconnect backoff, then registered
+        assert (await agency.catalog.get("faq_agent@1.0.0")).contract.endpoint == worker.endpoint
+        await worker.stop()
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await server.stop(0)
+        await agency.close()
+
+
 def test_agent_failure_refuses_unknown_failure_types():
     with pytest.raises(InvalidInput, match="unknown failure type"):
         AgentFailure("NOT_A_TYPE", "x")

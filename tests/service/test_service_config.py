@@ -221,11 +221,8 @@ def serve_overrides(*argv: str) -> dict[str, Any]:
     return _overrides(build_parser().parse_args(["serve", *argv]))
 
 
-def test_flags_beat_env_beat_file_beat_defaults(tmp_path):
-    pem = {}
-    for name in ("cert", "key", "ca"):  # only their existence is checked when the config is read
-        pem[name] = tmp_path / f"{name}.pem"
-        pem[name].write_text("-----BEGIN PLACEHOLDER-----\n")
+def test_flags_beat_env_beat_file_beat_defaults(tmp_path, pki):
+    pem = {"cert": pki.server_cert, "key": pki.server_key, "ca": pki.ca}  # checked when read
     path = write(
         tmp_path,
         {

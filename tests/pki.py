@@ -1,4 +1,4 @@
-"""Throwaway PKI made at test time (no key is ever committed)."""
+"""Throwaway PKI made at test time (no key is ever committed); the ``pki`` fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -111,9 +110,9 @@ def _write(directory: Path, name: str, key: ec.EllipticCurvePrivateKey | None, c
     return cert_path, key_path
 
 
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
+def make_pki(d: Path) -> Pki:
+    """A CA with a server certificate (localhost, 127.0.0.1) and a client certificate, and a
+    stranger: another CA and a client certificate it signed. Written to ``d``."""
     ca_key, ca = _ca("agency test CA")
     other_key, other = _ca("some other CA")
     ca_path, _ = _write(d, "ca", None, ca)
