@@ -45,6 +45,8 @@ from .contracts import CapabilityContract
 from .errors import InvalidInput, Unauthenticated, Unavailable
 from .grpc_api.channel import open_channel
 from .grpc_api.convert import contract_to_pb
+from .grpc_api.decode import DecodeGuardInterceptor
+from .grpc_api.server import MAX_MESSAGE_BYTES
 from .grpc_api.tls import TlsSettingNames, add_port, tls_hint
 from .grpc_api.worker_servicer import AgentWorkerServicer
 from .tracing import Tracing
@@ -162,7 +164,13 @@ class Worker:
             Unavailable: cannot listen on ``address`` or reach the gateway in time.
             InvalidInput: the gateway refused the contract (every problem named).
         """
-        server = grpc.aio.server()
+        server = grpc.aio.server(
+            interceptors=[DecodeGuardInterceptor()],  # undecodable requests: INVALID_ARGUMENT
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
         servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)}, tracing=self.tracing)
         worker_pb2_grpc.add_AgentWorkerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()
