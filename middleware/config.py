@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from ._model import Model
+from .access import DEFAULT_ROLE, Principal, Role
 from .circuit_breaker import BreakerConfig
 from .detectors import DetectorConfig
 from .errors import InvalidInput
@@ -221,10 +222,16 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read a token file: one ``CLIENT_NAME SHA256_HEX`` per line (``#`` comments).
+def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
+    """Read a token file: one ``CLIENT_NAME SHA256_HEX [ROLE]`` per line (``#`` comments).
 
-    Returns ``{hash: client_name}``. Raises :class:`InvalidInput` naming each bad line.
+    ``ROLE`` is ``client``, ``agent`` or ``admin`` (see :mod:`middleware.access`); a line
+    without one gets :data:`~middleware.access.DEFAULT_ROLE` (``role_given`` false).
+    Several lines may name one client (token rotation); one token on two lines must mean
+    the same client and role.
+
+    Returns ``{hash: principal}``. Raises :class:`InvalidInput` naming each bad line
+    (``PATH:LINE``).
     """
     from .errors import InvalidInput, Problem
 
@@ -233,17 +240,42 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, str]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput([Problem("auth_tokens", f"cannot read {p}: {exc.strerror}")]) from None
-    out: dict[str, str] = {}
+    except UnicodeDecodeError:
+        raise InvalidInput([Problem("auth_tokens", f"{p} is not UTF-8 text")]) from None
+    out: dict[str, Principal] = {}
+    seen: dict[str, int] = {}
     problems = []
+    roles = ", ".join(r.value for r in Role)
     for n, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
-        if len(parts) != 2 or not _HASH.match(parts[1].lower()):
-            problems.append(Problem(f"{p}:{n}", "expected 'CLIENT_NAME SHA256_HEX' (64 hex digits)"))
+        if len(parts) not in (2, 3) or not _HASH.match(parts[1].lower()):
+            problems.append(
+                Problem(
+                    f"{p}:{n}", f"expected 'CLIENT_NAME SHA256_HEX [ROLE]' (64 hex digits; ROLE: {roles})"
+                )
+            )
             continue
-        out[parts[1].lower()] = parts[0]
+        digest = parts[1].lower()
+        if len(parts) == 3:
+            try:
+                role = Role(parts[2].lower())
+            except ValueError:
+                problems.append(Problem(f"{p}:{n}", f"unknown role {parts[2]!r} (expected {roles})"))
+                continue
+            principal = Principal(name=parts[0], role=role)
+        else:
+            principal = Principal(name=parts[0], role=DEFAULT_ROLE, role_given=False)
+        earlier = out.get(digest)
+        if earlier is not None and (earlier.name, earlier.role) != (principal.name, principal.role):
+            problems.append(
+                Problem(f"{p}:{n}", f"the same token as line {seen[digest]}, for another client or role")
+            )
+            continue
+        seen.setdefault(digest, n)
+        out[digest] = principal
     if problems:
         raise InvalidInput(problems, what="token file")
     return out
@@ -287,7 +319,8 @@ class ServerConfig(Model):
     )
     auth_tokens: Path | None = Field(
         default=None,
-        description="Token file ('CLIENT_NAME SHA256_HEX' per line); set = bearer tokens required.",
+        description="Token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line, ROLE client | agent | admin, "
+        "default agent); set = bearer tokens required.",
     )
 
     @field_validator("address", "metrics_address")
@@ -317,8 +350,8 @@ class ServerConfig(Model):
         data.update({k: v for k, v in given.items() if v is not None})
         return cls.parse(data, what="server configuration")
 
-    def token_hashes(self) -> dict[str, str] | None:
-        """``{sha256_hex: client_name}`` from ``auth_tokens``, or None when tokens are off."""
+    def token_hashes(self) -> dict[str, Principal] | None:
+        """``{sha256_hex: principal}`` from ``auth_tokens``, or None when tokens are off."""
         return read_token_hashes(self.auth_tokens) if self.auth_tokens else None
 
 

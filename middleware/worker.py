@@ -42,7 +42,7 @@ from ._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, worker_pb2, worker_
 from .agents import AgentCallable
 from .config import ClientTlsConfig, TlsConfig
 from .contracts import CapabilityContract
-from .errors import InvalidInput, Unauthenticated, Unavailable
+from .errors import InvalidInput, PermissionDenied, Unauthenticated, Unavailable
 from .grpc_api.channel import open_channel
 from .grpc_api.convert import contract_to_pb
 from .grpc_api.decode import DecodeGuardInterceptor
@@ -163,6 +163,9 @@ class Worker:
         Raises:
             Unavailable: cannot listen on ``address`` or reach the gateway in time.
             InvalidInput: the gateway refused the contract (every problem named).
+            Unauthenticated: the gateway wants a token and this one is missing or unknown.
+            PermissionDenied: the token may not write this contract (its line names another
+                agent, or has the client role).
         """
         server = grpc.aio.server(
             interceptors=[DecodeGuardInterceptor()],  # undecodable requests: INVALID_ARGUMENT
@@ -299,6 +302,11 @@ class Worker:
                 f"gateway {self.gateway} refused {self.key}: {detail} (give this agent's token: "
                 "--token-file FILE or AGENCY_WORKER_TOKEN)"
             )
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return PermissionDenied(
+                f"gateway {self.gateway} refused {self.key}: {detail} (the token's line in the gateway's "
+                f"token file must be named {self.contract.name!r}, role agent)"
+            )
         hint = (
             tls_hint(detail, self.gateway_tls, GATEWAY_TLS_FLAGS)
             if code is grpc.StatusCode.UNAVAILABLE
@@ -325,7 +333,8 @@ class Worker:
                     log.warning("gateway %s lost %s; registering again", self.gateway, self.key)
                     try:
                         await self._register()
-                    except (Unavailable, InvalidInput, Unauthenticated) as err:  # next beat tries again
+                    except (Unavailable, InvalidInput, Unauthenticated, PermissionDenied) as err:
+                        # the next beat tries again
                         log.warning("could not register %s again at %s: %s", self.key, self.gateway, err)
                 else:
                     log.warning("heartbeat of %s to %s failed: %s", self.key, self.gateway, exc.code().name)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..catalog import Catalog, CatalogEntry, CatalogQuery
+from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
 from ..errors import AgencyError, InvalidInput, Problem
 
@@ -26,6 +27,11 @@ Where the catalog is:
                         or 127.0.0.1:50051
   --redis URL           the shared Redis catalog itself (redis://host:port/db), no gateway
                         needed; use the gateways' --catalog-prefix (default agency:)
+
+A gateway started with a token file (agency serve --auth-tokens) needs --token-file: a file
+holding the token alone. Writes (register, deregister, heartbeat) need a token whose line has
+the role admin, or the role agent and the contract's name; reads need any known token. For a
+TLS gateway add --tls-ca (and --tls-cert/--tls-key for mutual TLS).
 
 Contract files (register) are YAML or JSON: one contract, a list of them, or
 {"contracts": [...]}. All are validated first, every problem listed: a file with an invalid
@@ -48,6 +54,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     group.add_argument("--redis", metavar="URL", help="talk to the shared Redis catalog directly")
     where.add_argument("--prefix", default="agency:", help="Redis key prefix (with --redis; default agency:)")
+    where.add_argument(
+        "--token-file", type=Path, help="file holding the bearer token for the gateway (the token alone)"
+    )
+    where.add_argument("--tls-ca", type=Path, help="PEM CA to verify the gateway (enables TLS)")
+    where.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
+    where.add_argument("--tls-key", type=Path, help="PEM client key (mutual TLS)")
+    where.add_argument("--tls-server-name", default="", help="expected name in the gateway's certificate")
     where.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmds = p.add_subparsers(dest="catalog_command", metavar="COMMAND", required=True)
 
@@ -134,13 +147,12 @@ class _CatalogTarget:
 class _GrpcTarget:
     """A running gateway's CatalogService."""
 
-    def __init__(self, address: str) -> None:
-        import grpc
-
+    def __init__(self, address: str, *, tls: ClientTlsConfig | None = None, token: str | None = None) -> None:
         from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc
+        from ..grpc_api.channel import open_channel
 
         self._pb = catalog_pb2
-        self.channel = grpc.aio.insecure_channel(address)
+        self.channel = open_channel(address, tls=tls, token=token)
         self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def query(self, query: CatalogQuery) -> list[CatalogEntry]:
@@ -194,9 +206,21 @@ def _target(args: argparse.Namespace) -> _Target:
         from ..redis_catalog import RedisCatalog
 
         return _CatalogTarget(RedisCatalog.from_url(args.redis, prefix=args.prefix + "catalog:"))
-    from ..config import ServerConfig
+    from ..config import ServerConfig, read_token
 
-    return _GrpcTarget(ServerConfig.from_env(address=args.address).address)
+    tls = None
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        tls = ClientTlsConfig.parse(
+            {
+                "ca": args.tls_ca,
+                "cert": args.tls_cert,
+                "key": args.tls_key,
+                "server_name": args.tls_server_name,
+            },
+            what="TLS options",
+        )
+    token = read_token(args.token_file, field="--token-file") if args.token_file else None
+    return _GrpcTarget(ServerConfig.from_env(address=args.address).address, tls=tls, token=token)
 
 
 # --------------------------------------------------------------- operations
@@ -230,6 +254,8 @@ def _grpc_error(exc: Exception) -> AgencyError | None:
     detail = exc.details() or ""
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
         detail = f"no gateway answers ({detail}); is 'agency serve' running at that --address?"
+    elif exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+        detail = f"{detail} (the gateway wants a token: --token-file FILE)"
     return AgencyError(f"{exc.code().name}: {detail}")
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..access import Role
 from ..config import load_definition
 from ..errors import InvalidInput
 
@@ -18,7 +19,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "check",
         help="validate a definition file and list every problem",
         description="Validate an agency definition file (YAML or JSON) exactly as 'agency serve --config' "
-        "would, with the AGENCY_* environment overrides applied, and list every problem by path. "
+        "would, with the AGENCY_* environment overrides applied, and list every problem by path "
+        "(the token file's by PATH:LINE). "
         "Exit code 0 when valid, 1 when not.",
     )
     check.add_argument("file", type=Path, help="the definition file")
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _check(args: argparse.Namespace) -> int:
     try:
         definition = load_definition(args.file)
+        clients = definition.server.token_hashes()  # a bad token file line, by PATH:LINE
     except InvalidInput as exc:
         if args.format == "json":
             problems = [{"path": p.field, "problem": p.reason} for p in exc.problems]
@@ -44,6 +47,9 @@ def _check(args: argparse.Namespace) -> int:
         if messaging.flows is not None
         else []
     )
+    roles = {
+        role.value: sorted({p.name for p in (clients or {}).values() if p.role is role}) for role in Role
+    }
     summary = {
         "file": str(args.file),
         "valid": True,
@@ -51,6 +57,7 @@ def _check(args: argparse.Namespace) -> int:
         "goals": [g.id for g in definition.goals],
         "storage": definition.storage.backend,
         "address": definition.server.address,
+        "token_clients": roles if clients is not None else None,
         "audit_directory": str(definition.audit_directory),
         "messaging": {
             "agents": [a.name for a in messaging.agents],
@@ -61,10 +68,11 @@ def _check(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
+        tokens = "".join(f", {role} tokens: {', '.join(names)}" for role, names in roles.items() if names)
         enforced = f"{len(flows)} flows" if messaging.flows is not None else "flows not enforced"
         print(
             f"{args.file}: valid ({len(definition.agents)} agents, {len(definition.goals)} goals, "
             f"{len(messaging.agents)} messaging agents, {enforced}, mailboxes {definition.mailbox_backend}, "
-            f"storage {definition.storage.backend}, listening on {definition.server.address})"
+            f"storage {definition.storage.backend}, listening on {definition.server.address}{tokens})"
         )
     return 0

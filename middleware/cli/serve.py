@@ -13,6 +13,7 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import start_http_server
 
+from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
 from ..backend_health import BackendMonitor, redis_monitor
 from ..bootstrap import build_agency, build_post_office
@@ -60,7 +61,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--auth-tokens",
         type=Path,
-        help="token file ('CLIENT_NAME SHA256_HEX' per line): require a bearer token on every call",
+        help="token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line; ROLE client, agent or admin, default "
+        "agent): require a bearer token on every call; catalog writes need an agent token named after "
+        "the contract, or admin",
     )
     p.add_argument(
         "--tracing",
@@ -132,6 +135,9 @@ async def serve(
     """
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
+    clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    if clients is not None:
+        _log_roles(config.auth_tokens, clients)
     metrics = Metrics()
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
@@ -163,7 +169,7 @@ async def serve(
             agency,
             config.address,
             tls=config.tls,
-            token_hashes=config.token_hashes(),
+            token_hashes=clients,
             interceptors=interceptors,
             post_office=post_office,
         )
@@ -214,6 +220,26 @@ async def serve(
             metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:
+    """Say who may do what, and warn about lines that rely on the default role."""
+    by_role = {role: sorted({p.name for p in clients.values() if p.role is role}) for role in Role}
+    log.info(
+        "bearer tokens from %s: %s",
+        path,
+        "; ".join(f"{role.value}: {', '.join(names)}" for role, names in by_role.items() if names) or "none",
+    )
+    implicit = sorted({p.name for p in clients.values() if not p.role_given})
+    if implicit:
+        log.warning(
+            "token file %s: no role on the lines of %s: they get the %r role (catalog writes only for "
+            "contracts of their own name, no goal registration); add a third column "
+            "(client, agent or admin) to each line to say what each may do",
+            path,
+            ", ".join(implicit),
+            DEFAULT_ROLE.value,
+        )
 
 
 def _start_metrics(address: str, metrics: Metrics) -> WSGIServer:

@@ -16,7 +16,7 @@ from ..config import ClientTlsConfig
 __all__ = ["open_channel"]
 
 
-class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _Token:
     """Adds ``authorization: Bearer <token>`` to every call."""
 
     def __init__(self, token: str) -> None:
@@ -26,9 +26,15 @@ class _TokenInterceptor(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStre
         metadata = grpc.aio.Metadata(*(tuple(d.metadata or ())), self._md)
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
+
+# One class per call kind: grpc.aio files an interceptor under the first kind it implements
+# only, so one class implementing both would never see a server-streaming call.
+class _UnaryToken(_Token, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
+
+class _StreamToken(_Token, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
         return await continuation(self._details(client_call_details), request)
 
@@ -52,7 +58,7 @@ def open_channel(
     """
     chain: list[grpc.aio.ClientInterceptor] = list(interceptors)
     if token:
-        chain.append(_TokenInterceptor(token))
+        chain += [_UnaryToken(token), _StreamToken(token)]
     opts = list(options)
     if tls is None:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=chain or None)

@@ -17,7 +17,7 @@ import grpc
 from ..errors import InvalidInput, Problem
 from .status import rpc
 
-__all__ = ["DecodeGuardInterceptor"]
+__all__ = ["DecodeGuardInterceptor", "is_malformed"]
 
 Reject = Callable[[InvalidInput], Awaitable[None]]
 
@@ -27,6 +27,12 @@ class _Malformed:
 
     def __init__(self, error: str) -> None:
         self.error = error
+
+
+def is_malformed(request: Any) -> bool:
+    """Whether ``request`` is the marker of a request that did not decode (outer interceptors
+    that wrap handlers pass it on: the guard's handler refuses it)."""
+    return isinstance(request, _Malformed)
 
 
 def _guarded(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:

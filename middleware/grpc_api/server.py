@@ -18,7 +18,9 @@ from .._proto.agency.v1 import (
     goals_pb2,
     goals_pb2_grpc,
 )
+from ..access import Principal, refusal_record
 from ..config import TlsConfig
+from ..errors import PermissionDenied
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
@@ -81,7 +83,7 @@ def build_server(
     address: str = "127.0.0.1:0",
     *,
     tls: TlsConfig | None = None,
-    token_hashes: Mapping[str, str] | None = None,
+    token_hashes: Mapping[str, Principal | str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
 ) -> GrpcServer:
@@ -89,14 +91,19 @@ def build_server(
 
     Args:
         tls: Serve TLS (mutual TLS when it requires client certificates); None = plaintext.
-        token_hashes: ``{sha256_of_token: client_name}``; set = every call but health and
-            reflection needs a known bearer token (see :mod:`.auth`).
+        token_hashes: ``{sha256_of_token: principal}`` (a bare client name gets the default
+            role); set = every call but health and reflection needs a known bearer token,
+            and the role its method asks for (see :mod:`.auth`); refusals are audited.
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
     """
     chain = list(interceptors)
     if token_hashes is not None:
-        chain.append(TokenAuthInterceptor(token_hashes))
+
+        async def audit_denial(error: PermissionDenied) -> None:
+            await agency.audit.append(refusal_record(error, node=agency.config.node_id))
+
+        chain.append(TokenAuthInterceptor(token_hashes, on_deny=audit_denial))
     chain.append(DecodeGuardInterceptor(agency.record_rejection))  # innermost
     server = grpc.aio.server(
         interceptors=chain or None,

@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.access import Principal, Role
 from middleware.cli import main
 from middleware.cli.health import check
 from middleware.config import ClientTlsConfig, ServerConfig, TlsConfig, hash_token, read_token_hashes
@@ -129,15 +130,33 @@ def test_tls_configuration_errors_name_the_field(tmp_path, pki):
 
 def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
     good = tmp_path / "tokens"
-    good.write_text(f"# clients\nworker-1 {hash_token('a')}\ncli {hash_token('b')}  # ops\n")
-    assert read_token_hashes(good) == {hash_token("a"): "worker-1", hash_token("b"): "cli"}
+    good.write_text(
+        f"# clients\nworker-1 {hash_token('a')}\ncli {hash_token('b')} client  # ops\n"
+        f"ops {hash_token('c')} ADMIN\ntranslator {hash_token('d')} agent\ncli {hash_token('e')} client\n"
+    )
+    expected = {
+        hash_token("a"): Principal(name="worker-1", role=Role.AGENT, role_given=False),  # the default
+        hash_token("b"): Principal(name="cli", role=Role.CLIENT),
+        hash_token("c"): Principal(name="ops", role=Role.ADMIN),
+        hash_token("d"): Principal(name="translator", role=Role.AGENT),
+        hash_token("e"): Principal(name="cli", role=Role.CLIENT),  # two tokens, one client (rotation)
+    }
+    assert read_token_hashes(good) == expected
     config = ServerConfig.from_env({"AGENCY_AUTH_TOKENS": str(good)})
-    assert config.token_hashes() == {hash_token("a"): "worker-1", hash_token("b"): "cli"}
+    assert config.token_hashes() == expected
     bad = tmp_path / "bad"
-    bad.write_text("worker-1 not-a-hash\n\nonly-a-name\n")
+    bad.write_text(
+        f"worker-1 not-a-hash\n\nonly-a-name\nops {hash_token('a')} root\n"
+        f"x {hash_token('b')} agent extra\ny {hash_token('c')} agent\nz {hash_token('c')} admin\n"
+        f"y {hash_token('c')} agent\n"  # the same line again is harmless
+    )
     with pytest.raises(InvalidInput) as info:
         read_token_hashes(bad)
-    assert [p.field for p in info.value.problems] == [f"{bad}:1", f"{bad}:3"]
+    problems = {p.field: p.reason for p in info.value.problems}
+    assert list(problems) == [f"{bad}:1", f"{bad}:3", f"{bad}:4", f"{bad}:5", f"{bad}:7"]
+    assert problems[f"{bad}:4"] == "unknown role 'root' (expected client, agent, admin)"
+    assert "'CLIENT_NAME SHA256_HEX [ROLE]'" in problems[f"{bad}:5"]
+    assert problems[f"{bad}:7"] == "the same token as line 6, for another client or role"
 
 
 def test_health_command_exit_status_when_unreachable(capsys):

@@ -1,0 +1,131 @@
+"""Who may do what: the roles of authenticated clients and the one authorization check.
+
+A gateway started with a token file knows each caller as a :class:`Principal`: the client
+name and the :class:`Role` on its token's line. Roles, least privilege first:
+
+* ``client``: every call except writing the catalog and registering goals (submit, route,
+  resume, read tasks, catalog reads and watch, goal reads, audit export and proofs,
+  messaging, whose agents the post office authenticates on its own).
+* ``agent``: as ``client``, plus catalog writes (register, update, heartbeat, deregister)
+  of the contracts whose ``name`` is the client's name, every version of it. An agent
+  cannot take over another agent's name, not even with ``replace``.
+* ``admin``: everything (operators, ``agency catalog``, deployment tooling).
+
+A line without a role gets :data:`DEFAULT_ROLE` (``agent``): see docs/operations.md for
+why. Transports map each operation to a :class:`Permission` and call :func:`authorize`;
+a refusal is a :class:`~middleware.errors.PermissionDenied` naming the client, its role
+and the target, and :func:`refusal_record` is what the gateway audits for it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from ._model import Model
+from .audit.record import Actors, AuditEventType, AuditRecord
+from .errors import PermissionDenied
+
+__all__ = ["DEFAULT_ROLE", "Permission", "Principal", "Role", "authorize", "refusal_record"]
+
+
+class Role(StrEnum):
+    CLIENT = "client"
+    AGENT = "agent"
+    ADMIN = "admin"
+
+
+#: The role of a token file line that names none (``CLIENT_NAME SHA256_HEX``).
+DEFAULT_ROLE = Role.AGENT
+
+
+class Permission(StrEnum):
+    """What an operation needs beyond a known token."""
+
+    CALL = "call"
+    """Any authenticated client."""
+    CATALOG_WRITE = "catalog_write"
+    """An agent for its own capability name, or an admin."""
+    GOAL_WRITE = "goal_write"
+    """An admin."""
+    ADMIN = "admin"
+    """An admin (operations no rule names: refused to everyone else)."""
+
+
+class Principal(Model):
+    """An authenticated caller."""
+
+    name: str = Field(min_length=1, description="The client name on its token's line.")
+    role: Role = Field(default=DEFAULT_ROLE, description="What it may do.")
+    role_given: bool = Field(
+        default=True, description="False when its line named no role and the default applied."
+    )
+
+    def owns(self, capability: str) -> bool:
+        """Whether ``capability`` (a contract name) is this agent's own name.
+
+        Compared as the catalog stores names (stripped, lower-case).
+        """
+        return bool(capability.strip()) and self.name.strip().lower() == capability.strip().lower()
+
+
+def authorize(
+    principal: Principal,
+    permission: Permission,
+    *,
+    operation: str,
+    capability: str = "",
+    target: str = "",
+) -> None:
+    """Allow ``operation`` to ``principal``, or refuse it.
+
+    Args:
+        permission: What the operation needs.
+        operation: What is attempted (e.g. ``CatalogService/Register``), for the message.
+        capability: For :attr:`Permission.CATALOG_WRITE`: the contract name written.
+        target: What the operation touches (a contract key, a goal id), for the message.
+
+    Raises:
+        PermissionDenied: naming the client, its role, the operation and the target;
+            ``details`` holds them as fields (``client``, ``role``, ``operation``,
+            ``permission``, ``target``).
+    """
+    role = principal.role
+    if role is Role.ADMIN or permission is Permission.CALL:
+        return
+    if permission is Permission.CATALOG_WRITE and role is Role.AGENT and principal.owns(capability):
+        return
+    what = f" {target}" if target else ""
+    if permission is Permission.CATALOG_WRITE and role is Role.AGENT:
+        why = f"an agent writes only contracts named {principal.name.strip().lower()!r}"
+    elif permission is Permission.CATALOG_WRITE:
+        why = "catalog writes need the agent role (its own contracts) or admin"
+    else:
+        why = "this needs the admin role"
+    raise PermissionDenied(
+        f"client {principal.name!r} (role {role.value}) may not {operation}{what}: {why}",
+        details={
+            "client": principal.name,
+            "role": role.value,
+            "operation": operation,
+            "permission": permission.value,
+            "target": target,
+        },
+    )
+
+
+def refusal_record(error: PermissionDenied, *, node: str) -> AuditRecord:
+    """The audit record of a refused operation: ``catalog.change`` for a catalog write,
+    ``message.rejected`` otherwise; outcome ``refused``, rule ``PERMISSION_DENIED``."""
+    details = error.details
+    catalog = details.get("permission") == Permission.CATALOG_WRITE.value
+    return AuditRecord(
+        event_type=(AuditEventType.CATALOG_CHANGE if catalog else AuditEventType.MESSAGE_REJECTED).value,
+        node=node,
+        component="gateway",
+        actors=Actors(agent=str(details.get("target", "")) if catalog else ""),
+        rule=error.reason,
+        outcome="refused",
+        detail={**details, "why": error.message},
+    )
