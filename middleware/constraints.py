@@ -377,8 +377,9 @@ class _Labelled:
         return [(self._label[m.group(0).lower()], m.start(), m.end()) for m in self._re.finditer(text)]
 
     def first(self, text: str) -> str:
-        found = self.matches(text)
-        return found[0][0] if found else ""
+        """The label of the leftmost match (the first of :meth:`matches`), or ``""``."""
+        m = self._re.search(text) if self._re is not None else None
+        return self._label[m.group(0).lower()] if m else ""
 
 
 class RuleBasedExtractor:
@@ -449,7 +450,7 @@ class RuleBasedExtractor:
             freshness_tolerance_ms=self._freshness_of(text),
             metric=self._metrics.first(text),
             granularity=self._granularities.first(text),
-            needs_human_review=bool(self._review.matches(text)),
+            needs_human_review=bool(self._review.first(text)),
         )
 
     def _residency_of(self, text: str) -> tuple[str, str]:
