@@ -135,7 +135,8 @@ class Dispatcher:
         success = reached = False
         try:
             try:
-                raw = await asyncio.wait_for(call_agent(agent, request), timeout=deadline)
+                async with asyncio.timeout(deadline):  # in this task: wait_for would start another
+                    raw = await call_agent(agent, request)
             except TimeoutError:
                 raise AttemptFailed(
                     FailureType.TOOL_TIMEOUT,
@@ -262,7 +263,7 @@ def envelope(
             "content": content,
             "trace_id": run.trace_id,
             "metadata": {
-                "provenance": provenance.model_dump(),
+                "provenance": provenance,  # a validated Provenance: taken as is, not dumped and re-read
                 "freshness_ttl": ttl,
                 "confidence_score": confidence,
                 "intention_trace": trace,

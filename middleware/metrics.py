@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -33,6 +34,21 @@ BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+#: The record types :meth:`Metrics.observe` derives a metric from (besides the append counts).
+_OBSERVED = frozenset(
+    {
+        AuditEventType.TASK_COMPLETED,
+        AuditEventType.ROUTING_DECISION,
+        AuditEventType.ROUTING_REFUSED,
+        AuditEventType.FAILURE,
+        AuditEventType.RESOLUTION,
+        AuditEventType.VERIFICATION,
+        AuditEventType.MESSAGE_REJECTED,
+        AuditEventType.CONTRACT_REVIEW,
+        AuditEventType.CIRCUIT_CHANGE,
+        AuditEventType.AGENT_RESULT,
+    }
+)
 
 
 class Metrics:
@@ -112,6 +128,24 @@ class Metrics:
             ["agent", "type"],
             registry=r,
         )
+        # Children of the counters and histograms fed per audit record, looked up once per
+        # label value: ``labels()`` validates and locks on every call, which was most of the
+        # cost of metering a task's dozen records. (Never removed, so a cached child stays
+        # the exported one; gauges, which could be, are not cached.)
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Counter | Histogram, *values: str) -> Any:
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
+    def appended(self, record: AuditRecord, seconds: float) -> None:
+        """Count one audit append that took ``seconds`` until durable, and observe its record."""
+        self.audit_append_latency.observe(seconds)
+        self._child(self.audit_appends, record.event_type).inc()
+        self.observe(record)
 
     def redis_error(self, operation: str) -> None:
         """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""
@@ -124,19 +158,21 @@ class Metrics:
     def observe(self, record: AuditRecord) -> None:
         """Update the metrics one audit record implies."""
         kind = record.event_type
+        if kind not in _OBSERVED:  # most records (transitions, dispatches ...) imply nothing more
+            return
         d = record.detail
         if kind == AuditEventType.TASK_COMPLETED:
-            self.tasks.labels(state=record.outcome).inc()
+            self._child(self.tasks, record.outcome).inc()
         elif kind == AuditEventType.ROUTING_DECISION:
-            self.routing.labels(outcome="chosen").inc()
+            self._child(self.routing, "chosen").inc()
         elif kind == AuditEventType.ROUTING_REFUSED:
-            self.routing.labels(outcome="refused").inc()
+            self._child(self.routing, "refused").inc()
         elif kind == AuditEventType.FAILURE:
-            self.failures.labels(type=record.outcome, agent=record.actors.agent or "-").inc()
+            self._child(self.failures, record.outcome, record.actors.agent or "-").inc()
         elif kind == AuditEventType.RESOLUTION:
-            self.resolutions.labels(kind=record.outcome).inc()
+            self._child(self.resolutions, record.outcome).inc()
         elif kind == AuditEventType.VERIFICATION:
-            self.verifications.labels(result="passed" if record.outcome == "passed" else "failed").inc()
+            self._child(self.verifications, "passed" if record.outcome == "passed" else "failed").inc()
         elif kind == AuditEventType.MESSAGE_REJECTED:
             self.smf_errors.inc()
         elif kind == AuditEventType.CONTRACT_REVIEW:
@@ -149,7 +185,7 @@ class Metrics:
                 BREAKER_STATES.get(record.outcome, 0)
             )
         elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
-            self.dispatch_latency.labels(agent=record.actors.agent or "-").observe(d["duration_ms"] / 1000)
+            self._child(self.dispatch_latency, record.actors.agent or "-").observe(d["duration_ms"] / 1000)
 
 
 class MeteredAuditLog:
@@ -168,9 +204,7 @@ class MeteredAuditLog:
     async def append(self, record: AuditRecord) -> int:
         started = time.perf_counter()
         index = await self.inner.append(record)
-        self.metrics.audit_append_latency.observe(time.perf_counter() - started)
-        self.metrics.audit_appends.labels(event_type=record.event_type).inc()
-        self.metrics.observe(record)
+        self.metrics.appended(record, time.perf_counter() - started)
         self._track_task(record)
         if record.event_type == AuditEventType.MESSAGE_REJECTED:
             log.error(

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
-from .audit.record import Actors, AuditEventType
+from .audit.record import AuditEventType
 from .catalog import Catalog, CatalogEntry
 from .circuit_breaker import CircuitBreaker
 from .config import AgencyConfig
@@ -42,7 +41,7 @@ from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
-from .smf import utcnow
+from .smf import new_trace_id, utcnow
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -64,6 +63,15 @@ Sleeper = Callable[[float], Awaitable[None]]
 _DURABLE_BARRIERS = frozenset(
     {AuditEventType.TASK_SUBMITTED, AuditEventType.DISPATCH, AuditEventType.TASK_COMPLETED}
 )
+
+
+def _results(done: list[asyncio.Future[int]]) -> list[int]:
+    """The results of finished futures; raises the first failure, as ``gather`` would,
+    having marked every failure retrieved (as ``gather`` does)."""
+    for f in done:
+        if not f.cancelled():
+            f.exception()
+    return [f.result() for f in done]
 
 
 class Agency:
@@ -208,7 +216,7 @@ class Agency:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or uuid.uuid4().hex)
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
         if goal is not None:
             try:
                 StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
@@ -612,10 +620,16 @@ class Agency:
     async def _flush_audit(self, run: TaskRecord) -> None:
         """Wait until every record this task has handed to the log is durable."""
         pending = self._unflushed.pop(run.request.task_id, None)
-        if pending:
+        if not pending:
+            return
+        if all(f.done() for f in pending):
+            # The usual case after a barrier (a later record is durable, so these are, and
+            # their appends have returned): their results without another gather round.
+            indexes = _results(pending)
+        else:
             # shielded: a goal timeout must not cancel appends already handed over
             indexes = await asyncio.shield(asyncio.gather(*pending))
-            run.last_index = max(run.last_index, *indexes)
+        run.last_index = max(run.last_index, *indexes)
 
     async def _record(
         self,
@@ -660,17 +674,20 @@ class Agency:
         user: str,
         session: str,
     ) -> AuditRecord:
-        return AuditRecord(
-            event_type=event_type.value,
-            node=self.config.node_id,
-            component="gateway",
-            actors=Actors(user=user, agent=agent, session=session),
-            task_id=task_id,
-            trace_id=trace_id,
-            goal_id=goal_id,
-            rule=rule,
-            outcome=outcome,
-            detail=detail or {},
+        # validated from plain data in one pass (a nested Actors built first costs a second one)
+        return AuditRecord.model_validate(
+            {
+                "event_type": event_type.value,
+                "node": self.config.node_id,
+                "component": "gateway",
+                "actors": {"user": user, "agent": agent, "session": session},
+                "task_id": task_id,
+                "trace_id": trace_id,
+                "goal_id": goal_id,
+                "rule": rule,
+                "outcome": outcome,
+                "detail": detail or {},
+            }
         )
 
     async def close(self) -> None:

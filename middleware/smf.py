@@ -10,7 +10,7 @@ does not validate is refused with every problem named.
 
 from __future__ import annotations
 
-import uuid
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ __all__ = [
     "SMFMessage",
     "SMFMetadata",
     "new_id",
+    "new_trace_id",
     "utcnow",
 ]
 
@@ -36,8 +37,15 @@ def utcnow() -> datetime:
 
 
 def new_id(prefix: str) -> str:
-    """A fresh identifier such as ``msg_3f2a...`` (prefix + 24 hex digits)."""
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+    """A fresh identifier such as ``msg_3f2a...`` (prefix + 24 random hex digits)."""
+    # os.urandom directly: uuid.uuid4() draws the same bytes but costs 4x as much in
+    # building a UUID object, and a governed task makes ~17 ids
+    return f"{prefix}_{os.urandom(12).hex()}"
+
+
+def new_trace_id() -> str:
+    """A fresh trace id: 32 random hex digits (the W3C trace-context form)."""
+    return os.urandom(16).hex()
 
 
 class Provenance(Model):
@@ -79,7 +87,7 @@ class SMFMessage(Model):
     receiver: str = Field(min_length=1, max_length=256)
     content: Any = Field(description="Text or any JSON value.")
     metadata: SMFMetadata
-    trace_id: str = Field(default_factory=lambda: uuid.uuid4().hex, min_length=1, max_length=64)
+    trace_id: str = Field(default_factory=new_trace_id, min_length=1, max_length=64)
     created_at: datetime = Field(default_factory=utcnow)
 
     @field_validator("created_at")

@@ -60,8 +60,12 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
+#: ``json.dumps`` with options builds an encoder per call; one shared encoder gives the same text.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _ENCODER.encode(value)
 
 
 def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract") -> CapabilityContract:

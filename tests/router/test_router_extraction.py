@@ -3,12 +3,16 @@ LangChain extractor with its fallback to the rules."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from middleware.constraints import Constraints, LangChainExtractor, RuleBasedExtractor, Vocabulary
+from middleware.contracts import normalise_label
 from middleware.errors import InvalidInput
 
 SEED = "帮我查一下昨天上海地区的订单退款率，要精确到小时，如果数据延迟超过15分钟就用前天的"
@@ -93,6 +97,52 @@ async def test_ascii_phrases_match_whole_words_only() -> None:
     c = await RuleBasedExtractor().extract("Please replay the usual figures from Europeans")
     assert c.action == ""  # "replay" is not "replace"
     assert c.region == ""  # "Europeans" is not "europe"
+
+
+_VOCAB = Vocabulary.default()
+_PIECES = sorted(
+    {p for section in (_VOCAB.actions, _VOCAB.tags, _VOCAB.metrics) for ps in section.values() for p in ps}
+)
+
+
+def _by_definition(section: dict[str, list[str]], text: str) -> list[tuple[str, int]]:
+    """(label, length) of each match, leftmost first: every phrase its own alternative, the
+    longest first, ASCII ones as whole words."""
+    label = {p.lower(): normalise_label(lab) for lab, ps in section.items() for p in ps}
+    one = [
+        rf"(?<![A-Za-z0-9_]){re.escape(p)}(?![A-Za-z0-9_])" if p.isascii() else re.escape(p)
+        for p in sorted(label, key=len, reverse=True)
+    ]
+    found = re.finditer("|".join(one), text, re.IGNORECASE)
+    return [(label[m.group(0).lower()], len(m.group(0))) for m in found]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_PIECES),
+            st.sampled_from(_PIECES).map(str.upper),
+            st.sampled_from([" ", "-", "_", "x", "9", "的", "，", "s", "ing"]),
+        ),
+        max_size=12,
+    )
+)
+def test_phrases_match_as_defined_longest_whole_word_at_each_spot(parts: list[str]) -> None:
+    text = "".join(parts)
+    c = RuleBasedExtractor().extract_sync(text)
+    actions = _by_definition(_VOCAB.actions, text)
+    metrics = _by_definition(_VOCAB.metrics, text)
+    longest = max((n for _, n in actions), default=0)
+    assert c.action == next((a for a, n in actions if n == longest), "")  # the leftmost longest
+    assert c.tags == sorted({t for t, _ in _by_definition(_VOCAB.tags, text)})
+    assert c.metric == (metrics[0][0] if metrics else "")
+
+
+async def test_a_longer_phrase_wins_over_the_ascii_word_it_starts_with() -> None:
+    extractor = RuleBasedExtractor(actions={"gmv": ["GMV"], "gmv_total": ["GMV总额"]}, tags={})
+    assert (await extractor.extract("查一下GMV总额")).action == "gmv_total"
+    assert (await extractor.extract("查一下GMV的变化")).action == "gmv"
 
 
 async def test_vocabularies_are_configurable() -> None:

@@ -1,0 +1,141 @@
+"""CPU of one governed Submit in process, without the transport (``python -m bench.bench_submit``).
+
+Runs the gateway's ``AgencyService/Submit`` servicer method directly (request conversion,
+validation, routing, schema checks, SMF envelopes, goal verification, audit records,
+metrics, outcome conversion) over an ``Agency`` with the in-process echo agent of
+``bench.bench_gateway``, 16 callers at a time. The audit log is ``MeteredAuditLog`` over
+a log that serialises each record to its canonical bytes, as the write-ahead log does,
+and keeps nothing (``--audit file``: the real ``WalAuditLog``, which adds its writer
+thread and the disk). The baseline in the same run is the bare servicer's own work
+(answering with a same-sized ``Outcome``).
+
+    python -m bench.bench_submit                  # CPU per task, min and median of 10 rounds
+    python -m bench.bench_submit --audit file
+
+CPU time on a shared machine swings with its load; for a figure that does not, count
+instructions: ``valgrind --tool=cachegrind --cache-sim=no python -m bench.bench_submit
+--tasks N --rounds 1`` for two values of N, and divide the difference by the difference in N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.bench_gateway import ECHO_CONTRACT, ECHO_GOAL, BareServicer, request_for
+from middleware import Agency
+from middleware.audit import AuditRecord, WalAuditLog
+from middleware.grpc_api.agency_servicer import AgencyServicer
+from middleware.metrics import MeteredAuditLog, Metrics
+
+
+class SerialisingLog:
+    """Does the CPU work a durable log does on the caller's side (the canonical bytes), keeps nothing."""
+
+    def __init__(self) -> None:
+        self._size = 0
+
+    async def append(self, record: AuditRecord) -> int:
+        record.canonical()
+        self._size += 1
+        return self._size
+
+    def records(self) -> Iterator[tuple[int, AuditRecord]]:
+        return iter(())
+
+    async def close(self) -> None:
+        return None
+
+    @property
+    def location(self) -> str:
+        return "nowhere"
+
+
+class _Context:
+    """Stands in for ``grpc.aio.ServicerContext`` (only used when a call fails)."""
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        return None
+
+    async def abort(self, code: Any, details: str) -> None:
+        raise RuntimeError(f"{code}: {details}")
+
+
+async def rounds(
+    call: Callable[[], Awaitable[Any]], tasks: int, n_rounds: int, concurrency: int
+) -> list[float]:
+    """CPU seconds per call of each round of ``tasks`` calls, ``concurrency`` at a time."""
+    per_worker = max(1, tasks // concurrency)
+
+    async def worker() -> None:
+        for _ in range(per_worker):
+            await call()
+
+    out = []
+    for _ in range(n_rounds):
+        started = time.process_time()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        out.append((time.process_time() - started) / (per_worker * concurrency))
+    return sorted(out)
+
+
+def show(name: str, per_call: list[float]) -> None:
+    print(
+        f"{name:<9} CPU per call: min {per_call[0] * 1e6:8.1f} us   "
+        f"median {per_call[len(per_call) // 2] * 1e6:8.1f} us   ({len(per_call)} rounds)"
+    )
+
+
+async def run(args: argparse.Namespace) -> int:
+    request, context = request_for(args.size), _Context()
+    bare = BareServicer()
+
+    async def answer() -> Any:
+        return await bare.Submit(request, context)
+
+    show("bare", await rounds(answer, args.tasks, args.rounds, args.concurrency))
+
+    with tempfile.TemporaryDirectory(prefix="bench-submit-") as tmp:
+        inner = WalAuditLog(Path(tmp), "bench") if args.audit == "file" else SerialisingLog()
+        agency = Agency(audit=MeteredAuditLog(inner, Metrics()))
+
+        async def echo(agent_request: Any) -> Any:
+            return agent_request.input
+
+        await agency.register(ECHO_CONTRACT, echo)
+        agency.register_goal(ECHO_GOAL)
+        servicer = AgencyServicer(agency)
+
+        async def submit() -> None:
+            outcome = await servicer.Submit(request, context)
+            if outcome.state != "completed":
+                raise RuntimeError(f"task ended {outcome.state}: {outcome.reason}")
+
+        await rounds(submit, 200, 1, args.concurrency)  # warm-up: caches, compiled schemas
+        show("governed", await rounds(submit, args.tasks, args.rounds, args.concurrency))
+        await agency.close()
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_submit", description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", type=int, default=1000, help="calls per round (default 1000)")
+    p.add_argument("--rounds", type=int, default=10, help="rounds; min and median are printed (default 10)")
+    p.add_argument("--concurrency", type=int, default=16, help="calls in flight (default 16)")
+    p.add_argument("--size", type=int, default=256, help="payload bytes (default 256)")
+    p.add_argument(
+        "--audit",
+        choices=["serialise", "file"],
+        default="serialise",
+        help="serialise = canonical bytes only (default); file = the write-ahead log on disk",
+    )
+    return asyncio.run(run(p.parse_args()))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
