@@ -1,18 +1,26 @@
 """RFC 6962 / RFC 9162 Merkle tree: tree hash, inclusion and consistency proofs.
 
-``MerkleTree`` keeps every complete (perfect, aligned) subtree hash in one
-``bytearray`` per level, so an append costs one hash amortised, any root is
-O(log n) and proofs are O(log n) lookups. The ``verify_*`` functions are the
-RFC 9162 §2.1.3.2 / §2.1.4.2 algorithms; they need no tree, only hashes.
+``MerkleTree`` keeps complete (perfect, aligned) subtree hashes in one ``bytearray``
+per level and its leaf hashes in a ``LeafStore`` (memory, or a file for a long-running
+log), so an append costs one hash amortised and any root or proof is O(log n). The
+``verify_*`` functions are the RFC 9162 §2.1.3.2 / §2.1.4.2 algorithms; they need no
+tree, only hashes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
+import threading
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 __all__ = [
     "EMPTY_ROOT",
+    "FileLeafStore",
+    "LeafStore",
+    "MemoryLeafStore",
     "MerkleTree",
     "ProofError",
     "leaf_hash",
@@ -48,39 +56,132 @@ def _split(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
 
 
+class LeafStore(Protocol):
+    """Where a ``MerkleTree`` keeps its leaf hashes (32 bytes each, in order)."""
+
+    def append(self, hashes: bytes) -> None: ...
+
+    def read(self, lo: int, hi: int) -> bytes:
+        """Leaf hashes ``lo..hi-1``, concatenated."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryLeafStore:
+    """Leaf hashes in memory (the default)."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def append(self, hashes: bytes) -> None:
+        self._data += hashes
+
+    def read(self, lo: int, hi: int) -> bytes:
+        return bytes(self._data[32 * lo : 32 * hi])
+
+    def close(self) -> None:
+        return None
+
+
+class FileLeafStore:
+    """Leaf hashes in an unnamed temporary file in ``directory``: a cache rebuilt on every open.
+
+    Nothing is fsynced and nothing is left behind (the file has no name; a crash frees
+    it). Reads and appends may come from different threads (the writer appends while a
+    proof is computed), so both take a lock.
+    """
+
+    _FLUSH = 1 << 16
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._file = tempfile.TemporaryFile(dir=directory, prefix=".merkle-leaves-")  # noqa: SIM115
+        self._fd = self._file.fileno()
+        self._flushed = 0  # leaves in the file
+        self._tail = bytearray()  # leaves after them, not yet written
+        self._lock = threading.Lock()
+
+    def append(self, hashes: bytes) -> None:
+        with self._lock:
+            self._tail += hashes
+            if len(self._tail) >= self._FLUSH:
+                os.pwrite(self._fd, self._tail, 32 * self._flushed)
+                self._flushed += len(self._tail) // 32
+                self._tail.clear()
+
+    def read(self, lo: int, hi: int) -> bytes:
+        with self._lock:
+            head = b""
+            if lo < self._flushed:
+                end = min(hi, self._flushed)
+                head = os.pread(self._fd, 32 * (end - lo), 32 * lo)
+                lo = end
+            if lo >= hi:
+                return head
+            return head + bytes(self._tail[32 * (lo - self._flushed) : 32 * (hi - self._flushed)])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _mth_packed(leaves: bytes) -> bytes:
+    """MTH of packed leaf hashes (RFC 6962 split), for small spans."""
+    n = len(leaves) // 32
+    if n == 1:
+        return leaves
+    k = _split(n)
+    return node_hash(_mth_packed(leaves[: 32 * k]), _mth_packed(leaves[32 * k :]))
+
+
+def _reduce(leaves: bytes, levels: int) -> bytes:
+    """Hash packed leaves up ``levels`` levels of perfect subtrees (2**levels leaves each)."""
+    sha = _sha256
+    for _ in range(levels):
+        leaves = b"".join([sha(b"\x01" + leaves[i : i + 64]).digest() for i in range(0, len(leaves), 64)])
+    return leaves
+
+
 class MerkleTree:
     """An append-only RFC 6962 tree over leaf hashes.
 
+    The leaf hashes live in a ``LeafStore`` (memory by default). Every complete, aligned
+    subtree hash of ``cached_from`` levels or more is kept in memory, one ``bytearray``
+    per level; smaller subtrees are hashed again from the leaves when a root or proof
+    needs them (at most ``2**cached_from`` leaves each). So an append costs one hash
+    amortised, a root or proof O(log n) lookups plus O(2**cached_from) hashes, and the
+    memory is ``64 / 2**cached_from`` bytes per leaf besides the store: a long-running
+    log keeps its leaves in a ``FileLeafStore`` with ``cached_from=8`` (0.25 B per
+    record in memory instead of 64).
+
     Args:
         leaves: Leaf hashes (already ``leaf_hash``-ed) to start with.
+        store: Where the leaf hashes go (default: memory).
+        cached_from: The lowest level kept in memory (1 = every interior node).
     """
 
-    def __init__(self, leaves: Iterable[bytes] = ()) -> None:
-        self._levels: list[bytearray] = [bytearray()]
+    def __init__(
+        self, leaves: Iterable[bytes] = (), *, store: LeafStore | None = None, cached_from: int = 1
+    ) -> None:
+        if not 1 <= cached_from <= 16:
+            raise ValueError("cached_from must be 1..16")
+        self._store: LeafStore = store if store is not None else MemoryLeafStore()
+        self._from = cached_from
+        self._levels: list[bytearray] = []  # _levels[i]: complete subtrees of level cached_from + i
         self._size = 0
-        for leaf in leaves:
-            self.append(leaf)
+        self.extend(list(leaves))
 
     @property
     def size(self) -> int:
         """Number of leaves."""
         return self._size
 
+    def close(self) -> None:
+        """Release the leaf store (a file store's file)."""
+        self._store.close()
+
     def append(self, leaf: bytes) -> None:
         """Add one leaf hash (32 bytes) at the right edge."""
-        levels = self._levels
-        levels[0] += leaf
-        pos = self._size
-        self._size = pos + 1
-        level = 0
-        while pos & 1:
-            lv = levels[level]
-            parent = _sha256(b"\x01" + lv[-64:]).digest()
-            level += 1
-            if level == len(levels):
-                levels.append(bytearray())
-            levels[level] += parent
-            pos >>= 1
+        self.extend_packed(leaf)
 
     def extend(self, leaves: list[bytes]) -> None:
         """Add many leaf hashes at once (same result as ``append`` each, fewer Python steps)."""
@@ -92,11 +193,20 @@ class MerkleTree:
             raise ValueError("packed leaf hashes must be a multiple of 32 bytes")
         if not hashes:
             return
-        levels = self._levels
         lo = self._size
-        levels[0] += hashes
-        hi = self._size = lo + len(hashes) // 32
-        level = 0
+        hi = new_size = lo + len(hashes) // 32
+        self._store.append(hashes)
+        k = self._from
+        # the lowest cached level: subtrees completed by these leaves, hashed from the leaves
+        plo, phi = lo >> k, hi >> k
+        if phi <= plo:
+            self._size = hi
+            return
+        levels = self._levels
+        if not levels:
+            levels.append(bytearray())
+        levels[0] += _reduce(self._store.read(plo << k, phi << k), k)
+        lo, hi, level = plo, phi, 0
         sha = _sha256
         while True:
             plo, phi = lo >> 1, hi >> 1
@@ -109,17 +219,20 @@ class MerkleTree:
                 levels.append(bytearray())
             levels[level] += parents
             lo, hi = plo, phi
+        # last: a reader in another thread (a proof for the gateway) never sees a size whose
+        # subtrees are not stored yet
+        self._size = new_size
 
     def leaf(self, index: int) -> bytes:
         """The leaf hash at 0-based ``index``."""
         if not 0 <= index < self._size:
             raise IndexError(f"leaf {index} outside tree of size {self._size}")
-        return bytes(self._levels[0][index * 32 : index * 32 + 32])
+        return self._store.read(index, index + 1)
 
     def leaf_hashes(self, count: int) -> bytes:
         """The first ``count`` leaf hashes, concatenated (32 bytes each)."""
         self._check_size(count)
-        return bytes(self._levels[0][: 32 * count])
+        return self._store.read(0, count)
 
     def root(self, size: int | None = None) -> bytes:
         """The tree head (MTH) over the first ``size`` leaves (default: all)."""
@@ -136,9 +249,11 @@ class MerkleTree:
     def _hash(self, start: int, end: int) -> bytes:
         """MTH of leaves [start, end); start is aligned as RFC 6962 recursion guarantees."""
         n = end - start
+        if n <= 1 << self._from:  # not cached: hashed again from at most 2**cached_from leaves
+            return _mth_packed(self._store.read(start, end))
         if n & (n - 1) == 0 and start % n == 0:
-            level = n.bit_length() - 1
-            off = (start >> level) * 32
+            level = n.bit_length() - 1 - self._from
+            off = (start >> (level + self._from)) * 32
             return bytes(self._levels[level][off : off + 32])
         k = _split(n)
         return node_hash(self._hash(start, start + k), self._hash(start + k, end))

@@ -235,7 +235,7 @@ class _LeafList(MerkleTree):
     """Collects leaf hashes without building the tree (the parent builds it)."""
 
     def extend_packed(self, hashes: bytes) -> None:
-        self._levels[0] += hashes
+        self._store.append(hashes)
         self._size += len(hashes) // 32
 
 

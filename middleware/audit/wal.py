@@ -26,7 +26,7 @@ from ..errors import AuditError, InvalidInput
 from . import retention
 from ._files import atomic_write, fsync_dir
 from .checkpoint import Checkpoint, Signer, load_or_create_signer
-from .merkle import MerkleTree
+from .merkle import FileLeafStore, MerkleTree
 from .record import AuditRecord, canonical_json
 from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
 from .segment import (
@@ -49,6 +49,9 @@ __all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin
 
 VKEY_FILE = "checkpoint.vkey"
 LOCK_FILE = "LOCK"
+TREE_CACHED_FROM = 8
+"""Merkle subtrees of 2**8 leaves and more are kept in memory; smaller ones are hashed
+again from the leaf file when a root or proof needs them (at most 255 hashes)."""
 PUBLISH_INTERVAL = 1.0
 """Seconds between rewrites of the ``checkpoint`` file (tmp + fsync + rename + fsync of the
 directory) by the writer; the checkpoints in the log itself are written every
@@ -164,10 +167,16 @@ class WalAuditLog:
                 self._root / "keys" / f"{node}.key", f"audit-{node}"
             )
             self._check_vkey()
-            self._state = ChainState(verifier=self._signer.verifier(), origin=self.origin)
+            # The tree's leaf hashes live in a nameless file beside the log, and only subtrees
+            # of 256 leaves and more in memory: ~0.25 B per record instead of 64 B, for a
+            # gateway that runs for months (the file is rebuilt by recovery on every open).
+            tree = MerkleTree(store=FileLeafStore(self._dir), cached_from=TREE_CACHED_FROM)
+            self._state = ChainState(tree=tree, verifier=self._signer.verifier(), origin=self.origin)
             self.recovery = self._recover()
             self._open_for_append()
         except BaseException:
+            if hasattr(self, "_state"):
+                self._state.tree.close()
             os.close(self._lock_fd)
             raise
         self._cv = threading.Condition()
@@ -308,6 +317,7 @@ class WalAuditLog:
             self._cv.notify()
         await asyncio.to_thread(self._writer.join)
         self._closed = True
+        self._state.tree.close()
         os.close(self._lock_fd)
         if self._close_error is not None:
             raise AuditError(f"audit log close failed: {self._close_error}") from self._close_error

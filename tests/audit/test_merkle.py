@@ -11,6 +11,7 @@ import pytest
 
 from middleware.audit.merkle import (
     EMPTY_ROOT,
+    FileLeafStore,
     MerkleTree,
     ProofError,
     leaf_hash,
@@ -143,3 +144,39 @@ def test_extend_builds_the_same_tree_as_append() -> None:
         for size in range(1, one.size + 1, 7):
             assert bulk.root(size) == one.root(size)
             assert bulk.inclusion_proof(size - 1, size) == one.inclusion_proof(size - 1, size)
+
+
+@pytest.mark.parametrize("cached_from", [1, 3, 8])
+def test_a_file_store_with_few_cached_levels_gives_the_same_tree(
+    tmp_path: Path, cached_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Roots, proofs and leaves do not depend on where the leaves live or what is cached."""
+    rng = random.Random(cached_from)
+    leaves = [leaf_hash(rng.randbytes(8)) for _ in range(700)]
+    reference = MerkleTree(leaves)
+    monkeypatch.setattr(FileLeafStore, "_FLUSH", 32 * 50)  # reads across the file and its tail
+    store = FileLeafStore(tmp_path)
+    try:
+        tree = MerkleTree(store=store, cached_from=cached_from)
+        at = 0
+        while at < len(leaves):  # grown in uneven batches, as a log grows
+            step = rng.choice([1, 2, 7, 64, 100])
+            tree.extend(leaves[at : at + step])
+            at += step
+            size = min(at, len(leaves))
+            assert tree.root() == reference.root(size)
+        for size in [1, 2, 3, 255, 256, 257, 511, 512, 699, 700]:
+            assert tree.root(size) == reference.root(size)
+            for index in {0, size // 3, size - 1}:
+                assert tree.inclusion_proof(index, size) == reference.inclusion_proof(index, size)
+            for old in {0, 1, size // 2, size - 1, size}:
+                assert tree.consistency_proof(old, size) == reference.consistency_proof(old, size)
+        assert tree.leaf(699) == leaves[699] and tree.leaf_hashes(700) == b"".join(leaves)
+    finally:
+        tree.close()
+    assert not list(tmp_path.iterdir()), "the store's file has no name and leaves nothing behind"
+
+
+def test_cached_levels_must_be_sensible() -> None:
+    with pytest.raises(ValueError):
+        MerkleTree(cached_from=0)
