@@ -16,7 +16,7 @@ import heapq
 import io
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -138,11 +138,25 @@ class ExportSummary:
     nodes: list[NodeVerdict] = field(default_factory=list)
 
 
-def _verified_nodes(path: str | Path, key: str | None) -> list[NodeVerdict]:
+Paths = str | Path | Sequence[str | Path]
+
+
+def _verified_nodes(path: Paths, key: str | None) -> list[NodeVerdict]:
     verifier = Verifier(key) if key else None
-    dirs = find_node_dirs(path)
-    if not dirs:
-        raise InvalidInput.single("path", f"no audit log segments under {path}", what="audit export")
+    paths = [path] if isinstance(path, str | Path) else list(path)
+    dirs: list[Path] = []
+    for p in paths:
+        found = find_node_dirs(p)
+        if not found:
+            raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit export")
+        dirs.extend(found)
+    seen: dict[str, Path] = {}
+    for d in dirs:  # each replica's log once: two copies of one node would merge as duplicates
+        if d.name in seen:
+            raise InvalidInput.single(
+                "path", f"node {d.name} is both {seen[d.name]} and {d}", what="audit export"
+            )
+        seen[d.name] = d
     verdicts = [scan_node(d, verifier) for d in dirs]
     for v in verdicts:
         if not v.ok:
@@ -238,7 +252,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
 
 
 def iter_records(
-    path: str | Path, flt: ExportFilter | None = None, *, key: str | None = None
+    path: Paths, flt: ExportFilter | None = None, *, key: str | None = None
 ) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
     """Verify every node log under ``path`` and stream their matching records merged in time order.
 
@@ -253,7 +267,7 @@ def iter_records(
 
 
 def export(
-    path: str | Path,
+    path: Paths,
     out: IO[bytes],
     fmt: ExportFormat | str = ExportFormat.JSONL,
     flt: ExportFilter | None = None,
@@ -264,7 +278,8 @@ def export(
     """Verify the log(s) under ``path`` and write the matching records to ``out``.
 
     Args:
-        path: A node log directory or a directory of node logs.
+        path: A node log directory or a directory of node logs, or several of them (one
+            per gateway's volume, say): their logs are merged in time order.
         out: A binary stream.
         fmt: jsonl (a re-verifiable bundle), csv, cef or ocsf (one JSON event per line).
         flt: Which records (default: all).

@@ -38,9 +38,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "export",
         help="export records (jsonl bundle, csv, cef, ocsf)",
         description="Verify every node log, then write the matching records merged in time order. "
+        "Several paths (one per gateway's audit volume) are merged the same way. "
         "jsonl is a bundle 'agency audit verify' can check without the log.",
     )
-    where(ex)
+    ex.add_argument(
+        "path",
+        nargs="*",
+        type=Path,
+        help="node log directories or audit directories of node logs, one or more "
+        "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
+    )
+    ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
     ex.add_argument("--format", choices=["jsonl", "csv", "cef", "ocsf"], default="jsonl")
     ex.add_argument("--since", help="records at or after this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--until", help="records before this time (ISO 8601; UTC if no zone)")
@@ -166,7 +174,7 @@ def _export(args: argparse.Namespace) -> int:
         event_types=frozenset(args.event_type),
     )
     progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
-    path = _default_path(args.path)
+    path = args.path or [_default_path(None)]
     if args.output:
         try:
             with open(args.output, "wb") as out:
