@@ -6,8 +6,6 @@ enrolled, so AuditService and MessageService are exercised past their front door
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 from proto_strategies import CLIENT_ERRORS, FUZZ, messages_of
+from served_in_thread import ServedInThread
 
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, audit_pb2, catalog_pb2, goals_pb2, messages_pb2
@@ -37,22 +36,14 @@ METHODS: dict[str, MethodDescriptor] = {
 }
 
 
-class Served:
+class Served(ServedInThread):
     """The demo gateway (WAL audit log, one enrolled messaging agent) on its own loop in a thread."""
 
     def __init__(self, audit_dir: Path) -> None:
+        super().__init__()
         self.audit_dir = audit_dir
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._start())
-        self.ready.set()
-        self.loop.run_forever()
-
-    async def _start(self) -> None:
+    async def start(self) -> None:
         async def no_sleep(_: float) -> None:
             return None
 
@@ -64,29 +55,22 @@ class Served:
         self.server = build_server(self.agency, "127.0.0.1:0", post_office=office)
         await self.server.start()
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:  # type: ignore[override]
         await self.server.stop(0)
         await self.agency.close()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[grpc.Channel, str]]:
-    s = Served(tmp_path_factory.mktemp("fuzz-audit"))
-    s.thread.start()
-    assert s.ready.wait(15)
-    with grpc.insecure_channel(
-        f"127.0.0.1:{s.server.port}", options=[("grpc.max_send_message_length", -1)]
-    ) as ch:
+    with (
+        Served(tmp_path_factory.mktemp("fuzz-audit")) as s,
+        grpc.insecure_channel(
+            f"127.0.0.1:{s.server.port}", options=[("grpc.max_send_message_length", -1)]
+        ) as ch,
+    ):
         yield ch, s.token
         reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    s.stop()
 
 
 def _call(

@@ -4,9 +4,7 @@ INTERNAL/UNKNOWN), and the server keeps answering health checks."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import Iterator
 
 import grpc
@@ -14,6 +12,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from served_in_thread import ServedInThread
 
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2, goals_pb2
@@ -42,21 +41,13 @@ CLIENT_ERRORS = {
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-class Served:
+class Served(ServedInThread):
     """The demo gateway on its own event loop in a thread; tests call it with the sync client."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._start())
-        self.ready.set()
-        self.loop.run_forever()
-
-    async def _start(self) -> None:
+    async def start(self) -> None:
         async def no_sleep(_: float) -> None:
             return None
 
@@ -64,28 +55,21 @@ class Served:
         self.server = build_server(self.agency, "127.0.0.1:0")
         await self.server.start()
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:  # type: ignore[override]
         await self.server.stop(0)
         await self.agency.close()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture(scope="module")
 def channel() -> Iterator[grpc.Channel]:
-    served = Served()
-    served.thread.start()
-    assert served.ready.wait(10)
-    with grpc.insecure_channel(
-        f"127.0.0.1:{served.server.port}", options=[("grpc.max_send_message_length", -1)]
-    ) as ch:
+    with (
+        Served() as served,
+        grpc.insecure_channel(
+            f"127.0.0.1:{served.server.port}", options=[("grpc.max_send_message_length", -1)]
+        ) as ch,
+    ):
         yield ch
         assert _health(ch) == health_pb2.HealthCheckResponse.SERVING
-    served.stop()
 
 
 def _health(ch: grpc.Channel) -> int:

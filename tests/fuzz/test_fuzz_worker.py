@@ -4,8 +4,6 @@ error status or an answer -- never INTERNAL or UNKNOWN -- and the worker keeps s
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 from proto_strategies import CLIENT_ERRORS, FUZZ, messages_of
+from served_in_thread import ServedInThread
 
 from middleware import Agency, AgentReply, AgentRequest
 from middleware._proto.agency.v1 import worker_pb2
@@ -37,49 +36,34 @@ async def echo(request: AgentRequest) -> AgentReply:
     return AgentReply(output={"echo": request.message.content})
 
 
-class Served:
+class Served(ServedInThread):
     """A gateway and one worker on their own loop in a thread."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._start())
-        self.ready.set()
-        self.loop.run_forever()
-
-    async def _start(self) -> None:
+    async def start(self) -> None:
         self.agency = Agency()
         self.gateway = build_server(self.agency, "127.0.0.1:0")
         await self.gateway.start()
         self.worker = Worker(echo, CONTRACT, gateway=f"127.0.0.1:{self.gateway.port}")
         await self.worker.start()
 
-    async def _stop(self) -> None:
+    async def stop(self) -> None:  # type: ignore[override]
         await self.worker.stop()
         await self.gateway.stop(0)
         await self.agency.close()
 
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(15)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
 
 @pytest.fixture(scope="module")
 def worker_channel() -> Iterator[grpc.Channel]:
-    served = Served()
-    served.thread.start()
-    assert served.ready.wait(15)
-    with grpc.insecure_channel(served.worker.endpoint, options=[("grpc.max_send_message_length", -1)]) as ch:
+    with (
+        Served() as served,
+        grpc.insecure_channel(served.worker.endpoint, options=[("grpc.max_send_message_length", -1)]) as ch,
+    ):
         yield ch
         reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    served.stop()
 
 
 def _invoke(ch: grpc.Channel, payload: bytes) -> Any:
