@@ -20,6 +20,7 @@ from ..catalog import Catalog, CatalogEntry, CatalogQuery
 from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
 from ..errors import AgencyError, InvalidInput, Problem
+from ._client_tls import add_client_tls_options, client_tls
 
 _EPILOG = """\
 Where the catalog is:
@@ -57,10 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where.add_argument(
         "--token-file", type=Path, help="file holding the bearer token for the gateway (the token alone)"
     )
-    where.add_argument("--tls-ca", type=Path, help="PEM CA to verify the gateway (enables TLS)")
-    where.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
-    where.add_argument("--tls-key", type=Path, help="PEM client key (mutual TLS)")
-    where.add_argument("--tls-server-name", default="", help="expected name in the gateway's certificate")
+    add_client_tls_options(where)
     where.add_argument("--json", action="store_true", help="print JSON instead of text")
     cmds = p.add_subparsers(dest="catalog_command", metavar="COMMAND", required=True)
 
@@ -208,17 +206,7 @@ def _target(args: argparse.Namespace) -> _Target:
         return _CatalogTarget(RedisCatalog.from_url(args.redis, prefix=args.prefix + "catalog:"))
     from ..config import ServerConfig, read_token
 
-    tls = None
-    if args.tls_ca or args.tls_cert or args.tls_key:
-        tls = ClientTlsConfig.parse(
-            {
-                "ca": args.tls_ca,
-                "cert": args.tls_cert,
-                "key": args.tls_key,
-                "server_name": args.tls_server_name,
-            },
-            what="TLS options",
-        )
+    tls = client_tls(args)
     token = read_token(args.token_file, field="--token-file") if args.token_file else None
     return _GrpcTarget(ServerConfig.from_env(address=args.address).address, tls=tls, token=token)
 

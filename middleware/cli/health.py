@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ..config import ClientTlsConfig
 from ..grpc_api.channel import open_channel
+from ._client_tls import add_client_tls_options, client_tls
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,25 +26,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", default="127.0.0.1:50051", help="host:port (default 127.0.0.1:50051)")
     p.add_argument("--service", default="", help="service name to check (default: the whole server)")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
-    p.add_argument("--tls-ca", type=Path, help="PEM CA to verify the server (enables TLS)")
-    p.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
-    p.add_argument("--tls-key", type=Path, help="PEM client key (mutual TLS)")
-    p.add_argument("--tls-server-name", default="", help="expected server name in its certificate")
+    add_client_tls_options(p, peer="the server")
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    tls = None
-    if args.tls_ca or args.tls_cert or args.tls_key:
-        tls = ClientTlsConfig.parse(
-            {
-                "ca": args.tls_ca,
-                "cert": args.tls_cert,
-                "key": args.tls_key,
-                "server_name": args.tls_server_name,
-            },
-            what="TLS options",
-        )
+    tls = client_tls(args)
     status = asyncio.run(check(args.address, service=args.service, wait_seconds=args.timeout, tls=tls))
     print(status)
     return 0 if status == "SERVING" else 1
