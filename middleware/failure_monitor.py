@@ -13,6 +13,10 @@ The flag clears when the rate is back at or under the threshold over at least
 
 (Seed §5.2: "任何agent的单一失败类型率 > 15% 必须重新审视其能力契约".)
 
+The window is kept as ``BUCKETS`` time buckets of counts per agent (a minute each for the
+default 24 h), so the memory is bounded however many tasks pass; a task leaves the window
+when its whole bucket is older than the window (at most one bucket late, never early).
+
 State is per gateway process; the audit log holds every flag durably.
 """
 
@@ -36,9 +40,19 @@ __all__ = ["FailureMonitor", "MonitorConfig", "ReviewFlag"]
 
 #: Iterating the enum itself is several times slower (it runs once per finished task).
 _FAILURE_TYPES = tuple(FailureType)
-#: One shared value for the common case: each task stays in the window (24 h by default)
-#: and a fresh empty frozenset per task was ~200 of its ~270 bytes there.
-_NONE: frozenset[FailureType] = frozenset()
+#: Time buckets per window: the memory per agent, and how finely the window slides.
+BUCKETS = 1440
+
+
+class _Bucket:
+    """Tasks and failures by type that finished within one bucket of time."""
+
+    __slots__ = ("failures", "start", "tasks")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.tasks = 0
+        self.failures: dict[FailureType, int] = {}
 
 
 class MonitorConfig(Model):
@@ -81,8 +95,10 @@ class FailureMonitor:
     ) -> None:
         self.config = config or MonitorConfig()
         self._clock = clock
-        self._tasks: dict[str, deque[tuple[float, frozenset[FailureType]]]] = {}
-        self._counts: dict[str, dict[FailureType, int]] = {}  # kept in step with the windows
+        self._width = self.config.window_seconds / BUCKETS
+        self._buckets: dict[str, deque[_Bucket]] = {}
+        self._tasks: dict[str, int] = {}  # tasks in the window, kept in step with the buckets
+        self._counts: dict[str, dict[FailureType, int]] = {}  # failures by type, likewise
         self._flags: dict[tuple[str, FailureType], ReviewFlag] = {}
         self.registry = registry or CollectorRegistry()
         self._rate = Gauge(
@@ -102,11 +118,19 @@ class FailureMonitor:
         for agent in sorted(set(agents) | set(failures)):
             if not agent:
                 continue
-            types = frozenset(failures[agent]) if failures.get(agent) else _NONE
-            self._tasks.setdefault(agent, deque()).append((now, types))
-            counts = self._counts.setdefault(agent, {})
-            for t in types:
-                counts[t] = counts.get(t, 0) + 1
+            buckets = self._buckets.setdefault(agent, deque())
+            start = now - now % self._width
+            if not buckets or buckets[-1].start != start:
+                buckets.append(_Bucket(start))
+            bucket = buckets[-1]
+            bucket.tasks += 1
+            self._tasks[agent] = self._tasks.get(agent, 0) + 1
+            types = set(failures[agent]) if failures.get(agent) else ()
+            if types:
+                counts = self._counts.setdefault(agent, {})
+                for t in types:
+                    bucket.failures[t] = bucket.failures.get(t, 0) + 1
+                    counts[t] = counts.get(t, 0) + 1
             new.extend(self._evaluate(agent, now))
         return new
 
@@ -122,20 +146,24 @@ class FailureMonitor:
 
     def figures(self, agent: str) -> tuple[int, dict[FailureType, int]]:
         """``(tasks, failures by type)`` of ``agent`` in the current window."""
-        window = self._tasks.get(agent, deque())
-        self._prune(agent, window, self._clock())
-        return len(window), {t: n for t, n in self._counts.get(agent, {}).items() if n}
+        self._prune(agent, self._clock())
+        return self._tasks.get(agent, 0), {t: n for t, n in self._counts.get(agent, {}).items() if n}
 
     def flagged(self) -> list[ReviewFlag]:
         """The contracts flagged for review now, worst first."""
         return sorted(self._flags.values(), key=lambda f: (-f.rate, f.agent, f.failure_type.value))
 
-    def _prune(self, agent: str, window: deque[tuple[float, frozenset[FailureType]]], now: float) -> None:
+    def _prune(self, agent: str, now: float) -> None:
+        buckets = self._buckets.get(agent)
+        if not buckets:
+            return
         counts = self._counts.get(agent, {})
-        while window and window[0][0] <= now - self.config.window_seconds:
-            _, types = window.popleft()
-            for t in types:
-                counts[t] -= 1
+        oldest = now - self.config.window_seconds
+        while buckets and buckets[0].start + self._width <= oldest:  # the whole bucket is older
+            gone = buckets.popleft()
+            self._tasks[agent] -= gone.tasks
+            for t, n in gone.failures.items():
+                counts[t] -= n
 
     def _evaluate(self, agent: str, now: float) -> list[ReviewFlag]:
         tasks, counts = self.figures(agent)

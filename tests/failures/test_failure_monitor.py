@@ -10,6 +10,7 @@ from middleware import FailureMonitor, FailureType, MonitorConfig
 from middleware.audit import FileAuditLog
 from middleware.cli import main as cli_main
 from middleware.cli.contracts import flagged_contracts, print_review
+from middleware.failure_monitor import BUCKETS
 from middleware.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Raise, ScriptedAgent
 
@@ -33,7 +34,7 @@ def test_flags_above_fifteen_percent_only_with_enough_tasks_and_clears(clock: Cl
     rate = registry.get_sample_value("agency_agent_failure_rate", {"agent": "a", "failure_type": T.value})
     assert rate is not None and abs(rate - 5 / 22) < 1e-9
 
-    clock.advance(3601)  # the window slides past every failure
+    clock.advance(3600 + 3600 / BUCKETS)  # the window slides past every failure (a bucket late at most)
     for _ in range(19):  # the flag stays until there is enough evidence
         assert monitor.record_task(["a"], {}) == []
     cleared = monitor.record_task(["a"], {})
@@ -92,3 +93,15 @@ async def test_only_attributed_failures_count(clock: Clock):
     out = await agency.submit(task("predict", action="stock_prediction"))  # CAPABILITY_MISMATCH: no agent
     assert out.state.value == "rejected"
     assert monitor.flagged() == [] and audit_records(agency, "contract.review") == []
+
+
+def test_the_window_keeps_bounded_memory_and_never_drops_a_task_early(clock: Clock):
+    monitor = FailureMonitor(MonitorConfig(min_tasks=1000, window_seconds=60), clock=clock)
+    for i in range(10_000):  # many tasks, 10 per tick of 100 ms: 100 s in all
+        monitor.record_task(["a"], {"a": [T]} if i % 10 == 0 else {})
+        if i % 10 == 9:
+            clock.advance(0.1)
+    assert len(monitor._buckets["a"]) <= BUCKETS + 1, "one bucket per 1/BUCKETS of the window at most"
+    tasks, failures = monitor.figures("a")
+    # the last 60 s of the 100 s are in the window (bucket-granular: up to one tick more)
+    assert 6000 <= tasks <= 6010 and failures[T] == tasks // 10
