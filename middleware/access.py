@@ -19,6 +19,9 @@ and the target, and :func:`refusal_record` is what the gateway audits for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import StrEnum
 
 from pydantic import Field
@@ -27,7 +30,35 @@ from ._model import Model
 from .audit.record import Actors, AuditEventType, AuditRecord
 from .errors import PermissionDenied
 
-__all__ = ["DEFAULT_ROLE", "Permission", "Principal", "Role", "authorize", "refusal_record"]
+__all__ = [
+    "DEFAULT_ROLE",
+    "Permission",
+    "Principal",
+    "Role",
+    "acting_as",
+    "authorize",
+    "current_caller",
+    "refusal_record",
+]
+
+#: The authenticated client a catalog write is done for (set by the transport, read by the
+#: servicer that records the change): empty without tokens.
+_caller: ContextVar[str] = ContextVar("agency_caller", default="")
+
+
+def current_caller() -> str:
+    """The client name of the call being served, or ``""`` (auth off, or not a checked write)."""
+    return _caller.get()
+
+
+@contextmanager
+def acting_as(name: str) -> Iterator[None]:
+    """Within the block, ``current_caller()`` is ``name``."""
+    token = _caller.set(name)
+    try:
+        yield
+    finally:
+        _caller.reset(token)
 
 
 class Role(StrEnum):

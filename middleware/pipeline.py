@@ -146,8 +146,12 @@ class Agency:
         agent: AgentCallable | None = None,
         *,
         replace: bool = False,
+        actor: str = "",
     ) -> CatalogEntry:
-        """Register a contract (validated) and, for in-process agents, its callable."""
+        """Register a contract (validated) and, for in-process agents, its callable.
+
+        ``actor`` (the authenticated client, if any) is recorded as the change's user.
+        """
         contract = CapabilityContract.parse(contract, what="capability contract")
         entry = await self.catalog.register(contract, replace=replace)
         if agent is not None:
@@ -156,14 +160,15 @@ class Agency:
             AuditEventType.CATALOG_CHANGE,
             outcome="registered",
             agent=contract.key,
+            user=actor,
             detail={"contract": contract.model_dump(mode="json")},
         )
         return entry
 
-    async def deregister(self, key: str) -> None:
+    async def deregister(self, key: str, *, actor: str = "") -> None:
         await self.catalog.deregister(key)
         self.agents.remove(key)
-        await self._record(AuditEventType.CATALOG_CHANGE, outcome="deregistered", agent=key)
+        await self._record(AuditEventType.CATALOG_CHANGE, outcome="deregistered", agent=key, user=actor)
 
     def register_goal(
         self, goal: GoalAssertion | Mapping[str, Any], *, replace: bool = False

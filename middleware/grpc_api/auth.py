@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from ..access import DEFAULT_ROLE, Permission, Principal, authorize
+from ..access import DEFAULT_ROLE, Permission, Principal, acting_as, authorize
 from ..errors import AgencyError, PermissionDenied, Unauthenticated
 from .decode import is_malformed
 from .status import rpc, rpc_stream
@@ -205,7 +205,8 @@ class _Check:
                 if self.on_deny is not None:
                     await self.on_deny(exc)
                 raise
-        return await self.inner(request, context)
+        with acting_as(self.principal.name):  # the change is recorded under the client's name
+            return await self.inner(request, context)
 
 
 def _bearer(metadata: Any) -> str | None:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc
+from ..access import current_caller
 from ..catalog import CatalogEntry, CatalogEvent
 from ..pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
@@ -37,7 +38,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = contract_from_pb(request.contract)
-        entry = await self._agency.register(contract, replace=request.replace)
+        entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
         return entry_to_pb(entry)
 
     @rpc
@@ -59,13 +60,13 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     ) -> catalog_pb2.CatalogEntry:
         contract = contract_from_pb(request.contract)
         await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
-        return entry_to_pb(await self._agency.register(contract, replace=True))
+        return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))
 
     @rpc
     async def Deregister(
         self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.DeregisterResponse:
-        await self._agency.deregister(request.key)
+        await self._agency.deregister(request.key, actor=current_caller())
         return catalog_pb2.DeregisterResponse()
 
     @rpc

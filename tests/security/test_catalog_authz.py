@@ -463,3 +463,18 @@ async def test_agency_catalog_takes_a_token_file_and_shows_a_refusal(
         await catalog("deregister", "translator@1.0.0", "--token-file", str(tmp_path / "web"))
     with pytest.raises(AgencyError, match=r"UNAUTHENTICATED: .*--token-file FILE"):
         await catalog("list")
+
+
+async def test_catalog_changes_are_recorded_under_the_client_that_made_them(gateway: Gateway) -> None:
+    async with As(gateway, "translator") as me:
+        await me.catalog.Register(catalog_pb2.RegisterRequest(contract=contract("translator")))
+        await me.catalog.Deregister(catalog_pb2.DeregisterRequest(key="translator@1.0.0"))
+    changes = [
+        (r.outcome, r.actors.agent, r.actors.user)
+        for _, r in gateway.audit.records()
+        if r.event_type == "catalog.change" and r.actors.agent == "translator@1.0.0"
+    ]
+    assert changes == [
+        ("registered", "translator@1.0.0", "translator"),
+        ("deregistered", "translator@1.0.0", "translator"),
+    ]
