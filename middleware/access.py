@@ -37,28 +37,11 @@ __all__ = [
     "Role",
     "acting_as",
     "authorize",
+    "authorize_task",
     "current_caller",
+    "current_principal",
     "refusal_record",
 ]
-
-#: The authenticated client a catalog write is done for (set by the transport, read by the
-#: servicer that records the change): empty without tokens.
-_caller: ContextVar[str] = ContextVar("agency_caller", default="")
-
-
-def current_caller() -> str:
-    """The client name of the call being served, or ``""`` (auth off, or not a checked write)."""
-    return _caller.get()
-
-
-@contextmanager
-def acting_as(name: str) -> Iterator[None]:
-    """Within the block, ``current_caller()`` is ``name``."""
-    token = _caller.set(name)
-    try:
-        yield
-    finally:
-        _caller.reset(token)
 
 
 class Role(StrEnum):
@@ -99,6 +82,55 @@ class Principal(Model):
         Compared as the catalog stores names (stripped, lower-case).
         """
         return bool(capability.strip()) and self.name.strip().lower() == capability.strip().lower()
+
+
+#: The authenticated client of the call being served (set by the transport for every call,
+#: read by the servicers that record or check who acts): None without tokens.
+_caller: ContextVar[Principal | None] = ContextVar("agency_caller", default=None)
+
+
+def current_principal() -> Principal | None:
+    """The authenticated client of the call being served, or None (auth off)."""
+    return _caller.get()
+
+
+def current_caller() -> str:
+    """The client name of the call being served, or ``""`` (auth off)."""
+    p = _caller.get()
+    return p.name if p is not None else ""
+
+
+@contextmanager
+def acting_as(principal: Principal) -> Iterator[None]:
+    """Within the block, ``current_principal()`` is ``principal``."""
+    token = _caller.set(principal)
+    try:
+        yield
+    finally:
+        _caller.reset(token)
+
+
+def authorize_task(principal: Principal | None, owner: str, *, operation: str, task_id: str) -> None:
+    """Let the client that submitted a task (or an admin) read or resume it; refuse others.
+
+    No principal (auth off) or no owner (submitted without tokens) allows everyone.
+
+    Raises:
+        PermissionDenied: naming the client, its role, the operation and the task.
+    """
+    if principal is None or not owner or principal.role is Role.ADMIN or principal.name == owner:
+        return
+    raise PermissionDenied(
+        f"client {principal.name!r} (role {principal.role.value}) may not {operation} {task_id}: "
+        "a task is read and resumed by the client that submitted it, or an admin",
+        details={
+            "client": principal.name,
+            "role": principal.role.value,
+            "operation": operation,
+            "permission": "task_owner",
+            "target": task_id,
+        },
+    )
 
 
 def authorize(

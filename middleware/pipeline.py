@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from .access import Principal, authorize_task
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import AuditEventType
@@ -208,8 +209,11 @@ class Agency:
         return await self.router.decide(wanted)
 
     # ------------------------------------------------------------------- submit
-    async def submit(self, request: TaskRequest | Mapping[str, Any] | str) -> Outcome:
+    async def submit(self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "") -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
+
+        ``client`` (the authenticated caller, if any) owns the task: only it, or an admin,
+        may read or resume it (see :func:`middleware.access.authorize_task`).
 
         Raises:
             InvalidInput: the request (or its SMF envelope) does not validate; audited.
@@ -222,6 +226,7 @@ class Agency:
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
+        run.client = client
         if goal is not None:
             try:
                 StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
@@ -437,6 +442,7 @@ class Agency:
         *,
         answer: str | None = None,
         decision: HumanDecision | Mapping[str, Any] | None = None,
+        caller: Principal | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
 
@@ -444,8 +450,10 @@ class Agency:
             task_id: The task.
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover: the human's :class:`HumanDecision`.
+            caller: The authenticated client (None: tokens off): the task's owner or an admin.
 
         Raises:
+            PermissionDenied: another client's task.
             NotFound: no such task.
             FailedPrecondition: the task is not waiting for input (e.g. another resume won).
             ConcurrentUpdate: another resume holds the task right now.
@@ -455,6 +463,7 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
+            authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -492,11 +501,18 @@ class Agency:
         stopped = await self._verify_stage(run, step, output)
         return stopped if stopped is not None else await self._run(run)
 
-    async def get_task(self, task_id: str) -> Outcome:
-        """Where a task is now (any gateway sharing the store). Raises NotFound."""
+    async def get_task(self, task_id: str, *, caller: Principal | None = None) -> Outcome:
+        """Where a task is now (any gateway sharing the store).
+
+        Raises:
+            NotFound: no such task.
+            PermissionDenied: another client's task (``caller``: see ``resume``).
+        """
         if not task_id:
             raise InvalidInput.single("task_id", "required")
-        return (await self.tasks.get(task_id)).outcome()
+        run = await self.tasks.get(task_id)
+        authorize_task(caller, run.client, operation="AgencyService/GetTask", task_id=task_id)
+        return run.outcome()
 
     # ------------------------------------------------------------------ helpers
     async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:

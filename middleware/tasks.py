@@ -227,6 +227,9 @@ class TaskRecord(Model):
     request: TaskRequest
     goal: GoalAssertion | None = None
     trace_id: str
+    client: str = Field(
+        default="", description="The authenticated client that submitted it (empty: tokens off)."
+    )
     state: TaskState = TaskState.SUBMITTED
     version: int = Field(default=0, ge=0)
     step_index: int = Field(default=0, ge=0, description="The step the task is at (len = verification).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from .._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from ..access import current_caller, current_principal
 from ..errors import InvalidInput
 from ..pipeline import Agency
 from ..tracing import current_trace_id
@@ -27,7 +28,7 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
             raise
         if not task["trace_id"]:  # adopt the call's OTel trace id (see middleware.tracing)
             task["trace_id"] = current_trace_id()
-        return outcome_to_pb(await self._agency.submit(task))
+        return outcome_to_pb(await self._agency.submit(task, client=current_caller()))
 
     @rpc
     async def Route(
@@ -42,11 +43,13 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         self, request: agency_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
         decision = loads(request.decision_json, "decision_json", want=dict)
-        outcome = await self._agency.resume(request.task_id, answer=request.answer or None, decision=decision)
+        outcome = await self._agency.resume(
+            request.task_id, answer=request.answer or None, decision=decision, caller=current_principal()
+        )
         return outcome_to_pb(outcome)
 
     @rpc
     async def GetTask(
         self, request: agency_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
-        return outcome_to_pb(await self._agency.get_task(request.task_id))
+        return outcome_to_pb(await self._agency.get_task(request.task_id, caller=current_principal()))

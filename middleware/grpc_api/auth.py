@@ -148,7 +148,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
                 authorize(principal, rule.permission, operation=operation)
             except PermissionDenied as exc:
                 return _refusing(handler, _Refuse(exc, self._on_deny))
-            return handler
+            return _as(principal, handler)
         return self._checking(handler, principal, rule, operation)
 
     def _authenticate(self, metadata: Any) -> tuple[Principal | None, str]:
@@ -205,8 +205,38 @@ class _Check:
                 if self.on_deny is not None:
                     await self.on_deny(exc)
                 raise
-        with acting_as(self.principal.name):  # the change is recorded under the client's name
+        with acting_as(self.principal):  # the change is recorded under the client's name
             return await self.inner(request, context)
+
+
+def _as(principal: Principal, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` run with ``principal`` as the current caller (``access.current_principal``)."""
+    if handler.unary_unary is not None:
+        unary = handler.unary_unary
+
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            with acting_as(principal):
+                return await unary(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            call,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        stream = handler.unary_stream
+
+        async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with acting_as(principal):
+                async for response in stream(request, context):
+                    yield response
+
+        return grpc.unary_stream_rpc_method_handler(
+            streaming,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return handler
 
 
 def _bearer(metadata: Any) -> str | None:

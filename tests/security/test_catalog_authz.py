@@ -478,3 +478,33 @@ async def test_catalog_changes_are_recorded_under_the_client_that_made_them(gate
         ("registered", "translator@1.0.0", "translator"),
         ("deregistered", "translator@1.0.0", "translator"),
     ]
+
+
+async def test_a_task_is_read_and_resumed_by_the_client_that_submitted_it_or_an_admin(
+    gateway: Gateway,
+) -> None:
+    async with As(gateway, "web") as web, As(gateway, "legacy") as other, As(gateway, "ops") as admin:
+        outcome = await web.agency.Submit(
+            agency_pb2.SubmitRequest(
+                text="I need a replacement for my shattered screen",
+                input_json=json.dumps({"user_id": "u_1", "device_model": "PhoneX"}),
+            ),
+            timeout=10,
+        )
+        task = agency_pb2.GetTaskRequest(task_id=outcome.task_id)
+        assert (await web.agency.GetTask(task, timeout=5)).state == "completed"
+        assert (await admin.agency.GetTask(task, timeout=5)).task_id == outcome.task_id
+        err = await denied(other.agency.GetTask(task, timeout=5))
+        assert err.details() == (
+            f"client 'legacy' (role agent) may not AgencyService/GetTask {outcome.task_id}: "
+            "a task is read and resumed by the client that submitted it, or an admin"
+        )
+        await denied(
+            other.agency.Resume(agency_pb2.ResumeRequest(task_id=outcome.task_id, answer="x"), timeout=5)
+        )
+        # the owner gets past the check (the task is finished: nothing to resume)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await web.agency.Resume(agency_pb2.ResumeRequest(task_id=outcome.task_id, answer="x"), timeout=5)
+        assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert gateway.agency.tasks is not None
+    assert (await gateway.agency.tasks.get(outcome.task_id)).client == "web"
