@@ -20,7 +20,8 @@ from middleware.audit.merkle import (
     verify_inclusion,
 )
 
-VECTORS = Path(__file__).resolve().parents[2] / ".." / "shared" / "testvectors" / "rfc6962"
+# Vendored from transparency-dev/merkle (Apache-2.0, LICENSE beside them).
+VECTORS = Path(__file__).resolve().parent / "vectors" / "rfc6962"
 
 
 def _vectors() -> Path:
