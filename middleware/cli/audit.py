@@ -198,6 +198,14 @@ def _verify(args: argparse.Namespace) -> int:
         print(node.describe())
         for w in node.warnings:
             print(f"     note: {w}")
+        if node.ok and node.state is not None:  # a directory's log: the task invariant too
+            left = _open_tasks(Path(node.source), args.key)
+            if left:
+                print(
+                    f"     note: {len(left)} task(s) left open (began in the log, never ended): "
+                    + ", ".join(left[:20])
+                    + (" ..." if len(left) > 20 else "")
+                )
     if not args.key:
         print("     note: no --key given: checked against the key stored with the log, pin the published one")
     if verdict.ok:
@@ -208,6 +216,16 @@ def _verify(args: argparse.Namespace) -> int:
     if bad and bad.where:
         print(f"  first bad record: {bad.where}", file=sys.stderr)
     return 1
+
+
+def _open_tasks(directory: Path, key: str | None) -> list[str]:
+    """Tasks of the node log at ``directory`` that began and did not end (see ``open_tasks``)."""
+    from ..audit.open_tasks import open_tasks
+    from ..audit.wal_reader import WalLogReader
+
+    if not directory.is_dir():
+        return []
+    return list(open_tasks(r for _, r in WalLogReader(directory, key=_key(key)).records()))
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
