@@ -172,6 +172,7 @@ class Worker:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),  # a port another process holds is refused, not shared
             ],
         )
         servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)}, tracing=self.tracing)

@@ -68,6 +68,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the contract, or admin",
     )
     p.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=None,
+        help="share the port with other processes listening on it (SO_REUSEPORT; the kernel splits "
+        "connections between them); without it a port already taken is refused (exit code 2)",
+    )
+    p.add_argument(
         "--tracing",
         choices=["off", "console", "otlp"],
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
@@ -97,6 +104,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             ("metrics_address", args.metrics_address),
             ("auth_tokens", args.auth_tokens),
             ("tracing", args.tracing),
+            ("reuse_port", args.reuse_port),
         )
         if value is not None
     }
@@ -187,6 +195,7 @@ async def serve(
             token_hashes=clients,
             interceptors=interceptors,
             post_office=post_office,
+            reuse_port=config.reuse_port,
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
