@@ -25,7 +25,10 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     Raises:
         InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
     """
-    options = WalOptions(on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None)
+    options = WalOptions(
+        on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None,
+        checkpoint_interval=definition.audit.checkpoint_interval.total_seconds(),
+    )
     signer = definition.audit.signer()
     wal = WalAuditLog(definition.audit_directory, definition.agency.node_id, signer=signer, options=options)
     if not wal.recovery.clean:  # a crash: tasks it cut off end in the log now, as interrupted
