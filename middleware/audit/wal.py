@@ -301,11 +301,18 @@ class WalAuditLog:
         """RFC 9162 consistency proof from ``old_size`` to ``new_size`` (0: latest checkpoint's).
 
         Raises:
-            InvalidInput: a size is outside the log or old > new.
+            InvalidInput: a size is outside the log or old > new, or ``old_size`` is 0 (no
+                proof from the empty tree: RFC 9162 §2.1.4).
         """
         new = self._proof_size(new_size, "new_size")
-        if not 0 <= old_size <= new:
-            raise InvalidInput.single("old_size", f"must be 0..{new}", what="proof request")
+        if old_size == 0:
+            raise InvalidInput.single(
+                "old_size",
+                "must be at least 1: there is no consistency proof from the empty tree (RFC 9162 §2.1.4)",
+                what="proof request",
+            )
+        if not 0 < old_size <= new:
+            raise InvalidInput.single("old_size", f"must be 1..{new}", what="proof request")
         return new, self._state.tree.consistency_proof(old_size, new)
 
     async def checkpoint(self) -> Checkpoint:

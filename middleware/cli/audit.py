@@ -279,8 +279,8 @@ def _prove(args: argparse.Namespace) -> int:
         out.update(index=args.index, leaf_hash=b64([tree.leaf(args.index - 1)])[0])
         out["inclusion_proof"] = b64(tree.inclusion_proof(args.index - 1, size))
     else:
-        if not 0 <= args.old <= size:
-            raise InvalidInput.single("old", f"must be 0..{size}", what="prove")
+        if not 0 < args.old <= size:  # no proof from the empty tree (RFC 9162 §2.1.4)
+            raise InvalidInput.single("old", f"must be 1..{size}", what="prove")
         out.update(old_size=args.old, old_root=base64.b64encode(tree.root(args.old)).decode())
         out["consistency_proof"] = b64(tree.consistency_proof(args.old, size))
     print(json.dumps(out, indent=2))
