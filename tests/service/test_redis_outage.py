@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from gateway_processes import free_port, start_gateway, start_redis, write_definition
+from gateway_processes import GatewayProcess, free_port, start_gateway, start_redis, write_definition
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
@@ -47,6 +47,14 @@ async def _health_becomes(health: health_pb2_grpc.HealthStub, status: int, withi
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"health stayed {seen}, expected {status}")
+
+
+async def _output_shows(gateway: GatewayProcess, text: str, within: float = 20) -> None:
+    """Poll the gateway's output (the other process's observable state) for ``text``."""
+    deadline = time.monotonic() + within
+    for _ in iter(lambda: text in gateway.output() or time.monotonic() > deadline, True):
+        await asyncio.sleep(0.05)
+    assert text in gateway.output(), gateway.output()
 
 
 class Load:
@@ -159,3 +167,43 @@ async def test_a_gateway_serves_again_by_itself_after_redis_restarts(
     assert not any("after the last signed checkpoint" in w for w in node.warnings), node.warnings  # sealed
     records = [r for _, r in WalLogReader(audit).records()]
     assert not open_tasks(records), "tasks began in the log and never ended"
+
+
+async def test_sigterm_while_redis_is_down_still_seals_the_audit_log(tmp_path: Path) -> None:
+    port = free_port()
+    redis_proc = start_redis(port)
+    definition = {
+        "server": {"address": "127.0.0.1:0", "metrics_address": ""},
+        "storage": {
+            "backend": "redis",
+            "redis_url": f"redis://127.0.0.1:{port}/0",
+            "key_prefix": "down:",
+            "lease_seconds": LEASE,
+        },
+        "agents": [
+            {"agent": "replica_agents:steady", "contract": {"name": "steady", "can_do": ["work"]}},
+        ],
+    }
+    gateway = await start_gateway(
+        write_definition(tmp_path / "agency.yaml", definition), "g1", tmp_path, pythonpath=[HERE]
+    )
+    try:
+        async with grpc.aio.insecure_channel(gateway.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            assert (
+                await agency_pb2_grpc.AgencyServiceStub(channel).Submit(WORK, timeout=10)
+            ).state == "completed"
+            redis_proc.terminate()
+            redis_proc.wait(timeout=10)
+            await _health_becomes(health, NOT_SERVING)
+            await _output_shows(gateway, "keepalive failed")  # the loop met the outage
+    finally:
+        code = await gateway.stop()
+        redis_proc.kill()
+        redis_proc.wait()
+    output = gateway.output()
+    assert code == 0 and "Traceback" not in output, output
+    assert "agency: stopped" in output
+    verdict = verify_path(tmp_path / "g1" / "audit")
+    assert verdict.ok, verdict.first_failure
+    assert not any("after the last signed checkpoint" in w for w in verdict.nodes[0].warnings)
