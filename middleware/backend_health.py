@@ -80,9 +80,10 @@ class BackendMonitor:
         healthy = not failing
         self.failing = failing
         if healthy != self.healthy:
-            self.healthy = healthy
+            was, self.healthy = self.healthy, healthy
             if healthy:
-                log.warning("backends healthy again")
+                if was is False:  # not at start: only after an outage
+                    log.warning("backends healthy again")
             else:
                 log.error("backend unavailable: %s", failing)
             if self._on_change is not None:
