@@ -11,19 +11,22 @@ record; a task cut off by a crash is ended so when the log is opened again, and
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import grpc
 import pytest
-from gateway_processes import free_port, start_redis
+from gateway_processes import free_port, start_gateway, start_redis, write_definition
 from redis.asyncio import Redis
 
 from middleware import Agency, AgentRequest
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit import MemoryAuditLog
 from middleware.audit.open_tasks import open_tasks
+from middleware.audit.verify import verify_path
 from middleware.audit.wal_reader import WalLogReader
 from middleware.bootstrap import build_agency
 from middleware.cli import main
@@ -124,3 +127,46 @@ async def test_tasks_a_crash_cut_off_are_reported_by_verify_and_ended_at_recover
     assert not open_tasks(records)
     assert main(["audit", "verify", str(audit_dir)]) == 0
     assert "left open" not in capsys.readouterr().out
+
+
+async def test_a_task_a_kill_9_cut_off_ends_in_the_log_when_the_gateway_restarts(tmp_path: Path) -> None:
+    definition = {
+        "server": {"address": "127.0.0.1:0", "metrics_address": ""},
+        "agents": [
+            {  # never answers within the test: the task is in flight when the gateway dies
+                "factory": "middleware.demo:demo_agent",
+                "args": {"name": "replacement_shipper"},
+                "contract": {"name": "replacement_shipper", "can_do": ["ship"], "slo_latency_ms": 60000},
+            }
+        ],
+    }
+    config = write_definition(tmp_path / "agency.yaml", definition)
+    audit_dir = tmp_path / "g1" / "audit"
+    gateway = await start_gateway(config, "g1", tmp_path)
+    try:
+        async with grpc.aio.insecure_channel(gateway.address) as channel:
+            call = agency_pb2_grpc.AgencyServiceStub(channel).Submit(
+                agency_pb2.SubmitRequest(text="ship it", constraints_json='{"action": "ship"}'), timeout=30
+            )
+            waiting = asyncio.ensure_future(call)
+            deadline = time.monotonic() + 20
+            while not any(  # the gateway's log (read without its lock): the agent was called
+                r.event_type == "agent.dispatch" for _, r in WalLogReader(audit_dir).records()
+            ):
+                assert time.monotonic() < deadline and not waiting.done(), "the task was not dispatched"
+                await asyncio.sleep(0.05)
+            gateway.proc.send_signal(signal.SIGKILL)
+            await gateway.proc.wait()
+            with pytest.raises(grpc.aio.AioRpcError):
+                await waiting
+    finally:
+        await gateway.stop()
+    assert list(open_tasks(r for _, r in WalLogReader(audit_dir).records()))  # cut off, open
+
+    again = await start_gateway(config, "g1", tmp_path)  # opening the log recovers it
+    assert await again.stop() == 0, again.output()
+    records = [r for _, r in WalLogReader(audit_dir).records()]
+    assert not open_tasks(records)
+    interrupted = [r for r in records if r.event_type == "task.interrupted"]
+    assert len(interrupted) == 1 and "found open when the log was opened" in interrupted[0].detail["reason"]
+    assert verify_path(audit_dir).ok
