@@ -145,7 +145,8 @@ async def test_a_gateway_serves_again_by_itself_after_redis_restarts(
                 await load.completes(20, within=15)
                 recovered_in = time.monotonic() - back
                 print(
-                    f"[{persistence}] SERVING {serving_in:.2f} s, 20 more tasks {recovered_in:.2f} s after Redis returned"
+                    f"[{persistence}] after Redis returned: SERVING in {serving_in:.2f} s, "
+                    f"20 more tasks in {recovered_in:.2f} s"
                 )
             finally:
                 await load.stop()
