@@ -23,9 +23,10 @@ from .detectors import AgentResult, Detectors, SourcedOutput
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
+from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
-from .smf import Provenance, SMFMessage, utcnow
+from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, utcnow
 from .tasks import TaskRecord, TaskStep
 
 __all__ = ["AttemptFailed", "Dispatcher", "brief", "decision_detail", "envelope"]
@@ -57,8 +58,12 @@ class Dispatcher:
         deadline_factor: float,
         audit: Audit,
         clock: Callable[[], datetime] = utcnow,
+        scorer: ReliabilityScorer | None = None,
+        time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
     ) -> None:
         self._clock = clock
+        self._scorer: ReliabilityScorer = scorer or WeightedReliabilityScorer()
+        self._time_critical_domains = frozenset(d.lower() for d in time_critical_domains)
         self._catalog = catalog
         self._agents = agents
         self._router = router
@@ -88,7 +93,7 @@ class Dispatcher:
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
-    ) -> tuple[Any, float, Provenance, datetime]:
+    ) -> tuple[Any, float | None, Provenance, datetime | None]:
         """One call of one agent; every way it can go wrong becomes a :class:`AttemptFailed`."""
         key = cursor.agent
         try:
@@ -159,9 +164,25 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            domain, critical = self._time_critical(run, contract.tags, contract.time_critical, key)
             try:
                 contract.check_output(reply.output)
-                result = envelope(run, "gateway", reply.output, sender=key, reply=reply)
+                if critical and reply.freshness_ttl is None:
+                    raise InvalidInput.single(
+                        "metadata.freshness_ttl",
+                        f"required: {critical} is time-critical",
+                        what=f"answer of {key}",
+                    )
+                reliability = self._reliability(run, key, reply)
+                result = envelope(
+                    run,
+                    "gateway",
+                    reply.output,
+                    sender=key,
+                    reply=reply,
+                    provenance=Provenance(source=reliability.source, reliability_score=reliability.score),
+                    domain=domain,
+                )
             except InvalidInput as exc:
                 raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
             success = True
@@ -191,11 +212,43 @@ class Dispatcher:
             run,
             AuditEventType.AGENT_RESULT,
             "success",
-            {"step": step.name, "duration_ms": round(elapsed, 3), "message": brief(result)},
+            {
+                "step": step.name,
+                "duration_ms": round(elapsed, 3),
+                "message": brief(result),
+                "reliability": reliability.model_dump(mode="json"),
+            },
             agent=key,
         )
         meta = result.metadata
         return reply.output, meta.confidence_score, meta.provenance, result.expires_at()
+
+    def _time_critical(
+        self, run: TaskRecord, tags: list[str], contract_critical: bool, key: str
+    ) -> tuple[str, str]:
+        """The answer's domain (a contract tag that is a time-critical domain) and, when the
+        answer must carry a freshness TTL, what made it time-critical ('' when nothing did)."""
+        domain = next((t for t in tags if t.lower() in self._time_critical_domains), "")
+        if contract_critical:
+            return domain, f"contract {key}"
+        if run.goal is not None and run.goal.time_critical:
+            return domain, f"goal {run.goal.id}"
+        return domain, f"the domain {domain!r}" if domain else ""
+
+    def _reliability(self, run: TaskRecord, key: str, reply: AgentReply) -> ReliabilityParts:
+        """The computed reliability of ``reply`` (the agent's own score kept as ``claimed``)."""
+        now = self._clock()
+        age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
+        ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
+        known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
+        return self._scorer.score(
+            reply.provenance.source if reply.provenance is not None else key,
+            output=reply.output,
+            age_seconds=age,
+            freshness_ttl=ttl,
+            known=known,
+            claimed=reply.provenance.reliability_score if reply.provenance is not None else None,
+        )
 
     async def _circuit(self, run: TaskRecord, agent: str, reached: bool) -> None:
         old = self._breaker.state(agent)
@@ -239,17 +292,21 @@ def envelope(
     *,
     sender: str = "gateway",
     reply: AgentReply | None = None,
+    provenance: Provenance | None = None,
+    domain: str = "",
 ) -> SMFMessage:
-    """The SMF message for one hop, validated (an invalid one raises InvalidInput)."""
-    provenance = run.last_source
-    confidence = run.request.confidence_score
-    ttl = run.request.freshness_ttl
-    trace = [run.goal.id] if run.goal else []
+    """The SMF message for one hop, validated (an invalid one raises InvalidInput).
+
+    A gateway message carries the latest source's provenance; an answer carries
+    ``provenance`` (its computed reliability). The intention trace is the anchored goal's
+    id, or the task's id for a task without a goal (the trace is never empty).
+    """
+    confidence: float | None = run.request.confidence_score
+    ttl: float | None = run.request.freshness_ttl
+    trace = [run.goal.id] if run.goal else [run.request.task_id]
     extra: dict[str, Any] = {}
     if reply is not None:
-        provenance = reply.provenance or Provenance(
-            source=sender, reliability_score=provenance.reliability_score
-        )
+        provenance = provenance or reply.provenance or Provenance(source=sender, reliability_score=0.5)
         confidence = reply.confidence_score
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else ttl
         trace = reply.intention_trace if reply.intention_trace is not None else trace
@@ -263,10 +320,11 @@ def envelope(
             "content": content,
             "trace_id": run.trace_id,
             "metadata": {
-                "provenance": provenance,  # a validated Provenance: taken as is, not dumped and re-read
+                "provenance": provenance or run.last_source,  # validated: taken as is
                 "freshness_ttl": ttl,
                 "confidence_score": confidence,
                 "intention_trace": trace,
+                "domain": domain,
             },
         },
         what="SMF message",

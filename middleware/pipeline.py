@@ -40,6 +40,7 @@ from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, Stage
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
+from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
 from .smf import new_trace_id, utcnow
@@ -93,6 +94,7 @@ class Agency:
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
         monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
+        scorer: Computes answers' reliability (default: weighted, from ``config.reliability``).
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Agency:
         breaker: CircuitBreaker | None = None,
         monitor: FailureMonitor | None = None,
         alerts: AlertSink | None = None,
+        scorer: ReliabilityScorer | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -137,6 +140,8 @@ class Agency:
             deadline_factor=self.config.deadline_factor,
             audit=self._audit,
             clock=clock,
+            scorer=scorer or WeightedReliabilityScorer(self.config.reliability),
+            time_critical_domains=frozenset(self.config.time_critical_domains),
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 

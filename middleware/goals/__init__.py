@@ -12,7 +12,7 @@ Goals are kept in a :class:`GoalStore` and linted before they go live (:mod:`.li
 from .checks import CheckRegistry, CheckResult, RegisteredCheck
 from .goal_store import GoalStore
 from .memory_goal_store import MemoryGoalStore
-from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict, TargetCapability
+from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVerdict, TargetCapability
 from .sentences import SentenceError, coerce_step, parse_step_sentence
 from .steps import (
     STEP_KINDS,
@@ -42,6 +42,7 @@ __all__ = [
     "GoalStage",
     "GoalStore",
     "GoalVerdict",
+    "IntentionScope",
     "JsonPathStep",
     "JsonSchemaStep",
     "LengthStep",
