@@ -16,6 +16,7 @@ from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVe
 from .sentences import SentenceError, coerce_step, parse_step_sentence
 from .steps import (
     STEP_KINDS,
+    AllOfStep,
     ContainsStep,
     CustomStep,
     EveryItemStep,
@@ -33,6 +34,7 @@ from .verifier import StagedVerifier, Verifier, text_of, verify_goal
 
 __all__ = [
     "STEP_KINDS",
+    "AllOfStep",
     "CheckRegistry",
     "CheckResult",
     "ContainsStep",
