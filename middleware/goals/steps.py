@@ -47,9 +47,9 @@ from ..jsonpath import JsonPath, JsonPathError
 
 __all__ = [
     "COMPARISONS",
-    "AllOfStep",
     "JSON_PATH_OPS",
     "STEP_KINDS",
+    "AllOfStep",
     "ContainsStep",
     "CustomStep",
     "EveryItemStep",
