@@ -23,6 +23,7 @@ from .detectors import AgentResult, Detectors, SourcedOutput
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
+from .intake import ANCHOR_ACTION, Intake
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
@@ -103,7 +104,7 @@ class Dispatcher:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
         _check_inputs_fresh(run, step, self._clock())
-        payload = {**run.request.input, **run.outputs, **step.input, **extra}
+        payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
         try:
             contract.check_input(payload)
         except ContractViolation as exc:
@@ -183,6 +184,8 @@ class Dispatcher:
                     provenance=Provenance(source=reliability.source, reliability_score=reliability.score),
                     domain=domain,
                 )
+                if ANCHOR_ACTION in contract.can_do:
+                    _take_intake(run, reply.output, key)
             except InvalidInput as exc:
                 raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
             success = True
@@ -241,6 +244,8 @@ class Dispatcher:
         age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
         known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
+        if run.context:
+            known.append(Testimony(source="context", output=run.context))
         return self._scorer.score(
             reply.provenance.source if reply.provenance is not None else key,
             output=reply.output,
@@ -261,6 +266,16 @@ class Dispatcher:
                 {"from": old.value, "to": changed.value, "open_seconds": self._breaker.config.open_seconds},
                 agent=agent,
             )
+
+
+def _take_intake(run: TaskRecord, output: Any, key: str) -> None:
+    """An intake agent's answer: its context joins the task's; the goal it names is anchored
+    by the pipeline once the step is done (InvalidInput when it is not an :class:`Intake`)."""
+    intake = Intake.parse(output, what=f"intake of {key}")
+    run.intent = intake.intent
+    run.language = intake.language or run.language
+    run.context.update(intake.context)
+    run.anchor_goal = intake.goal_id
 
 
 def _check_inputs_fresh(run: TaskRecord, step: TaskStep, now: datetime) -> None:

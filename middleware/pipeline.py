@@ -32,7 +32,7 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput
+from .errors import AgencyError, InvalidInput
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -362,7 +362,43 @@ class Agency:
                 provenance=provenance,
                 fresh_until=fresh_until,
             )
+            if run.anchor_goal:
+                refused = await self._anchor(run, step.name, cursor.agent)
+                if refused is not None:
+                    return refused
             return await self._verify_stage(run, step.name, output)
+
+    async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
+        """Anchor the goal an intake agent named (see ``middleware.intake``)."""
+        goal_id, run.anchor_goal = run.anchor_goal, ""
+        if run.goal is not None:
+            return None  # the client anchored one already: it stays
+        try:
+            goal = self.get_goal(goal_id)
+            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
+        except AgencyError as exc:
+            event = run.failure_event(
+                FailureType.SCHEMA_VIOLATION, step, agent, 1, [], f"{agent} anchored {goal_id}: {exc}"
+            )
+            resolution = await self._resolve(run, event)
+            cursor = StepCursor(agent="", fallbacks=[])
+            await self._executor.apply(resolution, event, cursor, run)
+            return await self._stop(run, cursor)
+        run.goal = goal
+        await self._audit(
+            run,
+            AuditEventType.GOAL_ANCHORED,
+            "anchored",
+            {
+                "goal": goal.model_dump(mode="json"),
+                "by": agent,
+                "intent": run.intent,
+                "language": run.language,
+                "context": run.context,
+            },
+            agent=agent,
+        )
+        return None
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""

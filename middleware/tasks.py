@@ -251,6 +251,14 @@ class TaskRecord(Model):
     reason: str = ""
     last_index: int = 0
     last_source: Provenance
+    intent: str = Field(default="", description="The user's intent, as an intake agent extracted it.")
+    language: str = Field(default="", description="The user's language (zh, en ...), for replies.")
+    context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Context extracted by an intake agent (or carried over from the session); every "
+        "agent's input holds it.",
+    )
+    anchor_goal: str = Field(default="", description="A goal an intake agent asked to anchor (transient).")
     active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
     rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
     transitions: list[Transition] = Field(default_factory=list)
@@ -353,6 +361,9 @@ class TaskRecord(Model):
             "user_id": self.request.user_id,
             "session_id": self.request.session_id,
             "input": self.request.input,
+            "intent": self.intent,
+            "language": self.language,
+            "context": self.context,
             "goal": self.goal.model_dump(mode="json") if self.goal else None,
             "state": self.state.value,
             "outputs": self.outputs,
