@@ -120,7 +120,11 @@ CONTRACTS = [
         can_do=["extract_intent", "anchor_goal"],
         cannot_do=["issue_refund", "cancel_order"],
         description="L1: reads the user's sentence, anchors the goal, collects the context.",
-        input_schema={"type": "object", "required": ["user_id"], "properties": {"user_id": {"type": "string"}}},
+        input_schema={
+            "type": "object",
+            "required": ["user_id"],
+            "properties": {"user_id": {"type": "string"}},
+        },
         output_schema={
             "type": "object",
             "required": ["intent", "context"],

@@ -36,8 +36,12 @@ def detect_language(text: str) -> str:
 class Intake(Model):
     """What an intake (greeting) agent extracted from the user's sentence."""
 
-    intent: str = Field(min_length=1, max_length=128, description="The user's intent, e.g. warranty_replacement.")
-    goal_id: str = Field(default="", max_length=64, description="The registered goal to anchor (empty: none).")
+    intent: str = Field(
+        min_length=1, max_length=128, description="The user's intent, e.g. warranty_replacement."
+    )
+    goal_id: str = Field(
+        default="", max_length=64, description="The registered goal to anchor (empty: none)."
+    )
     context: dict[str, Any] = Field(
         default_factory=dict, description="Facts the later agents need (user_id, device_model ...)."
     )

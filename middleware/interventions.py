@@ -16,7 +16,6 @@ A task stops in ``input_required`` for one of three reasons, each a structured
 from __future__ import annotations
 
 import re
-
 from datetime import datetime
 from typing import Any, Literal
 
