@@ -80,6 +80,12 @@ class AgencyConfig(Model):
         max_length=100,
         description="Domains (contract tags, SMF metadata.domain) whose messages must carry a freshness_ttl.",
     )
+    session_ttl_seconds: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        le=400 * 24 * 3600,
+        description="How long a session's conversation state lives after its last change (seconds).",
+    )
     reliability: ReliabilityConfig = Field(
         default_factory=ReliabilityConfig,
         description="How answers' reliability_score is computed: authority table and weights.",

@@ -50,6 +50,7 @@ __all__ = [
     "demo_agents",
     "failing_claim_request",
     "refused_request",
+    "tracking_request",
     "warranty_request",
 ]
 
@@ -342,6 +343,21 @@ def _express(request: AgentRequest) -> AgentReply:
 
 
 def _logistics(request: AgentRequest) -> AgentReply:
+    """Tracks the shipment the session already knows of; quotes freight when asked to (or
+    when it knows of none: the answer that drifts from a replacement goal)."""
+    shipping = request.input.get("shipping")
+    asks_freight = re.search(r"运费|邮费|freight|postage", request.text, re.I)
+    if isinstance(shipping, dict) and shipping.get("tracking_number") and not asks_freight:
+        return AgentReply(
+            output={
+                "tracking_number": shipping["tracking_number"],
+                "order_id": (request.input.get("order") or {}).get("order_id", ""),
+                "status": "in_transit",
+                "estimated_delivery": shipping.get("estimated_delivery", ""),
+            },
+            freshness_ttl=600,
+            provenance=Provenance(source="express_api", reliability_score=0.9),
+        )
     return AgentReply(
         output={"freight_quote": "standard parcel", "freight_fee": 12.0, "currency": "CNY"},
         freshness_ttl=600,
@@ -441,6 +457,17 @@ def failing_claim_request(kind: str = "accidental", session_id: str = "") -> Tas
         session_id=session_id,
         input={"user_id": user, "device": device},
         steps=list(WARRANTY_STEPS),
+    )
+
+
+def tracking_request(session_id: str = "s_demo") -> TaskRequest:
+    """A later question of the same session: the order and the shipment are not asked again."""
+    return TaskRequest(
+        text="我的新手机到哪了？",
+        user_id="u_789",
+        session_id=session_id,
+        input={"user_id": "u_789"},
+        steps=[TaskStep(name="track", action="track_shipment")],
     )
 
 

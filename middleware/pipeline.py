@@ -32,17 +32,20 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import AgencyError, InvalidInput
+from .errors import AgencyError, InvalidInput, PermissionDenied
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
+from .session_memory import remember
+from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
 from .task_store import TaskStore
 from .tasks import (
@@ -95,6 +98,7 @@ class Agency:
         monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
         scorer: Computes answers' reliability (default: weighted, from ``config.reliability``).
+        sessions: Conversation state by session id (default: in memory, ``config.session_ttl_seconds``).
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class Agency:
         monitor: FailureMonitor | None = None,
         alerts: AlertSink | None = None,
         scorer: ReliabilityScorer | None = None,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -127,6 +132,7 @@ class Agency:
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.verifier = verifier if verifier is not None else Verifier()
         self.tasks: TaskStore = tasks or MemoryTaskStore()
+        self.sessions: SessionStore = sessions or MemorySessionStore(ttl_s=self.config.session_ttl_seconds)
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
@@ -232,6 +238,8 @@ class Agency:
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
         run.client = client
+        if req.session_id:  # a later task of a conversation starts with what the earlier ones found
+            await self._recall(run)
         if goal is not None:
             try:
                 StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
@@ -624,7 +632,29 @@ class Agency:
             await self._monitor(run)
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        if run.request.session_id:
+            await remember(self.sessions, run)
         return run.outcome()
+
+    async def _recall(self, run: TaskRecord) -> None:
+        """Seed ``run`` with its session's context (PermissionDenied: another client's session)."""
+        state = await self.sessions.get(run.request.session_id)
+        if state is None:
+            return
+        try:
+            authorize_session(state, run.client)
+        except PermissionDenied as exc:
+            await self._record(
+                AuditEventType.MESSAGE_REJECTED,
+                outcome="rejected",
+                rule="session_owner",
+                task_id=run.task_id,
+                session=run.request.session_id,
+                detail={"reason": str(exc)},
+            )
+            raise
+        run.context = state.context()
+        run.intent, run.language = state.intent_id, state.language
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
@@ -756,3 +786,4 @@ class Agency:
         await self.agents.aclose()
         await self.audit.close()
         await self.tasks.close()
+        await self.sessions.close()
