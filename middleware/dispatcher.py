@@ -19,7 +19,9 @@ from .agents import AgentRegistry, AgentReply, AgentRequest, call_agent
 from .audit.record import AuditEventType
 from .catalog import Catalog
 from .circuit_breaker import CircuitBreaker
+from .contracts import CapabilityContract
 from .detectors import AgentResult, Detectors, SourcedOutput
+from .drift import Answer, IntentJudge, RuleBasedIntentJudge, judge_all
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
@@ -61,7 +63,11 @@ class Dispatcher:
         clock: Callable[[], datetime] = utcnow,
         scorer: ReliabilityScorer | None = None,
         time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
+        intent_judges: list[IntentJudge] | None = None,
     ) -> None:
+        self._judges: list[IntentJudge] = (
+            list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
+        )
         self._clock = clock
         self._scorer: ReliabilityScorer = scorer or WeightedReliabilityScorer()
         self._time_critical_domains = frozenset(d.lower() for d in time_critical_domains)
@@ -210,6 +216,8 @@ class Dispatcher:
                 else None
             )
             raise AttemptFailed(found.type, found.detail, held, **found.context)
+        if run.goal is not None and run.goal.intention_scope is not None and self._judges:
+            await self._judge_intent(run, step, contract, key, reply, result)
         run.last_source = result.metadata.provenance
         await self._audit(
             run,
@@ -225,6 +233,48 @@ class Dispatcher:
         )
         meta = result.metadata
         return reply.output, meta.confidence_score, meta.provenance, result.expires_at()
+
+    async def _judge_intent(
+        self,
+        run: TaskRecord,
+        step: TaskStep,
+        contract: CapabilityContract,
+        key: str,
+        reply: AgentReply,
+        result: SMFMessage,
+    ) -> None:
+        """INTENT_DRIFT when the answer is outside the goal's intention scope (``middleware.drift``)."""
+        assert run.goal is not None
+        routed = run.routing[-1].get("constraints", {}) if run.routing else {}
+        answer = Answer(
+            goal=run.goal,
+            step=step.name,
+            action=step.action or str(routed.get("action") or ""),
+            agent=key,
+            agent_tags=contract.tags,
+            agent_actions=contract.can_do,
+            output=reply.output,
+            text=step.text or run.request.text,
+        )
+        drift = await judge_all(self._judges, answer)
+        if drift is None:
+            return
+        held = {
+            "step": step.name,
+            "agent": key,
+            "output": reply.output,
+            "confidence": reply.confidence_score,
+            "provenance": result.metadata.provenance.model_dump(),
+        }
+        raise AttemptFailed(
+            FailureType.INTENT_DRIFT,
+            drift.reason,
+            held,
+            judge=drift.judge,
+            evidence=drift.evidence,
+            goal_id=run.goal.id,
+            intention_trace=result.metadata.intention_trace,
+        )
 
     def _time_critical(
         self, run: TaskRecord, tags: list[str], contract_critical: bool, key: str

@@ -32,6 +32,7 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
+from .drift import IntentJudge
 from .errors import AgencyError, InvalidInput, PermissionDenied
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
@@ -99,6 +100,8 @@ class Agency:
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
         scorer: Computes answers' reliability (default: weighted, from ``config.reliability``).
         sessions: Conversation state by session id (default: in memory, ``config.session_ttl_seconds``).
+        intent_judges: Judge answers against a goal's intention scope, in order (default: the
+            rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Agency:
         alerts: AlertSink | None = None,
         scorer: ReliabilityScorer | None = None,
         sessions: SessionStore | None = None,
+        intent_judges: list[IntentJudge] | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -148,6 +152,7 @@ class Agency:
             clock=clock,
             scorer=scorer or WeightedReliabilityScorer(self.config.reliability),
             time_critical_domains=frozenset(self.config.time_critical_domains),
+            intent_judges=intent_judges,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
