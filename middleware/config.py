@@ -80,6 +80,12 @@ class AgencyConfig(Model):
         max_length=100,
         description="Domains (contract tags, SMF metadata.domain) whose messages must carry a freshness_ttl.",
     )
+    sla_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        le=86_400,
+        description="The SLA of a task's handling time for the KPIs (the seed: 3 s).",
+    )
     session_ttl_seconds: float = Field(
         default=24 * 3600.0,
         gt=0,
