@@ -32,22 +32,26 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from .agents import AgentReply, AgentRequest
+from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .goals import GoalAssertion, GoalStage, IntentionScope
 from .intake import detect_language
 from .pipeline import Agency
+from .reliability import ReliabilityConfig
 from .smf import Provenance
 from .tasks import TaskRequest, TaskStep
 from .testing import Hang, ScriptedAgent
 
 __all__ = [
     "CONTRACTS",
+    "DEMO_RELIABILITY",
     "SEED_VERIFICATION_STEPS",
     "WARRANTY_GOAL",
     "WARRANTY_STEPS",
     "build_demo_agency",
     "demo_agent",
     "demo_agents",
+    "demo_config",
     "failing_claim_request",
     "refused_request",
     "tracking_request",
@@ -87,6 +91,25 @@ WARRANTY_GOAL = GoalAssertion(
         forbidden_fields=["freight_quote", "freight_fee"],
     ),
 )
+
+#: The authority of the scenario's sources (the definition file's ``agency.reliability``).
+DEMO_RELIABILITY = ReliabilityConfig(
+    authority={
+        "warranty_db": 0.95,
+        "orders_db": 0.95,
+        "express_api": 0.85,
+        "greeting_agent": 0.8,
+        "freight_tariffs": 0.7,
+        "blog:*": 0.4,
+    },
+    default_authority=0.5,
+)
+
+
+def demo_config() -> AgencyConfig:
+    """The scenario's core configuration (its authority table)."""
+    return AgencyConfig(reliability=DEMO_RELIABILITY)
+
 
 #: The steps of a warranty request: the orchestrator's plan (the pipeline runs it).
 WARRANTY_STEPS = [
@@ -423,7 +446,7 @@ def demo_agents() -> dict[str, Any]:
 
 async def build_demo_agency(agency: Agency | None = None) -> Agency:
     """Register the scenario's contracts, agents and goal on ``agency`` (or a new one)."""
-    agency = agency or Agency()
+    agency = agency or Agency(config=demo_config())
     agents = demo_agents()
     for contract in CONTRACTS:
         await agency.register(contract, agents[contract.key])

@@ -257,7 +257,10 @@ class Agency:
                 )
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
-        await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
+        submitted: dict[str, Any] = {"text": req.text}
+        if run.context:  # what the session already knew: the agents are not asked for it again
+            submitted["session_context"] = sorted(run.context)
+        await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", submitted)
         message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
         await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
         if goal:
