@@ -331,7 +331,10 @@ def _order(request: AgentRequest) -> AgentReply:
 
 def _warranty(request: AgentRequest) -> AgentReply:
     data = request.input
-    purchase = date.fromisoformat(data["order"]["purchase_date"])
+    # the order system's date when the order step ran, else what the user said
+    order = data.get("order") if isinstance(data.get("order"), dict) else {}
+    known = order.get("purchase_date") or data.get("purchase_date")
+    purchase = date.fromisoformat(known) if known else _today()
     months = _months_between(purchase, _today())
     accidental = bool(data.get("accidental", False))
     covered = months <= 12 and not accidental and data.get("fault_type") == "screen_shattered"
