@@ -294,7 +294,10 @@ class Agency:
             )
             if stopped is not None:
                 return stopped
-        return await self._verify(run)
+        verified = await self._verify(run)
+        if verified is None:  # the goal failed and its policy retries: redo the last step
+            return await self._run(run)
+        return verified
 
     async def _run_step(
         self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
@@ -442,7 +445,7 @@ class Agency:
         staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
         return staged
 
-    async def _verify(self, run: TaskRecord) -> Outcome:
+    async def _verify(self, run: TaskRecord) -> Outcome | None:
         await self._transition(run, TaskState.VERIFYING)
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
@@ -458,14 +461,26 @@ class Agency:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
         return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
 
-    async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
-        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
+    async def _goal_unmet(
+        self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any
+    ) -> Outcome | None:
+        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event.
+
+        ``None`` when its resolution is a retry (``failure_policies.GOAL_UNMET.resolution:
+        retry``): the step whose output failed is run again (routed afresh).
+        """
         event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
-        cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run)
+        cursor = StepCursor(agent=event.agent, fallbacks=[])
+        directive = await self._executor.apply(resolution, event, cursor, run)
         names = [s.name for s in self._steps(run)]
         run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
+        if directive is Directive.RETRY and step in names:
+            record = run.step_record(step)
+            if record is not None:
+                record.status = "pending"
+            await self._transition(run, TaskState.ROUTING)
+            return None
         return await self._stop(run, cursor, output=output, verdict=verdict)
 
     async def _goal_timeout(self, run: TaskRecord) -> Outcome:

@@ -328,7 +328,9 @@ class TaskRecord(Model):
             context["manual_pending"] = [s.step for s in verdict.manual_steps]
         record = self.step_record(step)
         agent = record.agent if record is not None else ""  # the agent whose output failed
-        return self.failure_event(FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
+        # the how-many-th time this step's output failed the goal (a retry policy counts these)
+        attempt = 1 + sum(1 for f in self.failures if f.type is FailureType.GOAL_UNMET and f.step == step)
+        return self.failure_event(FailureType.GOAL_UNMET, step, agent, attempt, [], detail, context)
 
     def complete_step(
         self,
