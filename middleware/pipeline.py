@@ -141,6 +141,7 @@ class Agency:
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
@@ -272,12 +273,16 @@ class Agency:
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
         started = time.perf_counter()
+        begun = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None):
+            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None) as deadline:
+                # a goal an intake agent anchors later is timed from the segment's start too
+                self._deadlines[run.task_id] = (deadline, begun)
                 return await work
         except TimeoutError:
             return await self._goal_timeout(run)
         finally:
+            self._deadlines.pop(run.task_id, None)
             run.active_ms += (time.perf_counter() - started) * 1000
             await self._flush_audit(run)
 
@@ -404,6 +409,9 @@ class Agency:
             await self._executor.apply(resolution, event, cursor, run)
             return await self._stop(run, cursor)
         run.goal = goal
+        timing = self._deadlines.get(run.task_id)
+        if timing is not None and timing[0].when() is None:
+            timing[0].reschedule(timing[1] + goal.timeout_seconds)
         await self._audit(
             run,
             AuditEventType.GOAL_ANCHORED,

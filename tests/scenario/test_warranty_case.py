@@ -92,3 +92,53 @@ async def test_reliability_is_computed_not_inherited():
         == results["warranty_agent@2.1.0"]["message"]["metadata"]["provenance"]["reliability_score"]
     )
     await agency.close()
+
+
+async def test_a_goal_anchored_by_the_intake_agent_bounds_the_task_in_time():
+    from middleware.testing import Hang, ScriptedAgent
+
+    agency = Agency()
+    agency.register_goal(
+        {
+            "id": "GOAL_QUICK_001",
+            "description": "quick",
+            "verification_steps": ["output contains x"],
+            "timeout_seconds": 1,
+        }
+    )
+    intake = {"intent": "quick", "goal_id": "GOAL_QUICK_001", "context": {"user_id": "u"}}
+    await agency.register(
+        {"name": "greeter", "can_do": ["extract_intent", "anchor_goal"]}, ScriptedAgent(intake)
+    )
+    await agency.register(
+        {"name": "slow", "can_do": ["work"], "slo_latency_ms": 60_000}, ScriptedAgent(Hang())
+    )
+    outcome = await agency.submit(
+        {
+            "text": "hi",
+            "steps": [{"name": "intake", "action": "extract_intent"}, {"name": "w", "action": "work"}],
+        }
+    )
+    assert outcome.goal_id == "GOAL_QUICK_001"
+    assert outcome.failures[-1].type is FailureType.GOAL_TIMEOUT
+
+
+async def test_only_a_contract_that_may_anchor_goals_anchors_one():
+    from middleware.testing import ScriptedAgent
+
+    agency = Agency()
+    agency.register_goal(
+        {"id": "GOAL_QUICK_001", "description": "quick", "verification_steps": ["output contains x"]}
+    )
+    intake = {"intent": "quick", "goal_id": "GOAL_QUICK_001", "context": {"user_id": "u"}}
+    await agency.register({"name": "greeter", "can_do": ["extract_intent"]}, ScriptedAgent(intake))
+    outcome = await agency.submit({"text": "hi", "steps": [{"name": "intake", "action": "extract_intent"}]})
+    assert outcome.state is TaskState.COMPLETED and outcome.goal_id == ""
+    # an intake agent that anchors an unknown goal is a typed failure
+    await agency.register(
+        {"name": "greeter2", "can_do": ["greet", "anchor_goal"]},
+        ScriptedAgent({"intent": "x", "goal_id": "GOAL_NOPE_001"}),
+    )
+    outcome = await agency.submit({"text": "hi", "steps": [{"name": "intake", "action": "greet"}]})
+    assert outcome.failures[0].type is FailureType.SCHEMA_VIOLATION
+    assert "GOAL_NOPE_001" in outcome.failures[0].detail
