@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from middleware import Agency, AgentReply, FailureType, InvalidInput, SMFMessage, TaskState
+from middleware import Agency, AgentReply, FailureType, InvalidInput, SMFMessage, TaskState, reliability
 from middleware.audit import MemoryAuditLog
 from middleware.config import AgencyConfig
-from middleware import reliability
 from middleware.reliability import ReliabilityConfig, WeightedReliabilityScorer
 from middleware.smf import Provenance, freshness_problem
 from middleware.testing import ScriptedAgent
