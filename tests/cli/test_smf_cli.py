@@ -202,3 +202,12 @@ def test_smf_validate_console_script_with_file_option(tmp_path):
         [script, "--file", write(tmp_path, "bad.json", bad)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 1 and "intention_trace" in proc.stdout
+
+
+def test_the_example_messages(capsys):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "smf"
+    assert main(["smf", "validate", str(examples / "minimal.json")]) == 0
+    assert main(["smf", "validate", str(examples / "logistics-without-ttl.json")]) == 1
+    assert "[ttl-required]" in capsys.readouterr().out
