@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from test_catalog_authz import As, Gateway, denied, gateway  # noqa: F401 - the fixture
 
-from test_catalog_authz import As, Gateway, denied, gateway  # noqa: E402, F401 - the fixture
-
-from middleware._proto.agency.v1 import agency_pb2  # noqa: E402
+from middleware._proto.agency.v1 import agency_pb2
 
 
 def _submit(text: str, session: str) -> agency_pb2.SubmitRequest:
