@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,11 +19,13 @@ class MemorySessionStore:
 
     Args:
         ttl_s: How long a state lives after its last save.
+        max_sessions: Sessions kept at most; past it the least recently saved go first.
     """
 
-    def __init__(self, *, ttl_s: float = DEFAULT_SESSION_TTL_S) -> None:
+    def __init__(self, *, ttl_s: float = DEFAULT_SESSION_TTL_S, max_sessions: int = 100_000) -> None:
         self.ttl_s = ttl_s
-        self._states: dict[str, tuple[float, str]] = {}  # id -> (expires at, JSON)
+        self.max_sessions = max_sessions
+        self._states: OrderedDict[str, tuple[float, str]] = OrderedDict()  # id -> (expires at, JSON)
         self._locks: dict[str, asyncio.Lock] = {}
 
     async def get(self, session_id: str) -> ConversationState | None:
@@ -35,7 +38,10 @@ class MemorySessionStore:
         return ConversationState.model_validate_json(held[1])  # a copy: callers may change theirs
 
     async def save(self, state: ConversationState) -> None:
+        self._states.pop(state.session_id, None)  # the most recently saved is last
         self._states[state.session_id] = (time.monotonic() + self.ttl_s, state.model_dump_json())
+        while len(self._states) > self.max_sessions:
+            self._states.popitem(last=False)
 
     @asynccontextmanager
     async def lock(self, session_id: str, *, wait_s: float = 5.0) -> AsyncIterator[None]:

@@ -17,6 +17,7 @@ when it is created, claimed and stopped. A task waiting for input continues with
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -61,6 +62,8 @@ from .tasks import (
 )
 
 __all__ = ["Agency"]
+
+log = logging.getLogger("agency.pipeline")
 
 Sleeper = Callable[[float], Awaitable[None]]
 
@@ -664,7 +667,14 @@ class Agency:
         run.updated_at = utcnow()
         await self.tasks.save(run)
         if run.request.session_id:
-            await remember(self.sessions, run)
+            try:
+                await remember(self.sessions, run)
+            except Exception:  # the outcome stands; only the conversation memory is behind
+                log.exception(
+                    "session %s: conversation state not updated after task %s",
+                    run.request.session_id,
+                    run.task_id,
+                )
         return run.outcome()
 
     async def _recall(self, run: TaskRecord) -> None:

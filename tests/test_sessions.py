@@ -130,3 +130,23 @@ async def test_concurrent_tasks_of_one_session_both_leave_their_mark(redis_clien
     state = await store.get("s_both")
     assert sorted(state.task_ids) == sorted([a.task_id, b.task_id])
     await agency.close()
+
+
+async def test_the_memory_store_keeps_at_most_max_sessions():
+    store = MemorySessionStore(max_sessions=2)
+    for name in ("a", "b", "c"):
+        await store.save(ConversationState(session_id=name))
+    assert await store.get("a") is None
+    assert (await store.get("c")).session_id == "c"
+
+
+async def test_a_session_store_that_fails_does_not_lose_the_outcome(caplog):
+    class Broken(MemorySessionStore):
+        async def save(self, state: ConversationState) -> None:
+            raise ConnectionError("store down")
+
+    agency = await build_demo_agency(Agency(sleep=no_sleep, sessions=Broken()))
+    outcome = await agency.submit(warranty_request("s_broken"))
+    assert outcome.state is TaskState.COMPLETED
+    assert "conversation state not updated" in caplog.text
+    await agency.close()
