@@ -52,6 +52,7 @@ __all__ = [
     "demo_agent",
     "demo_agents",
     "demo_config",
+    "drifting_request",
     "failing_claim_request",
     "refused_request",
     "tracking_request",
@@ -494,6 +495,17 @@ def tracking_request(session_id: str = "s_demo") -> TaskRequest:
         session_id=session_id,
         input={"user_id": "u_789"},
         steps=[TaskStep(name="track", action="track_shipment")],
+    )
+
+
+def drifting_request() -> TaskRequest:
+    """A plan with a step the warranty goal is not about: the logistics agent's freight quote
+    is INTENT_DRIFT (the seed's section 4.4 example)."""
+    return TaskRequest(
+        text="我上周买的手机屏幕碎了，要换新，运费多少？",
+        user_id="u_789",
+        input={"user_id": "u_789", "device": "fp_7f3a"},
+        steps=[*WARRANTY_STEPS[:3], TaskStep(name="freight", action="quote_freight")],
     )
 
 

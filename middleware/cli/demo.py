@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..audit import AuditRecord, WalAuditLog
+from ..kpi import compute_kpis
 from ..pipeline import Agency
 from ..router import RoutingWeights
 from ..tasks import Outcome, TaskRequest
+from .report import render
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,14 +47,25 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _scenarios() -> list[tuple[str, TaskRequest, str]]:
-    from ..demo import failing_claim_request, refused_request, tracking_request, warranty_request
+    from ..demo import (
+        drifting_request,
+        failing_claim_request,
+        refused_request,
+        tracking_request,
+        warranty_request,
+    )
 
     return [
         ("1. The seed's request: a shattered screen, a replacement", warranty_request("s_demo"), "completed"),
         ("2. Later, in the same session: where is my phone?", tracking_request("s_demo"), "completed"),
         ("3. A claim for accidental damage", failing_claim_request("accidental"), "input_required"),
         ("4. A claim 14 months after the purchase", failing_claim_request("expired"), "input_required"),
-        ("5. A request no contract allows", refused_request(), "rejected"),
+        (
+            "5. A plan that drifts: a freight quote for a replacement goal",
+            drifting_request(),
+            "input_required",
+        ),
+        ("6. A request no contract allows", refused_request(), "rejected"),
     ]
 
 
@@ -80,6 +93,8 @@ async def run_demo(data_dir: Path | None, *, as_json: bool = False, out: TextIO)
         weights = agency.router.weights
         for (title, request, _), outcome in zip(_scenarios(), outcomes, strict=True):
             _tell(out, title, request, outcome, [r for r in records if r.task_id == outcome.task_id], weights)
+        out.write("\n== The seed's section 4.4 measures over these tasks (agency report) ==\n")
+        render(compute_kpis(records), out)
         out.write(
             f"\nAudit log: {audit.location} ({len(records)} records, hash-chained, signed checkpoints)\n"
         )
@@ -193,10 +208,12 @@ def _tell(
     if o.pending.get("kind") == "human_handover":
         w(f"\nHanded over to a person: {o.pending['blocking_point']['detail']}\n")
         w(f"Suggested reply: {o.pending['suggested_reply']}\n")
+    why = o.failures[-1].type.value if o.failures else ""
     verdict_text = {
         "completed": "COMPLETED",
         "rejected": "REJECTED before any agent ran",
-        "input_required": "GOAL FAILED: waiting for a person (INPUT_REQUIRED)",
+        "input_required": ("INTENT DRIFT" if why == "INTENT_DRIFT" else "GOAL FAILED")
+        + ": waiting for a person (INPUT_REQUIRED)",
     }.get(o.state.value, o.state.value)
     if o.state.value == "rejected":
         w(f"\nWhy: {o.reason}\n")

@@ -43,6 +43,10 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path):
     assert "14 months ago, more than 12" in text
     assert text.count("GOAL FAILED: waiting for a person") == 2
     assert "Suggested reply: 您好" in text
+    # a freight quote for a replacement goal is intent drift; the §4.4 measures close the story
+    assert "INTENT_DRIFT on logistics_agent@1.0.0" in text and "INTENT DRIFT: waiting for a person" in text
+    assert "Intent-drift rate:        16.7% (1/6)" in text
+    assert "First-contact resolution: 33.3% (2/6)" in text
     assert "COMPLETED" in text
     assert "contract says it cannot do stock_prediction" in text
     assert "REJECTED before any agent ran" in text
@@ -50,7 +54,7 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path):
     assert any(p.stat().st_size > 0 for p in (tmp_path / "audit" / "demo").glob("*.wal"))
     # each trace's timeline command, and it works
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("agency trace show")]
-    assert len(commands) == 5 and all(c.endswith(f"--data-dir {tmp_path}") for c in commands)
+    assert len(commands) == 6 and all(c.endswith(f"--data-dir {tmp_path}") for c in commands)
     assert main(commands[0].split()[1:]) == 0
 
 
@@ -67,7 +71,14 @@ async def test_demo_json_output(tmp_path):
     out = io.StringIO()
     assert await run_demo(tmp_path, as_json=True, out=out) == 0
     states = [o["state"] for o in json.loads(out.getvalue())]
-    assert states == ["completed", "completed", "input_required", "input_required", "rejected"]
+    assert states == [
+        "completed",
+        "completed",
+        "input_required",
+        "input_required",
+        "input_required",
+        "rejected",
+    ]
 
 
 def test_help_lists_commands(capsys):
