@@ -172,6 +172,7 @@ class Dispatcher:
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
             domain, critical = self._time_critical(run, contract.tags, contract.time_critical, key)
+            anchors = ANCHOR_ACTION in contract.can_do
             try:
                 contract.check_output(reply.output)
                 if critical and reply.freshness_ttl is None:
@@ -180,6 +181,10 @@ class Dispatcher:
                         f"required: {critical} is time-critical",
                         what=f"answer of {key}",
                     )
+                intake = Intake.parse(reply.output, what=f"intake of {key}") if anchors else None
+                if intake is not None and intake.goal_id and reply.intention_trace is None:
+                    # the answer serves the goal it anchors
+                    reply = reply.model_copy(update={"intention_trace": [intake.goal_id]})
                 reliability = self._reliability(run, key, reply)
                 result = envelope(
                     run,
@@ -190,8 +195,8 @@ class Dispatcher:
                     provenance=Provenance(source=reliability.source, reliability_score=reliability.score),
                     domain=domain,
                 )
-                if ANCHOR_ACTION in contract.can_do:
-                    _take_intake(run, reply.output, key)
+                if intake is not None:
+                    _take_intake(run, intake)
             except InvalidInput as exc:
                 raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
             success = True
@@ -318,10 +323,9 @@ class Dispatcher:
             )
 
 
-def _take_intake(run: TaskRecord, output: Any, key: str) -> None:
+def _take_intake(run: TaskRecord, intake: Intake) -> None:
     """An intake agent's answer: its context joins the task's; the goal it names is anchored
-    by the pipeline once the step is done (InvalidInput when it is not an :class:`Intake`)."""
-    intake = Intake.parse(output, what=f"intake of {key}")
+    by the pipeline once the step is done."""
     run.intent = intake.intent
     run.language = intake.language or run.language
     run.context.update(intake.context)
