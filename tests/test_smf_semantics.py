@@ -144,3 +144,14 @@ async def test_the_audit_record_holds_the_computed_score_and_the_claim_beside_it
     assert second["source"] == "b@1.0.0" and second["claimed"] is None
     assert second["consistency"] == 0.0 and second["disagreeing"] == ["vip"]
     assert outcome.steps[1].provenance.source == "b@1.0.0"
+
+
+def test_the_built_in_scorer_and_judges_implement_their_protocols():
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from middleware.drift import IntentJudge, LangChainIntentJudge, RuleBasedIntentJudge
+    from middleware.reliability import ReliabilityScorer
+
+    assert isinstance(WeightedReliabilityScorer(), ReliabilityScorer)
+    assert isinstance(RuleBasedIntentJudge(), IntentJudge)
+    assert isinstance(LangChainIntentJudge(FakeListChatModel(responses=["{}"])), IntentJudge)
