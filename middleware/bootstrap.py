@@ -39,11 +39,16 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     on_redis_error = metrics.redis_error if metrics is not None else None
     storage = definition.storage
     tasks = None
+    sessions = None
     if storage.backend == "redis":  # task state shared by replicas: resume on any of them
+        from .redis_session_store import RedisSessionStore
         from .redis_task_store import RedisTaskStore
 
         tasks = RedisTaskStore.from_url(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+        )
+        sessions = RedisSessionStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
         )
     # catalog and routing stats shared by replicas too (under key_prefix)
     catalog, stats = open_backends(
@@ -56,6 +61,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         tasks=tasks,
+        sessions=sessions,
         catalog=catalog,
         router=Router(catalog, stats=stats),
     )

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .audit.log import AuditLog
 from .audit.record import AuditEventType, AuditRecord
+from .kpi import DEFAULT_SLA_SECONDS, KpiMetrics
 
 __all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics"]
 
@@ -54,9 +55,13 @@ _OBSERVED = frozenset(
 class Metrics:
     """Every metric Agency Middleware exports, registered on one registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, sla_seconds: float = DEFAULT_SLA_SECONDS
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        #: The seed's section 4.4 measures (first-contact resolution, handling time ...).
+        self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
         self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
         self.routing = Counter(
             "agency_routing_decisions_total",
@@ -152,6 +157,7 @@ class Metrics:
         """Count one audit append that took ``seconds`` until durable, and observe its record."""
         self.audit_append_latency.observe(seconds)
         self._child(self.audit_appends, record.event_type).inc()
+        self.kpis.observe(record)
         self.observe(record)
 
     def background_error(self, loop: str) -> None:

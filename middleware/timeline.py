@@ -100,7 +100,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
         task_id=task_id,
         trace_id=first.trace_id,
         user=first.actors.user,
-        goal_id=first.goal_id,
+        goal_id=next((r.goal_id for r in records if r.goal_id), ""),  # an intake agent anchors it later
         node=first.node,
         records=len(records),
     )

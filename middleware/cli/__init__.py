@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "middleware.cli.serve",
     "middleware.cli.demo",
     "middleware.cli.trace",
+    "middleware.cli.report",
     "middleware.cli.health",
     "middleware.cli.config",
     "middleware.cli.audit",

@@ -148,7 +148,7 @@ async def serve(
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
-    metrics = Metrics()
+    metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
     interceptors: list[grpc.aio.ServerInterceptor] = []

@@ -168,6 +168,7 @@ async def test_remote_agent_maps_status_codes(gateway):
                     "provenance": {"source": "user", "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )
@@ -312,6 +313,7 @@ async def test_a_reply_keeps_its_smf_metadata_across_the_wire(gateway):
                     "provenance": {"source": "user", "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )
