@@ -30,6 +30,7 @@ from .detectors import DetectorConfig
 from .errors import InvalidInput
 from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
+from .limits import TaskLimits
 
 __all__ = [
     "ENV_VARIABLES",
@@ -73,6 +74,9 @@ class AgencyConfig(Model):
         default_factory=DetectorConfig, description="Hedging words, policy rules, compared facts."
     )
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Failure-rate review flags.")
+    limits: TaskLimits = Field(
+        default_factory=TaskLimits, description="Steps per task, bytes per agent answer and per outcome."
+    )
 
     @field_validator("failure_policies")
     @classmethod

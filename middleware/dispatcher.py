@@ -23,6 +23,7 @@ from .detectors import AgentResult, Detectors, SourcedOutput
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
+from .limits import json_size
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
 from .smf import Provenance, SMFMessage, utcnow
@@ -57,8 +58,10 @@ class Dispatcher:
         deadline_factor: float,
         audit: Audit,
         clock: Callable[[], datetime] = utcnow,
+        max_output_bytes: int | None = None,
     ) -> None:
         self._clock = clock
+        self._max_output_bytes = max_output_bytes
         self._catalog = catalog
         self._agents = agents
         self._router = router
@@ -159,6 +162,15 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            limit = self._max_output_bytes
+            size = json_size(reply.output) if limit is not None else 0
+            if limit is not None and size > limit:
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered {size} bytes of JSON, more than limits.max_output_bytes ({limit})",
+                    direction="output",
+                    limit="max_output_bytes",
+                )
             try:
                 contract.check_output(reply.output)
                 result = envelope(run, "gateway", reply.output, sender=key, reply=reply)

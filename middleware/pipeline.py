@@ -137,6 +137,7 @@ class Agency:
             deadline_factor=self.config.deadline_factor,
             audit=self._audit,
             clock=clock,
+            max_output_bytes=self.config.limits.max_output_bytes,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -221,6 +222,11 @@ class Agency:
         """
         try:
             req = TaskRequest.parse(request, what="task request")
+            limit = self.config.limits.max_steps_per_task
+            if len(req.steps) > limit:  # refused before anything runs (limits.max_steps_per_task)
+                raise InvalidInput.single(
+                    "steps", f"{len(req.steps)} steps, more than limits.max_steps_per_task ({limit})"
+                )
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
@@ -570,6 +576,16 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
+        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        limit = self.config.limits.max_outcome_bytes
+        if size > limit:  # a typed end the client can receive, not a response too big to send
+            state, run.output, run.pending = TaskState.FAILED, None, {}
+            for step in run.steps:
+                step.output = None
+            run.reason = reason = (
+                f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); "
+                "its outputs are left out"
+            )
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)

@@ -11,7 +11,7 @@ from .._model import parse_model
 from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
-from ..errors import InvalidInput, Problem
+from ..errors import InvalidInput, Problem, ResourceExhausted
 from ..router import RoutingDecision
 from ..tasks import Outcome
 
@@ -27,6 +27,9 @@ __all__ = [
     "task_from_pb",
 ]
 
+
+#: The largest message the gateway receives or sends (gRPC's default is 4 MiB).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 #: Deeper JSON is refused at the boundary (deep nesting exhausts recursion further in).
 MAX_JSON_DEPTH = 64
@@ -262,7 +265,7 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
                 for s in o.goal_verdict.steps
             ],
         )
-    return agency_pb2.Outcome(
+    pb = agency_pb2.Outcome(
         task_id=o.task_id,
         trace_id=o.trace_id,
         state=o.state.value,
@@ -291,3 +294,10 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
         audit_index=o.audit_index,
         outcome_json=o.model_dump_json(),
     )
+    size = pb.ByteSize()
+    if size > MAX_MESSAGE_BYTES:  # the core bounds outcomes (limits.max_outcome_bytes): a net
+        raise ResourceExhausted(
+            f"the outcome of task {o.task_id} is {size} bytes, more than a response may carry "
+            f"({MAX_MESSAGE_BYTES}); lower agency.limits.max_outcome_bytes"
+        )
+    return pb

@@ -27,14 +27,14 @@ from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
 from .auth import TokenAuthInterceptor
 from .catalog_servicer import CatalogServicer
+from .convert import MAX_MESSAGE_BYTES
 from .decode import DecodeGuardInterceptor
 from .goal_servicer import GoalServicer
 from .message_servicer import add_message_service
 from .tls import add_port
 
-__all__ = ["GrpcServer", "build_server"]
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class GrpcServer:
