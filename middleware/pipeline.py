@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from .access import Principal, authorize_task
+from .access import Principal, authorize_task, refusal_record
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import AuditEventType
@@ -32,7 +32,7 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput
+from .errors import InvalidInput, PermissionDenied
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -469,7 +469,7 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
+            await self._authorize_task(caller, run, "AgencyService/Resume")
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -517,10 +517,20 @@ class Agency:
         if not task_id:
             raise InvalidInput.single("task_id", "required")
         run = await self.tasks.get(task_id)
-        authorize_task(caller, run.client, operation="AgencyService/GetTask", task_id=task_id)
+        await self._authorize_task(caller, run, "AgencyService/GetTask")
         return run.outcome()
 
     # ------------------------------------------------------------------ helpers
+    async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
+        """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
+        try:
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+        except PermissionDenied as exc:
+            record = refusal_record(exc, node=self.config.node_id)
+            ids = {"task_id": run.task_id, "trace_id": run.trace_id}
+            await self.audit.append(record.model_copy(update=ids))
+            raise
+
     async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:
         run.failures.append(event)
         await self._audit(
