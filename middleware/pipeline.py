@@ -199,7 +199,7 @@ class Agency:
         await self._record(
             AuditEventType.MESSAGE_REJECTED,
             outcome="rejected",
-            rule="smf_validation",
+            rule="request_validation",  # a client's input, not an SMF message between agents
             detail={"what": error.what, "problems": [str(p) for p in error.problems]},
         )
 
