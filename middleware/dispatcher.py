@@ -162,8 +162,15 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            try:
+                size = json_size(reply.output)
+            except ValueError as exc:  # NaN, Infinity, a lone surrogate: the log could not hold it
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered what JSON cannot hold: {exc}",
+                    direction="output",
+                ) from None
             limit = self._max_output_bytes
-            size = json_size(reply.output) if limit is not None else 0
             if limit is not None and size > limit:
                 raise AttemptFailed(
                     FailureType.SCHEMA_VIOLATION,

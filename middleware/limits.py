@@ -28,12 +28,20 @@ __all__ = ["MiB", "TaskLimits", "json_size"]
 
 MiB = 1024 * 1024
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
 
 
 def json_size(value: Any) -> int:
-    """The size in UTF-8 bytes of ``value`` as JSON (what the audit log and clients get)."""
-    return len(_ENCODER.encode(value).encode("utf-8", "surrogatepass"))
+    """The size in UTF-8 bytes of ``value`` as JSON (what the audit log and clients get).
+
+    Raises:
+        ValueError: ``value`` holds what JSON cannot: ``NaN``/``Infinity``, or a string with
+            a lone UTF-16 surrogate (no UTF-8 text holds one).
+    """
+    try:
+        return len(_ENCODER.encode(value).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("a string holds a lone UTF-16 surrogate") from None
 
 
 class TaskLimits(Model):

@@ -133,3 +133,14 @@ def test_limits_are_definition_file_settings() -> None:
     with pytest.raises(InvalidInput) as info:
         AgencyDefinition.parse({"agency": {"limits": {"max_output_bytes": 4 * MiB}}})
     assert info.value.field.startswith("agency.limits")
+
+
+@pytest.mark.parametrize("output", [{"a": "\ud800"}, {"a": float("nan")}, [float("-inf")]])
+async def test_an_answer_json_cannot_hold_is_a_typed_failure_not_a_crash(output: object) -> None:
+    """A lone surrogate crashed the task (the log could not write it); NaN was logged as null."""
+    agency = Agency(sleep=no_sleep)
+    await agency.register(contract("odd", "odd"), lambda r: output)
+    outcome = await agency.submit({"text": "odd", "steps": [{"name": "a", "action": "odd"}]})
+    assert outcome.state is not TaskState.COMPLETED and outcome.output is None
+    assert outcome.failures[0].type is FailureType.SCHEMA_VIOLATION
+    assert "answered what JSON cannot hold" in outcome.failures[0].detail
