@@ -159,3 +159,26 @@ def test_the_one_decoder_refuses_and_keeps_what_json_has() -> None:
         "f": "\u00e9",
         "n": 1e308,
     }
+
+
+@pytest.mark.parametrize("ttl", [float("nan"), float("inf"), 1e300])
+async def test_an_agents_freshness_ttl_must_be_a_date_away(ttl: float) -> None:
+    """A worker's ``InvokeResult.freshness_ttl`` of infinity (or 1e300) crashed the task with an
+    OverflowError (INTERNAL); it is a typed failure of that attempt now."""
+    from middleware import Agency, AgentReply
+
+    with pytest.raises(InvalidInput) as info:
+        AgentReply.parse({"output": 1, "freshness_ttl": ttl})
+    assert info.value.field == "freshness_ttl"
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    agency = Agency(sleep=no_sleep)
+
+    def agent(request: object) -> AgentReply:
+        return AgentReply(output={"a": 1}, freshness_ttl=ttl)
+
+    await agency.register({"name": "c", "version": "1.0.0", "can_do": ["x"], "slo_latency_ms": 1000}, agent)
+    outcome = await agency.submit({"text": "go", "steps": [{"name": "a", "action": "x"}]})
+    assert outcome.failures and outcome.output is None
