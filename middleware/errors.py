@@ -136,7 +136,9 @@ class AgencyError(Exception):
         super().__init__(shorten(message or self.default_message))
         if retryable is not None:
             self.retryable = retryable
-        self.details: dict[str, Any] = dict(details or {})
+        self.details: dict[str, Any] = {  # echoed values bounded as the message is
+            k: shorten(v, MAX_REASON_CHARS) if isinstance(v, str) else v for k, v in (details or {}).items()
+        }
 
     @property
     def message(self) -> str:

@@ -73,3 +73,10 @@ def test_errors_cut_echoed_values_where_they_are_made() -> None:
     assert len(many.message) <= 1100
     spaced = NotFound("word " * HUGE)  # long but made of short runs: cut as a whole
     assert len(spaced.message) <= 1100 and "chars in all" in spaced.message
+
+
+def test_error_details_are_bounded_too() -> None:
+    from middleware.errors import PermissionDenied
+
+    err = PermissionDenied("no", details={"target": "n" * HUGE, "retry_after_ms": 5})
+    assert len(err.details["target"]) < 400 and err.details["retry_after_ms"] == 5
