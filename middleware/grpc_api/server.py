@@ -37,7 +37,6 @@ from .tls import add_port
 __all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
 
 
-
 class GrpcServer:
     """A running (or ready to run) gRPC server bound to one address.
 
