@@ -586,16 +586,7 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
-        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
-        limit = self.config.limits.max_outcome_bytes
-        if size > limit:  # a typed end the client can receive, not a response too big to send
-            state, run.output, run.pending = TaskState.FAILED, None, {}
-            for step in run.steps:
-                step.output = None
-            run.reason = reason = (
-                f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); "
-                "its outputs are left out"
-            )
+        state, reason = self._bound_outcome(run, state, reason)
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
@@ -610,6 +601,22 @@ class Agency:
         run.updated_at = utcnow()
         await self.tasks.save(run)
         return run.outcome()
+
+    def _bound_outcome(self, run: TaskRecord, state: TaskState, reason: str) -> tuple[TaskState, str]:
+        """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
+        ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
+        can receive, not a response too big to send)."""
+        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        limit = self.config.limits.max_outcome_bytes
+        if size <= limit:
+            return state, reason
+        run.output, run.pending = None, {}
+        for step in run.steps:
+            step.output = None
+        run.reason = (
+            f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); its outputs are left out"
+        )
+        return TaskState.FAILED, run.reason
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
