@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import grpc
@@ -35,6 +36,8 @@ from .message_servicer import add_message_service
 from .tls import add_port
 
 __all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
+
+log = logging.getLogger("agency.grpc")
 
 
 class GrpcServer:
@@ -77,7 +80,10 @@ class GrpcServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         if self.refusals is not None:  # the counts of refusals not yet summed up
-            await self.refusals.flush()
+            try:
+                await self.refusals.flush()
+            except Exception:  # the rest of the shutdown must go on (the audit log may be down)
+                log.exception("could not audit the last refused calls' counts")
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
