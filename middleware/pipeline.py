@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +32,7 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput, PermissionDenied
+from .errors import InvalidInput, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -73,6 +73,17 @@ def _results(done: list[asyncio.Future[int]]) -> list[int]:
         if not f.cancelled():
             f.exception()
     return [f.result() for f in done]
+
+
+#: Problems one rejection record lists (a request with thousands of bad fields is one record).
+MAX_AUDITED_PROBLEMS = 100
+
+
+def _listed(problems: Sequence[Problem]) -> list[str]:
+    listed = [str(p) for p in problems[:MAX_AUDITED_PROBLEMS]]
+    if len(problems) > MAX_AUDITED_PROBLEMS:
+        listed.append(f"... and {len(problems) - MAX_AUDITED_PROBLEMS} more problems")
+    return listed
 
 
 class Agency:
@@ -200,7 +211,7 @@ class Agency:
             AuditEventType.MESSAGE_REJECTED,
             outcome="rejected",
             rule="request_validation",  # a client's input, not an SMF message between agents
-            detail={"what": error.what, "problems": [str(p) for p in error.problems]},
+            detail={"what": error.what, "problems": _listed(error.problems)},
         )
 
     # ------------------------------------------------------------------ routing

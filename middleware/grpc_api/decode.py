@@ -31,6 +31,8 @@ from .status import rpc
 __all__ = ["DecodeGuardInterceptor", "is_malformed", "value_problems"]
 
 _FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
+#: Enough problems to say what is wrong: a request with more stops being walked.
+MAX_PROBLEMS = 100
 
 #: Text that may hold what JSON has not (a surrogate escape, NaN, Infinity, an overflowing
 #: exponent); only such ``*_json`` text is parsed here, the rest once, by the servicer.
@@ -39,29 +41,32 @@ _SUSPECT_JSON = re.compile(r"\\u[dD][89abcdefABCDEF]|NaN|Infinity|[eE][+]?0*\d{3
 
 def value_problems(message: Message, prefix: str = "") -> list[Problem]:
     """Every field of ``message`` (nested and repeated ones too) holding a value no request
-    may carry: a non-finite float, or ``*_json`` text JSON does not allow."""
+    may carry: a non-finite float, or ``*_json`` text JSON does not allow (at most
+    :data:`MAX_PROBLEMS` of them)."""
     problems: list[Problem] = []
     for field, value in message.ListFields():
         name = f"{prefix}{field.name}"
         items = list(enumerate(value)) if field.is_repeated else [(-1, value)]
-        if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if field.message_type.GetOptions().map_entry:
-                continue  # no request has a map of messages or floats today
-            for i, item in items:
-                problems += value_problems(item, f"{name}[{i}]." if i >= 0 else f"{name}.")
-        elif field.type in _FLOATS:
-            for i, item in items:
+        for i, item in items:
+            if len(problems) >= MAX_PROBLEMS:
+                return problems[:MAX_PROBLEMS]
+            where = f"{name}[{i}]" if i >= 0 else name
+            if field.type == FieldDescriptor.TYPE_MESSAGE:
+                if not field.message_type.GetOptions().map_entry:  # no request has a map of those
+                    problems += value_problems(item, f"{where}.")
+            elif field.type in _FLOATS:
                 if not math.isfinite(item):
-                    where = f"{name}[{i}]" if i >= 0 else name
                     problems.append(Problem(where, f"must be a finite number, not {item}"))
-        elif field.type == FieldDescriptor.TYPE_STRING and field.name.endswith("_json"):
-            for i, item in items:
-                if _SUSPECT_JSON.search(item):
-                    try:
-                        loads(item, f"{name}[{i}]" if i >= 0 else name)
-                    except InvalidInput as exc:
-                        problems += exc.problems
-    return problems
+            elif (
+                field.type == FieldDescriptor.TYPE_STRING
+                and field.name.endswith("_json")
+                and _SUSPECT_JSON.search(item)
+            ):
+                try:
+                    loads(item, where)
+                except InvalidInput as exc:
+                    problems += exc.problems
+    return problems[:MAX_PROBLEMS]
 
 
 Reject = Callable[[InvalidInput], Awaitable[None]]

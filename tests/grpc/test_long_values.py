@@ -80,3 +80,20 @@ def test_error_details_are_bounded_too() -> None:
 
     err = PermissionDenied("no", details={"target": "n" * HUGE, "retry_after_ms": 5})
     assert len(err.details["target"]) < 400 and err.details["retry_after_ms"] == 5
+
+
+async def test_thousands_of_bad_fields_make_one_bounded_rejection_record(grpc_gateway) -> None:
+    agency, channel, _ = grpc_gateway
+    stub = agency_pb2_grpc.AgencyServiceStub(channel)
+    for steps in (
+        [agency_pb2.TaskStep(name="s", input_json='{"a": NaN}') for _ in range(5000)],  # the transport
+        [agency_pb2.TaskStep(name="") for _ in range(200)],  # the core: 200 bad step names
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Submit(agency_pb2.SubmitRequest(text="x", steps=steps))
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    records = [r for _, r in agency.audit.records() if r.rule == "request_validation"]
+    assert len(records) == 2
+    assert all(len(r.detail["problems"]) <= 101 for r in records)
+    assert len(records[0].detail["problems"]) == 100  # the walk stops at 100 problems
+    assert records[1].detail["problems"][-1] == "... and 100 more problems"
