@@ -95,12 +95,12 @@ class RefusalAggregator:
         if window is not None and now - window.started < self._interval:
             window.count += 1
             return
-        if window is not None:  # its interval is over: sum it up before opening the next
-            del self._windows[key]
+        # a new interval (the table changes before any await: concurrent refusals count in it)
+        fresh = _Window(started=now, first_at=utcnow(), operation=operation, why=error.message)
+        self._windows[key] = fresh
+        if window is not None:  # the interval that is over is summed up first
             await self._summary(key, window)
-        window = _Window(started=now, first_at=utcnow(), operation=operation, why=error.message)
-        self._windows[key] = window
-        await self._append(self._record(key, window, count=1, summary=False))
+        await self._append(self._record(key, fresh, count=1, summary=False))
 
     async def flush(self) -> None:
         """Record the count of every open interval (call when the gateway stops)."""
@@ -109,8 +109,9 @@ class RefusalAggregator:
     async def _sweep(self, now: float, *, everything: bool) -> None:
         self._swept = now
         done = [k for k, w in self._windows.items() if everything or now - w.started >= self._interval]
-        for key in done:
-            await self._summary(key, self._windows.pop(key))
+        closed = [(key, self._windows.pop(key)) for key in done]  # before any await
+        for key, window in closed:
+            await self._summary(key, window)
 
     async def _summary(self, key: tuple[str, str], window: _Window) -> None:
         if window.count > 0:
