@@ -8,7 +8,7 @@ audited like any other input refused at the boundary.
 
 A request that decodes is then checked for values no field may hold, whatever the RPC:
 a ``NaN`` or infinite ``double``/``float`` (no range check can hold for them), and in a
-``*_json`` field a ``NaN``/``Infinity`` or a lone UTF-16 surrogate (see
+``*_json`` field a ``NaN``/``Infinity``, a lone UTF-16 surrogate or nesting too deep (see
 :func:`.convert.loads`, the one JSON decoder of request fields). Each is refused naming
 the field (``steps[2].input_json``, ``message.metadata.confidence_score``) and audited.
 """
@@ -25,7 +25,7 @@ from google.protobuf.descriptor import FieldDescriptor  # type: ignore[import-un
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
 from ..errors import InvalidInput, Problem
-from .convert import loads
+from .convert import MAX_JSON_DEPTH, loads
 from .status import rpc
 
 __all__ = ["DecodeGuardInterceptor", "is_malformed", "value_problems"]
@@ -60,7 +60,7 @@ def value_problems(message: Message, prefix: str = "") -> list[Problem]:
             elif (
                 field.type == FieldDescriptor.TYPE_STRING
                 and field.name.endswith("_json")
-                and _SUSPECT_JSON.search(item)
+                and (_SUSPECT_JSON.search(item) or item.count("[") + item.count("{") > MAX_JSON_DEPTH)
             ):
                 try:
                     loads(item, where)

@@ -77,9 +77,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[grpc.Chan
 
 
 def _call(
-    served: tuple[grpc.Channel, str], method: str, payload: bytes, *, stream_timeout: float = 0.3
+    served: tuple[grpc.Channel, str],
+    method: str,
+    payload: bytes,
+    *,
+    stream_timeout: float = 0.3,
+    fields: list[str] | None = None,
+    details: list[str] | None = None,
 ) -> grpc.StatusCode:
-    """Call ``method`` with raw bytes (no client-side validation); the status it ends with."""
+    """Call ``method`` with raw bytes (no client-side validation); the status it ends with
+    (``fields`` gets the ``agency-field`` of an INVALID_ARGUMENT, ``details`` the message)."""
     ch, token = served
     metadata = (("authorization", f"Bearer {token}"),) if "MessageService" in method else ()
     streaming = METHODS[method].server_streaming
@@ -91,6 +98,8 @@ def _call(
             ch.unary_unary(method)(payload, timeout=2 if method.endswith("/Pull") else 15, metadata=metadata)
     except grpc.RpcError as err:
         code = err.code()
+        if details is not None:
+            details.append(err.details() or "")
         if streaming and code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return grpc.StatusCode.OK
         if method.endswith("/Pull") and code is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -99,6 +108,8 @@ def _call(
         assert code is not grpc.StatusCode.DATA_LOSS, f"{method}: the audit log stopped verifying"
         if code is grpc.StatusCode.INVALID_ARGUMENT:
             md = dict(err.trailing_metadata() or ())
+            if fields is not None:
+                fields.append(str(md.get("agency-field", "")))
             assert md.get("agency-reason") in {"INVALID_INPUT", "SCHEMA_VIOLATION"}, (method, md)
         return code
     return grpc.StatusCode.OK
@@ -185,15 +196,21 @@ def test_what_json_has_not_huge_values_and_non_finite_floats(
         name = ".".join(f.name + ("[0]" if f.is_repeated else "") for f in path)
         if field.type == FieldDescriptor.TYPE_STRING and field.name.endswith("_json"):
             for i, text in enumerate(HOSTILE_JSON):
-                code = _call(served, method, _with(method, path, text))
-                if i < REFUSED_JSON:  # JSON has not these: refused whatever the RPC
+                named: list[str] = []
+                code = _call(served, method, _with(method, path, text), fields=named)
+                if i < REFUSED_JSON:  # JSON has not these: refused naming the field, whatever the RPC
                     assert code is grpc.StatusCode.INVALID_ARGUMENT, (method, name, text[:40], code)
+                    assert named == [name], (method, name, text[:40], named)
         elif field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
             for value in (float("nan"), float("inf"), float("-inf")):
-                code = _call(served, method, _with(method, path, value))
+                named = []
+                code = _call(served, method, _with(method, path, value), fields=named)
                 assert code is grpc.StatusCode.INVALID_ARGUMENT, (method, name, value, code)
-        elif field.type == FieldDescriptor.TYPE_STRING:
-            _call(served, method, _with(method, path, HUGE_TEXT))
+                assert named == [name], (method, name, value, named)
+        elif field.type == FieldDescriptor.TYPE_STRING:  # refused or not, never echoed whole
+            said: list[str] = []
+            _call(served, method, _with(method, path, HUGE_TEXT), details=said)
+            assert all(len(d) < 2048 and "metadata size" not in d for d in said), (method, name, said)
 
 
 def test_huge_step_lists_are_refused_before_anything_runs(served: tuple[grpc.Channel, str]) -> None:
