@@ -30,6 +30,7 @@ from .detectors import DetectorConfig
 from .errors import InvalidInput
 from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
+from .limits import TaskLimits
 from .reliability import ReliabilityConfig
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS
 
@@ -95,6 +96,9 @@ class AgencyConfig(Model):
     reliability: ReliabilityConfig = Field(
         default_factory=ReliabilityConfig,
         description="How answers' reliability_score is computed: authority table and weights.",
+    )
+    limits: TaskLimits = Field(
+        default_factory=TaskLimits, description="Steps per task, bytes per agent answer and per outcome."
     )
 
     @field_validator("failure_policies")

@@ -26,6 +26,7 @@ from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, 
 from .executor import StepCursor
 from .failures import FailureType
 from .intake import ANCHOR_ACTION, Intake
+from .limits import json_size
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
@@ -64,6 +65,7 @@ class Dispatcher:
         scorer: ReliabilityScorer | None = None,
         time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
         intent_judges: list[IntentJudge] | None = None,
+        max_output_bytes: int | None = None,
     ) -> None:
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
@@ -71,6 +73,7 @@ class Dispatcher:
         self._clock = clock
         self._scorer: ReliabilityScorer = scorer or WeightedReliabilityScorer()
         self._time_critical_domains = frozenset(d.lower() for d in time_critical_domains)
+        self._max_output_bytes = max_output_bytes
         self._catalog = catalog
         self._agents = agents
         self._router = router
@@ -173,6 +176,22 @@ class Dispatcher:
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
             domain, critical = self._time_critical(run, contract.tags, contract.time_critical, key)
             anchors = ANCHOR_ACTION in contract.can_do
+            try:
+                size = json_size(reply.output)
+            except ValueError as exc:  # NaN, Infinity, a lone surrogate: the log could not hold it
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered what JSON cannot hold: {exc}",
+                    direction="output",
+                ) from None
+            limit = self._max_output_bytes
+            if limit is not None and size > limit:
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered {size} bytes of JSON, more than limits.max_output_bytes ({limit})",
+                    direction="output",
+                    limit="max_output_bytes",
+                )
             try:
                 contract.check_output(reply.output)
                 if critical and reply.freshness_ttl is None:

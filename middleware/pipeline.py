@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .access import Principal, authorize_task
+from .access import Principal, authorize_task, refusal_record
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import AuditEventType
@@ -34,7 +34,7 @@ from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .drift import IntentJudge
-from .errors import AgencyError, InvalidInput, PermissionDenied
+from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -88,6 +88,17 @@ def _results(done: list[asyncio.Future[int]]) -> list[int]:
         if not f.cancelled():
             f.exception()
     return [f.result() for f in done]
+
+
+#: Problems one rejection record lists (a request with thousands of bad fields is one record).
+MAX_AUDITED_PROBLEMS = 100
+
+
+def _listed(problems: Sequence[Problem]) -> list[str]:
+    listed = [str(p) for p in problems[:MAX_AUDITED_PROBLEMS]]
+    if len(problems) > MAX_AUDITED_PROBLEMS:
+        listed.append(f"... and {len(problems) - MAX_AUDITED_PROBLEMS} more problems")
+    return listed
 
 
 class Agency:
@@ -165,6 +176,7 @@ class Agency:
             scorer=scorer or WeightedReliabilityScorer(self.config.reliability),
             time_critical_domains=frozenset(self.config.time_critical_domains),
             intent_judges=intent_judges,
+            max_output_bytes=self.config.limits.max_output_bytes,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -226,8 +238,8 @@ class Agency:
         await self._record(
             AuditEventType.MESSAGE_REJECTED,
             outcome="rejected",
-            rule="smf_validation",
-            detail={"what": error.what, "problems": [str(p) for p in error.problems]},
+            rule="request_validation",  # a client's input, not an SMF message between agents
+            detail={"what": error.what, "problems": _listed(error.problems)},
         )
 
     # ------------------------------------------------------------------ routing
@@ -249,6 +261,11 @@ class Agency:
         """
         try:
             req = TaskRequest.parse(request, what="task request")
+            limit = self.config.limits.max_steps_per_task
+            if len(req.steps) > limit:  # refused before anything runs (limits.max_steps_per_task)
+                raise InvalidInput.single(
+                    "steps", f"{len(req.steps)} steps, more than limits.max_steps_per_task ({limit})"
+                )
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
@@ -579,7 +596,7 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
+            await self._authorize_task(caller, run, "AgencyService/Resume")
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -636,10 +653,20 @@ class Agency:
         if not task_id:
             raise InvalidInput.single("task_id", "required")
         run = await self.tasks.get(task_id)
-        authorize_task(caller, run.client, operation="AgencyService/GetTask", task_id=task_id)
+        await self._authorize_task(caller, run, "AgencyService/GetTask")
         return run.outcome()
 
     # ------------------------------------------------------------------ helpers
+    async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
+        """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
+        try:
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+        except PermissionDenied as exc:
+            record = refusal_record(exc, node=self.config.node_id)
+            ids = {"task_id": run.task_id, "trace_id": run.trace_id}
+            await self.audit.append(record.model_copy(update=ids))
+            raise
+
     async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:
         run.failures.append(event)
         await self._audit(
@@ -695,6 +722,7 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
+        state, reason = self._bound_outcome(run, state, reason)
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
@@ -739,6 +767,22 @@ class Agency:
             raise
         run.context = state.context()
         run.intent, run.language = state.intent_id, state.language
+
+    def _bound_outcome(self, run: TaskRecord, state: TaskState, reason: str) -> tuple[TaskState, str]:
+        """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
+        ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
+        can receive, not a response too big to send)."""
+        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        limit = self.config.limits.max_outcome_bytes
+        if size <= limit:
+            return state, reason
+        run.output, run.pending = None, {}
+        for step in run.steps:
+            step.output = None
+        run.reason = (
+            f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); its outputs are left out"
+        )
+        return TaskState.FAILED, run.reason
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""

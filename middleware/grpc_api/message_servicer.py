@@ -150,7 +150,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
     async def Pull(
         self, request: messages_pb2.PullRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.PullResponse:
-        if request.wait_seconds < 0 or request.wait_seconds > 60:
+        if not 0 <= request.wait_seconds <= 60:  # NaN fails this too
             raise InvalidInput([Problem("wait_seconds", "must be between 0 and 60")])
         got = await self._po.pull(
             token_from(context),

@@ -4,7 +4,10 @@ Every servicer method is wrapped with :func:`rpc`. An :class:`AgencyError` abort
 the call with the mapped code, its message, and trailing metadata a client can read
 without parsing text: ``agency-reason`` (e.g. ``INVALID_INPUT``), ``agency-field``
 (the first offending field) and ``agency-problems`` (JSON list of
-``{"field", "reason"}``). Anything else is a bug: logged, returned as INTERNAL with
+``{"field", "reason"}``, at most :data:`MAX_PROBLEMS_TRAILER` characters: further problems
+are summed up in a last entry). Messages and problems are bounded where errors are made
+(:func:`middleware.errors.shorten`), so a refusal always fits the status and its metadata,
+however long the value it names. Anything else is a bug: logged, returned as INTERNAL with
 no internals leaked.
 """
 
@@ -58,12 +61,29 @@ def code_for(error: AgencyError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+#: Longest ``agency-problems`` value (gRPC refuses metadata over 16 KiB, and may over 8 KiB).
+MAX_PROBLEMS_TRAILER = 4096
+
+
+def _problems_trailer(error: InvalidInput) -> str:
+    listed: list[dict[str, str]] = []
+    size = 2
+    for i, p in enumerate(error.problems):
+        item = {"field": p.field, "reason": p.reason}
+        length = len(json.dumps(item, ensure_ascii=True)) + 1
+        if size + length > MAX_PROBLEMS_TRAILER - 100:
+            listed.append({"field": "", "reason": f"... and {len(error.problems) - i} more problems"})
+            break
+        listed.append(item)
+        size += length
+    return json.dumps(listed, ensure_ascii=True)
+
+
 def _trailers(error: AgencyError) -> tuple[tuple[str, str], ...]:
     md: list[tuple[str, str]] = [("agency-reason", error.reason)]
     if isinstance(error, InvalidInput):
         md.append(("agency-field", error.field))
-        problems = [{"field": p.field, "reason": p.reason} for p in error.problems]
-        md.append(("agency-problems", json.dumps(problems, ensure_ascii=True)))
+        md.append(("agency-problems", _problems_trailer(error)))
     retry_after = error.details.get("retry_after_ms")
     if retry_after is not None:
         md.append(("agency-retry-after-ms", str(retry_after)))

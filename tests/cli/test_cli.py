@@ -140,7 +140,9 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
         exposition = urllib.request.urlopen(metrics_url.group(1), timeout=10).read().decode()
         assert 'agency_tasks_total{state="rejected"} 1.0' in exposition
         assert 'agency_routing_decisions_total{outcome="refused"} 1.0' in exposition
-        assert "smf_validation_errors_total 1.0" in exposition
+        # a client's bad request is a refused request, not an SMF failure (issue 13, item 7)
+        assert "smf_validation_errors_total 0.0" in exposition
+        assert 'agency_requests_refused_total{reason="invalid_input"} 1.0' in exposition
         fsyncs = re.search(r"^agency_audit_fsync_duration_seconds_count (\S+)$", exposition, re.M)
         assert fsyncs and float(fsyncs.group(1)) > 0, "the audit log's fdatasyncs are measured"
         proc.send_signal(signal.SIGTERM)
@@ -151,7 +153,7 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
     assert proc.returncode == 0, err
     assert "stopped" in out
     errors = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
-    assert any(e["level"] == "ERROR" and "SMF validation failed" in e["message"] for e in errors), err
+    assert not any(e["level"] == "ERROR" for e in errors), err
     segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal")
     assert any(b'"node":"node-test"' in p.read_bytes() for p in segments)
 
