@@ -17,6 +17,7 @@ when it is created, claimed and stopped. A task waiting for input continues with
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -40,6 +41,8 @@ from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, Stage
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_task_store import MemoryTaskStore
+from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
+from .people.model import PersonRef
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
 from .smf import new_trace_id, utcnow
@@ -56,6 +59,8 @@ from .tasks import (
 )
 
 __all__ = ["Agency"]
+
+log = logging.getLogger("agency.pipeline")
 
 Sleeper = Callable[[float], Awaitable[None]]
 
@@ -93,6 +98,8 @@ class Agency:
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
         monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
+        approvals: Approval gates checked before each step's agent runs (default: none).
+        humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
     """
 
     def __init__(
@@ -112,6 +119,8 @@ class Agency:
         breaker: CircuitBreaker | None = None,
         monitor: FailureMonitor | None = None,
         alerts: AlertSink | None = None,
+        approvals: ApprovalGates | None = None,
+        humans: TaskObserver | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -127,6 +136,8 @@ class Agency:
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
+        self.approvals = approvals or ApprovalGates()
+        self.humans = humans
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
@@ -239,6 +250,7 @@ class Agency:
                 )
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
+        await self._tell_humans("task_started", run)
         await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
         message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
         await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
@@ -306,6 +318,11 @@ class Agency:
             {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
             agent=decision.chosen,
         )
+        if self.approvals and (gate := self.approvals.pending_for(run, step, decision.chosen)) is not None:
+            await self._audit(
+                run, AuditEventType.HUMAN_HANDOVER, "approval_required", gate, agent=decision.chosen
+            )
+            return await self._finish(run, TaskState.INPUT_REQUIRED, reason=str(gate["why"]), pending=gate)
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
         record = run.step_record(step.name)
         if record is None:
@@ -443,6 +460,7 @@ class Agency:
         answer: str | None = None,
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
+        person: PersonRef | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
 
@@ -451,9 +469,12 @@ class Agency:
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover: the human's :class:`HumanDecision`.
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
+            person: The person deciding (the operator console, which checked their roles);
+                an approval needs one of its gate's roles, and never the task's submitter.
 
         Raises:
-            PermissionDenied: another client's task.
+            PermissionDenied: another client's task; an approval by the submitter, by a
+                person without the gate's role, or by a client that is not an admin.
             NotFound: no such task.
             FailedPrecondition: the task is not waiting for input (e.g. another resume won).
             ConcurrentUpdate: another resume holds the task right now.
@@ -463,7 +484,15 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
+            if person is None:
+                authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
+            approval = run.state is TaskState.INPUT_REQUIRED and run.pending.get("kind") == "approval"
+            who: dict[str, str] = {"person": person.name, "role": person.role_names} if person else {}
+            if approval:
+                name, role = check_approver(run, person, caller)
+                who = {"person": name, "role": role} if name else who
+                if approval_expired(run.pending):
+                    return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -474,8 +503,15 @@ class Agency:
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
             await self._audit(
-                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
+                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit, **who}
             )
+            if approval and plan.action == "rerun":
+                run.approvals[str(run.pending.get("step", ""))] = {
+                    **who,
+                    "gate": run.pending.get("gate", ""),
+                    "at": utcnow().isoformat(),
+                    "reason": plan.reason,
+                }
             if plan.action in ("fail", "cancel"):
                 state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
                 return await self._finish(run, state, reason=plan.reason)
@@ -495,6 +531,65 @@ class Agency:
                 run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
             )
         return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+
+    async def expire_approval(self, task_id: str) -> Outcome | None:
+        """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
+        resolved ``abort``); None when the task is not waiting on an expired approval."""
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            if not (
+                run.state is TaskState.INPUT_REQUIRED
+                and run.pending.get("kind") == "approval"
+                and approval_expired(run.pending)
+            ):
+                return None
+            return await self._approval_timeout(run)
+
+    async def _approval_timeout(self, run: TaskRecord) -> Outcome:
+        pending = run.pending
+        detail = f"approval ({pending.get('gate', '')}) not given within {pending.get('timeout_seconds')} s"
+        event = run.failure_event(
+            FailureType.TOOL_TIMEOUT,
+            str(pending.get("step", "")),
+            "human:approvers",
+            1,
+            [],
+            detail,
+            {
+                "approval_timeout": True,
+                "gate": pending.get("gate", ""),
+                "expires_at": pending.get("expires_at"),
+            },
+        )
+        run.failures.append(event)
+        await self._audit(
+            run,
+            AuditEventType.FAILURE,
+            event.type.value,
+            event.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        resolution = Resolution(kind=ResolutionKind.ABORT, reason=detail, failure_type=event.type)
+        run.resolutions.append(resolution)
+        await self._audit(
+            run,
+            AuditEventType.RESOLUTION,
+            "abort",
+            resolution.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        outcome = await self._finish(run, TaskState.FAILED, reason=detail)
+        await self._flush_audit(run)
+        return outcome
+
+    async def _tell_humans(self, what: str, run: TaskRecord) -> None:
+        """Tell the human desk (if any); its trouble never changes the task's course."""
+        if self.humans is None:
+            return
+        try:
+            await getattr(self.humans, what)(run)
+        except Exception:  # the desk logs and counts its own failures; a task goes on
+            log.exception("human desk: %s failed for task %s", what, run.task_id)
 
     async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
         """After a resume supplied a step's output: verify its goal stage, then go on."""
@@ -583,6 +678,7 @@ class Agency:
             await self._monitor(run)
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        await self._tell_humans("task_stopped", run)
         return run.outcome()
 
     async def _monitor(self, run: TaskRecord) -> None:
