@@ -79,6 +79,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(check it with 'agency config check')",
     )
     p.add_argument(
+        "--console",
+        metavar="HOST:PORT",
+        help="serve the operator console (needs agency-middleware[console]) on this address, e.g. "
+        "127.0.0.1:8080 (default: humans.console.address of the definition; off when empty)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -108,6 +114,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         tls["require_client_cert"] = True
     if tls:
         server["tls"] = tls
+    if getattr(args, "console", None) is not None:
+        return {"server": server, "humans": {"console": {"address": args.console}}}
     return {"server": server}
 
 
@@ -148,6 +156,8 @@ async def serve(
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
     metrics_server = None
+    console = None
+    desk = None
     keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
     try:
         if config.tracing != "off":
@@ -162,6 +172,17 @@ async def serve(
 
             await build_demo_agency(agency)
         post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
+        humans = definition.humans
+        if humans.people or humans.approvals or humans.console.address:
+            from ..people.desk import HumanDesk
+
+            desk = await HumanDesk.from_definition(definition, agency, post_office, registry=metrics.registry)
+            if humans.console.address:
+                from ..console import ConsoleServer
+
+                console = ConsoleServer.from_definition(definition, desk)
+                await console.start()
+                print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
             # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
             monitor = redis_monitor(definition.storage.redis_url, lambda ok: server.set_serving(ok))
@@ -208,6 +229,10 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        if console is not None:
+            await console.stop()
+        if desk is not None:
+            await desk.store.close()
         if retention is not None:
             await retention.stop()
         if monitor is not None:

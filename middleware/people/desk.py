@@ -33,6 +33,7 @@ from .model import ESCALATION_KINDS, Escalation, Person
 from .store import EscalationStore, MemoryEscalationStore
 
 if TYPE_CHECKING:
+    from ..definition import AgencyDefinition
     from ..messaging.post_office import PostOffice
     from ..pipeline import Agency
 
@@ -101,6 +102,34 @@ class HumanDesk:
             registry=registry,
         )
         agency.humans = self
+
+    @classmethod
+    async def from_definition(
+        cls,
+        definition: AgencyDefinition,
+        agency: Agency,
+        post_office: PostOffice | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+    ) -> HumanDesk:
+        """The desk of a served gateway: the definition's people and approval gates on
+        ``agency``, escalations in Redis when ``storage.backend`` is redis (replicas share
+        them), each person's mailbox in ``post_office``."""
+        from .approvals import ApprovalGates
+
+        humans = definition.humans
+        agency.approvals = ApprovalGates(humans.approvals)
+        store: EscalationStore | None = None
+        if definition.storage.backend == "redis":
+            from .store import RedisEscalationStore
+
+            store = RedisEscalationStore.from_url(
+                definition.storage.redis_url, prefix=definition.storage.key_prefix
+            )
+        desk = cls(agency, humans.people, store=store, registry=registry)
+        if post_office is not None:
+            await desk.attach_post_office(post_office)
+        return desk
 
     # ----------------------------------------------------------------- people
     def authenticate(self, token: str) -> Person | None:
