@@ -235,6 +235,8 @@ class HumanDesk:
         if esc.failure_type == "POLICY_VIOLATION" and person.has(HumanRole.COMPLIANCE_OFFICER):
             return "role compliance_officer receives policy violations"
         kinds = ("clarification", "conflict", "human_handover")
+        if esc.failure_type == "POLICY_VIOLATION":  # the content may be sensitive: compliance only
+            return ""
         if esc.kind in kinds and not person.routes and person.has(HumanRole.OPERATOR):
             return "role operator (no routes: receives every question and handover)"
         return ""

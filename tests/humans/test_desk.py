@@ -1,0 +1,98 @@
+"""The human desk: mailboxes in the post office, routing (compliance without quarantined
+content), metrics, the humans section of the definition."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from middleware import Agency, AgencyConfig, CapabilityContract, InvalidInput, TaskRequest
+from middleware.definition import AgencyDefinition
+from middleware.detectors import DetectorConfig, PolicyRules
+from middleware.failures import FailurePolicy, FailureType, ResolutionKind
+from middleware.messaging.post_office import PostOffice
+from middleware.people import Person
+from middleware.people.desk import HumanDesk
+from middleware.testing import ScriptedAgent
+
+from .cases import TOKENS, people
+from .conftest import TOKENS as CORE_TOKENS
+from .conftest import refund_agency, refund_request
+
+
+async def test_each_person_has_a_mailbox_and_escalations_are_posted_there():
+    agency, desk, _ = await refund_agency()
+    po = PostOffice(audit=agency.audit)
+    await desk.attach_post_office(po)
+    waiting = await agency.submit(refund_request(30))
+    (notice,) = await po.pull(CORE_TOKENS["bob"])  # the approver reads it with their own token
+    assert notice.message.receiver == "human:bob"
+    assert notice.message.content["task_id"] == waiting.task_id
+    assert notice.message.content["kind"] == "approval"
+    assert await po.pull(CORE_TOKENS["alice"]) == []  # routed to approvers only
+
+
+async def test_a_policy_violation_reaches_compliance_without_the_quarantined_content():
+    config = AgencyConfig(
+        detectors=DetectorConfig(policy=PolicyRules(deny_terms=["secret-plan"])),
+        failure_policies={
+            FailureType.POLICY_VIOLATION: FailurePolicy(resolution=ResolutionKind.ESCALATE_TO_HUMAN)
+        },
+    )
+    agency = Agency(config=config)
+    await agency.register(
+        CapabilityContract(name="leaky", can_do=["lookup"], slo_latency_ms=500),
+        ScriptedAgent({"answer": "here is the secret-plan: launch at dawn"}),
+    )
+    reviewer = Person(name="dana", roles=["compliance_officer", "quarantine_reviewer"], token_sha256="d" * 64)
+    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()] + [reviewer])
+    out = await agency.submit(TaskRequest(text="tell me", constraints={"action": "lookup"}))
+    assert out.pending["kind"] == "human_handover"
+    carol = desk.people["carol"]
+    (esc,) = await desk.inbox(carol)
+    assert esc.failure_type == "POLICY_VIOLATION" and esc.routing[0].startswith("carol: route")
+    assert "launch at dawn" not in esc.model_dump_json() and esc.pending["redacted"] is True
+    assert esc.pending["failure"]["context"].keys() <= {"rule", "output_sha256"}
+    assert await desk.inbox(desk.people["alice"]) == []  # operators do not get policy violations
+    (full,) = await desk.inbox(reviewer)
+    assert "redacted" not in full.pending
+    assert "launch at dawn" not in full.model_dump_json()  # the pipeline never stored it anyway
+
+
+async def test_escalations_waiting_and_time_to_answer_are_measured():
+    registry = CollectorRegistry()
+    agency, _, _ = await refund_agency()
+    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()], registry=registry)
+    await agency.submit(refund_request(30))
+    assert registry.get_sample_value("agency_escalations_waiting", {"kind": "approval"}) == 1
+    (esc,) = await desk.inbox(desk.people["bob"])
+    await desk.decide(esc.id, desk.people["bob"], choice="approve")
+    assert registry.get_sample_value("agency_escalations_waiting", {"kind": "approval"}) == 0
+    assert registry.get_sample_value("agency_human_answer_seconds_count", {"kind": "approval"}) == 1
+    assert desk.authenticate(TOKENS["bob"]) is desk.people["bob"]
+
+
+def test_the_humans_section_is_validated_with_paths():
+    ok = AgencyDefinition.from_data(
+        {
+            "humans": {
+                "people": people(),
+                "approvals": [{"agent": "refund_executor"}],
+                "console": {"address": ":0"},
+            }
+        }
+    )
+    assert ok.humans.approvals[0].roles[0].value == "approver"
+    with pytest.raises(InvalidInput) as info:
+        AgencyDefinition.from_data(
+            {
+                "humans": {
+                    "people": [{"name": "x", "roles": ["wizard"], "token_sha256": "12"}],
+                    "approvals": [{"path": "$.amount", "above": 5}, {"agent": "a", "path": "$.amount"}],
+                }
+            }
+        )
+    text = str(info.value)
+    assert "humans.people[0].roles[0]" in text and "humans.people[0].token_sha256" in text
+    assert "humans.approvals[0]" in text and "give at least one of agent, action, goal" in text
+    assert "humans.approvals[1]" in text and "path and above go together" in text
