@@ -177,6 +177,7 @@ async def serve(
             from ..people.desk import HumanDesk
 
             desk = await HumanDesk.from_definition(definition, agency, post_office, registry=metrics.registry)
+            desk.start_sweeper()  # ends tasks whose approvals timed out
             if humans.console.address:
                 from ..console import ConsoleServer
 
@@ -232,6 +233,7 @@ async def serve(
         if console is not None:
             await console.stop()
         if desk is not None:
+            await desk.stop_sweeper()
             await desk.store.close()
         if retention is not None:
             await retention.stop()

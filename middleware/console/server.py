@@ -36,7 +36,6 @@ class ConsoleServer:
     """The console on ``address`` (``host:port``; port 0 picks one), TLS when cert and key are given.
 
     Uvicorn's access log is off (a path is all it would add; tokens are never in URLs anyway).
-    While it runs, a sweeper ends tasks whose approvals timed out (every ``sweep_seconds``).
     """
 
     def __init__(
@@ -48,7 +47,6 @@ class ConsoleServer:
         tls_key: Path | None = None,
         secret: str | None = None,
         session_seconds: float = 8 * 3600,
-        sweep_seconds: float = 30.0,
     ) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
@@ -67,8 +65,6 @@ class ConsoleServer:
             ssl_keyfile=str(tls_key) if self.tls else None,
         )
         self._server = _QuietServer(config)
-        self._desk = desk
-        self._sweep_seconds = sweep_seconds
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -104,24 +100,13 @@ class ConsoleServer:
 
     async def start(self) -> None:
         self._tasks.append(asyncio.create_task(self._server.serve(sockets=[self._sock])))
-        self._tasks.append(asyncio.create_task(self._sweep()))
         while not self._server.started:
             if self._tasks[0].done():
                 self._tasks[0].result()  # raises why it could not start
             await asyncio.sleep(0.01)
 
-    async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(self._sweep_seconds)
-            try:
-                await self._desk.expire_due()
-            except Exception:
-                log.exception("approval sweeper")
-
     async def stop(self) -> None:
         self._server.should_exit = True
-        for task in self._tasks[1:]:
-            task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

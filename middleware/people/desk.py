@@ -16,6 +16,8 @@ person, their roles and why; every decision names the person, the role and the r
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Sequence
@@ -87,6 +89,7 @@ class HumanDesk:
         self.post_office: PostOffice | None = None
         self._desk_token = ""
         self._desk_key: Any = None
+        self._sweeper: asyncio.Task[None] | None = None
         registry = registry if registry is not None else CollectorRegistry()
         self.waiting = Gauge(
             "agency_escalations_waiting",
@@ -450,6 +453,26 @@ class HumanDesk:
         )
 
     # ----------------------------------------------------------------- expiry
+    def start_sweeper(self, every_seconds: float = 30.0) -> None:
+        """End timed-out approvals every ``every_seconds`` until :meth:`stop_sweeper`."""
+
+        async def sweep() -> None:
+            while True:
+                await asyncio.sleep(every_seconds)
+                try:
+                    await self.expire_due()
+                except Exception:  # logged; the next round tries again
+                    log.exception("approval sweeper")
+
+        self._sweeper = asyncio.create_task(sweep())
+
+    async def stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+
     async def expire_due(self, now: datetime | None = None) -> int:
         """End the tasks whose approvals were not given in time; how many ended."""
         now = now or utcnow()

@@ -135,3 +135,28 @@ async def test_approval_on_another_replica_through_redis(redis_client, redis_pre
     with pytest.raises(FailedPrecondition):
         await desk_b.decide(esc.id, bob, choice="approve")
     assert people()  # fixture sanity
+
+
+async def test_the_sweeper_ends_a_timed_out_approval_and_its_escalation():
+    import asyncio
+
+    agency, desk, refunds = await refund_agency([ApprovalGate(agent="refund_executor", timeout_seconds=60)])
+    waiting = await agency.submit(refund_request(30))
+    (esc,) = await desk.inbox(desk.people["bob"])
+    task = await agency.tasks.get(waiting.task_id)
+    task.pending["expires_at"] = (utcnow() - timedelta(seconds=1)).isoformat()
+    await agency.tasks.save(task)
+    esc.expires_at = utcnow() - timedelta(seconds=1)
+    await desk.store.put(esc)
+    desk.start_sweeper(0.01)
+    try:
+        for _ in range(500):  # bounded poll on the task's observable state
+            if (await agency.get_task(waiting.task_id)).state is TaskState.FAILED:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await desk.stop_sweeper()
+    outcome = await agency.get_task(waiting.task_id)
+    assert outcome.state is TaskState.FAILED and "not given within 60" in outcome.reason
+    assert (await desk.store.get(esc.id)).status == "expired"  # type: ignore[union-attr]
+    assert await desk.inbox(desk.people["bob"]) == [] and refunds.calls == 0
