@@ -98,7 +98,9 @@ def _env() -> Environment:
 
     env.filters["pretty"] = pretty
     env.filters["waited"] = waited
-    env.filters["ms"] = lambda v: "—" if v is None else f"{float(v):,.0f} ms"
+    env.filters["ms"] = lambda v: (
+        "—" if v is None else (f"{float(v):,.0f} ms" if v >= 10 else f"{float(v):.2f} ms")
+    )
     env.filters["pct"] = lambda v: f"{float(v) * 100:.1f} %"
     return env
 
@@ -296,6 +298,18 @@ def build_app(
             formats=[f.value for f in ExportFormat],
         )
 
+    async def audit_checkpoint(request: Request) -> Response:
+        person = _signed_in(request)
+        if isinstance(person, Response):
+            return person
+        if await _form(request, "checkpoint") is None:
+            return render(request, "error.html", 403, error="Refused: the form is not this session's (CSRF).")
+        sign = getattr(agency.audit, "checkpoint", None)
+        if not callable(sign):
+            return render(request, "error.html", 409, error="This audit log does not sign checkpoints.")
+        await sign()
+        return RedirectResponse("/audit", status_code=303)
+
     async def audit_export(request: Request) -> Response:
         person = _signed_in(request)
         if isinstance(person, Response):
@@ -343,6 +357,7 @@ def build_app(
         Route("/contracts", contracts),
         Route("/audit", audit),
         Route("/audit/export", audit_export),
+        Route("/audit/checkpoint", audit_checkpoint, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=_HERE / "static"), name="static"),
     ]
     middleware = [

@@ -144,9 +144,18 @@ async def test_an_operator_watches_a_warranty_task_escalate_answers_it_and_sees_
         await page.goto(f"{url}/contracts")
         await expect(page.locator("#contracts")).to_contain_text("replacement_shipper")
         await shot(page, "contracts")
-        await page.goto(f"{url}/audit?verify=1")
+        await page.goto(f"{url}/audit")
+        await page.click("#sign-checkpoint")
+        await expect(page.locator("#checkpoint")).to_contain_text("Size")
+        await page.click("#verify")
         await expect(page.locator("#verdict")).to_contain_text("verified")
+        await expect(page.locator("main")).to_contain_text("1 signed checkpoint")
         await shot(page, "audit")
+        csv = await page.request.get(f"{url}/audit/export?format=csv&since=2000-01-01")
+        assert csv.status == 200 and "attachment" in csv.headers["content-disposition"]
+        assert "task.resumed" in await csv.text()
+        bad = await page.request.get(f"{url}/audit/export?format=pdf")
+        assert bad.status == 400
     resumed = [
         r
         for r in audit_records(gw, tmp_path)
