@@ -160,3 +160,21 @@ async def test_the_sweeper_ends_a_timed_out_approval_and_its_escalation():
     assert outcome.state is TaskState.FAILED and "not given within 60" in outcome.reason
     assert (await desk.store.get(esc.id)).status == "expired"  # type: ignore[union-attr]
     assert await desk.inbox(desk.people["bob"]) == [] and refunds.calls == 0
+
+
+async def test_a_task_resumed_over_grpc_leaves_the_inboxes():
+    agency, desk, refunds = await refund_agency()
+    waiting = await agency.submit(refund_request(30), client="shop")
+    bob = desk.people["bob"]
+    (esc,) = await desk.inbox(bob)
+    admin = Principal(name="ops", role=Role.ADMIN)
+    done = await agency.resume(waiting.task_id, decision={"action": "approve", "by": "ops"}, caller=admin)
+    assert done.state is TaskState.COMPLETED and refunds.calls == 1
+    assert await desk.inbox(bob) == []
+    closed = await desk.store.get(esc.id)
+    assert closed is not None and closed.status == "closed"
+    with pytest.raises(FailedPrecondition, match="already closed"):
+        await desk.decide(esc.id, bob, choice="approve")
+    assert refunds.calls == 1
+    (resumed,) = records(agency, "task.resumed", waiting.task_id)
+    assert (resumed.detail["person"], resumed.detail["role"]) == ("ops", "admin")
