@@ -96,3 +96,24 @@ def test_the_humans_section_is_validated_with_paths():
     assert "humans.people[0].roles[0]" in text and "humans.people[0].token_sha256" in text
     assert "humans.approvals[0]" in text and "give at least one of agent, action, goal" in text
     assert "humans.approvals[1]" in text and "path and above go together" in text
+
+
+async def test_a_quarantined_output_reaches_compliance_who_acknowledge_it():
+    config = AgencyConfig(detectors=DetectorConfig(policy=PolicyRules(deny_terms=["secret-plan"])))
+    agency = Agency(config=config)
+    await agency.register(
+        CapabilityContract(name="leaky", can_do=["lookup"], slo_latency_ms=500),
+        ScriptedAgent({"answer": "the secret-plan is X"}),
+    )
+    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()])
+    out = await agency.submit(TaskRequest(text="tell me", constraints={"action": "lookup"}))
+    assert out.state.value == "failed" and out.pending["kind"] == "quarantine"
+    carol, alice = desk.people["carol"], desk.people["alice"]
+    (esc,) = await desk.inbox(carol)
+    assert esc.kind == "quarantine" and "secret-plan is X" not in esc.model_dump_json()
+    assert await desk.inbox(alice) == []
+    with pytest.raises(InvalidInput):
+        await desk.decide(esc.id, carol, choice="approve")
+    assert await desk.decide(esc.id, carol, choice="acknowledge", note="reviewed") is None
+    assert await desk.inbox(carol) == []
+    assert (await agency.get_task(out.task_id)).state.value == "failed"  # nothing resumed
