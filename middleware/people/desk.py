@@ -176,7 +176,8 @@ class HumanDesk:
             await self.store.put(current)
         kind = _kind(run)
         if kind is None:
-            await self._count()
+            if current is not None:  # only a change of what waits is recounted
+                await self._count()
             return
         esc = self._escalation(run, kind)
         await self.store.put(esc)

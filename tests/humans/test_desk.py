@@ -117,3 +117,23 @@ async def test_a_quarantined_output_reaches_compliance_who_acknowledge_it():
     assert await desk.decide(esc.id, carol, choice="acknowledge", note="reviewed") is None
     assert await desk.inbox(carol) == []
     assert (await agency.get_task(out.task_id)).state.value == "failed"  # nothing resumed
+
+
+async def test_a_clarification_answer_must_be_one_of_its_options():
+    from middleware import AgentReply
+
+    agency = Agency()
+    await agency.register(
+        CapabilityContract(name="unsure", can_do=["lookup"], slo_latency_ms=500),
+        ScriptedAgent(AgentReply(output={"plan": "probably plan A"}, confidence_score=0.5)),
+    )
+    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()])
+    waiting = await agency.submit(TaskRequest(text="pick a plan", constraints={"action": "lookup"}))
+    alice = desk.people["alice"]
+    (esc,) = await desk.inbox(alice)
+    assert esc.kind == "clarification"
+    with pytest.raises(InvalidInput, match="accept, retry"):
+        await desk.decide(esc.id, alice, choice="plan Z")
+    assert (await agency.get_task(waiting.task_id)).state.value == "input_required"
+    done = await desk.decide(esc.id, alice, choice="accept")
+    assert done is not None and done.output == {"plan": "probably plan A"}
