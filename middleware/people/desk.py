@@ -90,6 +90,7 @@ class HumanDesk:
         self._desk_token = ""
         self._desk_key: Any = None
         self._sweeper: asyncio.Task[None] | None = None
+        self.notify: list[str] = []
         registry = registry if registry is not None else CollectorRegistry()
         self.waiting = Gauge(
             "agency_escalations_waiting",
@@ -131,7 +132,7 @@ class HumanDesk:
             )
         desk = cls(agency, humans.people, store=store, registry=registry)
         if post_office is not None:
-            await desk.attach_post_office(post_office)
+            await desk.attach_post_office(post_office, notify=humans.notify)
         return desk
 
     # ----------------------------------------------------------------- people
@@ -141,11 +142,22 @@ class HumanDesk:
             return None
         return self._by_token.get(hashlib.sha256(token.strip().encode()).hexdigest())
 
-    async def attach_post_office(self, post_office: PostOffice) -> None:
+    async def attach_post_office(self, post_office: PostOffice, *, notify: Sequence[str] = ()) -> None:
         """Give every person a mailbox (``human:<name>``, their own token reads it over
-        MessageService) and let the desk post escalation notices to them."""
+        MessageService) and let the desk post escalation notices to them, and to the
+        messaging agents in ``notify`` (e.g. a receive-only ``human_ops``).
+
+        Raises:
+            InvalidInput: on ``humans.notify``: an agent that has no mailbox.
+        """
         from ..messaging.identity import generate_key, public_key_b64
 
+        missing = [n for n in notify if n not in post_office.identity]
+        if missing:
+            raise InvalidInput.single(
+                "humans.notify", f"no messaging agent {', '.join(missing)} (declare it in messaging.agents)"
+            )
+        self.notify = list(notify)
         self.post_office = post_office
         for person in self.people.values():
             if person.mailbox not in post_office.identity:
@@ -252,11 +264,11 @@ class HumanDesk:
             return
         from ..messaging.identity import sign_message
 
-        for name in esc.assignees:
-            person = self.people[name]
+        mailboxes = [self.people[name].mailbox for name in esc.assignees] + self.notify
+        for mailbox in mailboxes:
             msg = SMFMessage(
                 sender=DESK_SENDER,
-                receiver=person.mailbox,
+                receiver=mailbox,
                 content={
                     "escalation_id": esc.id,
                     "kind": esc.kind,
@@ -275,7 +287,7 @@ class HumanDesk:
             try:
                 await po.send(self._desk_token, msg, signature=sign_message(self._desk_key, msg))
             except AgencyError as exc:  # a full mailbox must not lose the escalation: it is stored
-                log.warning("escalation %s: mailbox %s: %s", esc.id, person.mailbox, exc)
+                log.warning("escalation %s: mailbox %s: %s", esc.id, mailbox, exc)
 
     async def _count(self) -> None:
         counts = dict.fromkeys(ESCALATION_KINDS, 0)

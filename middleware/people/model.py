@@ -197,6 +197,10 @@ class HumansSettings(Model):
     people: list[Person] = Field(default_factory=list)
     approvals: list[ApprovalGate] = Field(default_factory=list)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Messaging agents (e.g. a receive-only human_ops) that also get every escalation notice.",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> HumansSettings:

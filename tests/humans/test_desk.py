@@ -137,3 +137,33 @@ async def test_a_clarification_answer_must_be_one_of_its_options():
     assert (await agency.get_task(waiting.task_id)).state.value == "input_required"
     done = await desk.decide(esc.id, alice, choice="accept")
     assert done is not None and done.output == {"plan": "probably plan A"}
+
+
+async def test_a_receive_only_human_ops_agent_also_gets_every_notice():
+    from middleware.bootstrap import build_post_office
+    from middleware.config import hash_token
+    from middleware.messaging.identity import generate_key, public_key_b64
+
+    ops = {
+        "name": "human_ops",
+        "receive_only": True,
+        "public_key": public_key_b64(generate_key()),
+        "token_sha256": hash_token("ops-token"),
+    }
+    spec = {
+        "messaging": {"agents": [ops], "flows": []},
+        "humans": {"people": people(), "approvals": [{"agent": "refund_executor"}], "notify": ["human_ops"]},
+    }
+    definition = AgencyDefinition.from_data(spec)
+    agency, _, _ = await refund_agency(gates=[])
+    po = await build_post_office(definition, audit=agency.audit)
+    desk = await HumanDesk.from_definition(definition, agency, po)
+    assert agency.approvals.gates[0].agent == "refund_executor"  # the definition's gates
+    waiting = await agency.submit(refund_request(30))
+    (notice,) = await po.pull("ops-token")
+    assert notice.message.content["task_id"] == waiting.task_id
+    assert len(await po.pull(TOKENS["bob"])) == 1  # and the approver's own mailbox
+    assert desk.notify == ["human_ops"]
+    bad = AgencyDefinition.from_data({"humans": {"notify": ["nobody"]}})
+    with pytest.raises(InvalidInput, match=r"humans\.notify"):
+        await HumanDesk.from_definition(bad, agency, await build_post_office(bad, audit=agency.audit))
