@@ -318,11 +318,6 @@ class Agency:
             {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
             agent=decision.chosen,
         )
-        if self.approvals and (gate := self.approvals.pending_for(run, step, decision.chosen)) is not None:
-            await self._audit(
-                run, AuditEventType.HUMAN_HANDOVER, "approval_required", gate, agent=decision.chosen
-            )
-            return await self._finish(run, TaskState.INPUT_REQUIRED, reason=str(gate["why"]), pending=gate)
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
         record = run.step_record(step.name)
         if record is None:
@@ -330,6 +325,15 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # an approval gate holds the step before its agent (the chosen one, or a backup) runs
+            if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
+                record.status = "pending"
+                await self._audit(
+                    run, AuditEventType.HUMAN_HANDOVER, "approval_required", gate, agent=cursor.agent
+                )
+                return await self._finish(
+                    run, TaskState.INPUT_REQUIRED, reason=str(gate["why"]), pending=gate
+                )
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
             try:

@@ -178,3 +178,21 @@ async def test_a_task_resumed_over_grpc_leaves_the_inboxes():
     assert refunds.calls == 1
     (resumed,) = records(agency, "task.resumed", waiting.task_id)
     assert (resumed.detail["person"], resumed.detail["role"]) == ("ops", "admin")
+
+
+async def test_a_gated_backup_is_held_too_when_an_ungated_agent_fails_over_to_it():
+    from middleware import CapabilityContract
+    from middleware.testing import ScriptedAgent
+
+    def down(_: object) -> None:
+        raise ConnectionError("payment API down")
+
+    agency, desk, refunds = await refund_agency()
+    fast = ScriptedAgent(down)
+    await agency.register(CapabilityContract(name="refund_fast", can_do=["refund"], slo_latency_ms=50), fast)
+    waiting = await agency.submit(refund_request(30))
+    assert fast.calls == 1 and refunds.calls == 0  # the fast one failed; the gated backup waits
+    assert waiting.pending["kind"] == "approval" and waiting.pending["agent"] == "refund_executor@1.0.0"
+    (esc,) = await desk.inbox(desk.people["bob"])
+    done = await desk.decide(esc.id, desk.people["bob"], choice="approve")
+    assert done is not None and done.state is TaskState.COMPLETED and refunds.calls == 1
