@@ -112,6 +112,8 @@ async def test_approve_in_the_console_resumes_the_task_once(desk: HumanDesk) -> 
         esc_id = re.search(r'href="/inbox/(esc_[^"]+)"', inbox.text).group(1)  # type: ignore[union-attr]
         page = await c.get(f"/inbox/{esc_id}")
         assert "$.amount = 500 is above 100" in page.text
+        assert "bob: role approver may approve" in page.text  # why it reached bob
+        assert "bob: role approver may approve" in (await c.get(f"/tasks/{waiting.task_id}")).text
         r = await c.post(f"/inbox/{esc_id}/decide", data={"csrf": token, "choice": "approve", "note": "ok"})
         assert r.status_code == 303 and r.headers["location"] == f"/tasks/{waiting.task_id}"
         task = await c.get(r.headers["location"])
