@@ -3,13 +3,15 @@
 A person signs in, watches a task escalate in the live task list, answers it in the browser,
 and sees it complete; an approver approves a refund (the audit log names them); an agent's
 ``<script>`` payload is shown as text. Each test saves screenshots of the pages it visits
-into docs/console/ (referenced from docs/console.md).
+into docs/console/ (referenced from docs/console.md) when AGENCY_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -84,8 +86,16 @@ async def sign_in(browser: Browser, url: str, who: str) -> Page:
 
 
 async def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS / f"{name}.png"))
+    """A screenshot of the page: into docs/console/ with AGENCY_SCREENSHOTS=1 (to refresh the
+    docs), else next to the test's other files (taken either way: the page must render)."""
+    where = (
+        SHOTS
+        if os.environ.get("AGENCY_SCREENSHOTS") == "1"
+        else Path(tempfile.gettempdir()) / "agency-console"
+    )
+    where.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(where / f"{name}.png"))
+    assert (where / f"{name}.png").stat().st_size > 5000
 
 
 def audit_records(gw: GatewayProcess, tmp_path: Path) -> list[dict[str, Any]]:
