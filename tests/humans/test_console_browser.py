@@ -40,6 +40,7 @@ ARGS = [
 ]
 CLIENT_TOKEN = "grpc-client-token-of-the-shop-0001"
 _CONSOLE = re.compile(r"operator console on (http://[\d.]+:\d+)")
+expect.set_options(timeout=20_000)  # a bounded wait on the page's state (the machine may be loaded)
 
 
 @pytest.fixture
