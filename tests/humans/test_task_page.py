@@ -93,3 +93,36 @@ async def test_a_wrapped_langchain_agent_shows_its_llm_and_tool_calls_as_bars():
         html = (await c.get(f"/tasks/{done.task_id}")).text
     assert html.count("<rect") == len(bars.bars) and "tool: lookup_order" in html
     assert "provenance" in html  # the SMF metadata of each hop
+
+
+async def test_the_contracts_page_figures_rates_review_flags_circuits_and_latency():
+    from middleware import AgencyConfig, CapabilityContract, TaskRequest
+    from middleware.console.views import contract_rows
+    from middleware.testing import ScriptedAgent
+
+    def flaky_answer(request: Any) -> dict[str, Any]:
+        if request.input.get("n", 0) % 2:
+            raise ValueError("boom")
+        return {"ok": True}
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    agency = Agency(
+        sleep=no_sleep,
+        config=AgencyConfig.model_validate(
+            {"monitor": {"min_tasks": 2}, "failure_policy": {"max_retries": 0, "on_exhausted": "abort"}}
+        ),
+    )
+    await agency.register(
+        CapabilityContract(name="flaky", can_do=["lookup"], slo_latency_ms=100),
+        ScriptedAgent(*[flaky_answer] * 10),
+    )
+    for n in range(4):
+        await agency.submit(TaskRequest(text="x", input={"n": n}, constraints={"action": "lookup"}))
+    (row,) = await contract_rows(agency)
+    assert row["key"] == "flaky@1.0.0" and row["tasks"] == 4
+    assert row["rates"] == {"TOOL_ERROR": (2, 0.5)}
+    assert [f["failure_type"] for f in row["flags"]] == ["TOOL_ERROR"]  # above 15 %: flagged for review
+    assert row["circuit"] == "closed" and row["slo_ms"] == 100 and row["samples"] == 2
+    assert row["p95_ms"] is not None and not row["over_slo"]
