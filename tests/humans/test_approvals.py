@@ -196,3 +196,22 @@ async def test_a_gated_backup_is_held_too_when_an_ungated_agent_fails_over_to_it
     (esc,) = await desk.inbox(desk.people["bob"])
     done = await desk.decide(esc.id, desk.people["bob"], choice="approve")
     assert done is not None and done.state is TaskState.COMPLETED and refunds.calls == 1
+
+
+async def test_two_approvers_at_once_one_decision_wins_and_the_step_runs_once():
+    import asyncio
+
+    from middleware.people import Person
+
+    agency, desk, refunds = await refund_agency()
+    desk.people["dave"] = Person(name="dave", roles=["approver"], token_sha256="d" * 64)
+    await agency.submit(refund_request(30))
+    (esc,) = await desk.inbox(desk.people["bob"])
+    results = await asyncio.gather(
+        desk.decide(esc.id, desk.people["bob"], choice="approve"),
+        desk.decide(esc.id, desk.people["dave"], choice="approve"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, FailedPrecondition) for r in results) == 1
+    assert sum(getattr(r, "state", None) is TaskState.COMPLETED for r in results) == 1
+    assert refunds.calls == 1

@@ -1,5 +1,6 @@
 """Two gateway processes sharing Redis: a refund held on one is approved in the console of the
-other, runs there at once, and the first sees it completed."""
+other after the first has stopped (nothing of it lives in that process), runs there at once, and
+a restarted first gateway sees it completed."""
 
 from __future__ import annotations
 
@@ -41,16 +42,20 @@ async def test_an_approval_in_one_replicas_console_resumes_a_task_held_by_anothe
                     )
                 )
                 assert waiting.a2a_state == "TASK_STATE_AUTH_REQUIRED"
-                async with httpx.AsyncClient(base_url=console.group(1)) as c:
-                    page = await c.get("/signin")
-                    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-                    await c.post("/signin", data={"csrf": csrf, "token": TOKENS["bob"]})
-                    inbox = (await c.get("/inbox")).text
-                    assert waiting.task_id in inbox
-                    esc_id = re.search(r'href="/inbox/(esc_[^"]+)"', inbox).group(1)  # type: ignore[union-attr]
-                    csrf = re.search(r'name="csrf" value="([^"]+)"', inbox).group(1)  # type: ignore[union-attr]
-                    r = await c.post(f"/inbox/{esc_id}/decide", data={"csrf": csrf, "choice": "approve"})
-                    assert r.status_code == 303, r.text
+            assert await a.stop() == 0, a.output()  # the gateway that holds the task goes away
+            async with httpx.AsyncClient(base_url=console.group(1)) as c:
+                page = await c.get("/signin")
+                csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+                await c.post("/signin", data={"csrf": csrf, "token": TOKENS["bob"]})
+                inbox = (await c.get("/inbox")).text
+                assert waiting.task_id in inbox
+                esc_id = re.search(r'href="/inbox/(esc_[^"]+)"', inbox).group(1)  # type: ignore[union-attr]
+                csrf = re.search(r'name="csrf" value="([^"]+)"', inbox).group(1)  # type: ignore[union-attr]
+                r = await c.post(f"/inbox/{esc_id}/decide", data={"csrf": csrf, "choice": "approve"})
+                assert r.status_code == 303, r.text
+            a = await start_gateway(a_conf, "node-a", tmp_path, pythonpath=[HERE])  # restarted
+            async with grpc.aio.insecure_channel(a.address) as channel:
+                stub = agency_pb2_grpc.AgencyServiceStub(channel)
                 done = await stub.GetTask(agency_pb2.GetTaskRequest(task_id=waiting.task_id))
                 assert done.state == "completed"
                 assert json.loads(done.output_json) == {"refunded": 900, "order_id": "42"}
