@@ -176,7 +176,7 @@ async def serve(
         if humans.people or humans.approvals or humans.console.address:
             from ..people.desk import HumanDesk
 
-            desk = await HumanDesk.from_definition(definition, agency, post_office, registry=metrics.registry)
+            desk = await HumanDesk.from_definition(definition, agency, post_office, metrics=metrics)
             desk.start_sweeper()  # ends tasks whose approvals timed out
             if humans.console.address:
                 from ..console import ConsoleServer

@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
-
 from ..access import HumanRole
 from ..audit.record import Actors, AuditRecord
 from ..errors import AgencyError, FailedPrecondition, InvalidInput, NotFound, PermissionDenied
+from ..metrics import Metrics
 from ..smf import Provenance, SMFMessage, SMFMetadata, utcnow
 from ..tasks import Outcome, TaskRecord, TaskState
 from .model import ESCALATION_KINDS, Escalation, Person
@@ -71,7 +70,8 @@ class HumanDesk:
         agency: The governance core whose tasks it watches (it sets ``agency.humans``).
         people: The definition's people.
         store: Where escalations live (default: in memory; Redis for replicas).
-        registry: Prometheus registry for the desk's metrics (default: a private one).
+        metrics: Where ``agency_escalations_waiting`` and ``agency_human_answer_seconds`` go
+            (default: a private registry).
     """
 
     def __init__(
@@ -80,7 +80,7 @@ class HumanDesk:
         people: Sequence[Person],
         *,
         store: EscalationStore | None = None,
-        registry: CollectorRegistry | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.agency = agency
         self.people = {p.name: p for p in people}
@@ -91,20 +91,9 @@ class HumanDesk:
         self._desk_key: Any = None
         self._sweeper: asyncio.Task[None] | None = None
         self.notify: list[str] = []
-        registry = registry if registry is not None else CollectorRegistry()
-        self.waiting = Gauge(
-            "agency_escalations_waiting",
-            "Escalations waiting for a person, by kind (as this gateway last saw them).",
-            ["kind"],
-            registry=registry,
-        )
-        self.answer_seconds = Histogram(
-            "agency_human_answer_seconds",
-            "Time from an escalation to a person's decision, by kind.",
-            ["kind"],
-            buckets=(10, 60, 300, 900, 3600, 4 * 3600, 86400, float("inf")),
-            registry=registry,
-        )
+        metrics = metrics if metrics is not None else Metrics()
+        self.waiting = metrics.escalations_waiting
+        self.answer_seconds = metrics.human_answer
         agency.humans = self
 
     @classmethod
@@ -114,7 +103,7 @@ class HumanDesk:
         agency: Agency,
         post_office: PostOffice | None = None,
         *,
-        registry: CollectorRegistry | None = None,
+        metrics: Metrics | None = None,
     ) -> HumanDesk:
         """The desk of a served gateway: the definition's people and approval gates on
         ``agency``, escalations in Redis when ``storage.backend`` is redis (replicas share
@@ -130,7 +119,7 @@ class HumanDesk:
             store = RedisEscalationStore.from_url(
                 definition.storage.redis_url, prefix=definition.storage.key_prefix
             )
-        desk = cls(agency, humans.people, store=store, registry=registry)
+        desk = cls(agency, humans.people, store=store, metrics=metrics)
         if post_office is not None:
             await desk.attach_post_office(post_office, notify=humans.notify)
         return desk

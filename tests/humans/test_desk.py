@@ -11,6 +11,7 @@ from middleware.definition import AgencyDefinition
 from middleware.detectors import DetectorConfig, PolicyRules
 from middleware.failures import FailurePolicy, FailureType, ResolutionKind
 from middleware.messaging.post_office import PostOffice
+from middleware.metrics import Metrics
 from middleware.people import Person
 from middleware.people.desk import HumanDesk
 from middleware.testing import ScriptedAgent
@@ -62,7 +63,7 @@ async def test_a_policy_violation_reaches_compliance_without_the_quarantined_con
 async def test_escalations_waiting_and_time_to_answer_are_measured():
     registry = CollectorRegistry()
     agency, _, _ = await refund_agency()
-    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()], registry=registry)
+    desk = HumanDesk(agency, [Person.model_validate(p) for p in people()], metrics=Metrics(registry))
     await agency.submit(refund_request(30))
     assert registry.get_sample_value("agency_escalations_waiting", {"kind": "approval"}) == 1
     (esc,) = await desk.inbox(desk.people["bob"])
