@@ -592,7 +592,7 @@ class Agency:
             return
         try:
             await getattr(self.humans, what)(run)
-        except Exception:  # the desk logs and counts its own failures; a task goes on
+        except Exception:  # logged here; the task goes on (its state is in the task store)
             log.exception("human desk: %s failed for task %s", what, run.task_id)
 
     async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
