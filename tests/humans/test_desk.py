@@ -168,3 +168,16 @@ async def test_a_receive_only_human_ops_agent_also_gets_every_notice():
     bad = AgencyDefinition.from_data({"humans": {"notify": ["nobody"]}})
     with pytest.raises(InvalidInput, match=r"humans\.notify"):
         await HumanDesk.from_definition(bad, agency, await build_post_office(bad, audit=agency.audit))
+
+
+async def test_a_broken_escalation_store_never_changes_a_tasks_course(caplog):
+    from middleware.people import MemoryEscalationStore
+
+    class Broken(MemoryEscalationStore):
+        async def note_task(self, summary: dict) -> None:  # type: ignore[type-arg]
+            raise ConnectionError("redis is down")
+
+    agency, _, refunds = await refund_agency(gates=[], desk_store=Broken())
+    done = await agency.submit(refund_request(30))
+    assert done.state.value == "completed" and refunds.calls == 1
+    assert "human desk: task_started failed" in caplog.text
