@@ -77,9 +77,11 @@ def stub(gw: GatewayProcess) -> tuple[grpc.aio.Channel, Any]:
 AUTH = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
 
 
-async def sign_in(browser: Browser, url: str, who: str) -> Page:
+async def sign_in(browser: Browser, url: str, who: str, *, screenshot: bool = False) -> Page:
     page = await browser.new_page(viewport={"width": 1180, "height": 760})
     await page.goto(f"{url}/signin")
+    if screenshot:
+        await shot(page, "signin")
     await page.fill("#token", TOKENS[who])
     await page.click("#signin")
     await page.wait_for_url("**/inbox")
@@ -110,7 +112,7 @@ async def test_an_operator_watches_a_warranty_task_escalate_answers_it_and_sees_
     gateway: tuple[GatewayProcess, str], browser: Browser, tmp_path: Path
 ) -> None:
     gw, url = gateway
-    page = await sign_in(browser, url, "alice")
+    page = await sign_in(browser, url, "alice", screenshot=True)
     await expect(page.locator("#empty")).to_be_visible()
     await page.goto(f"{url}/tasks")
     channel, agency = stub(gw)
