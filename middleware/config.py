@@ -322,6 +322,11 @@ class ServerConfig(Model):
         description="Token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line, ROLE client | agent | admin, "
         "default agent); set = bearer tokens required.",
     )
+    reuse_port: bool = Field(
+        default=False,
+        description="Share the port with other processes (SO_REUSEPORT: the kernel splits the "
+        "connections between them). Off: a port another process holds is refused at start.",
+    )
 
     @field_validator("address", "metrics_address")
     @classmethod

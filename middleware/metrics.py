@@ -122,6 +122,13 @@ class Metrics:
         self.redis_errors = Counter(
             "agency_redis_errors_total", "Errors talking to Redis, by operation.", ["operation"], registry=r
         )
+        self.background_errors = Counter(
+            "agency_background_errors_total",
+            "Failed rounds of background loops (keep-alive, monitor, retention ...), by loop; "
+            "each loop backs off and goes on.",
+            ["loop"],
+            registry=r,
+        )
         self.contract_review = Gauge(
             "agency_contract_review_flagged",
             "1 when a contract is flagged for review.",
@@ -160,6 +167,10 @@ class Metrics:
         self.audit_append_latency.observe(seconds)
         self._child(self.audit_appends, record.event_type).inc()
         self.observe(record)
+
+    def background_error(self, loop: str) -> None:
+        """Count one failed round of a background loop (their ``on_error`` hook)."""
+        self.background_errors.labels(loop=loop).inc()
 
     def redis_error(self, operation: str) -> None:
         """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""

@@ -33,7 +33,7 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput
+from .errors import AgencyError, InvalidInput
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -60,14 +60,19 @@ from .tasks import (
 
 __all__ = ["Agency"]
 
-log = logging.getLogger("agency.pipeline")
-
 Sleeper = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger("agency.pipeline")
 
 
 #: Records after which a task waits until everything it has logged is durable.
 _DURABLE_BARRIERS = frozenset(
-    {AuditEventType.TASK_SUBMITTED, AuditEventType.DISPATCH, AuditEventType.TASK_COMPLETED}
+    {
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.DISPATCH,
+        AuditEventType.TASK_COMPLETED,
+        AuditEventType.TASK_INTERRUPTED,
+    }
 )
 
 
@@ -139,6 +144,7 @@ class Agency:
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
@@ -251,14 +257,39 @@ class Agency:
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
         await self._tell_humans("task_started", run)
-        await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
-        message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
-        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
-        if goal:
+        self._running[req.task_id] = run
+        try:
+            await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
+            message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
+            await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
+            if goal:
+                await self._audit(
+                    run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                )
+            return await self._drive(run, self._run(run))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
+        """End a task's segment in the log with a ``task.interrupted`` record, if it began
+        (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
+        cut it short (a backend error, the call cancelled), every task that began in the log
+        ends in it."""
+        if self._running.pop(run.request.task_id, None) is not None:
+            await asyncio.shield(self._interrupted(run, _why(error)))
+
+    async def _interrupted(self, run: TaskRecord, why: str) -> None:
+        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
+        try:
             await self._audit(
-                run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                run,
+                AuditEventType.TASK_INTERRUPTED,
+                "interrupted",
+                {"reason": why, "state": run.state.value},
             )
-        return await self._drive(run, self._run(run))
+        except Exception as exc:
+            log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
@@ -506,35 +537,47 @@ class Agency:
                     raise InvalidInput.single(
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
-            await self._audit(
-                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit, **who}
-            )
-            if approval and plan.action == "rerun":
-                run.approvals[str(run.pending.get("step", ""))] = {
-                    **who,
-                    "gate": run.pending.get("gate", ""),
-                    "at": utcnow().isoformat(),
-                    "reason": plan.reason,
-                }
-            if plan.action in ("fail", "cancel"):
-                state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
-                return await self._finish(run, state, reason=plan.reason)
-            # approving the final verification (a stop with the goal's own, stage-less verdict)
-            final_verdict_approved = (
-                plan.action == "approve" and run.verdict is not None and not run.verdict.stage
-            )
-            claim = apply_plan(run, plan, self._steps(run))
-            await self._transition(run, claim, save=True)  # saved with a version check: the claim
-        if final_verdict_approved:  # vouched for by a human: not verified again
-            final = run.outputs.get(self._steps(run)[-1].name)
-            return await self._finish(
-                run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
-            )
-        if plan.action == "accept":
-            return await self._drive(
-                run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
-            )
-        return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+            self._running[task_id] = run
+            try:
+                await self._audit(
+                    run,
+                    AuditEventType.TASK_RESUMED,
+                    plan.action,
+                    {"reason": plan.reason, **plan.audit, **who},
+                )
+                if approval and plan.action == "rerun":
+                    run.approvals[str(run.pending.get("step", ""))] = {
+                        **who,
+                        "gate": run.pending.get("gate", ""),
+                        "at": utcnow().isoformat(),
+                        "reason": plan.reason,
+                    }
+                if plan.action in ("fail", "cancel"):
+                    state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
+                    return await self._finish(run, state, reason=plan.reason)
+                # approving the final verification (a stop with the goal's own, stage-less verdict)
+                final_verdict_approved = (
+                    plan.action == "approve" and run.verdict is not None and not run.verdict.stage
+                )
+                claim = apply_plan(run, plan, self._steps(run))
+                await self._transition(run, claim, save=True)  # saved with a version check: the claim
+            except BaseException as exc:
+                await self._cut_short(run, exc)
+                raise
+        try:
+            if final_verdict_approved:  # vouched for by a human: not verified again
+                final = run.outputs.get(self._steps(run)[-1].name)
+                return await self._finish(
+                    run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
+                )
+            if plan.action == "accept":
+                return await self._drive(
+                    run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
+                )
+            return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
 
     async def expire_approval(self, task_id: str) -> Outcome | None:
         """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
@@ -678,6 +721,7 @@ class Agency:
             state.value,
             {"reason": reason, "goal_passed": verdict.passed if verdict else None},
         )
+        self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
         run.updated_at = utcnow()
@@ -812,6 +856,24 @@ class Agency:
         )
 
     async def close(self) -> None:
-        await self.agents.aclose()
-        await self.audit.close()
-        await self.tasks.close()
+        """Close the agents, the audit log and the task store (the log whatever else fails);
+        tasks still running are first ended in the log as interrupted."""
+        try:
+            for run in list(self._running.values()):
+                if self._running.pop(run.request.task_id, None) is not None:
+                    await self._interrupted(run, "the gateway shut down before the task ended")
+            await self.agents.aclose()
+        finally:
+            try:
+                await self.audit.close()
+            finally:
+                await self.tasks.close()
+
+
+def _why(error: BaseException) -> str:
+    """What cut a task short, for its ``task.interrupted`` record."""
+    if isinstance(error, asyncio.CancelledError):
+        return "the call was cancelled before the task ended"
+    if isinstance(error, AgencyError):
+        return f"{error.reason}: {error.message}"
+    return f"{type(error).__name__}: {error}"

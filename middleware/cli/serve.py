@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -67,6 +68,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the contract, or admin",
     )
     p.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=None,
+        help="share the port with other processes listening on it (SO_REUSEPORT; the kernel splits "
+        "connections between them); without it a port already taken is refused (exit code 2)",
+    )
+    p.add_argument(
         "--tracing",
         choices=["off", "console", "otlp"],
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
@@ -102,6 +110,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             ("metrics_address", args.metrics_address),
             ("auth_tokens", args.auth_tokens),
             ("tracing", args.tracing),
+            ("reuse_port", args.reuse_port),
         )
         if value is not None
     }
@@ -158,7 +167,13 @@ async def serve(
     metrics_server = None
     console = None
     desk = None
-    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
+    keep_alive = KeepAlive(
+        agency.catalog,
+        agency.agents.keys,
+        # an entry gone with Redis's data is registered again, as the definition declared it
+        restore=lambda contract: agency.register(contract, replace=True, actor="keep-alive"),
+        on_error=metrics.background_error,
+    )
     try:
         if config.tracing != "off":
             from ..grpc_api.tracing import TracingServerInterceptor
@@ -186,7 +201,14 @@ async def serve(
                 print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
             # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
-            monitor = redis_monitor(definition.storage.redis_url, lambda ok: server.set_serving(ok))
+            monitor = redis_monitor(
+                definition.storage.redis_url,
+                lambda ok: server.set_serving(ok),
+                on_error=metrics.background_error,
+            )
+            # and while this gateway's own agents cannot be routed to (stale, or gone with
+            # Redis's data until the keep-alive registers them again)
+            monitor.add_check("catalog", _within(2.0, keep_alive.check))
             interceptors.append(BackendGate(monitor))
         server = build_server(
             agency,
@@ -195,6 +217,7 @@ async def serve(
             token_hashes=clients,
             interceptors=interceptors,
             post_office=post_office,
+            reuse_port=config.reuse_port,
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
@@ -211,6 +234,7 @@ async def serve(
                 retain.max_age,
                 archive_dir=retain.archive_dir,
                 interval=retain.interval,
+                on_error=metrics.background_error,
             )
             retention.start()
         host = config.address.rsplit(":", 1)[0]
@@ -230,20 +254,28 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        # Every step runs whatever failed before it (a Redis gone, a worker hung): the audit
+        # log is always closed (final checkpoint, sealed segment).
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if console is not None:
-            await console.stop()
+            steps.append(("operator console", console.stop))
         if desk is not None:
-            await desk.stop_sweeper()
-            await desk.store.close()
+            steps.append(("approval sweeper", desk.stop_sweeper))
+            steps.append(("escalation store", desk.store.close))
         if retention is not None:
-            await retention.stop()
+            steps.append(("audit retention", retention.stop))
         if monitor is not None:
-            await monitor.stop()
-        await keep_alive.__aexit__(None, None, None)
+            steps.append(("backend monitor", monitor.stop))
+        steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))
         if post_office is not None:
-            await post_office.transport.close()
-        await agency.close()
-        await agency.catalog.close()
+            steps.append(("mailboxes", post_office.transport.close))
+        steps.append(("agents, audit log and task store", agency.close))
+        steps.append(("catalog", agency.catalog.close))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:  # logged in one line: the rest must still run
+                log.error("shutdown: closing the %s failed: %s: %s", what, type(exc).__name__, exc)
         if tracing is not None:
             tracing.shutdown()
         if metrics_server is not None:
@@ -251,6 +283,16 @@ async def serve(
             metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _within(seconds: float, check: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``check``, failing after ``seconds`` (a hung backend is as down as a refusing one)."""
+
+    async def bounded() -> None:
+        async with asyncio.timeout(seconds):
+            await check()
+
+    return bounded
 
 
 def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:
