@@ -28,6 +28,12 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
         - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
         - {name: warranty_agent, public_key: <base64>, token_sha256: <hex>}
       flows: ["customer_service > warranty_agent"]
+    humans:                     # people, approval gates, the operator console (docs/console.md)
+      people:
+        - {name: alice, roles: [operator], token_sha256: <hex>}
+      approvals:
+        - {agent: refund_executor, path: $.amount, above: 100}
+      console: {address: 127.0.0.1:8080}
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from .goals import GoalAssertion
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
 from .messaging.post_office import PostOfficeConfig
+from .people.model import HumansSettings
 
 __all__ = [
     "AgencyDefinition",
@@ -365,6 +372,7 @@ class AgencyDefinition(Model):
     goals: list[GoalAssertion] = Field(default_factory=list)
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    humans: HumansSettings = Field(default_factory=HumansSettings)
 
     @property
     def audit_directory(self) -> Path:

@@ -60,6 +60,9 @@ class Clarification(Model):
     options: list[Option] = Field(min_length=2)
     failure_type: str = ""
     conflict: dict[str, Any] = Field(default_factory=dict, description="For conflicts: fact, values.")
+    plan: dict[str, Any] | None = Field(
+        default=None, description="The collaboration plan (middleware.collaboration), for conflicts."
+    )
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Clarification:
@@ -101,6 +104,9 @@ class HandoverPacket(Model):
     decisions: list[str] = Field(
         default_factory=lambda: ["retry", "use_agent", "provide_output", "approve", "abort", "cancel"],
         description="What ``HumanDecision.action`` may be.",
+    )
+    plan: dict[str, Any] | None = Field(
+        default=None, description="The collaboration plan (middleware.collaboration), for hard cases."
     )
 
 

@@ -150,6 +150,20 @@ class Metrics:
             ["agent", "type"],
             registry=r,
         )
+        # set by the human desk (middleware.people.desk), not from the audit stream
+        self.escalations_waiting = Gauge(
+            "agency_escalations_waiting",
+            "Escalations waiting for a person, by kind (as this gateway last saw them).",
+            ["kind"],
+            registry=r,
+        )
+        self.human_answer = Histogram(
+            "agency_human_answer_seconds",
+            "Time from an escalation to a person's decision, by kind.",
+            ["kind"],
+            buckets=(10, 60, 300, 900, 3600, 4 * 3600, 86400, float("inf")),
+            registry=r,
+        )
         # Children of the counters and histograms fed per audit record, looked up once per
         # label value: ``labels()`` validates and locks on every call, which was most of the
         # cost of metering a task's dozen records. (Never removed, so a cached child stays

@@ -43,6 +43,8 @@ from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
+from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
+from .people.model import PersonRef
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
@@ -123,6 +125,8 @@ class Agency:
         sessions: Conversation state by session id (default: in memory, ``config.session_ttl_seconds``).
         intent_judges: Judge answers against a goal's intention scope, in order (default: the
             rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
+        approvals: Approval gates checked before each step's agent runs (default: none).
+        humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
     """
 
     def __init__(
@@ -145,6 +149,8 @@ class Agency:
         scorer: ReliabilityScorer | None = None,
         sessions: SessionStore | None = None,
         intent_judges: list[IntentJudge] | None = None,
+        approvals: ApprovalGates | None = None,
+        humans: TaskObserver | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -161,6 +167,8 @@ class Agency:
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
+        self.approvals = approvals or ApprovalGates()
+        self.humans = humans
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
@@ -286,6 +294,7 @@ class Agency:
                 )
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
+        await self._tell_humans("task_started", run)
         self._running[req.task_id] = run
         try:
             submitted: dict[str, Any] = {"text": req.text}
@@ -395,6 +404,15 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # an approval gate holds the step before its agent (the chosen one, or a backup) runs
+            if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
+                record.status = "pending"
+                await self._audit(
+                    run, AuditEventType.HUMAN_HANDOVER, "approval_required", gate, agent=cursor.agent
+                )
+                return await self._finish(
+                    run, TaskState.INPUT_REQUIRED, reason=str(gate["why"]), pending=gate
+                )
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
             try:
@@ -576,6 +594,7 @@ class Agency:
         answer: str | None = None,
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
+        person: PersonRef | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
 
@@ -584,9 +603,12 @@ class Agency:
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover: the human's :class:`HumanDecision`.
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
+            person: The person deciding (the operator console, which checked their roles);
+                an approval needs one of its gate's roles, and never the task's submitter.
 
         Raises:
-            PermissionDenied: another client's task.
+            PermissionDenied: another client's task; an approval by the submitter, by a
+                person without the gate's role, or by a client that is not an admin.
             NotFound: no such task.
             FailedPrecondition: the task is not waiting for input (e.g. another resume won).
             ConcurrentUpdate: another resume holds the task right now.
@@ -596,7 +618,15 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            await self._authorize_task(caller, run, "AgencyService/Resume")
+            if person is None:
+                await self._authorize_task(caller, run, "AgencyService/Resume")
+            approval = run.state is TaskState.INPUT_REQUIRED and run.pending.get("kind") == "approval"
+            who: dict[str, str] = {"person": person.name, "role": person.role_names} if person else {}
+            if approval:
+                name, role = check_approver(run, person, caller)
+                who = {"person": name, "role": role} if name else who
+                if approval_expired(run.pending):
+                    return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -609,8 +639,18 @@ class Agency:
             self._running[task_id] = run
             try:
                 await self._audit(
-                    run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
+                    run,
+                    AuditEventType.TASK_RESUMED,
+                    plan.action,
+                    {"reason": plan.reason, **plan.audit, **who},
                 )
+                if approval and plan.action == "rerun":
+                    run.approvals[str(run.pending.get("step", ""))] = {
+                        **who,
+                        "gate": run.pending.get("gate", ""),
+                        "at": utcnow().isoformat(),
+                        "reason": plan.reason,
+                    }
                 if plan.action in ("fail", "cancel"):
                     state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
                     return await self._finish(run, state, reason=plan.reason)
@@ -637,6 +677,65 @@ class Agency:
         except BaseException as exc:
             await self._cut_short(run, exc)
             raise
+
+    async def expire_approval(self, task_id: str) -> Outcome | None:
+        """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
+        resolved ``abort``); None when the task is not waiting on an expired approval."""
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            if not (
+                run.state is TaskState.INPUT_REQUIRED
+                and run.pending.get("kind") == "approval"
+                and approval_expired(run.pending)
+            ):
+                return None
+            return await self._approval_timeout(run)
+
+    async def _approval_timeout(self, run: TaskRecord) -> Outcome:
+        pending = run.pending
+        detail = f"approval ({pending.get('gate', '')}) not given within {pending.get('timeout_seconds')} s"
+        event = run.failure_event(
+            FailureType.TOOL_TIMEOUT,
+            str(pending.get("step", "")),
+            "human:approvers",
+            1,
+            [],
+            detail,
+            {
+                "approval_timeout": True,
+                "gate": pending.get("gate", ""),
+                "expires_at": pending.get("expires_at"),
+            },
+        )
+        run.failures.append(event)
+        await self._audit(
+            run,
+            AuditEventType.FAILURE,
+            event.type.value,
+            event.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        resolution = Resolution(kind=ResolutionKind.ABORT, reason=detail, failure_type=event.type)
+        run.resolutions.append(resolution)
+        await self._audit(
+            run,
+            AuditEventType.RESOLUTION,
+            "abort",
+            resolution.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        outcome = await self._finish(run, TaskState.FAILED, reason=detail)
+        await self._flush_audit(run)
+        return outcome
+
+    async def _tell_humans(self, what: str, run: TaskRecord) -> None:
+        """Tell the human desk (if any); its trouble never changes the task's course."""
+        if self.humans is None:
+            return
+        try:
+            await getattr(self.humans, what)(run)
+        except Exception:  # logged here; the task goes on (its state is in the task store)
+            log.exception("human desk: %s failed for task %s", what, run.task_id)
 
     async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
         """After a resume supplied a step's output: verify its goal stage, then go on."""
@@ -746,6 +845,7 @@ class Agency:
                     run.request.session_id,
                     run.task_id,
                 )
+        await self._tell_humans("task_stopped", run)
         return run.outcome()
 
     async def _recall(self, run: TaskRecord) -> None:

@@ -202,7 +202,10 @@ class Outcome(Model):
 
     @model_validator(mode="after")
     def _a2a(self) -> Outcome:
-        object.__setattr__(self, "a2a_state", A2A_STATE[self.state])
+        a2a = A2A_STATE[self.state]
+        if self.state is TaskState.INPUT_REQUIRED and self.pending.get("kind") == "approval":
+            a2a = "TASK_STATE_AUTH_REQUIRED"  # waits for a person's authorization, not for the user
+        object.__setattr__(self, "a2a_state", a2a)
         return self
 
 
@@ -244,6 +247,9 @@ class TaskRecord(Model):
     )
     held: dict[str, Any] = Field(
         default_factory=dict, description="A held output (ambiguous, conflicting) a resume may accept."
+    )
+    approvals: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Approvals granted, per step: who, role, when, why."
     )
     output: Any = None
     verdict: GoalVerdict | None = None

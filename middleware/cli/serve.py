@@ -87,6 +87,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(check it with 'agency config check')",
     )
     p.add_argument(
+        "--console",
+        metavar="HOST:PORT",
+        help="serve the operator console (needs agency-middleware[console]) on this address, e.g. "
+        "127.0.0.1:8080 (default: humans.console.address of the definition; off when empty)",
+    )
+    p.add_argument(
         "--demo",
         action="store_true",
         help="pre-register the reference scenario's agents and GOAL_WARRANTY_001 (see 'agency demo')",
@@ -117,6 +123,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         tls["require_client_cert"] = True
     if tls:
         server["tls"] = tls
+    if getattr(args, "console", None) is not None:
+        return {"server": server, "humans": {"console": {"address": args.console}}}
     return {"server": server}
 
 
@@ -157,6 +165,8 @@ async def serve(
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
     metrics_server = None
+    console = None
+    desk = None
     keep_alive = KeepAlive(
         agency.catalog,
         agency.agents.keys,
@@ -177,6 +187,18 @@ async def serve(
 
             await build_demo_agency(agency)
         post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
+        humans = definition.humans
+        if humans.people or humans.approvals or humans.console.address:
+            from ..people.desk import HumanDesk
+
+            desk = await HumanDesk.from_definition(definition, agency, post_office, metrics=metrics)
+            desk.start_sweeper()  # ends tasks whose approvals timed out
+            if humans.console.address:
+                from ..console import ConsoleServer
+
+                console = ConsoleServer.from_definition(definition, desk)
+                await console.start()
+                print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
             # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
             monitor = redis_monitor(
@@ -235,6 +257,11 @@ async def serve(
         # Every step runs whatever failed before it (a Redis gone, a worker hung): the audit
         # log is always closed (final checkpoint, sealed segment).
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+        if console is not None:
+            steps.append(("operator console", console.stop))
+        if desk is not None:
+            steps.append(("approval sweeper", desk.stop_sweeper))
+            steps.append(("escalation store", desk.store.close))
         if retention is not None:
             steps.append(("audit retention", retention.stop))
         if monitor is not None:
