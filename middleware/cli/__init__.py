@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from ..log_format import configure_logging
+from .exit_codes import ERROR, EXIT_CODES_HELP, INTERRUPTED, NOTHING_FOUND, UNAVAILABLE
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -28,6 +30,7 @@ COMMAND_MODULES = [
     "middleware.cli.contracts",
     "middleware.cli.catalog",
     "middleware.cli.worker",
+    "middleware.cli.tasks",
 ]
 
 
@@ -35,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agency",
         description="Agency Middleware: the governance layer in front of your agents.",
-        epilog="Run 'agency COMMAND --help' for the options of one command.",
+        epilog="Run 'agency COMMAND --help' for the options of one command.\n\n" + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     parser.add_argument(
@@ -48,22 +52,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agency`` console script; returns the exit code."""
+    """Entry point of the ``agency`` console script; returns the exit code (see ``exit_codes``)."""
+    # gRPC's C core logs to stderr on its own (bind failures, DNS retries): the CLI reports
+    # those errors itself. Set GRPC_VERBOSITY to see them. Must precede the first grpc import.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)], args.log_format)
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         return 0
     except Exception as exc:
-        from ..errors import AgencyError
+        from ..errors import AgencyError, NotFound, Unavailable
 
         if isinstance(exc, AgencyError):
             print(f"agency: error: {exc}", file=sys.stderr)
-            return 2
+            if isinstance(exc, NotFound):
+                return NOTHING_FOUND
+            return UNAVAILABLE if isinstance(exc, Unavailable) else ERROR
         raise
 
 

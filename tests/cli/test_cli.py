@@ -142,5 +142,5 @@ def test_serve_reports_a_port_in_use(tmp_path, capsys):
             "--metrics-address",
             "",
         ]
-        assert main(argv) == 2
+        assert main(argv) == 4  # unavailable (middleware.cli.exit_codes)
     assert "cannot listen" in capsys.readouterr().err
