@@ -27,6 +27,7 @@ import crc32c as _crc32c
 import orjson
 
 from ..errors import AuditCorrupted, InvalidInput
+from ..ids import id_matches
 from .checkpoint import Verifier
 from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
@@ -53,7 +54,8 @@ class ExportFilter:
     Attributes:
         since: Records at or after this time (UTC).
         until: Records before this time (UTC).
-        trace_id: Only this trace.
+        trace_id: Only this trace: the full id or a prefix of at least 8 characters
+            (case-insensitive, see :mod:`middleware.ids`); ``traces_seen`` tells which matched.
         goal_id: Only this goal.
         agent: Only steps involving this agent.
         event_types: Only these event types.
@@ -65,6 +67,8 @@ class ExportFilter:
     goal_id: str = ""
     agent: str = ""
     event_types: frozenset[str] = frozenset()
+    #: The trace ids ``trace_id`` (a full id or a prefix) matched so far.
+    traces_seen: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("since", "until"):
@@ -86,8 +90,11 @@ class ExportFilter:
         """Whether a record (its JSON object) passes the filter."""
         if self.event_types and rec.get("event_type") not in self.event_types:
             return False
-        if self.trace_id and rec.get("trace_id") != self.trace_id:
-            return False
+        if self.trace_id:
+            trace = str(rec.get("trace_id") or "")
+            if not id_matches(trace, self.trace_id):
+                return False
+            self.traces_seen.add(trace)
         if self.goal_id and rec.get("goal_id") != self.goal_id:
             return False
         if self.agent and (rec.get("actors") or {}).get("agent") != self.agent:
@@ -141,7 +148,9 @@ class ExportSummary:
 Paths = str | Path | Sequence[str | Path]
 
 
-def _verified_nodes(path: Paths, key: str | None) -> list[NodeVerdict]:
+def _verified_nodes(
+    path: Paths, key: str | None, verify_progress: Callable[[str], Callable[[int, int], None]] | None = None
+) -> list[NodeVerdict]:
     verifier = Verifier(key) if key else None
     paths = [path] if isinstance(path, str | Path) else list(path)
     dirs: list[Path] = []
@@ -157,7 +166,9 @@ def _verified_nodes(path: Paths, key: str | None) -> list[NodeVerdict]:
                 "path", f"node {d.name} is both {seen[d.name]} and {d}", what="audit export"
             )
         seen[d.name] = d
-    verdicts = [scan_node(d, verifier) for d in dirs]
+    verdicts = [
+        scan_node(d, verifier, progress=verify_progress(d.name) if verify_progress else None) for d in dirs
+    ]
     for v in verdicts:
         if not v.ok:
             raise AuditCorrupted(f"refusing to export log {v.node}: {v.error}", where=v.where)
@@ -252,7 +263,11 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
 
 
 def iter_records(
-    path: Paths, flt: ExportFilter | None = None, *, key: str | None = None
+    path: Paths,
+    flt: ExportFilter | None = None,
+    *,
+    key: str | None = None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
     """Verify every node log under ``path`` and stream their matching records merged in time order.
 
@@ -260,7 +275,7 @@ def iter_records(
         AuditCorrupted: a log fails verification (nothing is exported from a bad log).
     """
     flt = flt or ExportFilter()
-    verdicts = _verified_nodes(path, key)
+    verdicts = _verified_nodes(path, key, verify_progress)
     streams = [_node_records(v, flt) for v in verdicts]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: r.time_ns)
     return verdicts, merged
@@ -274,6 +289,7 @@ def export(
     *,
     key: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> ExportSummary:
     """Verify the log(s) under ``path`` and write the matching records to ``out``.
 
@@ -285,6 +301,8 @@ def export(
         flt: Which records (default: all).
         key: A pinned verifier key; default: the key stored with each log.
         progress: Called as ``progress(done, total)`` now and then.
+        verify_progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for
+            the verification of its log that comes first.
 
     Raises:
         InvalidInput: unknown format or bad path.
@@ -297,7 +315,7 @@ def export(
             "format", f"must be one of {[f.value for f in ExportFormat]}", what="export"
         ) from None
     flt = flt or ExportFilter()
-    verdicts, records = iter_records(path, flt, key=key)
+    verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
     total = sum(v.events for v in verdicts)
     summary = ExportSummary(nodes=verdicts)
     writer = _WRITERS[fmt]

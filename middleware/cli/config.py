@@ -24,7 +24,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Exit code 0 when valid, 1 when not.",
     )
     check.add_argument("file", type=Path, help="the definition file")
-    check.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    check.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        default="text",
+        help="print JSON instead of text",
+    )
+    # the old spelling, kept hidden for one release
+    check.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
     check.set_defaults(handler=_check)
 
 

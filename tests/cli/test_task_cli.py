@@ -119,3 +119,13 @@ def test_exit_codes_are_listed_in_the_help(capsys) -> None:
         main(["--help"])
     out = capsys.readouterr().out
     assert "exit status:" in out and "3    nothing found" in out
+
+
+def test_health_of_an_unknown_service_is_the_servers_answer(address, capsys) -> None:
+    assert main(["health", "--address", address]) == 0
+    assert capsys.readouterr().out.strip() == "SERVING"
+    assert main(["health", "--address", address, "--service", "agency.v1.Nope", "--json"]) == 3
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["status"] == "SERVICE_UNKNOWN" and "agency.v1.Nope" in reply["detail"]
+    assert main(["health", "--address", "127.0.0.1:1", "--timeout", "2"]) == 4
+    assert capsys.readouterr().out.startswith("UNREACHABLE")
