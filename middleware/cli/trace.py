@@ -46,6 +46,10 @@ def _show(args: argparse.Namespace) -> int:
     from ..config import ServerConfig
 
     directory = args.audit_dir or Path(ServerConfig.from_env(data_dir=args.data_dir).data_dir) / "audit"
+    if not Path(directory).is_dir():
+        from ..errors import NotFound
+
+        raise NotFound(f"no audit log at {directory}: is --data-dir the gateway's data directory?")
     log = open_audit_log(directory)
     timelines = build_timelines(find_trace(log.records(), args.trace_id))
     if args.json:
