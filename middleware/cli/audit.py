@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
     )
     ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
-    ex.add_argument("--format", choices=["jsonl", "csv", "cef", "ocsf"], default="jsonl")
+    ex.add_argument("--format", choices=["jsonl", "jsonl-flat", "csv", "cef", "ocsf"], default="jsonl")
     ex.add_argument("--since", help="records at or after this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--until", help="records before this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--trace", default="", help="only this trace id (or its first 8+ characters)")
