@@ -34,7 +34,44 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Which module registers which command, so one command imports only its own module (start-up
+#: time: ``agency worker`` does not import the gateway). A command not listed here makes the
+#: parser import every module of COMMAND_MODULES, as does ``agency --help``.
+COMMAND_OWNERS = {
+    "serve": "middleware.cli.serve",
+    "demo": "middleware.cli.demo",
+    "trace": "middleware.cli.trace",
+    "health": "middleware.cli.health",
+    "config": "middleware.cli.config",
+    "audit": "middleware.cli.audit",
+    "goal": "middleware.cli.goal",
+    "smf": "middleware.cli.smf",
+    "contracts": "middleware.cli.contracts",
+    "catalog": "middleware.cli.catalog",
+    "worker": "middleware.cli.worker",
+    "submit": "middleware.cli.tasks",
+    "route": "middleware.cli.tasks",
+    "task": "middleware.cli.tasks",
+}
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (after the global options), if any."""
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--log-format":
+            i += 2
+            continue
+        if a.startswith("-"):
+            i += 1
+            continue
+        return a
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agency",
         description="Agency Middleware: the governance layer in front of your agents.",
@@ -46,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", choices=["text", "json"], default="text", help="log lines as text or JSON objects"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    owner = COMMAND_OWNERS.get(_command_in(argv) or "") if argv is not None else None
+    wanted = [owner] if owner in COMMAND_MODULES else COMMAND_MODULES
+    for name in wanted:
         importlib.import_module(name).register(sub)
     return parser
 
@@ -56,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # gRPC's C core logs to stderr on its own (bind failures, DNS retries): the CLI reports
     # those errors itself. Set GRPC_VERBOSITY to see them. Must precede the first grpc import.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     configure_logging([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)], args.log_format)
     try:

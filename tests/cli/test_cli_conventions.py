@@ -36,7 +36,9 @@ def data_dir(tmp_path_factory) -> tuple[Path, list[str]]:
 def test_export_by_trace_prefix_like_trace_show(data_dir, capsys) -> None:
     root, traces = data_dir
     audit = str(root / "audit")
-    assert main(["audit", "export", audit, "--format", "csv", "--trace", traces[0][:10], "--no-progress"]) == 0
+    assert (
+        main(["audit", "export", audit, "--format", "csv", "--trace", traces[0][:10], "--no-progress"]) == 0
+    )
     rows = capsys.readouterr().out.splitlines()[1:]
     assert rows and all(traces[0] in row for row in rows)
     assert main(["trace", "show", traces[0][:10], "--data-dir", str(root), "--json"]) == 0

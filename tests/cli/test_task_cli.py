@@ -129,3 +129,19 @@ def test_health_of_an_unknown_service_is_the_servers_answer(address, capsys) -> 
     assert reply["status"] == "SERVICE_UNKNOWN" and "agency.v1.Nope" in reply["detail"]
     assert main(["health", "--address", "127.0.0.1:1", "--timeout", "2"]) == 4
     assert capsys.readouterr().out.startswith("UNREACHABLE")
+
+
+def test_one_command_imports_only_its_own_module() -> None:
+    """Start-up time: ``agency worker`` does not import the gateway (``serve``'s bootstrap)."""
+    code = (
+        "import sys\n"
+        "from middleware.cli import build_parser\n"
+        "build_parser(['worker', '--agent', 'm:a', '--gateway', 'h:1'])\n"
+        "print('middleware.bootstrap' in sys.modules, 'middleware.cli.serve' in sys.modules)\n"
+        "build_parser(['--help'])\n"
+        "print('middleware.cli.serve' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.split() == ["False", "False", "True"]
