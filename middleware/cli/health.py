@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--address", default="127.0.0.1:50051", help="host:port (default 127.0.0.1:50051)")
     p.add_argument("--service", default="", help="service name to check (default: the whole server)")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait up to --timeout for a server that is still starting (default: a refused "
+        "connection is UNREACHABLE at once)",
+    )
     p.add_argument("--json", action="store_true", help='print {"status": ..., "detail": ...} as JSON')
     add_client_tls_options(p, peer="the server")
     p.set_defaults(handler=_run)
@@ -38,7 +44,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     tls = client_tls(args)
-    status = asyncio.run(check(args.address, service=args.service, wait_seconds=args.timeout, tls=tls))
+    status = asyncio.run(
+        check(args.address, service=args.service, wait_seconds=args.timeout, tls=tls, wait=args.wait)
+    )
     if args.json:
         name, _, detail = status.partition(": ")
         print(json.dumps({"status": name, "detail": detail, "service": args.service}))
@@ -52,18 +60,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def check(
-    address: str, *, service: str = "", wait_seconds: float = 3.0, tls: ClientTlsConfig | None = None
+    address: str,
+    *,
+    service: str = "",
+    wait_seconds: float = 3.0,
+    tls: ClientTlsConfig | None = None,
+    wait: bool = False,
 ) -> str:
     """The health status name of ``service`` at ``address``.
 
     ``SERVING``, ``NOT_SERVING`` ...; ``SERVICE_UNKNOWN: ...`` when the server answered
     NOT_FOUND for ``service``; ``UNREACHABLE: ...`` when nothing answered; ``ERROR: CODE: ...``
-    for any other failed call.
+    for any other failed call. ``wait``: wait up to ``wait_seconds`` for the server to come up.
     """
     channel = open_channel(address, tls=tls)
     try:
         reply = await health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=wait_seconds
+            health_pb2.HealthCheckRequest(service=service), timeout=wait_seconds, wait_for_ready=wait
         )
     except grpc.aio.AioRpcError as exc:
         code = exc.code()

@@ -36,7 +36,10 @@ def _tool(name: str) -> str:
 
 def test_the_dockerfile_passes_hadolint() -> None:
     proc = subprocess.run(
-        [_tool("hadolint"), "--no-color", str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60
+        [_tool("hadolint"), "--no-color", str(DEPLOY / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
@@ -44,7 +47,9 @@ def test_the_dockerfile_passes_hadolint() -> None:
 def test_hadolint_would_catch_a_named_user(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text((DEPLOY / "Dockerfile").read_text().replace("USER 10001:10001", "USER agency"))
-    proc = subprocess.run([_tool("hadolint"), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [_tool("hadolint"), "--no-color", str(bad)], capture_output=True, text=True, timeout=60
+    )
     assert "DL3066" in proc.stdout
 
 
