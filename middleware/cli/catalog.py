@@ -22,6 +22,7 @@ from ..contracts import CapabilityContract
 from ..errors import InvalidInput, NotFound, Problem
 from ._client_tls import add_client_tls_options, client_tls
 from ._text import plural
+from .exit_codes import NOTHING_FOUND
 
 _EPILOG = """\
 Where the catalog is:
@@ -218,9 +219,14 @@ async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
         what="catalog query",
     )
     entries = await target.query(query)
+    q = query
+    filtered = bool(q.name or q.action or q.tags or q.version_range or q.max_slo_latency_ms)
+    missed = NOTHING_FOUND if filtered and not entries else 0
+    if missed:
+        print("agency: warning: no capability matches the filters", file=sys.stderr)
     if args.json:
         out.write(json.dumps([_dump(e) for e in entries], indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return missed
     rows = [("KEY", "STATE", "SLO_MS", "TAGS", "CAN_DO")]
     for e in entries:
         c = e.contract
@@ -237,7 +243,7 @@ async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
     for r in rows:
         out.write("  ".join(x.ljust(w) for x, w in zip(r[:4], widths, strict=True)) + "  " + r[4] + "\n")
     out.write(f"{plural(len(entries), 'capability', 'capabilities')}\n")
-    return 0
+    return missed
 
 
 async def _show(target: _Target, args: argparse.Namespace, out: Any) -> int:

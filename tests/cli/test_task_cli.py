@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from served_in_thread import ServedInThread
@@ -145,3 +146,18 @@ def test_one_command_imports_only_its_own_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert proc.stdout.split() == ["False", "False", "True"]
+
+
+def test_catalog_list_that_matches_nothing_warns_and_exits_3(address, capsys) -> None:
+    assert main(["catalog", "list", "--address", address, "--action", "ship_replacement"]) == 0
+    assert "2 capabilities" in capsys.readouterr().out
+    assert main(["catalog", "list", "--address", address, "--action", "nope", "--json"]) == 3
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == [] and "no capability matches" in captured.err
+
+
+def test_config_check_counts_with_the_right_plural(capsys) -> None:
+    goal_only = Path(__file__).parents[2] / "examples" / "ecommerce.yaml"
+    assert main(["config", "check", str(goal_only)]) == 0
+    out = capsys.readouterr().out
+    assert "1 goal," in out and "1 goals" not in out, out
