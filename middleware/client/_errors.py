@@ -22,6 +22,6 @@ def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, address: str = "")
     if code == grpc.StatusCode.UNAVAILABLE and "agency-reason" not in trailers:
         where = f" at {address}" if address else ""
         message = f"no gateway answers{where} ({message}); is 'agency serve' running there?"
-    elif code == grpc.StatusCode.UNAUTHENTICATED and "agency-reason" not in trailers:
-        message = f"{message} (the gateway wants a bearer token)"
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        message = f"{message} (the gateway wants a bearer token: token= here, --token-file FILE in the CLI)"
     return error_from_status(code, message, trailers)
