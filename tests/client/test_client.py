@@ -204,6 +204,8 @@ async def test_audit_export_and_proofs_are_verified_on_the_client(audit_client) 
     assert [e.index for e in entries] == list(range(1, wal.size + 1))
     failures = [e async for e in c.audit.export(trace_id=outcome.trace_id, event_types=["failure.event"])]
     assert len(failures) == 3 and {e.obj()["event_type"] for e in failures} == {"failure.event"}
+    by_prefix = [e async for e in c.audit.export(trace_id=outcome.trace_id[:10].upper())]
+    assert by_prefix and {e.obj()["trace_id"] for e in by_prefix} == {outcome.trace_id}  # ids match one way
 
     cp = await c.audit.latest_checkpoint(vkey=SIGNER.vkey)
     assert cp.pinned and cp.size >= 5 and cp.node == "n1"
