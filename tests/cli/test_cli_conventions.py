@@ -91,3 +91,25 @@ def test_progress_bars_show_rate_and_time_left(data_dir, capsys) -> None:
     assert "verifying n1" in err and "exporting" in err and "rec/s" in err
     assert main(["audit", "verify", audit]) == 0  # stderr is not a terminal here: no bar
     assert "verifying" not in capsys.readouterr().err
+
+
+def test_a_trace_prefix_matching_two_traces_is_an_error(tmp_path, capsys) -> None:
+    from middleware.audit.record import AuditRecord
+
+    async def fill() -> None:
+        log = WalAuditLog(tmp_path / "audit", "n1", signer=Signer("cli-test"))
+        for trace in ("deadbeef00000001", "deadbeef00000002"):
+            await log.append(AuditRecord(event_type="task.submitted", node="n1", trace_id=trace))
+        await log.close()
+
+    asyncio.run(fill())
+    out = tmp_path / "x.csv"
+    argv = ["audit", "export", str(tmp_path / "audit"), "--format", "csv", "--no-progress", "-o", str(out)]
+    assert main([*argv, "--trace", "deadbeef"]) == 2
+    err = capsys.readouterr().err
+    assert "matches 2 traces" in err and "deadbeef00000002" in err
+    assert not out.exists()  # no half-right export left behind
+    assert main([*argv, "--trace", "DEADBEEF00000002"]) == 0
+    assert out.read_text().count("deadbeef00000002") == 1
+    assert main(["trace", "show", "deadbeef", "--data-dir", str(tmp_path)]) == 2
+    assert "matches 2 traces" in capsys.readouterr().err
