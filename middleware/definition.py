@@ -181,6 +181,21 @@ class AuditSettings(Model):
     retention: RetentionSettings | None = Field(
         default=None, description="Archive or delete old segments on a schedule (default: keep all)."
     )
+    checkpoint_interval: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="Sign and publish a checkpoint this long after the first record no checkpoint "
+        "covers was written (besides every 1,000 records and on close): the unsigned tail an "
+        "attacker could cut or alter unnoticed is at most this old (1s, 0.5s, 1m ...).",
+    )
+
+    _interval = field_validator("checkpoint_interval", mode="before")(_age)
+
+    @field_validator("checkpoint_interval")
+    @classmethod
+    def _positive_interval(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive")
+        return v
 
     @field_validator("checkpoint_key")
     @classmethod

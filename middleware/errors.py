@@ -19,6 +19,7 @@ place (see ``middleware.grpc_api.status``) without parsing strings::
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
+    │   └── BackendUnavailable       BACKEND_UNAVAILABLE UNAVAILABLE (Redis failed during the call)
     ├── AgentFailure                 AGENT_FAILURE     INTERNAL (an agent states its own failure type)
     └── AuditError                   AUDIT_ERROR       INTERNAL
         └── AuditCorrupted           AUDIT_CORRUPTED   DATA_LOSS
@@ -40,6 +41,7 @@ __all__ = [
     "AlreadyExists",
     "AuditCorrupted",
     "AuditError",
+    "BackendUnavailable",
     "ConcurrentUpdate",
     "ContractViolation",
     "DeadlineExceeded",
@@ -191,6 +193,13 @@ class Unavailable(AgencyError):
     default_message = "service unavailable"
     reason = "UNAVAILABLE"
     retryable = True
+
+
+class BackendUnavailable(Unavailable):
+    """A backend the gateway needs (Redis) failed during the operation; the cause is chained."""
+
+    default_message = "a backend the gateway needs is unavailable"
+    reason = "BACKEND_UNAVAILABLE"
 
 
 class AgentFailure(AgencyError):

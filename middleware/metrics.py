@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .audit.log import AuditLog
 from .audit.record import AuditEventType, AuditRecord
+from .kpi import DEFAULT_SLA_SECONDS, KpiMetrics
 
 __all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics"]
 
@@ -54,9 +55,13 @@ _OBSERVED = frozenset(
 class Metrics:
     """Every metric Agency Middleware exports, registered on one registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, sla_seconds: float = DEFAULT_SLA_SECONDS
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        #: The seed's section 4.4 measures (first-contact resolution, handling time ...).
+        self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
         self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
         self.routing = Counter(
             "agency_routing_decisions_total",
@@ -122,6 +127,13 @@ class Metrics:
         self.redis_errors = Counter(
             "agency_redis_errors_total", "Errors talking to Redis, by operation.", ["operation"], registry=r
         )
+        self.background_errors = Counter(
+            "agency_background_errors_total",
+            "Failed rounds of background loops (keep-alive, monitor, retention ...), by loop; "
+            "each loop backs off and goes on.",
+            ["loop"],
+            registry=r,
+        )
         self.contract_review = Gauge(
             "agency_contract_review_flagged",
             "1 when a contract is flagged for review.",
@@ -145,7 +157,12 @@ class Metrics:
         """Count one audit append that took ``seconds`` until durable, and observe its record."""
         self.audit_append_latency.observe(seconds)
         self._child(self.audit_appends, record.event_type).inc()
+        self.kpis.observe(record)
         self.observe(record)
+
+    def background_error(self, loop: str) -> None:
+        """Count one failed round of a background loop (their ``on_error`` hook)."""
+        self.background_errors.labels(loop=loop).inc()
 
     def redis_error(self, operation: str) -> None:
         """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""

@@ -17,6 +17,7 @@ when it is created, claimed and stopped. A task waiting for input continues with
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -32,16 +33,21 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput
+from .drift import IntentJudge
+from .errors import AgencyError, InvalidInput, PermissionDenied
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
+from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
+from .session_memory import remember
+from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
 from .task_store import TaskStore
 from .tasks import (
@@ -57,12 +63,21 @@ from .tasks import (
 
 __all__ = ["Agency"]
 
+log = logging.getLogger("agency.pipeline")
+
 Sleeper = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger("agency.pipeline")
 
 
 #: Records after which a task waits until everything it has logged is durable.
 _DURABLE_BARRIERS = frozenset(
-    {AuditEventType.TASK_SUBMITTED, AuditEventType.DISPATCH, AuditEventType.TASK_COMPLETED}
+    {
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.DISPATCH,
+        AuditEventType.TASK_COMPLETED,
+        AuditEventType.TASK_INTERRUPTED,
+    }
 )
 
 
@@ -93,6 +108,10 @@ class Agency:
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
         monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
+        scorer: Computes answers' reliability (default: weighted, from ``config.reliability``).
+        sessions: Conversation state by session id (default: in memory, ``config.session_ttl_seconds``).
+        intent_judges: Judge answers against a goal's intention scope, in order (default: the
+            rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
     """
 
     def __init__(
@@ -112,6 +131,9 @@ class Agency:
         breaker: CircuitBreaker | None = None,
         monitor: FailureMonitor | None = None,
         alerts: AlertSink | None = None,
+        scorer: ReliabilityScorer | None = None,
+        sessions: SessionStore | None = None,
+        intent_judges: list[IntentJudge] | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -124,10 +146,13 @@ class Agency:
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.verifier = verifier if verifier is not None else Verifier()
         self.tasks: TaskStore = tasks or MemoryTaskStore()
+        self.sessions: SessionStore = sessions or MemorySessionStore(ttl_s=self.config.session_ttl_seconds)
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
+        self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
@@ -137,6 +162,9 @@ class Agency:
             deadline_factor=self.config.deadline_factor,
             audit=self._audit,
             clock=clock,
+            scorer=scorer or WeightedReliabilityScorer(self.config.reliability),
+            time_critical_domains=frozenset(self.config.time_critical_domains),
+            intent_judges=intent_judges,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -227,6 +255,8 @@ class Agency:
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
         run.client = client
+        if req.session_id:  # a later task of a conversation starts with what the earlier ones found
+            await self._recall(run)
         if goal is not None:
             try:
                 StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
@@ -239,24 +269,56 @@ class Agency:
                 )
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
-        await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
-        message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
-        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
-        if goal:
+        self._running[req.task_id] = run
+        try:
+            submitted: dict[str, Any] = {"text": req.text}
+            if run.context:  # what the session already knew: the agents are not asked for it again
+                submitted["session_context"] = sorted(run.context)
+            await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", submitted)
+            message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
+            await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
+            if goal:
+                await self._audit(
+                    run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                )
+            return await self._drive(run, self._run(run))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
+        """End a task's segment in the log with a ``task.interrupted`` record, if it began
+        (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
+        cut it short (a backend error, the call cancelled), every task that began in the log
+        ends in it."""
+        if self._running.pop(run.request.task_id, None) is not None:
+            await asyncio.shield(self._interrupted(run, _why(error)))
+
+    async def _interrupted(self, run: TaskRecord, why: str) -> None:
+        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
+        try:
             await self._audit(
-                run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                run,
+                AuditEventType.TASK_INTERRUPTED,
+                "interrupted",
+                {"reason": why, "state": run.state.value},
             )
-        return await self._drive(run, self._run(run))
+        except Exception as exc:
+            log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
         started = time.perf_counter()
+        begun = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None):
+            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None) as deadline:
+                # a goal an intake agent anchors later is timed from the segment's start too
+                self._deadlines[run.task_id] = (deadline, begun)
                 return await work
         except TimeoutError:
             return await self._goal_timeout(run)
         finally:
+            self._deadlines.pop(run.task_id, None)
             run.active_ms += (time.perf_counter() - started) * 1000
             await self._flush_audit(run)
 
@@ -273,7 +335,10 @@ class Agency:
             )
             if stopped is not None:
                 return stopped
-        return await self._verify(run)
+        verified = await self._verify(run)
+        if verified is None:  # the goal failed and its policy retries: redo the last step
+            return await self._run(run)
+        return verified
 
     async def _run_step(
         self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
@@ -357,7 +422,46 @@ class Agency:
                 provenance=provenance,
                 fresh_until=fresh_until,
             )
+            if run.anchor_goal:
+                refused = await self._anchor(run, step.name, cursor.agent)
+                if refused is not None:
+                    return refused
             return await self._verify_stage(run, step.name, output)
+
+    async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
+        """Anchor the goal an intake agent named (see ``middleware.intake``)."""
+        goal_id, run.anchor_goal = run.anchor_goal, ""
+        if run.goal is not None:
+            return None  # the client anchored one already: it stays
+        try:
+            goal = self.get_goal(goal_id)
+            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
+        except AgencyError as exc:
+            event = run.failure_event(
+                FailureType.SCHEMA_VIOLATION, step, agent, 1, [], f"{agent} anchored {goal_id}: {exc}"
+            )
+            resolution = await self._resolve(run, event)
+            cursor = StepCursor(agent="", fallbacks=[])
+            await self._executor.apply(resolution, event, cursor, run)
+            return await self._stop(run, cursor)
+        run.goal = goal
+        timing = self._deadlines.get(run.task_id)
+        if timing is not None and timing[0].when() is None:
+            timing[0].reschedule(timing[1] + goal.timeout_seconds)
+        await self._audit(
+            run,
+            AuditEventType.GOAL_ANCHORED,
+            "anchored",
+            {
+                "goal": goal.model_dump(mode="json"),
+                "by": agent,
+                "intent": run.intent,
+                "language": run.language,
+                "context": run.context,
+            },
+            agent=agent,
+        )
+        return None
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
@@ -385,7 +489,7 @@ class Agency:
         staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
         return staged
 
-    async def _verify(self, run: TaskRecord) -> Outcome:
+    async def _verify(self, run: TaskRecord) -> Outcome | None:
         await self._transition(run, TaskState.VERIFYING)
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
@@ -401,14 +505,26 @@ class Agency:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
         return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
 
-    async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
-        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
+    async def _goal_unmet(
+        self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any
+    ) -> Outcome | None:
+        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event.
+
+        ``None`` when its resolution is a retry (``failure_policies.GOAL_UNMET.resolution:
+        retry``): the step whose output failed is run again (routed afresh).
+        """
         event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
-        cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run)
+        cursor = StepCursor(agent=event.agent, fallbacks=[])
+        directive = await self._executor.apply(resolution, event, cursor, run)
         names = [s.name for s in self._steps(run)]
         run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
+        if directive is Directive.RETRY and step in names:
+            record = run.step_record(step)
+            if record is not None:
+                record.status = "pending"
+            await self._transition(run, TaskState.ROUTING)
+            return None
         return await self._stop(run, cursor, output=output, verdict=verdict)
 
     async def _goal_timeout(self, run: TaskRecord) -> Outcome:
@@ -473,28 +589,37 @@ class Agency:
                     raise InvalidInput.single(
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
-            await self._audit(
-                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
-            )
-            if plan.action in ("fail", "cancel"):
-                state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
-                return await self._finish(run, state, reason=plan.reason)
-            # approving the final verification (a stop with the goal's own, stage-less verdict)
-            final_verdict_approved = (
-                plan.action == "approve" and run.verdict is not None and not run.verdict.stage
-            )
-            claim = apply_plan(run, plan, self._steps(run))
-            await self._transition(run, claim, save=True)  # saved with a version check: the claim
-        if final_verdict_approved:  # vouched for by a human: not verified again
-            final = run.outputs.get(self._steps(run)[-1].name)
-            return await self._finish(
-                run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
-            )
-        if plan.action == "accept":
-            return await self._drive(
-                run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
-            )
-        return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+            self._running[task_id] = run
+            try:
+                await self._audit(
+                    run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
+                )
+                if plan.action in ("fail", "cancel"):
+                    state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
+                    return await self._finish(run, state, reason=plan.reason)
+                # approving the final verification (a stop with the goal's own, stage-less verdict)
+                final_verdict_approved = (
+                    plan.action == "approve" and run.verdict is not None and not run.verdict.stage
+                )
+                claim = apply_plan(run, plan, self._steps(run))
+                await self._transition(run, claim, save=True)  # saved with a version check: the claim
+            except BaseException as exc:
+                await self._cut_short(run, exc)
+                raise
+        try:
+            if final_verdict_approved:  # vouched for by a human: not verified again
+                final = run.outputs.get(self._steps(run)[-1].name)
+                return await self._finish(
+                    run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
+                )
+            if plan.action == "accept":
+                return await self._drive(
+                    run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
+                )
+            return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
 
     async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
         """After a resume supplied a step's output: verify its goal stage, then go on."""
@@ -579,11 +704,41 @@ class Agency:
             state.value,
             {"reason": reason, "goal_passed": verdict.passed if verdict else None},
         )
+        self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        if run.request.session_id:
+            try:
+                await remember(self.sessions, run)
+            except Exception:  # the outcome stands; only the conversation memory is behind
+                log.exception(
+                    "session %s: conversation state not updated after task %s",
+                    run.request.session_id,
+                    run.task_id,
+                )
         return run.outcome()
+
+    async def _recall(self, run: TaskRecord) -> None:
+        """Seed ``run`` with its session's context (PermissionDenied: another client's session)."""
+        state = await self.sessions.get(run.request.session_id)
+        if state is None:
+            return
+        try:
+            authorize_session(state, run.client)
+        except PermissionDenied as exc:
+            await self._record(
+                AuditEventType.MESSAGE_REJECTED,
+                outcome="rejected",
+                rule="session_owner",
+                task_id=run.task_id,
+                session=run.request.session_id,
+                detail={"reason": str(exc)},
+            )
+            raise
+        run.context = state.context()
+        run.intent, run.language = state.intent_id, state.language
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
@@ -712,6 +867,27 @@ class Agency:
         )
 
     async def close(self) -> None:
-        await self.agents.aclose()
-        await self.audit.close()
-        await self.tasks.close()
+        """Close the agents, the audit log, the task store and the session store (the log
+        whatever else fails); tasks still running are first ended in the log as interrupted."""
+        try:
+            for run in list(self._running.values()):
+                if self._running.pop(run.request.task_id, None) is not None:
+                    await self._interrupted(run, "the gateway shut down before the task ended")
+            await self.agents.aclose()
+        finally:
+            try:
+                await self.audit.close()
+            finally:
+                try:
+                    await self.tasks.close()
+                finally:
+                    await self.sessions.close()
+
+
+def _why(error: BaseException) -> str:
+    """What cut a task short, for its ``task.interrupted`` record."""
+    if isinstance(error, asyncio.CancelledError):
+        return "the call was cancelled before the task ended"
+    if isinstance(error, AgencyError):
+        return f"{error.reason}: {error.message}"
+    return f"{type(error).__name__}: {error}"

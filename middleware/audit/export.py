@@ -377,7 +377,10 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
             []
             if complete  # a complete bundle rebuilds the tree: no proofs needed
             else [
+                # none from an empty log's checkpoint: nothing to prove (RFC 9162 §2.1.4)
                 [base64.b64encode(h).decode() for h in tree.consistency_proof(a.size, b.size)]
+                if a.size
+                else []
                 for a, b in itertools.pairwise(cps)
             ]
         )

@@ -256,6 +256,14 @@ def _verify(args: argparse.Namespace) -> int:
         print(node.describe())
         for w in node.warnings:
             print(f"     note: {w}")
+        if node.ok and node.state is not None:  # a directory's log: the task invariant too
+            left = _open_tasks(Path(node.source), args.key)
+            if left:
+                print(
+                    f"     note: {len(left)} task(s) left open (began in the log, never ended): "
+                    + ", ".join(left[:20])
+                    + (" ..." if len(left) > 20 else "")
+                )
     if not args.key:
         print("     note: no --key given: checked against the key stored with the log, pin the published one")
     if verdict.ok:
@@ -266,6 +274,16 @@ def _verify(args: argparse.Namespace) -> int:
     if bad and bad.where:
         print(f"  first bad record: {bad.where}", file=sys.stderr)
     return 1
+
+
+def _open_tasks(directory: Path, key: str | None) -> list[str]:
+    """Tasks of the node log at ``directory`` that began and did not end (see ``open_tasks``)."""
+    from ..audit.open_tasks import open_tasks
+    from ..audit.wal_reader import WalLogReader
+
+    if not directory.is_dir():
+        return []
+    return list(open_tasks(r for _, r in WalLogReader(directory, key=_key(key)).records()))
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -332,8 +350,8 @@ def _prove(args: argparse.Namespace) -> int:
         out.update(index=args.index, leaf_hash=b64([tree.leaf(args.index - 1)])[0])
         out["inclusion_proof"] = b64(tree.inclusion_proof(args.index - 1, size))
     else:
-        if not 0 <= args.old <= size:
-            raise InvalidInput.single("old", f"must be 0..{size}", what="prove")
+        if not 0 < args.old <= size:  # no proof from the empty tree (RFC 9162 §2.1.4)
+            raise InvalidInput.single("old", f"must be 1..{size}", what="prove")
         out.update(old_size=args.old, old_root=base64.b64encode(tree.root(args.old)).decode())
         out["consistency_proof"] = b64(tree.consistency_proof(args.old, size))
     print(json.dumps(out, indent=2))

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -67,6 +68,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the contract, or admin",
     )
     p.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=None,
+        help="share the port with other processes listening on it (SO_REUSEPORT; the kernel splits "
+        "connections between them); without it a port already taken is refused (exit code 2)",
+    )
+    p.add_argument(
         "--tracing",
         choices=["off", "console", "otlp"],
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
@@ -96,6 +104,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             ("metrics_address", args.metrics_address),
             ("auth_tokens", args.auth_tokens),
             ("tracing", args.tracing),
+            ("reuse_port", args.reuse_port),
         )
         if value is not None
     }
@@ -139,7 +148,7 @@ async def serve(
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
-    metrics = Metrics()
+    metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -148,7 +157,13 @@ async def serve(
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
     metrics_server = None
-    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
+    keep_alive = KeepAlive(
+        agency.catalog,
+        agency.agents.keys,
+        # an entry gone with Redis's data is registered again, as the definition declared it
+        restore=lambda contract: agency.register(contract, replace=True, actor="keep-alive"),
+        on_error=metrics.background_error,
+    )
     try:
         if config.tracing != "off":
             from ..grpc_api.tracing import TracingServerInterceptor
@@ -164,7 +179,14 @@ async def serve(
         post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
         if definition.storage.backend == "redis":
             # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
-            monitor = redis_monitor(definition.storage.redis_url, lambda ok: server.set_serving(ok))
+            monitor = redis_monitor(
+                definition.storage.redis_url,
+                lambda ok: server.set_serving(ok),
+                on_error=metrics.background_error,
+            )
+            # and while this gateway's own agents cannot be routed to (stale, or gone with
+            # Redis's data until the keep-alive registers them again)
+            monitor.add_check("catalog", _within(2.0, keep_alive.check))
             interceptors.append(BackendGate(monitor))
         server = build_server(
             agency,
@@ -173,6 +195,7 @@ async def serve(
             token_hashes=clients,
             interceptors=interceptors,
             post_office=post_office,
+            reuse_port=config.reuse_port,
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
@@ -189,6 +212,7 @@ async def serve(
                 retain.max_age,
                 archive_dir=retain.archive_dir,
                 interval=retain.interval,
+                on_error=metrics.background_error,
             )
             retention.start()
         host = config.address.rsplit(":", 1)[0]
@@ -208,15 +232,23 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        # Every step runs whatever failed before it (a Redis gone, a worker hung): the audit
+        # log is always closed (final checkpoint, sealed segment).
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
         if retention is not None:
-            await retention.stop()
+            steps.append(("audit retention", retention.stop))
         if monitor is not None:
-            await monitor.stop()
-        await keep_alive.__aexit__(None, None, None)
+            steps.append(("backend monitor", monitor.stop))
+        steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))
         if post_office is not None:
-            await post_office.transport.close()
-        await agency.close()
-        await agency.catalog.close()
+            steps.append(("mailboxes", post_office.transport.close))
+        steps.append(("agents, audit log and task store", agency.close))
+        steps.append(("catalog", agency.catalog.close))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:  # logged in one line: the rest must still run
+                log.error("shutdown: closing the %s failed: %s: %s", what, type(exc).__name__, exc)
         if tracing is not None:
             tracing.shutdown()
         if metrics_server is not None:
@@ -224,6 +256,16 @@ async def serve(
             metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _within(seconds: float, check: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``check``, failing after ``seconds`` (a hung backend is as down as a refusing one)."""
+
+    async def bounded() -> None:
+        async with asyncio.timeout(seconds):
+            await check()
+
+    return bounded
 
 
 def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:

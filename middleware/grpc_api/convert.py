@@ -89,6 +89,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "granularities": list(pb.granularities),
         "metrics": list(pb.metrics),
         "human_review": pb.human_review,
+        "time_critical": pb.time_critical,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -117,6 +118,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         granularities=c.granularities,
         metrics=c.metrics,
         human_review=c.human_review,
+        time_critical=c.time_critical,
     )
 
 

@@ -41,11 +41,13 @@ def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessag
                 "source": pb.metadata.provenance.source,
                 "reliability_score": pb.metadata.provenance.reliability_score,
             },
-            "freshness_ttl": pb.metadata.freshness_ttl,
-            "confidence_score": pb.metadata.confidence_score,
             "intention_trace": list(pb.metadata.intention_trace),
+            "domain": pb.metadata.domain,
         },
     }
+    for optional in ("freshness_ttl", "confidence_score"):  # unset = not given
+        if pb.metadata.HasField(optional):
+            data["metadata"][optional] = getattr(pb.metadata, optional)
     if not pb.HasField("metadata"):
         del data["metadata"]
     for name in ("message_id", "trace_id", "created_at"):
@@ -69,6 +71,7 @@ def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
             freshness_ttl=meta.freshness_ttl,
             confidence_score=meta.confidence_score,
             intention_trace=list(meta.intention_trace),
+            domain=meta.domain,
         ),
         trace_id=m.trace_id,
         created_at=_rfc3339(m.created_at),

@@ -86,6 +86,7 @@ def build_server(
     token_hashes: Mapping[str, Principal | str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
+    reuse_port: bool = False,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -96,6 +97,12 @@ def build_server(
             and the role its method asks for (see :mod:`.auth`); refusals are audited.
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+        reuse_port: Let other processes listen on the same port (SO_REUSEPORT; the kernel
+            splits connections between them). Off by default: a port another process
+            holds is refused (``Unavailable``) instead of silently shared.
+
+    Raises:
+        Unavailable: the address cannot be bound (e.g. another process listens on it).
     """
     chain = list(interceptors)
     if token_hashes is not None:
@@ -110,6 +117,7 @@ def build_server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", int(reuse_port)),  # grpc's default is 1: a taken port "works"
         ],
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
@@ -129,5 +137,5 @@ def build_server(
         [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    port = add_port(server, address, tls)
+    port = add_port(server, address, tls, reuse_port=reuse_port)
     return GrpcServer(server, port, health_servicer, services)

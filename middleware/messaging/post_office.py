@@ -38,7 +38,7 @@ from .._model import Model
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
 from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, ResourceExhausted
-from ..smf import SMFMessage
+from ..smf import SMFMessage, freshness_problem
 from .clock import Clock, system_clock
 from .flows import Flows
 from .identity import IdentityRegistry, RateLimiter, TopicACL, check_topic
@@ -348,6 +348,9 @@ class PostOffice:
                 raise PermissionDenied(
                     f"agent {sender!r} cannot send as {msg.sender!r}: the sender must be the token's agent"
                 )
+            missing_ttl = freshness_problem(msg.metadata)  # a time-critical domain needs a TTL
+            if missing_ttl:
+                raise InvalidInput.single("metadata.freshness_ttl", missing_ttl, what="SMF message")
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(sender)
             self._check_size(msg)

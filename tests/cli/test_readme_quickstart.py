@@ -91,6 +91,8 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
             assert proc.returncode == expected, (shlex.split(command)[:3], proc.stdout, proc.stderr)
             if m := re.search(r"^trace (\S+)$", proc.stdout, flags=re.MULTILINE):
                 trace_id = m.group(1)
+            if "completed" in comment:
+                assert ": completed (TASK_STATE_COMPLETED)" in proc.stdout, proc.stdout
             if "metrics" in command:
                 assert "agency_tasks_total" in proc.stdout
         assert (tmp_path / "trace.html").stat().st_size > 1000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,11 +45,12 @@ def address() -> Iterator[str]:
 def test_submit_prints_the_outcome_and_the_next_command(address, capsys) -> None:
     code = main(
         [
-            "submit",
-            "My phone's screen is shattered, I want a replacement",
-            "--goal-id", "GOAL_WARRANTY_001",
-            "--input", '{"user_id": "u_789", "device_model": "PhoneX"}',
-            "--step", "warranty",
+            "submit", "我上周买的手机屏幕碎了，要换新",
+            "--user-id", "u_789",
+            "--input", '{"user_id": "u_789", "device": "fp_7f3a"}',
+            "--step", "intake:extract_intent",
+            "--step", "order:get_order_detail",
+            "--step", "warranty:warranty_check",
             "--step", "shipping:ship_replacement",
             "--step", "reply:compose_reply",
             "--address", address,
@@ -59,7 +61,7 @@ def test_submit_prints_the_outcome_and_the_next_command(address, capsys) -> None
     assert ": completed (TASK_STATE_COMPLETED)" in out
     assert "step warranty: warranty_agent@2.1.0" in out
     assert "resolution use_backup -> express_shipper@1.0.0" in out
-    assert "goal GOAL_WARRANTY_001: passed (3/3 checks)" in out
+    assert re.search(r"goal GOAL_WARRANTY_001: passed \((\d+)/\1 checks?\)", out), out
     assert "timeline: agency trace show" in out
     task_id = out.split()[1].rstrip(":")
 

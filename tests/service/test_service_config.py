@@ -148,6 +148,7 @@ async def test_post_office_enrolls_the_agents_and_enforces_the_flows(tmp_path):
                     "provenance": {"source": sender, "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )
