@@ -114,7 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"agency: error: {exc}", file=sys.stderr)
             if isinstance(exc, NotFound):
                 return NOTHING_FOUND
-            return UNAVAILABLE if isinstance(exc, Unavailable) else ERROR
+            # 4 only when a call to a gateway found nobody answering (the client sets grpc_code);
+            # a local resource (a taken port to serve on) is an error of the command line: 2
+            called = isinstance(exc, Unavailable) and "grpc_code" in exc.details
+            return UNAVAILABLE if called else ERROR
         raise
 
 

@@ -180,5 +180,5 @@ def test_serve_reports_a_port_in_use(tmp_path, capsys):
             "--metrics-address",
             "",
         ]
-        assert main(argv) == 4  # unavailable (middleware.cli.exit_codes)
+        assert main(argv) == 2
     assert "cannot listen" in capsys.readouterr().err
