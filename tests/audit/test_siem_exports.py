@@ -157,3 +157,40 @@ def test_flat_jsonl_is_one_record_object_per_line(log_dir: Path) -> None:
     for rec, line in zip(recs, lines, strict=True):
         assert line.pop("log_node") == "n1" and line.pop("log_index") == rec.index
         assert line == rec.obj()
+
+
+#: Every event type the product writes (grep the sources for ``event_type``), with the outcomes
+#: that change the severity and status mappings.
+EVENT_TYPES = [
+    "agent.circuit", "agent.dispatch", "agent.handoff", "agent.result", "agent.step", "agent.turn",
+    "audit.retention", "catalog.change", "contract.review", "failure.event", "failure.quarantine",
+    "failure.resolution", "goal.anchored", "goal.verification", "human.handover", "message.accepted",
+    "message.acked", "message.dead_lettered", "message.duplicate", "message.expired", "message.forged",
+    "message.lost", "message.rejected", "policy.resolution", "routing.decision", "routing.refused",
+    "task.completed", "task.interrupted", "task.resumed", "task.submitted", "task.transition",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("outcome", ["success", "failure", "rejected", "info", ""])
+def test_every_event_type_exports_valid_ocsf_and_parseable_cef(tmp_path: Path, outcome: str) -> None:
+    async def fill() -> None:
+        log = WalAuditLog(tmp_path, "n1", signer=Signer("siem-test"))
+        for i, etype in enumerate(EVENT_TYPES):
+            actors = Actors(user="u1", agent="a@1.0.0", session="s1") if i % 2 else Actors()
+            await log.append(
+                AuditRecord(
+                    event_type=etype, node="n1", actors=actors, outcome=outcome, trace_id="t" * (i % 3)
+                )
+            )
+        await log.close()
+
+    asyncio.run(fill())
+    validator = Draft202012Validator(OCSF_SCHEMA)
+    events = [json.loads(x) for x in _export(tmp_path, "ocsf")]
+    assert [e["activity_name"] for e in events] == EVENT_TYPES
+    for event in events:
+        assert not list(validator.iter_errors(event)), event
+        assert _empty_strings(event) == []
+    for line, etype in zip(_export(tmp_path, "cef"), EVENT_TYPES, strict=True):
+        parsed = pycef.parse(line)
+        assert parsed is not None and parsed["DeviceEventClassID"] == etype
