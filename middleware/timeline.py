@@ -19,6 +19,7 @@ from typing import Any
 
 from .audit.record import AuditEventType, AuditRecord
 from .errors import InvalidInput, NotFound, Problem
+from .ids import MIN_PREFIX, id_matches, normalise_id
 
 __all__ = ["Timeline", "TimelineEntry", "build_timelines", "find_trace", "render_html", "render_text"]
 
@@ -69,16 +70,17 @@ class Timeline:
 
 
 def find_trace(records: Iterable[tuple[int, AuditRecord]], trace_id: str) -> list[AuditRecord]:
-    """The records of ``trace_id`` (a full id, or a unique prefix of at least 8 characters)."""
-    wanted = trace_id.strip().lower()
-    if len(wanted) < 8:
-        raise InvalidInput([Problem("trace_id", "give the trace id (at least its first 8 characters)")])
+    """The records of ``trace_id`` (a full id, or a unique prefix: see :mod:`middleware.ids`)."""
+    wanted = normalise_id(trace_id)
+    if not wanted:
+        raise InvalidInput([Problem("trace_id", "give the trace id (or its first 8+ characters)")])
     found: dict[str, list[AuditRecord]] = {}
     for _, record in records:
-        if record.trace_id and record.trace_id.lower().startswith(wanted):
+        if id_matches(record.trace_id, wanted):
             found.setdefault(record.trace_id, []).append(record)
     if not found:
-        raise NotFound(f"no audit record has trace id {trace_id!r}")
+        short = f" (a prefix needs at least {MIN_PREFIX} characters)" if len(wanted) < MIN_PREFIX else ""
+        raise NotFound(f"no audit record has trace id {trace_id!r}{short}")
     if len(found) > 1:
         raise InvalidInput(
             [Problem("trace_id", f"prefix {trace_id!r} matches {len(found)} traces: {sorted(found)[:5]}")]
@@ -393,7 +395,7 @@ def _num(value: Any) -> str:
 
 def _short(value: Any, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _suffix(reason: str) -> str:

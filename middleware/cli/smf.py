@@ -56,7 +56,16 @@ def _options(v: argparse.ArgumentParser) -> None:
     )
     v.add_argument("--now", metavar="TIME", help="judge freshness at this RFC 3339 time (default: now)")
     v.add_argument("--allow-stale", action="store_true", help="report stale messages as warnings")
-    v.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    v.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        default="text",
+        help="print JSON instead of text",
+    )
+    # the old spelling, kept hidden for one release
+    v.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
     v.add_argument("--strict", action="store_true", help="warnings fail the validation too")
     v.add_argument(
         "--time-critical-domain",

@@ -18,10 +18,13 @@ from ..tasks import Outcome
 __all__ = [
     "contract_from_pb",
     "contract_to_pb",
+    "decision_from_pb",
     "decision_to_pb",
     "dumps",
+    "entry_from_pb",
     "entry_to_pb",
     "loads",
+    "outcome_from_pb",
     "outcome_to_pb",
     "query_from_pb",
     "task_from_pb",
@@ -303,3 +306,47 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
             f"({MAX_MESSAGE_BYTES}); lower agency.limits.max_outcome_bytes"
         )
     return pb
+
+
+# ------------------------------------------------------- replies, client side
+def entry_from_pb(pb: catalog_pb2.CatalogEntry) -> CatalogEntry:
+    """A catalog entry as the server sent it (the client's side of :func:`entry_to_pb`)."""
+    return CatalogEntry(
+        contract=contract_from_pb(pb.contract),
+        registered_at=pb.registered_at,  # pydantic parses RFC 3339
+        last_heartbeat=pb.last_heartbeat,
+        stale=pb.stale,
+        revision=max(1, pb.revision),
+    )
+
+
+def outcome_from_pb(pb: agency_pb2.Outcome) -> Outcome:
+    """The whole outcome a server sent (it travels as ``outcome_json``)."""
+    return Outcome.model_validate_json(pb.outcome_json)
+
+
+def decision_from_pb(pb: agency_pb2.RoutingDecision) -> RoutingDecision:
+    """A routing decision as the server sent it (the client's side of :func:`decision_to_pb`)."""
+    from ..constraints import Constraints
+    from ..router import Candidate, Rejection
+
+    return RoutingDecision(
+        constraints=Constraints.model_validate(loads(pb.constraints_json, "constraints_json", default={})),
+        chosen=pb.chosen,
+        fallbacks=list(pb.fallbacks),
+        candidates=[
+            Candidate(
+                agent=c.agent,
+                score=c.score,
+                slo_latency_ms=c.slo_latency_ms,
+                success_rate=c.success_rate,
+                load=c.load,
+                samples=c.samples,
+            )
+            for c in pb.candidates
+        ],
+        rejected=[Rejection(agent=r.agent, constraint=r.constraint, reason=r.reason) for r in pb.rejected],
+        rejected_omitted=pb.rejected_omitted,
+        considered=pb.considered,
+        explanation=pb.explanation,
+    )

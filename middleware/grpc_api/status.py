@@ -13,6 +13,7 @@ no internals leaked.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -30,12 +31,13 @@ from ..errors import (
     InvalidInput,
     NotFound,
     PermissionDenied,
+    Problem,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
 
-__all__ = ["ERROR_CODES", "code_for", "rpc", "rpc_stream"]
+__all__ = ["ERROR_CODES", "code_for", "error_from_status", "rpc", "rpc_stream"]
 
 log = logging.getLogger("agency.grpc")
 
@@ -77,6 +79,56 @@ def _problems_trailer(error: InvalidInput) -> str:
         listed.append(item)
         size += length
     return json.dumps(listed, ensure_ascii=True)
+def _reason_classes() -> dict[str, type[AgencyError]]:
+    """Every error class a server may name in ``agency-reason``, by its reason."""
+    found: dict[str, type[AgencyError]] = {}
+    stack: list[type[AgencyError]] = [AgencyError]
+    while stack:
+        cls = stack.pop()
+        found.setdefault(cls.reason, cls)
+        stack.extend(cls.__subclasses__())
+    found.pop("AGENT_FAILURE", None)  # an agent's failure never crosses the wire as an error
+    return found
+
+
+def error_from_status(
+    code: grpc.StatusCode, message: str, trailers: dict[str, str] | None = None
+) -> AgencyError:
+    """The inverse of :func:`code_for`: a failed call as the :class:`AgencyError` the server raised.
+
+    The class comes from the ``agency-reason`` trailer (so ``SCHEMA_VIOLATION`` is a
+    :class:`ContractViolation`, ``ROUTING_REFUSED`` a :class:`RoutingRefused`), else from the
+    status code; ``agency-problems`` restores every problem of an :class:`InvalidInput`.
+    ``details`` carries ``grpc_code`` and, when sent, ``retry_after_ms``.
+
+    Args:
+        code: The call's status code.
+        message: The status details (the server's error message).
+        trailers: The call's trailing metadata as a dict.
+    """
+    md = trailers or {}
+    cls: type[AgencyError] | None = _reason_classes().get(md.get("agency-reason", ""))
+    if cls is None:
+        cls = next((c for c, k in ERROR_CODES if k == code), AgencyError)
+    details: dict[str, Any] = {"grpc_code": code.name}
+    if "agency-retry-after-ms" in md:
+        with contextlib.suppress(ValueError):
+            details["retry_after_ms"] = int(md["agency-retry-after-ms"])
+    if issubclass(cls, InvalidInput):
+        problems: list[Problem] = []
+        try:
+            problems = [Problem(str(p["field"]), str(p["reason"])) for p in json.loads(md["agency-problems"])]
+        except (KeyError, ValueError, TypeError):
+            problems = [Problem(md.get("agency-field", ""), message)]
+        error: AgencyError = cls(problems, what="request", details=details)
+        if message:
+            error.args = (message,)  # the server's words, e.g. "invalid capability contract: ..."
+    else:
+        error = cls(message or f"{code.name} from the server")
+        error.details.update(details)
+    if cls is AgencyError:
+        error = AgencyError(f"{code.name}: {message}", details=details)
+    return error
 
 
 def _trailers(error: AgencyError) -> tuple[tuple[str, str], ...]:

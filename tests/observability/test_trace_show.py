@@ -80,9 +80,9 @@ def test_trace_show_accepts_a_prefix_and_names_unknown_traces(demo_dir, capsys):
     assert main(["trace", "show", second["trace_id"][:10], "--data-dir", str(data)]) == 0
     out = capsys.readouterr().out
     assert "state rejected" in out and "contract says it cannot do stock_prediction" in out
-    assert main(["trace", "show", "0123456789abcdef", "--data-dir", str(data)]) == 2
+    assert main(["trace", "show", "0123456789abcdef", "--data-dir", str(data)]) == 3  # nothing found
     assert "no audit record has trace id" in capsys.readouterr().err
-    assert main(["trace", "show", "x", "--data-dir", str(data / "nowhere")]) == 2
+    assert main(["trace", "show", "x", "--data-dir", str(data / "nowhere")]) == 3
 
 
 class _Collect(HTMLParser):

@@ -105,7 +105,7 @@ def test_environment_overrides_the_file(tmp_path):
 
 def test_config_check_command(tmp_path, capsys):
     assert main(["config", "check", str(ECOMMERCE)]) == 0
-    assert "valid (9 agents, 1 goals" in capsys.readouterr().out
+    assert "valid (9 agents, 1 goal," in capsys.readouterr().out
     bad = write(tmp_path, {"agents": [{"contract": {"name": "x", "can_do": []}, "agent": "os:getcwd"}]})
     assert main(["config", "check", str(bad), "--format", "json"]) == 1
     report = json.loads(capsys.readouterr().out)
