@@ -28,6 +28,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
         - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
         - {name: warranty_agent, public_key: <base64>, token_sha256: <hex>}
       flows: ["customer_service > warranty_agent"]
+    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.protocol_settings
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .goals import GoalAssertion
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
 from .messaging.post_office import PostOfficeConfig
+from .protocol_settings import ProtocolSettings
 
 __all__ = [
     "AgencyDefinition",
@@ -350,6 +352,7 @@ class AgencyDefinition(Model):
     goals: list[GoalAssertion] = Field(default_factory=list)
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
 
     @property
     def audit_directory(self) -> Path:

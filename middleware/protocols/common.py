@@ -194,7 +194,7 @@ class HttpServer:
     0 gives a known port before the first request).
 
     Args:
-        app: The ASGI application.
+        app: The ASGI application (or None: given later with :meth:`set_app`).
         address: ``host:port``.
         name: What it is, for errors and logs.
     """
@@ -214,9 +214,13 @@ class HttpServer:
 
             raise Unavailable(f"cannot serve {name} on {address}: {exc}") from None
         self.port: int = self._socket.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
+        self.app = app
+        self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+
+    def set_app(self, app: Any) -> None:
+        """Serve ``app`` (an app that needs this server's URL is built after the bind)."""
+        self.app = app
 
     @property
     def url(self) -> str:
@@ -225,8 +229,10 @@ class HttpServer:
 
     async def start(self) -> None:
         """Serve in the background; returns once uvicorn has started (or raises its error)."""
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]))
-        while not self._server.started:  # uvicorn has no started event: a bounded poll
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        self._server = server = uvicorn.Server(config)
+        self._task = asyncio.create_task(server.serve(sockets=[self._socket]))
+        while not server.started:  # uvicorn has no started event: a bounded poll
             if self._task.done():
                 self._task.result()
                 raise RuntimeError(f"{self.name} stopped while starting")
@@ -234,7 +240,8 @@ class HttpServer:
 
     async def stop(self) -> None:
         """Stop serving (in-flight requests get uvicorn's graceful shutdown)."""
-        self._server.should_exit = True
+        if self._server is not None:
+            self._server.should_exit = True
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task

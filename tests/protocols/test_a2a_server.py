@@ -52,11 +52,9 @@ def message(
 
 async def serve(agency: Agency, tokens: dict[str, Principal] | None = None) -> tuple[HttpServer, str]:
     """The app on port 0, with its card naming the real URL."""
-    probe = HttpServer(object(), "127.0.0.1:0", name="probe")
-    port = probe.port
-    probe._socket.close()
-    url = f"http://127.0.0.1:{port}"
-    server = HttpServer(build_a2a_app(agency, url=url, token_hashes=tokens), f"127.0.0.1:{port}", name="a2a")
+    server = HttpServer(None, "127.0.0.1:0", name="a2a")
+    url = server.url
+    server.set_app(build_a2a_app(agency, url=url, token_hashes=tokens))
     await server.start()
     return server, url
 
@@ -224,3 +222,20 @@ async def test_bearer_tokens_identify_the_caller_who_owns_the_task():
         assert seen.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     finally:
         await server.stop()
+
+
+async def test_a_waiting_task_canceled_through_a2a_is_canceled_in_the_pipeline():
+    from a2a.types.a2a_pb2 import CancelTaskRequest
+
+    agency, _ = await hedging_agency()
+    server, url = await serve(agency)
+    try:
+        waiting = final_task(await send(url, message("plan my trip", agency={"skill": "plan_trip"})))
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+            canceled = await client.cancel_task(CancelTaskRequest(id=waiting.id))
+            await client.close()
+    finally:
+        await server.stop()
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert (await agency.tasks.get(waiting.id)).state.value == "canceled"
