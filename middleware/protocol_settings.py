@@ -60,7 +60,8 @@ class A2AServing(Model):
 
     address: str = Field(default="", description="host:port to serve A2A on; empty = off.")
     public_url: str = Field(
-        default="", description="The base URL clients reach it at (for the Agent Card); empty = http://address."
+        default="",
+        description="The base URL clients reach it at (for the Agent Card); empty = http://address.",
     )
 
     _a = field_validator("address")(classmethod(lambda cls, v: _address(v)))
@@ -80,14 +81,18 @@ class A2AAgentSettings(Model):
     """A remote A2A agent behind a contract."""
 
     card_url: str = Field(description="The agent's base URL (its card at /.well-known/agent-card.json).")
-    contract: CapabilityContract = Field(description="What the operator allows it: can_do, cannot_do, SLO ...")
+    contract: CapabilityContract = Field(
+        description="What the operator allows it: can_do, cannot_do, SLO ..."
+    )
     card_sha256: str = Field(
         default="",
         description="The reviewed card's hash; a different card is not trusted. Empty = pin the card "
         "fetched at start (logged).",
     )
     recheck_seconds: float = Field(
-        default=30.0, ge=0, description="How often the card is fetched again to notice changes (0 = every call)."
+        default=30.0,
+        ge=0,
+        description="How often the card is fetched again to notice changes (0 = every call).",
     )
 
     _u = field_validator("card_url")(classmethod(lambda cls, v: _http_url(v)))
@@ -98,7 +103,9 @@ class McpAgentSettings(Model):
     """One tool of an MCP server behind a contract."""
 
     url: str = Field(default="", description="Streamable HTTP endpoint of the MCP server.")
-    command: list[str] = Field(default_factory=list, description="Or: the stdio server's command and arguments.")
+    command: list[str] = Field(
+        default_factory=list, description="Or: the stdio server's command and arguments."
+    )
     tool: str = Field(min_length=1, description="The tool's name on that server.")
     contract: CapabilityContract = Field(description="What the operator allows it.")
     tool_sha256: str = Field(

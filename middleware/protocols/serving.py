@@ -4,6 +4,8 @@ remote A2A agents and MCP tools registered behind their contracts."""
 from __future__ import annotations
 
 import logging
+import sys
+from typing import TextIO
 
 from ..access import Principal
 from ..pipeline import Agency
@@ -24,11 +26,18 @@ class Protocols:
         settings: The definition's ``protocols`` section.
         token_hashes: The gateway's token file (None = tokens off): A2A and MCP callers use
             the same tokens and roles as gRPC.
+        out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
     """
 
     def __init__(
-        self, agency: Agency, settings: ProtocolSettings, *, token_hashes: dict[str, Principal] | None
+        self,
+        agency: Agency,
+        settings: ProtocolSettings,
+        *,
+        token_hashes: dict[str, Principal] | None,
+        out: TextIO | None = None,
     ) -> None:
+        self.out = out or sys.stdout
         self.agency = agency
         self.settings = settings
         self.token_hashes = token_hashes
@@ -39,21 +48,25 @@ class Protocols:
         if self.settings.a2a_agents:
             from .a2a_agent import register_a2a_agent
 
-            for i, a2a in enumerate(self.settings.a2a_agents):
+            for i, remote in enumerate(self.settings.a2a_agents):
                 agent = await register_a2a_agent(
                     self.agency,
-                    a2a.card_url,
-                    a2a.contract,
-                    card_sha256=a2a.card_sha256,
-                    recheck_seconds=a2a.recheck_seconds,
+                    remote.card_url,
+                    remote.contract,
+                    card_sha256=remote.card_sha256,
+                    recheck_seconds=remote.recheck_seconds,
                     where=f"protocols.a2a_agents[{i}]",
                 )
-                print(f"agency: A2A agent {a2a.contract.key} at {a2a.card_url} (card {agent.pinned})", flush=True)
+                print(
+                    f"agency: A2A agent {remote.contract.key} at {remote.card_url} (card {agent.pinned})",
+                    file=self.out,
+                    flush=True,
+                )
         if self.settings.mcp_agents:
             from .mcp_agent import register_mcp_tool
 
             for i, tool in enumerate(self.settings.mcp_agents):
-                agent = await register_mcp_tool(
+                tool_agent = await register_mcp_tool(
                     self.agency,
                     tool.url or tool.command,
                     tool.tool,
@@ -61,7 +74,11 @@ class Protocols:
                     tool_sha256=tool.tool_sha256,
                     where=f"protocols.mcp_agents[{i}]",
                 )
-                print(f"agency: MCP tool {tool.tool} as {tool.contract.key} (definition {agent.pinned})", flush=True)
+                print(
+                    f"agency: MCP tool {tool.tool} as {tool.contract.key} (definition {tool_agent.pinned})",
+                    file=self.out,
+                    flush=True,
+                )
         if self.settings.a2a.address:
             from .a2a_server import build_a2a_app
 
@@ -70,16 +87,21 @@ class Protocols:
             url = a2a.public_url or server.url
             await server.serve(build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes))
             self.servers.append(server.server)
-            print(f"agency: A2A on {server.url} (Agent Card at {url}/.well-known/agent-card.json)", flush=True)
+            print(
+                f"agency: A2A on {server.url} (Agent Card at {url}/.well-known/agent-card.json)",
+                file=self.out,
+                flush=True,
+            )
         if self.settings.mcp.address:
             from .mcp_server import build_mcp_http_app
 
             mcp = self.settings.mcp
             server = _Deferred(mcp.address, "MCP")
-            app = build_mcp_http_app(self.agency, path=mcp.path, token_hashes=self.token_hashes)
+            host = mcp.address.rpartition(":")[0].strip("[]")
+            app = build_mcp_http_app(self.agency, path=mcp.path, token_hashes=self.token_hashes, host=host)
             await server.serve(app)
             self.servers.append(server.server)
-            print(f"agency: MCP (Streamable HTTP) on {server.url}{mcp.path}", flush=True)
+            print(f"agency: MCP (Streamable HTTP) on {server.url}{mcp.path}", file=self.out, flush=True)
 
     async def stop(self) -> None:
         for server in reversed(self.servers):
