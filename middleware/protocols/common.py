@@ -19,6 +19,7 @@ import uvicorn
 
 from ..access import DEFAULT_ROLE, Principal
 from ..errors import InvalidInput, Unauthenticated
+from ..pipeline import Agency
 from ..tasks import Outcome, TaskRequest, TaskState
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Callers",
     "HttpServer",
     "definition_hash",
+    "flag_for_review",
     "outcome_data",
     "outcome_text",
     "task_request",
@@ -246,3 +248,24 @@ class HttpServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._socket.close()
+
+
+async def flag_for_review(agency: Agency, agent: str, *, rule: str, detail: dict[str, Any]) -> None:
+    """Audit that ``agent``'s definition changed under its contract: the contract is flagged
+    for review (``contract.review``, outcome ``flagged``), and nothing is widened."""
+    from ..audit import AuditRecord
+    from ..audit.record import AuditEventType
+
+    await agency.audit.append(
+        AuditRecord.model_validate(
+            {
+                "event_type": AuditEventType.CONTRACT_REVIEW.value,
+                "node": agency.config.node_id,
+                "component": "protocols",
+                "actors": {"agent": agent},
+                "rule": rule,
+                "outcome": "flagged",
+                "detail": detail,
+            }
+        )
+    )
