@@ -140,16 +140,14 @@ def _failure(exc: BaseException, key: str) -> AgentFailure:
     """A client error as a typed failure (connection and 5xx: unavailable; timeouts; other)."""
     cause = exc.__cause__
     if isinstance(exc, A2AClientTimeoutError) or isinstance(cause, httpx.TimeoutException):
-        return AgentFailure("TOOL_TIMEOUT", f"{key}: the A2A call timed out", cause=exc)
+        return AgentFailure("TOOL_TIMEOUT", "the A2A call timed out", cause=exc)
     if isinstance(cause, httpx.HTTPStatusError):
         status = cause.response.status_code
         kind = "TOOL_UNAVAILABLE" if status >= 500 or status == 429 else "TOOL_ERROR"
-        return AgentFailure(
-            kind, f"{key}: HTTP {status} from the A2A agent", cause=exc, context={"status": status}
-        )
+        return AgentFailure(kind, f"HTTP {status} from the A2A agent", cause=exc, context={"status": status})
     if isinstance(cause, httpx.TransportError):
-        return AgentFailure("TOOL_UNAVAILABLE", f"{key}: cannot reach the A2A agent: {cause}", cause=exc)
-    return AgentFailure("TOOL_ERROR", f"{key}: the A2A agent answered with an error: {exc}", cause=exc)
+        return AgentFailure("TOOL_UNAVAILABLE", f"cannot reach the A2A agent: {cause}", cause=exc)
+    return AgentFailure("TOOL_ERROR", f"the A2A agent answered with an error: {exc}", cause=exc)
 
 
 class A2AAgent:
@@ -203,7 +201,7 @@ class A2AAgent:
             await self._on_change(self.pinned, digest)
         raise AgentFailure(
             "TOOL_UNAVAILABLE",
-            f"{self.contract.key}: its A2A card changed (pinned {self.pinned[:12]}, now {digest[:12]}); "
+            f"its A2A card changed (pinned {self.pinned[:12]}, now {digest[:12]}); "
             "not trusted until the operator reviews it",
             context={"review": "a2a_card_changed", "pinned": self.pinned, "seen": digest},
         )
@@ -213,7 +211,7 @@ class A2AAgent:
         try:
             await self._check_card()
         except Unavailable as exc:
-            raise AgentFailure("TOOL_UNAVAILABLE", f"{key}: {exc}", cause=exc) from None
+            raise AgentFailure("TOOL_UNAVAILABLE", f"{exc}", cause=exc) from None
         message = Message(
             role=Role.ROLE_USER,
             message_id=uuid.uuid4().hex,
@@ -247,7 +245,7 @@ class A2AAgent:
         except (A2AClientError, A2AError) as exc:
             raise _failure(exc, key) from None
         except httpx.HTTPError as exc:
-            raise AgentFailure("TOOL_UNAVAILABLE", f"{key}: {exc}", cause=exc) from None
+            raise AgentFailure("TOOL_UNAVAILABLE", f"{exc}", cause=exc) from None
         if isinstance(task, Message):
             return _output(list(task.parts))
         assert task is not None
@@ -259,7 +257,7 @@ class A2AAgent:
         said = " ".join(get_text_parts(list(task.status.message.parts)))
         raise AgentFailure(
             kind,
-            f"{key}: the A2A agent {what}" + (f": {said}" if said else ""),
+            f"the A2A agent {what}" + (f": {said}" if said else ""),
             context={"a2a_task_id": task.id, "a2a_state": TaskState.Name(state)},
         )
 
