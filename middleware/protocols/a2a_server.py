@@ -264,6 +264,10 @@ class GovernedExecutor(AgentExecutor):
             if principal is not None:  # any known token may submit (as gRPC Submit)
                 authorize(principal, Permission.CALL, operation="A2A/SendMessage")
             request = _request(message, context.metadata, principal, task_id)
+            if request.goal_id:
+                self.agency.get_goal(request.goal_id)  # NotFound before the task exists
+        except NotFound as exc:
+            raise InvalidParamsError(message=f"metadata.agency.goal_id: {exc}") from None
         except InvalidInput as exc:
             await self.agency.record_rejection(exc, component="a2a")
             raise InvalidParamsError(

@@ -222,3 +222,26 @@ async def test_registration_checks_the_card_against_the_contract_and_the_pin():
     assert claims_more.value.field == "a.contract.can_do[1]" and "wire_money" in str(claims_more.value)
     assert changed.value.field == "card_sha256" and "not the reviewed one" in str(changed.value)
     assert await agency.catalog.all() == []
+
+
+async def test_cli_a2a_card_prints_the_checked_entry_with_the_pin(tmp_path, capsys):
+    import yaml
+
+    from middleware.cli import main
+
+    contract_file = tmp_path / "quote.yaml"
+    contract_file.write_text(yaml.safe_dump(CONTRACT))
+    greedy = tmp_path / "greedy.yaml"
+    greedy.write_text(yaml.safe_dump({**CONTRACT, "can_do": ["stock_quote", "wire_money"]}))
+    async with RemoteAgent() as remote:
+        assert (
+            await asyncio.to_thread(main, ["a2a", "card", remote.url, "--contract", str(contract_file)]) == 0
+        )
+        printed = yaml.safe_load(capsys.readouterr().out)
+        _, digest = await fetch_card(remote.url)
+        refused = await asyncio.to_thread(main, ["a2a", "card", remote.url, "--contract", str(greedy)])
+    [entry] = printed["protocols"]["a2a_agents"]
+    assert entry["card_url"] == remote.url and entry["card_sha256"] == digest
+    assert entry["contract"]["can_do"] == ["stock_quote"]
+    assert refused != 0
+    assert "contract.can_do[1]: the card offers no skill 'wire_money'" in capsys.readouterr().err

@@ -239,3 +239,26 @@ async def test_a_waiting_task_canceled_through_a2a_is_canceled_in_the_pipeline()
         await server.stop()
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert (await agency.tasks.get(waiting.id)).state.value == "canceled"
+
+
+async def test_a_task_whose_agents_all_fail_is_failed_and_an_unknown_goal_is_refused():
+    from middleware.config import AgencyConfig
+    from middleware.failures import FailurePolicy
+    from middleware.testing import Raise
+
+    agency = Agency(config=AgencyConfig(failure_policy=FailurePolicy(max_retries=0, on_exhausted="abort")))
+    await agency.register(
+        {"name": "broken", "can_do": ["plan_trip"]}, ScriptedAgent(Raise(ValueError("bug")))
+    )
+    server, url = await serve(agency)
+    try:
+        failed = final_task(await send(url, message("plan my trip", agency={"skill": "plan_trip"})))
+        with pytest.raises(A2AError) as info:
+            await send(url, message("plan my trip", agency={"goal_id": "GOAL_NOPE"}))
+    finally:
+        await server.stop()
+    assert failed.status.state == TaskState.TASK_STATE_FAILED
+    assert get_message_text(failed.status.message).startswith("Failed:")
+    [outcome] = get_data_parts(list(failed.status.message.parts))
+    assert {f["type"] for f in outcome["failures"]} == {"TOOL_ERROR"}
+    assert "metadata.agency.goal_id" in str(info.value) and "GOAL_NOPE" in str(info.value)

@@ -138,3 +138,18 @@ async def test_a_stdio_mcp_server_tool_behind_a_contract(tmp_path: Path):
     out = await agency.submit({"text": "compound interest", "constraints": {"action": "compound_interest"}})
     assert out.state is TaskState.COMPLETED, out.failures
     assert out.output == {"monthly_payment": 0.0}
+
+
+async def test_cli_mcp_tool_prints_the_definition_and_its_pin(capsys):
+    import asyncio
+    import json
+
+    from middleware.cli import main
+
+    async with OrderServer() as orders:
+        assert (
+            await asyncio.to_thread(main, ["mcp", "tool", "--url", orders.url, "--tool", "lookup_order"]) == 0
+        )
+        _, digest = await describe_tool(orders.url, "lookup_order")
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["tool_sha256"] == digest and printed["tool"]["name"] == "lookup_order"
