@@ -5,7 +5,8 @@ verified on every task) is served at once over gRPC, A2A (JSON-RPC and HTTP+JSON
 (Streamable HTTP), all on loopback. Each binding's client sends the same governed task
 (same text, input, goal) with the official SDK client — the grpc stubs, ``a2a-sdk``'s
 client, ``mcp``'s ``Client`` on one session — first one at a time (latency), then with
-``--concurrency`` callers (throughput). The in-process ``Agency.submit`` is the floor.
+``--concurrency`` callers (throughput), the bindings interleaved in rounds so that the load of
+a shared machine weighs on all of them alike. The in-process ``Agency.submit`` is the floor.
 Clients run in a separate process from the servers (no shared GIL); every figure is
 relative to gRPC in the same run, so the ratios carry across machines, the absolute
 numbers do not.
@@ -164,14 +165,8 @@ async def mcp_caller(url: str, payload: str) -> tuple[Call, Callable[[], Awaitab
     return call, stack.aclose
 
 
-async def measure(call: Call, calls: int, concurrency: int) -> dict[str, float]:
-    for _ in range(min(30, calls)):  # warm-up: connections, sessions, compiled schemas
-        await call()
-    latencies = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        await call()
-        latencies.append((time.perf_counter() - t0) * 1000)
+async def _burst(call: Call, calls: int, concurrency: int) -> float:
+    """``calls`` calls by ``concurrency`` callers; the seconds it took."""
     left = calls
 
     async def worker() -> None:
@@ -182,33 +177,53 @@ async def measure(call: Call, calls: int, concurrency: int) -> dict[str, float]:
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    latencies.sort()
-    return {
-        "p50_ms": statistics.median(latencies),
-        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        "mean_ms": statistics.fmean(latencies),
-        "throughput_per_s": calls / elapsed,
-    }
+    return time.perf_counter() - t0
+
+
+async def measure_all(
+    callers: dict[str, Call], calls: int, concurrency: int, rounds: int = 10
+) -> dict[str, dict[str, float]]:
+    """Every binding, interleaved in ``rounds`` (a shared machine's load then weighs on all alike):
+    sequential calls for latency, then bursts of ``concurrency`` callers for throughput."""
+    for call in callers.values():
+        for _ in range(min(30, calls)):  # warm-up: connections, sessions, compiled schemas
+            await call()
+    latencies: dict[str, list[float]] = {name: [] for name in callers}
+    busy: dict[str, float] = dict.fromkeys(callers, 0.0)
+    per_round = max(1, calls // rounds)
+    for _ in range(rounds):
+        for name, call in callers.items():
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                await call()
+                latencies[name].append((time.perf_counter() - t0) * 1000)
+        for name, call in callers.items():
+            busy[name] += await _burst(call, per_round, concurrency)
+    results = {}
+    for name, values in latencies.items():
+        values.sort()
+        results[name] = {
+            "p50_ms": statistics.median(values),
+            "p99_ms": values[min(len(values) - 1, int(len(values) * 0.99))],
+            "mean_ms": statistics.fmean(values),
+            "throughput_per_s": per_round * rounds / busy[name],
+        }
+    return results
 
 
 async def run_clients(addresses: dict[str, str], calls: int, concurrency: int, size: int) -> dict[str, Any]:
     payload = "x" * size
-    results: dict[str, Any] = {}
-    for binding in BINDINGS:
-        if binding == "grpc":
-            call, close = await grpc_caller(addresses["grpc"], payload)
-        elif binding == "a2a_jsonrpc":
-            call, close = await a2a_caller(addresses["a2a"], payload, "JSONRPC")
-        elif binding == "a2a_rest":
-            call, close = await a2a_caller(addresses["a2a"], payload, "HTTP+JSON")
-        else:
-            call, close = await mcp_caller(addresses["mcp"], payload)
-        try:
-            results[binding] = await measure(call, calls, concurrency)
-        finally:
+    made = [
+        ("grpc", await grpc_caller(addresses["grpc"], payload)),
+        ("a2a_jsonrpc", await a2a_caller(addresses["a2a"], payload, "JSONRPC")),
+        ("a2a_rest", await a2a_caller(addresses["a2a"], payload, "HTTP+JSON")),
+        ("mcp_http", await mcp_caller(addresses["mcp"], payload)),
+    ]
+    try:
+        return await measure_all({name: call for name, (call, _) in made}, calls, concurrency)
+    finally:
+        for _, (_, close) in reversed(made):
             await close()
-    return results
 
 
 def _clients(addresses: dict[str, str], calls: int, concurrency: int, size: int, conn: Any) -> None:
@@ -238,7 +253,7 @@ async def in_process(calls: int, concurrency: int, size: int, data_dir: Path) ->
         assert (await agency.submit(request)).state.value == "completed"
 
     try:
-        return await measure(call, calls, concurrency)
+        return (await measure_all({"in_process": call}, calls, concurrency))["in_process"]
     finally:
         await agency.close()
 
