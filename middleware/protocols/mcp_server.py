@@ -15,9 +15,10 @@ Tools, rebuilt from the catalog on every ``tools/list``:
 
 A completed task is the tool result (``structuredContent`` the output). Everything else is a
 tool error (``isError``) whose text says why and whose structured content is the outcome:
-a refusal (rejected), a failure, and a task waiting for input — the question, its options
-and the task id, to answer with ``resume_task`` (MCP elicitation is not used: see
-docs/protocols.md). The caller's identity on Streamable HTTP is the bearer token (the
+a refusal (rejected), a failure, and a task waiting for input. A clarification (a choice among
+options) is first asked through MCP elicitation when the client has it and the connection
+has a back channel; otherwise (or declined) the error gives the question, its options and the
+task id, to answer with ``resume_task``. The caller's identity on Streamable HTTP is the bearer token (the
 gateway's token file, same roles as gRPC); on stdio it is the local user who started the
 process. ``_meta["agency/governance"]`` names a goal, session or trace for any tool.
 """
@@ -161,6 +162,57 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     )
 
 
+#: Clarification rounds asked through elicitation within one tool call.
+MAX_ELICITATIONS = 3
+
+
+async def _elicit(
+    ctx: ServerRequestContext[Any], agency: Agency, outcome: Outcome, principal: Principal | None
+) -> Outcome:
+    """Ask a pending clarification through MCP elicitation, where the client has it, and resume.
+
+    Only clarifications and conflicts (a choice among offered options) are asked; a human
+    handover, a declined or canceled elicitation, or a connection without a back channel
+    (the 2026-07-28 revision has none) leaves the task waiting: the tool error says how to
+    answer it with ``resume_task``.
+    """
+    capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    for _ in range(MAX_ELICITATIONS):
+        pending = outcome.pending
+        options = pending.get("options") or []
+        if outcome.state is not TaskState.INPUT_REQUIRED or pending.get("kind") not in (
+            "clarification",
+            "conflict",
+        ):
+            return outcome
+        try:
+            if not ctx.session.check_client_capability(capability):
+                return outcome
+            reply = await ctx.session.elicit_form(
+                str(pending.get("question") or "Input required"),
+                {
+                    "type": "object",
+                    "properties": {
+                        "answer": {
+                            "type": "string",
+                            "title": "Your choice",
+                            "enum": [str(o.get("id")) for o in options],
+                            "enumNames": [str(o.get("label", o.get("id"))) for o in options],
+                        }
+                    },
+                    "required": ["answer"],
+                },
+            )
+        except Exception as exc:  # no back channel, client error: the task keeps waiting
+            log.debug("elicitation not possible for %s: %s", outcome.task_id, exc)
+            return outcome
+        answer = (reply.content or {}).get("answer") if reply.action == "accept" else None
+        if not answer:
+            return outcome
+        outcome = await agency.resume(outcome.task_id, answer=str(answer), caller=principal)
+    return outcome
+
+
 def _error(exc: AgencyError) -> types.CallToolResult:
     problems = [str(p) for p in getattr(exc, "problems", [])]
     return types.CallToolResult(
@@ -211,7 +263,7 @@ def build_mcp_server(
                     decision=decision,
                     caller=principal,
                 )
-                return _result(outcome)
+                return _result(await _elicit(ctx, agency, outcome, principal))
             if params.name == GOVERNED_TASK:
                 text = str(arguments.pop("text", ""))
                 governance.update(arguments)
@@ -228,7 +280,8 @@ def build_mcp_server(
             request = task_request(
                 text, governance, data=data, source=f"mcp:{client or 'anonymous'}", where="arguments"
             )
-            return _result(await agency.submit(request, client=client))
+            outcome = await agency.submit(request, client=client)
+            return _result(await _elicit(ctx, agency, outcome, principal))
         except Unauthenticated as exc:
             return _error(exc)
         except InvalidInput as exc:

@@ -137,3 +137,36 @@ async def test_stdio_server_subprocess_lists_and_calls_governed_tools(tmp_path: 
     assert not done.is_error and done.structured_content["tracking_number"] == "EXP123456"
     assert refused.is_error and refused.structured_content["state"] == "rejected"
     assert any((tmp_path / "audit").iterdir())  # audited in the subprocess's own log
+
+
+async def test_a_clarification_is_asked_through_elicitation_when_the_client_has_it():
+    import mcp_types as types
+
+    agency = Agency()
+    unsure = ScriptedAgent(AgentReply(output={"plan": "probably plan A"}, confidence_score=0.5))
+    await agency.register(
+        {"name": "planner", "can_do": ["plan_trip"], "output_schema": {"type": "object"}}, unsure
+    )
+    asked: list[types.ElicitRequestParams] = []
+
+    async def choose(context, params):
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"answer": "accept"})
+
+    async def decline(context, params):
+        return types.ElicitResult(action="decline")
+
+    server, url = await serve(agency)
+    try:
+        async with Client(url, mode="legacy", elicitation_callback=choose) as client:
+            done = await client.call_tool("plan_trip", {})
+        async with Client(url, mode="legacy", elicitation_callback=decline) as client:
+            waiting = await client.call_tool("plan_trip", {})
+    finally:
+        await server.stop()
+    assert not done.is_error and done.structured_content == {"plan": "probably plan A"}
+    [question] = asked
+    assert question.requested_schema["properties"]["answer"]["enum"] == ["accept", "retry"]
+    assert (
+        waiting.is_error and waiting.structured_content["state"] == "input_required"
+    )  # declined: still waiting
