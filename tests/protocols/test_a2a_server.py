@@ -59,10 +59,13 @@ async def serve(agency: Agency, tokens: dict[str, Principal] | None = None) -> t
     return server, url
 
 
-async def send(url: str, msg: Message, *, token: str = "", streaming: bool = False) -> list[StreamResponse]:
+async def send(
+    url: str, msg: Message, *, token: str = "", streaming: bool = False, binding: str = "JSONRPC"
+) -> list[StreamResponse]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx.AsyncClient(headers=headers, timeout=60) as http:
-        client = await create_client(url, ClientConfig(streaming=streaming, httpx_client=http))
+        config = ClientConfig(streaming=streaming, httpx_client=http, supported_protocol_bindings=[binding])
+        client = await create_client(url, config)
         try:
             return [event async for event in client.send_message(SendMessageRequest(message=msg))]
         finally:
@@ -262,3 +265,20 @@ async def test_a_task_whose_agents_all_fail_is_failed_and_an_unknown_goal_is_ref
     [outcome] = get_data_parts(list(failed.status.message.parts))
     assert {f["type"] for f in outcome["failures"]} == {"TOOL_ERROR"}
     assert "metadata.agency.goal_id" in str(info.value) and "GOAL_NOPE" in str(info.value)
+
+
+async def test_the_http_json_binding_runs_the_same_governed_task(demo_agency):
+    server, url = await serve(demo_agency)
+    try:
+        refused = final_task(
+            await send(url, message("Predict the stock price of ACME."), binding="HTTP+JSON")
+        )
+        events = await send(
+            url, message("compound interest on 1000 at 5%"), binding="HTTP+JSON", streaming=True
+        )
+    finally:
+        await server.stop()
+    assert refused.status.state == TaskState.TASK_STATE_REJECTED
+    last = events[-1].status_update
+    assert last.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (await demo_agency.tasks.get(last.task_id)).request.provenance.source == "a2a:anonymous"
