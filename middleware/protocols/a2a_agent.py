@@ -298,10 +298,12 @@ async def register_a2a_agent(
     card_sha256: str = "",
     recheck_seconds: float = 30.0,
     where: str = "",
+    replace: bool = False,
 ) -> A2AAgent:
     """Fetch, check and pin the card at ``card_url``, and register the agent under ``contract``.
 
-    The contract's ``endpoint`` becomes ``card_url`` (where the agent is).
+    The contract's ``endpoint`` becomes ``card_url`` (where the agent is). ``replace`` as for
+    :meth:`Agency.register` (``agency serve`` replaces: every replica registers the same).
 
     Raises:
         Unavailable: the card cannot be fetched.
@@ -332,5 +334,5 @@ async def register_a2a_agent(
     agent = A2AAgent(
         card_url, contract, card=card, pinned=digest, recheck_seconds=recheck_seconds, on_change=changed
     )
-    await agency.register(contract, agent)
+    await agency.register(contract, agent, replace=replace)
     return agent

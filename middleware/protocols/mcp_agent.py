@@ -200,8 +200,12 @@ async def register_mcp_tool(
     *,
     tool_sha256: str = "",
     where: str = "",
+    replace: bool = False,
 ) -> MCPToolAgent:
     """List ``tool`` on ``server``, pin its definition, and register it under ``contract``.
+
+    A Streamable HTTP URL becomes the contract's ``endpoint``. ``replace`` as for
+    :meth:`Agency.register` (``agency serve`` replaces: every replica registers the same).
 
     Raises:
         Unavailable: the server cannot be reached.
@@ -235,5 +239,5 @@ async def register_mcp_tool(
         )
 
     agent = MCPToolAgent(server, tool, contract, pinned=digest, on_change=changed)
-    await agency.register(contract, agent)
+    await agency.register(contract, agent, replace=replace)
     return agent

@@ -56,6 +56,7 @@ class Protocols:
                     card_sha256=remote.card_sha256,
                     recheck_seconds=remote.recheck_seconds,
                     where=f"protocols.a2a_agents[{i}]",
+                    replace=True,  # every replica registers the same contracts from the same file
                 )
                 print(
                     f"agency: A2A agent {remote.contract.key} at {remote.card_url} (card {agent.pinned})",
@@ -73,6 +74,7 @@ class Protocols:
                     tool.contract,
                     tool_sha256=tool.tool_sha256,
                     where=f"protocols.mcp_agents[{i}]",
+                    replace=True,
                 )
                 print(
                     f"agency: MCP tool {tool.tool} as {tool.contract.key} (definition {tool_agent.pinned})",
