@@ -25,6 +25,7 @@ pipeline as for any task, under the client's name.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import Any
@@ -311,7 +312,10 @@ class GovernedExecutor(AgentExecutor):
             try:
                 outcome = await _streaming(work, changes, updater)
             except (InvalidInput, PermissionDenied) as exc:
-                current = await self.agency.tasks.get(task_id)
+                try:
+                    current = await self.agency.tasks.get(task_id)
+                except NotFound:  # refused before the task existed (a submit)
+                    raise InvalidParamsError(message=str(exc)) from None
                 if current.state is AgencyState.INPUT_REQUIRED:
                     pending = current.outcome()
                     text = f"Not accepted: {exc}. {outcome_text(pending)}"
@@ -339,8 +343,6 @@ class GovernedExecutor(AgentExecutor):
 
 
 async def _streaming(work: Awaitable[Outcome], changes: Any, updater: TaskUpdater) -> Outcome:
-    import asyncio
-
     job = asyncio.ensure_future(work)
     try:
         while True:

@@ -282,3 +282,21 @@ async def test_the_http_json_binding_runs_the_same_governed_task(demo_agency):
     last = events[-1].status_update
     assert last.status.state == TaskState.TASK_STATE_COMPLETED
     assert (await demo_agency.tasks.get(last.task_id)).request.provenance.source == "a2a:anonymous"
+
+
+async def test_a_goal_stage_bound_to_a_missing_step_is_refused_naming_it(demo_agency):
+    goal = {
+        "id": "GOAL_STAGED",
+        "description": "staged",
+        "verification_steps": [{"kind": "json_path", "path": "$.monthly_payment"}],
+        "stages": [
+            {"name": "early", "step": "nope", "verification_steps": [{"kind": "json_path", "path": "$.x"}]}
+        ],
+    }
+    server, url = await serve(demo_agency)
+    try:
+        with pytest.raises(A2AError) as info:
+            await send(url, message("compound interest on 1000 at 5%", agency={"goal": goal}))
+    finally:
+        await server.stop()
+    assert "goal.stages[0].step" in str(info.value)
