@@ -35,9 +35,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from starlette.applications import Starlette
 
-from ..access import Permission, Principal, authorize
+from ..access import Permission, Principal, authorize, refusal_record
 from ..contracts import CapabilityContract
-from ..errors import AgencyError, InvalidInput, Unauthenticated
+from ..errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
 from ..pipeline import Agency
 from ..tasks import Outcome, TaskState
 from .common import Callers, outcome_data, outcome_text, task_request
@@ -287,7 +287,10 @@ def build_mcp_server(
         except InvalidInput as exc:
             await agency.record_rejection(exc, component="mcp")
             return _error(exc)
-        except AgencyError as exc:  # not found, permission denied, not waiting ...
+        except PermissionDenied as exc:  # e.g. another client's task: audited as gRPC refusals are
+            await agency.audit.append(refusal_record(exc, node=agency.config.node_id))
+            return _error(exc)
+        except AgencyError as exc:  # not found, not waiting ...
             return _error(exc)
 
     return Server(

@@ -170,3 +170,40 @@ async def test_a_clarification_is_asked_through_elicitation_when_the_client_has_
     assert (
         waiting.is_error and waiting.structured_content["state"] == "input_required"
     )  # declined: still waiting
+
+
+async def test_another_clients_task_cannot_be_resumed_and_the_refusal_is_audited():
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    agency = Agency()
+    unsure = ScriptedAgent(AgentReply(output={"plan": "probably plan A"}, confidence_score=0.5))
+    await agency.register(
+        {"name": "planner", "can_do": ["plan_trip"], "output_schema": {"type": "object"}}, unsure
+    )
+    tokens = {
+        hashlib.sha256(b"tok-carol").hexdigest(): Principal(name="carol", role=Role.CLIENT),
+        hashlib.sha256(b"tok-dave").hexdigest(): Principal(name="dave", role=Role.CLIENT),
+    }
+    server, url = await serve(agency, tokens)
+    try:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": "Bearer tok-carol"}) as carol_http,
+            Client(streamable_http_client(url, http_client=carol_http)) as carol,
+        ):
+            waiting = await carol.call_tool("plan_trip", {})
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": "Bearer tok-dave"}) as dave_http,
+            Client(streamable_http_client(url, http_client=dave_http)) as dave,
+        ):
+            stolen = await dave.call_tool(
+                "resume_task", {"task_id": waiting.structured_content["task_id"], "answer": "accept"}
+            )
+    finally:
+        await server.stop()
+    assert stolen.is_error and stolen.structured_content["error"] == "PERMISSION_DENIED"
+    refusals = [
+        r for _, r in agency.audit.records() if r.outcome == "refused" and r.rule == "PERMISSION_DENIED"
+    ]
+    assert len(refusals) == 1 and "dave" in str(refusals[0].detail)
+    assert unsure.calls == 1
