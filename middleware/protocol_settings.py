@@ -64,8 +64,15 @@ class A2AServing(Model):
         description="The base URL clients reach it at (for the Agent Card); empty = http://address.",
     )
 
-    _a = field_validator("address")(classmethod(lambda cls, v: _address(v)))
-    _u = field_validator("public_url")(classmethod(lambda cls, v: _http_url(v)))
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, v: str) -> str:
+        return _address(v)
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        return _http_url(v)
 
 
 class McpServing(Model):
@@ -74,7 +81,10 @@ class McpServing(Model):
     address: str = Field(default="", description="host:port to serve MCP on; empty = off.")
     path: str = Field(default="/mcp", pattern=r"^/[A-Za-z0-9/_.-]*$", description="The endpoint path.")
 
-    _a = field_validator("address")(classmethod(lambda cls, v: _address(v)))
+    @field_validator("address")
+    @classmethod
+    def _check_address(cls, v: str) -> str:
+        return _address(v)
 
 
 class A2AAgentSettings(Model):
@@ -95,8 +105,15 @@ class A2AAgentSettings(Model):
         description="How often the card is fetched again to notice changes (0 = every call).",
     )
 
-    _u = field_validator("card_url")(classmethod(lambda cls, v: _http_url(v)))
-    _p = field_validator("card_sha256")(classmethod(lambda cls, v: _pin(v)))
+    @field_validator("card_url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        return _http_url(v)
+
+    @field_validator("card_sha256")
+    @classmethod
+    def _check_pin(cls, v: str) -> str:
+        return _pin(v)
 
 
 class McpAgentSettings(Model):
@@ -112,8 +129,15 @@ class McpAgentSettings(Model):
         default="", description="The reviewed tool definition's hash; empty = pin the one listed at start."
     )
 
-    _u = field_validator("url")(classmethod(lambda cls, v: _http_url(v)))
-    _p = field_validator("tool_sha256")(classmethod(lambda cls, v: _pin(v)))
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        return _http_url(v)
+
+    @field_validator("tool_sha256")
+    @classmethod
+    def _check_pin(cls, v: str) -> str:
+        return _pin(v)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpAgentSettings:
