@@ -300,3 +300,46 @@ async def test_a_goal_stage_bound_to_a_missing_step_is_refused_naming_it(demo_ag
     finally:
         await server.stop()
     assert "goal.stages[0].step" in str(info.value)
+
+
+async def test_a_running_task_is_not_cancelable_and_runs_to_its_end():
+    import asyncio
+
+    from a2a.types.a2a_pb2 import CancelTaskRequest
+
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(request):
+        started.set()
+        await release.wait()
+        return {"plan": "done"}
+
+    agency = Agency()
+    await agency.register({"name": "slow", "can_do": ["plan_trip"], "slo_latency_ms": 60_000}, slow)
+    server, url = await serve(agency)
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+            client = await create_client(url, ClientConfig(streaming=False, polling=True, httpx_client=http))
+            [first] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=message("plan my trip", agency={"skill": "plan_trip"}))
+                )
+            ]
+            task_id = first.task.id
+            await started.wait()
+            with pytest.raises(A2AError) as info:
+                await client.cancel_task(CancelTaskRequest(id=task_id))
+            release.set()
+            record = await agency.tasks.get(task_id)
+            for _ in range(500):  # the task finishes on the gateway's loop: a bounded wait for its record
+                if record.state.terminal:
+                    break
+                await asyncio.sleep(0.01)
+                record = await agency.tasks.get(task_id)
+            await client.close()
+    finally:
+        await server.stop()
+    assert "only a task waiting for input can be canceled" in str(info.value)
+    assert record.state.value == "completed"
