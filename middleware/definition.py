@@ -34,6 +34,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
       approvals:
         - {agent: refund_executor, path: $.amount, above: 100}
       console: {address: 127.0.0.1:8080}
+    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.protocol_settings
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
 from .messaging.post_office import PostOfficeConfig
 from .people.model import HumansSettings
+from .protocol_settings import ProtocolSettings
 
 __all__ = [
     "AgencyDefinition",
@@ -373,6 +375,7 @@ class AgencyDefinition(Model):
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)
+    protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
 
     @property
     def audit_directory(self) -> Path:

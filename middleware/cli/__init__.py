@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "middleware.cli.catalog",
     "middleware.cli.worker",
     "middleware.cli.tasks",
+    "middleware.cli.protocols",
 ]
 
 
@@ -54,6 +55,8 @@ COMMAND_OWNERS = {
     "submit": "middleware.cli.tasks",
     "route": "middleware.cli.tasks",
     "task": "middleware.cli.tasks",
+    "a2a": "middleware.cli.protocols",
+    "mcp": "middleware.cli.protocols",
 }
 
 

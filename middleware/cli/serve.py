@@ -80,6 +80,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
     )
     p.add_argument(
+        "--a2a",
+        metavar="HOST:PORT",
+        help="also serve A2A (JSON-RPC and HTTP+JSON, Agent Card at /.well-known/agent-card.json) on "
+        "HOST:PORT (needs agency-middleware[protocols]; default off; see docs/protocols.md)",
+    )
+    p.add_argument(
+        "--mcp",
+        metavar="HOST:PORT",
+        help="also serve the governed capabilities as MCP tools over Streamable HTTP at "
+        "http://HOST:PORT/mcp (needs agency-middleware[protocols]; default off)",
+    )
+    p.add_argument(
         "--config",
         type=Path,
         help="agency definition file (YAML): agents, contracts, goals, messaging agents and flows, "
@@ -123,9 +135,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         tls["require_client_cert"] = True
     if tls:
         server["tls"] = tls
+    overrides: dict[str, Any] = {"server": server}
     if getattr(args, "console", None) is not None:
-        return {"server": server, "humans": {"console": {"address": args.console}}}
-    return {"server": server}
+        overrides["humans"] = {"console": {"address": args.console}}
+    protocols = {
+        key: {"address": value}
+        for key, value in (("a2a", getattr(args, "a2a", None)), ("mcp", getattr(args, "mcp", None)))
+        if value is not None
+    }
+    if protocols:
+        overrides["protocols"] = protocols
+    return overrides
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,6 +186,7 @@ async def serve(
     retention: RetentionSchedule | None = None
     metrics_server = None
     console = None
+    protocols = None
     desk = None
     keep_alive = KeepAlive(
         agency.catalog,
@@ -221,6 +242,11 @@ async def serve(
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
+        if definition.protocols.needed:  # the A2A / MCP extra is loaded only when asked for
+            from ..protocols.serving import Protocols
+
+            protocols = Protocols(agency, definition.protocols, token_hashes=clients)
+            await protocols.start()
         await server.start()
         # Everything built so far lives as long as the gateway: keep it out of the cyclic
         # collector's scans (measured: GC time per benchmark run 0.24 -> 0.08 s, p99 72 -> ~45 ms).
@@ -262,6 +288,8 @@ async def serve(
         if desk is not None:
             steps.append(("approval sweeper", desk.stop_sweeper))
             steps.append(("escalation store", desk.store.close))
+        if protocols is not None:
+            steps.append(("A2A/MCP listeners", protocols.stop))
         if retention is not None:
             steps.append(("audit retention", retention.stop))
         if monitor is not None:
