@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 
-from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc
+from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..access import current_caller
 from ..catalog import CatalogEntry, CatalogEvent
+from ..contracts import CapabilityContract
 from ..pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
 from .status import rpc, rpc_stream
@@ -29,6 +31,16 @@ def _existing(entry: CatalogEntry) -> catalog_pb2.CatalogEvent:
     )
 
 
+def _contract(pb: common_pb2.CapabilityContract) -> CapabilityContract:
+    """The contract in a request, with its schemas checked and compiled (CPU work: run off the loop)."""
+    contract = contract_from_pb(pb)
+    if contract.input_schema:
+        contract.compiled_schema("input")
+    if contract.output_schema:
+        contract.compiled_schema("output")
+    return contract
+
+
 class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     def __init__(self, agency: Agency) -> None:
         self._agency = agency
@@ -37,7 +49,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Register(
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
-        contract = contract_from_pb(request.contract)
+        contract = await asyncio.to_thread(_contract, request.contract)
         entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
         return entry_to_pb(entry)
 
@@ -58,7 +70,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Update(
         self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
-        contract = contract_from_pb(request.contract)
+        contract = await asyncio.to_thread(_contract, request.contract)
         await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
         return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))
 
