@@ -23,6 +23,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
       - contract: {name: remote_agent, can_do: [translate], endpoint: 10.0.0.7:50061}
     goals:
       - {id: GOAL_WARRANTY_001, description: ..., verification_steps: [...]}
+    grants: {remote_agent: {actions: [translate], endpoints: ["10.0.0.7:50061"]}}
     messaging:
       agents:
         - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
@@ -48,6 +49,7 @@ from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
+from .grants import AgentGrant
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
 from .messaging.post_office import PostOfficeConfig
@@ -350,6 +352,10 @@ class AgencyDefinition(Model):
     goals: list[GoalAssertion] = Field(default_factory=list)
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    grants: dict[str, AgentGrant] = Field(
+        default_factory=dict,
+        description="What each agent token may declare when it registers (see middleware.grants).",
+    )
 
     @property
     def audit_directory(self) -> Path:

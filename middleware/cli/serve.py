@@ -171,6 +171,7 @@ async def serve(
             config.address,
             tls=config.tls,
             token_hashes=clients,
+            grants=definition.grants,
             interceptors=interceptors,
             post_office=post_office,
         )

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
 from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from ..access import current_caller
+from ..access import current_caller, current_principal
 from ..catalog import CatalogEntry, CatalogEvent
 from ..contracts import CapabilityContract
+from ..errors import PermissionDenied
+from ..grants import Grants, check_grant
 from ..pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
 from .status import rpc, rpc_stream
@@ -42,14 +44,39 @@ def _contract(pb: common_pb2.CapabilityContract) -> CapabilityContract:
 
 
 class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
-    def __init__(self, agency: Agency) -> None:
+    """Catalog reads and writes; an agent's writes must stay within its grant (:mod:`..grants`).
+
+    Args:
+        agency: The agency whose catalog is served.
+        grants: What each agent identity may declare (checked when tokens are on).
+        on_deny: Awaited with each refusal before the call ends (the gateway audits it).
+    """
+
+    def __init__(
+        self,
+        agency: Agency,
+        *,
+        grants: Grants | None = None,
+        on_deny: Callable[[PermissionDenied], Awaitable[None]] | None = None,
+    ) -> None:
         self._agency = agency
+        self._grants: Grants = grants or {}
+        self._on_deny = on_deny
+
+    async def _granted(self, contract: CapabilityContract, operation: str) -> None:
+        try:
+            check_grant(current_principal(), contract, self._grants, operation=operation)
+        except PermissionDenied as exc:
+            if self._on_deny is not None:
+                await self._on_deny(exc)
+            raise
 
     @rpc
     async def Register(
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = await asyncio.to_thread(_contract, request.contract)
+        await self._granted(contract, "CatalogService/Register")
         entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
         return entry_to_pb(entry)
 
@@ -71,6 +98,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         contract = await asyncio.to_thread(_contract, request.contract)
+        await self._granted(contract, "CatalogService/Update")
         await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
         return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))
 

@@ -21,6 +21,7 @@ from .._proto.agency.v1 import (
 from ..access import Principal, refusal_record
 from ..config import TlsConfig
 from ..errors import PermissionDenied
+from ..grants import Grants
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
@@ -86,6 +87,7 @@ def build_server(
     token_hashes: Mapping[str, Principal | str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
+    grants: Grants | None = None,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -96,13 +98,16 @@ def build_server(
             and the role its method asks for (see :mod:`.auth`); refusals are audited.
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+        grants: What each ``agent`` token may declare when it registers (see
+            :mod:`middleware.grants`); with tokens on, an agent without a grant may declare
+            nothing (default: no grants). Unused without tokens.
     """
     chain = list(interceptors)
+
+    async def audit_denial(error: PermissionDenied) -> None:
+        await agency.audit.append(refusal_record(error, node=agency.config.node_id))
+
     if token_hashes is not None:
-
-        async def audit_denial(error: PermissionDenied) -> None:
-            await agency.audit.append(refusal_record(error, node=agency.config.node_id))
-
         chain.append(TokenAuthInterceptor(token_hashes, on_deny=audit_denial))
     chain.append(DecodeGuardInterceptor(agency.record_rejection))  # innermost
     server = grpc.aio.server(
@@ -112,7 +117,8 @@ def build_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],
     )
-    catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
+    catalog = CatalogServicer(agency, grants=grants or {}, on_deny=audit_denial)
+    catalog_pb2_grpc.add_CatalogServiceServicer_to_server(catalog, server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)

@@ -38,6 +38,7 @@ from middleware.config import ServerConfig, hash_token
 from middleware.contracts import CapabilityContract
 from middleware.demo import build_demo_agency
 from middleware.errors import PermissionDenied
+from middleware.grants import AgentGrant
 from middleware.grpc_api import build_server
 from middleware.grpc_api.auth import PERMISSIONS
 from middleware.grpc_api.channel import open_channel
@@ -52,6 +53,12 @@ TOKEN_FILE = (
     f"web {hash_token(TOKENS['web'])} client\n"
     f"ops {hash_token(TOKENS['ops'])} admin\n"
 )
+
+#: What the agent tokens may declare (issue 14: granted by an admin).
+GRANTS = {
+    name: AgentGrant(actions=["translate"], endpoints=["127.0.0.1", "10.0.0.7:50061"])
+    for name in ("translator", "legacy")
+}
 
 
 def contract(name: str, version: str = "1.0.0", endpoint: str = "") -> catalog_pb2.CapabilityContract:
@@ -85,7 +92,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         return None
 
     agency = await build_demo_agency(Agency(audit=audit, sleep=no_sleep))
-    server = build_server(agency, "127.0.0.1:0", token_hashes=config.token_hashes())
+    server = build_server(agency, "127.0.0.1:0", token_hashes=config.token_hashes(), grants=GRANTS)
     await server.start()
     yield Gateway(agency, audit, f"127.0.0.1:{server.port}")
     await server.stop(0)

@@ -39,7 +39,9 @@ def test_live_while_a_client_routes_and_submits_long_digit_runs(gw: Gateway) -> 
 
         def attack() -> None:
             stub.Route(agency_pb2.RouteRequest(text=digits), metadata=auth("bob"), timeout=60)
-            stub.Submit(agency_pb2.SubmitRequest(text="数据" + " " * 99_000), metadata=auth("bob"), timeout=60)
+            stub.Submit(
+                agency_pb2.SubmitRequest(text="数据" + " " * 99_000), metadata=auth("bob"), timeout=60
+            )
 
         check_live_while(gw, attack)
 
@@ -119,7 +121,9 @@ def test_live_while_an_agent_registers_huge_schemas(gw: Gateway) -> None:
 
         def attack() -> None:
             with pytest.raises(grpc.RpcError) as info:
-                stub.Register(catalog_pb2.RegisterRequest(contract=huge), metadata=auth("mallory"), timeout=60)
+                stub.Register(
+                    catalog_pb2.RegisterRequest(contract=huge), metadata=auth("mallory"), timeout=60
+                )
             assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
             assert "contract.input_schema_json" in (info.value.details() or "")
 
@@ -134,7 +138,9 @@ def test_live_while_an_agent_updates_the_largest_allowed_schema(gw: Gateway) -> 
     assert len(big.input_schema_json) < schema_limits().max_bytes
     with gw.channel() as channel:
         stub = catalog_pb2_grpc.CatalogServiceStub(channel)
-        stub.Register(catalog_pb2.RegisterRequest(contract=big, replace=True), metadata=auth("mallory"), timeout=60)
+        stub.Register(
+            catalog_pb2.RegisterRequest(contract=big, replace=True), metadata=auth("mallory"), timeout=60
+        )
 
         def attack() -> None:
             stub.Update(catalog_pb2.UpdateRequest(contract=big), metadata=auth("mallory"), timeout=60)

@@ -71,12 +71,18 @@ async def gateway(tmp_path, pki):
             token_file.write_text(f"translator {hash_token(AGENT_TOKEN)}\nops {hash_token(OPS_TOKEN)}\n")
             server["auth_tokens"] = str(token_file)
         data: dict[str, Any] = {"server": server, "agency": {"node_id": f"gw{n}"}}
+        # what the translator's token may declare (issue 14: granted by an admin)
+        data["grants"] = {"translator": {"actions": ["translate"], "endpoints": ["127.0.0.1"]}}
         if workers_tls is not None:
             data["workers"] = {"tls": workers_tls}
         definition = definition_from(data, env={})
         agency = await build_agency(definition)
         srv = build_server(
-            agency, "127.0.0.1:0", tls=definition.server.tls, token_hashes=definition.server.token_hashes()
+            agency,
+            "127.0.0.1:0",
+            tls=definition.server.tls,
+            token_hashes=definition.server.token_hashes(),
+            grants=definition.grants,
         )
         await srv.start()
         started.append((agency, srv))
