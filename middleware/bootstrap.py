@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from .audit import AuditLog, WalAuditLog, WalOptions
+from .audit.checkpoint import key_inside
 from .backends import open_backends
 from .definition import AgencyDefinition
+from .errors import InvalidInput
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
 from .messaging.post_office import PostOffice
@@ -22,9 +24,20 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     are called over TLS when the definition has ``workers.tls``.
 
     Raises:
-        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
+        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable, not a signer key,
+            writable by others, or inside the audit directory.
+        AuditError: the default key is still under the audit directory (move it, as the
+            message says).
     """
     options = WalOptions(on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None)
+    key = definition.audit.checkpoint_key
+    if key is not None and key_inside(key, definition.audit_directory):
+        raise InvalidInput.single(
+            "audit.checkpoint_key",
+            f"{key} is inside the audit directory {definition.audit_directory}: anyone who can copy or "
+            "rewrite the log could re-sign it; keep the key outside it (a secrets path)",
+            what="definition",
+        )
     signer = definition.audit.signer()
     audit: AuditLog = WalAuditLog(
         definition.audit_directory, definition.agency.node_id, signer=signer, options=options

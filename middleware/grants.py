@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pydantic import Field, field_validator
 
 from ._model import Model
-from .access import Permission, Principal, Role
+from .access import Permission, Principal, Role, same_name
 from .contracts import CapabilityContract, normalise_label, normalise_tag_set
 from .errors import PermissionDenied
 
@@ -92,7 +92,7 @@ def check_grant(
     if principal is None or principal.role is Role.ADMIN:
         return
     name = principal.name.strip().lower()
-    grant = next((g for n, g in grants.items() if n.strip().lower() == name), None)
+    grant = next((g for n, g in grants.items() if same_name(n, name)), None)
     outside: list[str] = []
     if grant is None:
         outside.append(f"no grant for agent {name!r} (an admin grants one in the definition's 'grants')")
