@@ -26,8 +26,14 @@ from middleware.demo import build_demo_agency
 from middleware.grpc_api import build_server
 from tests.served_in_thread import ServedInThread
 
-TOKENS = {"bob": "tok-bob", "alice": "tok-alice", "mallory": "tok-mallory", "ops": "tok-ops"}
-ROLES = {"bob": "client", "alice": "client", "mallory": "agent", "ops": "admin"}
+TOKENS = {
+    "bob": "tok-bob",
+    "alice": "tok-alice",
+    "mallory": "tok-mallory",
+    "ops": "tok-ops",
+    "audrey": "tok-aud",
+}
+ROLES = {"bob": "client", "alice": "client", "mallory": "agent", "ops": "admin", "audrey": "auditor"}
 
 #: The liveness deadline of the property (not a performance figure).
 HEALTH_DEADLINE_S = 2.0
@@ -57,11 +63,11 @@ def token_file(tmp: Path) -> Path:
 class Gateway(ServedInThread):
     """The demo agency served on port 0 with bearer tokens, on its own loop and thread."""
 
-    def __init__(self, tmp: Path, **server_kwargs: Any) -> None:
+    def __init__(self, tmp: Path, audit: Any = None, **server_kwargs: Any) -> None:
         super().__init__()
         self.tokens = token_file(tmp)
         self.server_kwargs = server_kwargs
-        self.audit = MemoryAuditLog()
+        self.audit = audit if audit is not None else MemoryAuditLog()
         self.address = ""
 
     async def start(self) -> None:

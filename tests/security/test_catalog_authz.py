@@ -348,7 +348,11 @@ def test_every_served_method_has_a_rule() -> None:
         for method in service.methods
     }
     assert served == set(PERMISSIONS)
-    writes = {m for m, rule in PERMISSIONS.items() if rule.permission is not Permission.CALL}
+    writes = {
+        m
+        for m, rule in PERMISSIONS.items()
+        if rule.permission not in (Permission.CALL, Permission.AUDIT_READ)
+    }
     assert writes == {
         "/agency.v1.CatalogService/Register",
         "/agency.v1.CatalogService/Update",
@@ -356,6 +360,8 @@ def test_every_served_method_has_a_rule() -> None:
         "/agency.v1.CatalogService/Heartbeat",
         "/agency.v1.GoalService/RegisterGoal",
     }
+    audit_reads = {m for m, rule in PERMISSIONS.items() if rule.permission is Permission.AUDIT_READ}
+    assert audit_reads == {m for m in served if m.startswith("/agency.v1.AuditService/")}
 
 
 @pytest.mark.parametrize(
@@ -370,6 +376,12 @@ def test_every_served_method_has_a_rule() -> None:
         (Role.AGENT, Permission.CATALOG_WRITE, "translator_v2", False),
         (Role.AGENT, Permission.CATALOG_WRITE, "", False),
         (Role.AGENT, Permission.GOAL_WRITE, "", False),
+        (Role.CLIENT, Permission.AUDIT_READ, "", False),
+        (Role.AGENT, Permission.AUDIT_READ, "", False),
+        (Role.AUDITOR, Permission.AUDIT_READ, "", True),
+        (Role.AUDITOR, Permission.CATALOG_WRITE, "audrey", False),
+        (Role.AUDITOR, Permission.GOAL_WRITE, "", False),
+        (Role.ADMIN, Permission.AUDIT_READ, "", True),
         (Role.AGENT, Permission.ADMIN, "", False),
         (Role.ADMIN, Permission.CATALOG_WRITE, "anything", True),
         (Role.ADMIN, Permission.GOAL_WRITE, "", True),
@@ -428,7 +440,7 @@ def test_a_bad_role_stops_serve_and_fails_config_check_naming_the_line(tmp_path:
     assert main([*serve, "--metrics-address", ""]) == 2
     assert not (tmp_path / "d").exists()  # refused before anything was opened
     err = capsys.readouterr().err
-    assert f"{tokens}:6: unknown role 'superuser' (expected client, agent, admin)" in err
+    assert f"{tokens}:6: unknown role 'superuser' (expected client, agent, auditor, admin)" in err
 
     definition = tmp_path / "agency.yaml"
     definition.write_text(f"server:\n  auth_tokens: {tokens}\n")

@@ -16,6 +16,7 @@ import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from middleware.contracts import CapabilityContract
+from middleware.grants import AgentGrant
 from middleware.grpc_api.convert import contract_to_pb
 from middleware.schema_guard import schema_limits
 from tests.security.liveness import Gateway, auth, check_live, check_live_while
@@ -23,7 +24,7 @@ from tests.security.liveness import Gateway, auth, check_live, check_live_while
 
 @pytest.fixture
 def gw(tmp_path: Path) -> Any:
-    with Gateway(tmp_path) as gateway:
+    with Gateway(tmp_path, grants={"mallory": AgentGrant(actions=["x"])}) as gateway:
         yield gateway
 
 
