@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import grpc
 
 from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from ..access import current_caller, current_principal
+from ..access import Role, current_caller, current_principal
 from ..catalog import CatalogEntry, CatalogEvent
 from ..contracts import CapabilityContract
-from ..errors import PermissionDenied
+from ..errors import PermissionDenied, ResourceExhausted
 from ..grants import Grants, check_grant
+from ..limits import CallerLimits, StreamCounter, WriteRateLimiter
 from ..pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
 from .status import rpc, rpc_stream
@@ -58,10 +61,32 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         *,
         grants: Grants | None = None,
         on_deny: Callable[[PermissionDenied], Awaitable[None]] | None = None,
+        limits: CallerLimits | None = None,
     ) -> None:
         self._agency = agency
         self._grants: Grants = grants or {}
         self._on_deny = on_deny
+        self._limits = limits or CallerLimits()
+        self._streams = StreamCounter(self._limits.watch_streams)
+        self._writes = WriteRateLimiter(
+            self._limits.catalog_writes_per_second, self._limits.catalog_write_burst
+        )
+
+    def _write(self, operation: str) -> None:
+        """Spend one catalog write of the caller (admins, and everyone with tokens off, are not
+        limited: without tokens there is no caller to count for)."""
+        principal = current_principal()
+        if principal is not None and principal.role is not Role.ADMIN:
+            self._writes.take(principal.name, operation=operation)
+
+    @contextmanager
+    def _stream(self) -> Iterator[None]:
+        principal = current_principal()
+        if principal is None:  # tokens off: no caller to count for
+            yield
+            return
+        with self._streams.holding(principal.name):
+            yield
 
     async def _granted(self, contract: CapabilityContract, operation: str) -> None:
         try:
@@ -75,6 +100,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Register(
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Register")
         contract = await asyncio.to_thread(_contract, request.contract)
         await self._granted(contract, "CatalogService/Register")
         entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
@@ -97,6 +123,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Update(
         self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Update")
         contract = await asyncio.to_thread(_contract, request.contract)
         await self._granted(contract, "CatalogService/Update")
         await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
@@ -106,6 +133,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Deregister(
         self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.DeregisterResponse:
+        self._write("CatalogService/Deregister")
         await self._agency.deregister(request.key, actor=current_caller())
         return catalog_pb2.DeregisterResponse()
 
@@ -113,16 +141,66 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Heartbeat(
         self, request: catalog_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Heartbeat")
         return entry_to_pb(await self._agency.catalog.heartbeat(request.key))
 
     @rpc_stream
     async def Watch(
         self, request: catalog_pb2.WatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[catalog_pb2.CatalogEvent]:
-        # subscribe first, then list: nothing that happens in between is lost
-        async with self._agency.catalog.watch() as events:
-            if request.include_existing:
-                for entry in await self._agency.catalog.all():
-                    yield _existing(entry)
-            async for event in events:
-                yield event_to_pb(event)
+        # One caller holds a bounded number of streams, each with a bounded backlog: a
+        # consumer that does not read is dropped instead of growing the gateway's memory.
+        with self._stream():
+            # subscribe first, then list: nothing that happens in between is lost
+            async with self._agency.catalog.watch() as events:
+                backlog: asyncio.Queue[CatalogEvent] = asyncio.Queue(self._limits.watch_queue)
+                overflowed = asyncio.Event()
+                pump = asyncio.create_task(_pump(events, backlog, overflowed))
+                waiting: set[asyncio.Future[Any]] = set()
+                try:
+                    if request.include_existing:
+                        for entry in await self._agency.catalog.all():
+                            _check(overflowed, self._limits.watch_queue)
+                            yield _existing(entry)
+                    while True:
+                        _check(overflowed, self._limits.watch_queue)
+                        get = asyncio.ensure_future(backlog.get())
+                        dropped = asyncio.ensure_future(overflowed.wait())
+                        waiting = {get, dropped}
+                        await asyncio.wait({get, dropped, pump}, return_when=asyncio.FIRST_COMPLETED)
+                        dropped.cancel()
+                        if not get.done():
+                            get.cancel()
+                            if pump.done() and not overflowed.is_set():
+                                pump.result()  # the watch ended (or failed): so does the stream
+                                while not backlog.empty():
+                                    yield event_to_pb(backlog.get_nowait())
+                                return
+                            continue
+                        yield event_to_pb(get.result())
+                finally:
+                    pending = [f for f in (pump, *waiting) if not f.done()]
+                    for f in pending:
+                        f.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _pump(
+    events: AsyncIterator[CatalogEvent], backlog: asyncio.Queue[CatalogEvent], overflowed: asyncio.Event
+) -> None:
+    """Move a watch's events into the stream's bounded backlog; stop when it overflows."""
+    async for event in events:
+        try:
+            backlog.put_nowait(event)
+        except asyncio.QueueFull:
+            overflowed.set()
+            return
+
+
+def _check(overflowed: asyncio.Event, limit: int) -> None:
+    if overflowed.is_set():
+        raise ResourceExhausted(
+            f"this Watch stream fell more than {limit} events behind (AGENCY_WATCH_QUEUE): the consumer "
+            "reads too slowly and was dropped; re-read with Query, then watch again",
+            retryable=True,
+        )

@@ -22,6 +22,7 @@ from ..access import Principal, refusal_record
 from ..config import TlsConfig
 from ..errors import PermissionDenied
 from ..grants import Grants
+from ..limits import CallerLimits
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from .agency_servicer import AgencyServicer
@@ -88,6 +89,7 @@ def build_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
     grants: Grants | None = None,
+    limits: CallerLimits | None = None,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -101,6 +103,8 @@ def build_server(
         grants: What each ``agent`` token may declare when it registers (see
             :mod:`middleware.grants`); with tokens on, an agent without a grant may declare
             nothing (default: no grants). Unused without tokens.
+        limits: Per-caller limits on Watch streams and catalog writes (see
+            :mod:`middleware.limits`; default :class:`~middleware.limits.CallerLimits`).
     """
     chain = list(interceptors)
 
@@ -117,7 +121,7 @@ def build_server(
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],
     )
-    catalog = CatalogServicer(agency, grants=grants or {}, on_deny=audit_denial)
+    catalog = CatalogServicer(agency, grants=grants or {}, on_deny=audit_denial, limits=limits)
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(catalog, server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)

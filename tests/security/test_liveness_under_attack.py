@@ -8,6 +8,7 @@ agent) sends the hostile call over and over from two threads while alice checks 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,19 @@ import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from middleware.contracts import CapabilityContract
+from middleware.errors import InvalidInput
 from middleware.grants import AgentGrant
 from middleware.grpc_api.convert import contract_to_pb
+from middleware.limits import CallerLimits
 from middleware.schema_guard import schema_limits
 from tests.security.liveness import Gateway, auth, check_live, check_live_while
 
 
 @pytest.fixture
 def gw(tmp_path: Path) -> Any:
-    with Gateway(tmp_path, grants={"mallory": AgentGrant(actions=["x"])}) as gateway:
+    # write limits out of the way: these attacks are about the cost of each call
+    lax = CallerLimits(catalog_writes_per_second=1e6, catalog_write_burst=10**6)
+    with Gateway(tmp_path, grants={"mallory": AgentGrant(actions=["x"])}, limits=lax) as gateway:
         yield gateway
 
 
@@ -147,3 +152,106 @@ def test_live_while_an_agent_updates_the_largest_allowed_schema(gw: Gateway) -> 
             stub.Update(catalog_pb2.UpdateRequest(contract=big), metadata=auth("mallory"), timeout=60)
 
         check_live_while(gw, attack)
+
+
+# ------------------------------------------------------------------ item 4: Watch streams
+
+
+def _big_contract(version: str = "1.0.0") -> Any:
+    big = contract_to_pb(CapabilityContract.parse({"name": "bulky", "version": version, "can_do": ["x"]}))
+    props = {f"p{i}": {"type": "string", "description": "d" * 70} for i in range(1_000)}
+    big.input_schema_json = json.dumps({"type": "object", "properties": props})  # ~100 KB: > a window
+    return big
+
+
+def _stalled_watch(channel: grpc.Channel, who: str) -> Any:
+    """A Watch that has heard its first event and is then never read again."""
+    call = catalog_pb2_grpc.CatalogServiceStub(channel).Watch(
+        catalog_pb2.WatchRequest(include_existing=True), metadata=auth(who), timeout=90
+    )
+    assert next(call).type == "existing"
+    return call
+
+
+def test_live_while_stalled_watchers_hear_big_updates_and_are_dropped(tmp_path: Path) -> None:
+    """Item 4: three unread Watch streams grew the gateway's memory without bound."""
+    limits = CallerLimits(watch_queue=8, catalog_writes_per_second=1e6, catalog_write_burst=10**6)
+    # the watchers' channel keeps its flow-control window small (no BDP probing), as a
+    # consumer that stopped reading leaves it: the gateway can then no longer send
+    slow = [("grpc.http2.bdp_probe", 0)]
+    with Gateway(tmp_path, limits=limits) as gw, gw.channel() as channel:
+        stub = catalog_pb2_grpc.CatalogServiceStub(channel)
+        stub.Register(catalog_pb2.RegisterRequest(contract=_big_contract()), metadata=auth("ops"), timeout=30)
+        watching = grpc.insecure_channel(gw.address, options=slow)
+        watchers = [_stalled_watch(watching, who) for who in ("bob", "bob", "alice")]
+
+        def attack() -> None:
+            stub.Update(catalog_pb2.UpdateRequest(contract=_big_contract()), metadata=auth("ops"), timeout=60)
+
+        check_live_while(gw, attack)
+        for _ in range(20):  # more than the backlog of 8 however few the attack made
+            attack()
+        for call in watchers:  # each slow consumer was dropped, saying why
+            with pytest.raises(grpc.RpcError) as info:
+                for _ in call:
+                    pass
+            assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "fell more than 8 events behind" in (info.value.details() or "")
+        watching.close()
+
+
+def test_a_caller_holds_a_bounded_number_of_watch_streams(tmp_path: Path) -> None:
+    with Gateway(tmp_path, limits=CallerLimits(watch_streams=2)) as gw, gw.channel() as channel:
+        held = [_stalled_watch(channel, "bob") for _ in range(2)]
+        call = catalog_pb2_grpc.CatalogServiceStub(channel).Watch(
+            catalog_pb2.WatchRequest(include_existing=True), metadata=auth("bob")
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            next(call)
+        assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "already holds 2 Watch streams" in (info.value.details() or "")
+        _stalled_watch(channel, "alice").cancel()  # another caller is not affected
+        held[0].cancel()  # a closed stream frees its place
+        for _ in range(100):  # the server notices the cancellation shortly
+            try:
+                _stalled_watch(channel, "bob").cancel()
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+                threading.Event().wait(0.05)
+        else:
+            pytest.fail("the cancelled stream's place was never freed")
+
+
+def test_catalog_writes_are_rate_limited_per_caller(tmp_path: Path) -> None:
+    limits = CallerLimits(catalog_writes_per_second=0.001, catalog_write_burst=3)
+    grants = {"mallory": AgentGrant(actions=["x"])}
+    with Gateway(tmp_path, grants=grants, limits=limits) as gw, gw.channel() as channel:
+        stub = catalog_pb2_grpc.CatalogServiceStub(channel)
+        mine = contract_to_pb(
+            CapabilityContract.parse({"name": "mallory", "version": "1.0.0", "can_do": ["x"]})
+        )
+        stub.Register(catalog_pb2.RegisterRequest(contract=mine), metadata=auth("mallory"), timeout=10)
+        for _ in range(2):
+            stub.Heartbeat(
+                catalog_pb2.HeartbeatRequest(key="mallory@1.0.0"), metadata=auth("mallory"), timeout=10
+            )
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Heartbeat(
+                catalog_pb2.HeartbeatRequest(key="mallory@1.0.0"), metadata=auth("mallory"), timeout=10
+            )
+        assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many catalog writes" in (info.value.details() or "")
+        for _ in range(5):  # admins are not limited
+            stub.Heartbeat(
+                catalog_pb2.HeartbeatRequest(key="mallory@1.0.0"), metadata=auth("ops"), timeout=10
+            )
+
+
+def test_caller_limits_come_from_the_environment() -> None:
+    env = {"AGENCY_WATCH_QUEUE": "16", "AGENCY_CATALOG_WRITES_PER_SECOND": "2.5"}
+    limits = CallerLimits.from_env(env)
+    assert limits.watch_queue == 16 and limits.catalog_writes_per_second == 2.5
+    with pytest.raises(InvalidInput) as info:
+        CallerLimits.from_env({"AGENCY_WATCH_STREAMS_PER_CALLER": "many"})
+    assert info.value.field == "AGENCY_WATCH_STREAMS_PER_CALLER"
