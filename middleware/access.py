@@ -24,7 +24,7 @@ and the target, and :func:`refusal_record` is what the gateway audits for it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import StrEnum
 
@@ -121,7 +121,9 @@ def acting_as(principal: Principal) -> Iterator[None]:
     try:
         yield
     finally:
-        _caller.reset(token)
+        # a stream closed from another context: nothing is left to restore there
+        with suppress(ValueError):
+            _caller.reset(token)
 
 
 def authorize_task(principal: Principal | None, owner: str, *, operation: str, task_id: str) -> None:

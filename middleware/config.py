@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import os
 import re
 import socket
@@ -147,8 +148,23 @@ class TlsConfig(Model):
     key: Path = Field(description="PEM private key of the server.")
     client_ca: Path | None = Field(default=None, description="PEM CA bundle that signs client certificates.")
     require_client_cert: bool = Field(
-        default=False, description="Refuse clients without a certificate signed by client_ca (mTLS)."
+        default=False,
+        description="Refuse clients without a certificate signed by client_ca (mTLS). Default: true "
+        "when client_ca is given (a CA alone would otherwise silently give TLS without client "
+        "certificates); an explicit false with a client_ca is logged as a warning.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mtls_when_a_ca_is_given(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is None:
+            data = {**data, "require_client_cert": True}
+        elif isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is False:
+            logging.getLogger("agency.config").warning(
+                "tls.client_ca is set but require_client_cert is false: clients without a certificate "
+                "are accepted (TLS, not mutual TLS)"
+            )
+        return data
 
     @field_validator("cert", "client_ca")
     @classmethod

@@ -23,8 +23,10 @@ from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
+from ..limits import CallerLimits
 from ..liveness import KeepAlive
 from ..metrics import Metrics
+from ..schema_guard import SchemaLimits, set_schema_limits
 
 log = logging.getLogger("agency.serve")
 
@@ -137,6 +139,8 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    limits = CallerLimits.from_env()  # per-caller and schema limits (docs/operations.md, Security)
+    set_schema_limits(SchemaLimits.from_env())
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
     metrics = Metrics()
@@ -172,6 +176,7 @@ async def serve(
             tls=config.tls,
             token_hashes=clients,
             grants=definition.grants,
+            limits=limits,
             interceptors=interceptors,
             post_office=post_office,
         )

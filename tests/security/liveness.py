@@ -84,6 +84,12 @@ class Gateway(ServedInThread):
     async def stop(self) -> None:
         await self.server.stop(0)
         await self.agency.close()
+        # as asyncio.run does: what the server left (streams cut mid-way) ends on this loop
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
         """Run ``coro`` on the gateway's loop and return its result."""
