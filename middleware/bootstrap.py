@@ -67,10 +67,11 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         catalog=catalog,
         router=Router(catalog, stats=stats),
     )
-    if definition.workers.tls is not None:  # remote workers are called over (m)TLS
+    workers_token = definition.workers.token()
+    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
         from .remote_agent import RemoteAgent
 
-        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls)
+        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
         # registers the same contracts from the same file

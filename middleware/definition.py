@@ -45,7 +45,7 @@ from ._model import Model
 from .agents import AgentCallable
 from .audit.checkpoint import Signer
 from .audit.retention import parse_age
-from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key
+from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key, read_token
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
@@ -214,6 +214,25 @@ class WorkersSettings(Model):
         description="TLS to every worker: the CA that signs the workers' certificates, and for "
         "workers that require mutual TLS the gateway's client certificate and key. None = plaintext.",
     )
+    token_file: Path | None = Field(
+        default=None,
+        description="File holding the gateway's bearer token for its workers, sent on every call "
+        "(workers started with --gateway-token-file take calls only with it). None = none sent.",
+    )
+
+    @field_validator("token_file")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            try:
+                read_token(v, field="workers.token_file")
+            except InvalidInput as exc:
+                raise ValueError(exc.problems[0].reason) from None
+        return v
+
+    def token(self) -> str | None:
+        """The gateway's token for its workers, or None."""
+        return read_token(self.token_file, field="workers.token_file") if self.token_file else None
 
 
 class MessagingAgent(Model):
