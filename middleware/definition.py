@@ -177,7 +177,8 @@ class AuditSettings(Model):
     checkpoint_key: Path | None = Field(
         default=None,
         description="File holding the Ed25519 signer key of the checkpoints (``PRIVATE+KEY+...`` "
-        "text); it must exist. Default: ``<directory>/keys/<node id>.key``, created on first start.",
+        "text); it must exist and lie outside the audit directory. Default: ``keys/<node id>.key`` "
+        "beside the audit directory (``<server.data_dir>/keys``), created on first start.",
     )
 
     retention: RetentionSettings | None = Field(
