@@ -1,9 +1,10 @@
 """Limits per caller that keep one client or agent from exhausting the gateway.
 
 * **Watch streams**: each stream's backlog is bounded (:attr:`CallerLimits.watch_queue`
-  events); a consumer that falls further behind is dropped: its stream ends with
-  RESOURCE_EXHAUSTED saying so (re-read with Query, then watch again). A caller may hold
-  at most :attr:`CallerLimits.watch_streams` streams at once.
+  events and :attr:`CallerLimits.watch_backlog_bytes` bytes); a consumer that falls
+  further behind is dropped: its stream ends with RESOURCE_EXHAUSTED saying so (re-read
+  with Query, then watch again). A caller may hold at most
+  :attr:`CallerLimits.watch_streams` streams at once.
 * **Catalog writes** (Register, Update, Deregister, Heartbeat): a token bucket per
   caller, :attr:`CallerLimits.catalog_writes_per_second` refilled, bursts of
   :attr:`CallerLimits.catalog_write_burst`; beyond it, RESOURCE_EXHAUSTED. Admins are
@@ -34,6 +35,9 @@ class CallerLimits(Model):
     """How much of the gateway one caller may hold or use."""
 
     watch_queue: int = Field(default=256, ge=1, description="Events a Watch stream may fall behind.")
+    watch_backlog_bytes: int = Field(
+        default=4 << 20, ge=1, description="Bytes of events a Watch stream may fall behind."
+    )
     watch_streams: int = Field(default=8, ge=1, description="Watch streams one caller may hold at once.")
     catalog_writes_per_second: float = Field(
         default=10.0, gt=0, description="Catalog writes per second per caller."
@@ -42,7 +46,8 @@ class CallerLimits(Model):
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CallerLimits:
-        """The limits from ``AGENCY_WATCH_QUEUE``, ``AGENCY_WATCH_STREAMS_PER_CALLER``,
+        """The limits from ``AGENCY_WATCH_QUEUE``, ``AGENCY_WATCH_BACKLOG_BYTES``,
+        ``AGENCY_WATCH_STREAMS_PER_CALLER``,
         ``AGENCY_CATALOG_WRITES_PER_SECOND`` and ``AGENCY_CATALOG_WRITE_BURST``.
 
         Raises:
@@ -61,6 +66,7 @@ class CallerLimits(Model):
 
 _ENV = {
     "watch_queue": "AGENCY_WATCH_QUEUE",
+    "watch_backlog_bytes": "AGENCY_WATCH_BACKLOG_BYTES",
     "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
     "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
     "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",

@@ -11,7 +11,7 @@ import grpc
 
 from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..access import Role, current_caller, current_principal
-from ..catalog import CatalogEntry, CatalogEvent
+from ..catalog import CatalogEntry, CatalogEvent, CatalogWatch
 from ..contracts import CapabilityContract
 from ..errors import PermissionDenied, ResourceExhausted
 from ..grants import Grants, check_grant
@@ -153,31 +153,30 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         with self._stream():
             # subscribe first, then list: nothing that happens in between is lost
             async with self._agency.catalog.watch() as events:
-                backlog: asyncio.Queue[CatalogEvent] = asyncio.Queue(self._limits.watch_queue)
-                overflowed = asyncio.Event()
-                pump = asyncio.create_task(_pump(events, backlog, overflowed))
+                backlog = _Backlog(self._limits.watch_queue, self._limits.watch_backlog_bytes)
+                pump = asyncio.create_task(backlog.pump(events))
                 waiting: set[asyncio.Future[Any]] = set()
                 try:
                     if request.include_existing:
                         for entry in await self._agency.catalog.all():
-                            _check(overflowed, self._limits.watch_queue)
+                            backlog.check()
                             yield _existing(entry)
                     while True:
-                        _check(overflowed, self._limits.watch_queue)
-                        get = asyncio.ensure_future(backlog.get())
-                        dropped = asyncio.ensure_future(overflowed.wait())
+                        backlog.check()
+                        get = asyncio.ensure_future(backlog.queue.get())
+                        dropped = asyncio.ensure_future(backlog.overflowed.wait())
                         waiting = {get, dropped}
                         await asyncio.wait({get, dropped, pump}, return_when=asyncio.FIRST_COMPLETED)
                         dropped.cancel()
                         if not get.done():
                             get.cancel()
-                            if pump.done() and not overflowed.is_set():
+                            if pump.done() and not backlog.overflowed.is_set():
                                 pump.result()  # the watch ended (or failed): so does the stream
-                                while not backlog.empty():
-                                    yield event_to_pb(backlog.get_nowait())
+                                while not backlog.queue.empty():
+                                    yield backlog.taken(backlog.queue.get_nowait())
                                 return
                             continue
-                        yield event_to_pb(get.result())
+                        yield backlog.taken(get.result())
                 finally:
                     pending = [f for f in (pump, *waiting) if not f.done()]
                     for f in pending:
@@ -185,22 +184,37 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
                     await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def _pump(
-    events: AsyncIterator[CatalogEvent], backlog: asyncio.Queue[CatalogEvent], overflowed: asyncio.Event
-) -> None:
-    """Move a watch's events into the stream's bounded backlog; stop when it overflows."""
-    async for event in events:
-        try:
-            backlog.put_nowait(event)
-        except asyncio.QueueFull:
-            overflowed.set()
-            return
+class _Backlog:
+    """One Watch stream's events not yet sent, bounded in count and in bytes."""
 
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self.max_events, self.max_bytes = max_events, max_bytes
+        self.queue: asyncio.Queue[tuple[catalog_pb2.CatalogEvent, int]] = asyncio.Queue()
+        self.bytes = 0
+        self.overflowed = asyncio.Event()
 
-def _check(overflowed: asyncio.Event, limit: int) -> None:
-    if overflowed.is_set():
-        raise ResourceExhausted(
-            f"this Watch stream fell more than {limit} events behind (AGENCY_WATCH_QUEUE): the consumer "
-            "reads too slowly and was dropped; re-read with Query, then watch again",
-            retryable=True,
-        )
+    async def pump(self, events: CatalogWatch) -> None:
+        """Move a watch's events into the backlog (as the messages to send). On overflow,
+        unsubscribe at once: the subscription's own queue would grow while the stream waits."""
+        async for event in events:
+            message = event_to_pb(event)
+            size = message.ByteSize()
+            if self.queue.qsize() >= self.max_events or self.bytes + size > self.max_bytes:
+                self.overflowed.set()
+                await events.aclose()
+                return
+            self.bytes += size
+            self.queue.put_nowait((message, size))
+
+    def taken(self, item: tuple[catalog_pb2.CatalogEvent, int]) -> catalog_pb2.CatalogEvent:
+        self.bytes -= item[1]
+        return item[0]
+
+    def check(self) -> None:
+        if self.overflowed.is_set():
+            raise ResourceExhausted(
+                f"this Watch stream fell more than {self.max_events} events or {self.max_bytes} bytes "
+                "behind (AGENCY_WATCH_QUEUE, AGENCY_WATCH_BACKLOG_BYTES): the consumer reads too "
+                "slowly and was dropped; re-read with Query, then watch again",
+                retryable=True,
+            )
