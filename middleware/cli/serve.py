@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -143,6 +144,7 @@ async def serve(
     set_schema_limits(SchemaLimits.from_env())
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
+        _warn_ungranted(clients, definition.grants)
     metrics = Metrics()
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
@@ -249,6 +251,19 @@ def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:
             path,
             ", ".join(implicit),
             DEFAULT_ROLE.value,
+        )
+
+
+def _warn_ungranted(clients: dict[str, Principal], grants: Mapping[str, Any]) -> None:
+    """Agents with no grant may register nothing (issue 14): say so at start, by name."""
+    granted = {name.strip().casefold() for name in grants}
+    agents = sorted({p.name for p in clients.values() if p.role is Role.AGENT})
+    ungranted = [name for name in agents if name.strip().casefold() not in granted]
+    if ungranted:
+        log.warning(
+            "agent tokens without a grant may register nothing: %s; add them to the definition's "
+            "grants (actions, tags, endpoints they may declare; docs/operations.md)",
+            ", ".join(ungranted),
         )
 
 

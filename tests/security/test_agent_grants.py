@@ -118,3 +118,17 @@ def test_grants_are_read_from_the_definition() -> None:
     assert not grant.allows_endpoint("evil.internal:1")
     with pytest.raises(Exception, match=r"grants\.mallory\.endpoints"):
         AgencyDefinition.from_data({"grants": {"mallory": {"endpoints": ["http://x/y"]}}})
+
+
+def test_serve_warns_about_agent_tokens_without_a_grant(caplog: Any) -> None:
+    from middleware.access import Principal, Role
+    from middleware.cli.serve import _warn_ungranted
+
+    clients = {
+        "h1": Principal(name="mallory", role=Role.AGENT),
+        "h2": Principal(name="Translator", role=Role.AGENT),
+        "h3": Principal(name="web", role=Role.CLIENT),
+    }
+    with caplog.at_level("WARNING", logger="agency.serve"):
+        _warn_ungranted(clients, {"translator": AgentGrant(actions=["translate"])})
+    assert "without a grant may register nothing: mallory;" in caplog.text
