@@ -419,8 +419,10 @@ async def test_serve_warns_about_lines_without_a_role(
     with caplog.at_level(logging.INFO, logger="agency.serve"):
         assert await serve(config, stop=stop) == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
+    assert len(warnings) == 2
     assert "no role on the lines of legacy, old-worker: they get the 'agent' role" in warnings[0]
+    # and no grant for any agent (issue 14): they may register nothing until an admin grants it
+    assert "agent tokens without a grant may register nothing: legacy, old-worker, translator" in warnings[1]
     info = [r.getMessage() for r in caplog.records if r.getMessage().startswith("bearer tokens from")]
     assert info and "client: web; agent: legacy, old-worker, translator; admin: ops" in info[0]
 
