@@ -40,13 +40,14 @@ HEALTH_DEADLINE_S = 2.0
 #: Generous: a Submit of the demo scenario "completes" (it does in milliseconds when live).
 SUBMIT_DEADLINE_S = 20.0
 
-WARRANTY = agency_pb2.SubmitRequest(
-    text="My phone bought last week has a shattered screen, I want a replacement.",
-    goal_id="GOAL_WARRANTY_001",
+WARRANTY = agency_pb2.SubmitRequest(  # the seed's case: greeting_agent anchors the goal itself
+    text="我上周买的手机屏幕碎了，要换新",
     user_id="u_789",
-    input_json=json.dumps({"user_id": "u_789", "device_model": "PhoneX"}),
+    input_json=json.dumps({"user_id": "u_789", "device": "fp_7f3a"}),
     steps=[
-        agency_pb2.TaskStep(name="warranty"),
+        agency_pb2.TaskStep(name="intake", action="extract_intent"),
+        agency_pb2.TaskStep(name="order", action="get_order_detail"),
+        agency_pb2.TaskStep(name="warranty", action="warranty_check"),
         agency_pb2.TaskStep(name="shipping", action="ship_replacement"),
         agency_pb2.TaskStep(name="reply", action="compose_reply"),
     ],
