@@ -251,7 +251,11 @@ def build_mcp_server(
         try:
             principal = principal_of(ctx)
             if principal is not None:
-                authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
+                try:
+                    authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
+                except PermissionDenied as exc:  # the binding's own check: audited here, as gRPC's
+                    await agency.audit.append(refusal_record(exc, node=agency.config.node_id))
+                    raise
             client = principal.name if principal is not None else local_client
             arguments = dict(params.arguments or {})
             governance = dict((params.meta or {}).get(GOVERNANCE_META) or {})  # type: ignore[call-overload]
@@ -287,8 +291,9 @@ def build_mcp_server(
         except InvalidInput as exc:
             await agency.record_rejection(exc, component="mcp")
             return _error(exc)
-        except PermissionDenied as exc:  # e.g. another client's task: audited as gRPC refusals are
-            await agency.audit.append(refusal_record(exc, node=agency.config.node_id))
+        except PermissionDenied as exc:
+            # another client's task or session: the core audited the refusal (with the task's
+            # ids), as for gRPC; auditing it again here would record one refusal twice
             return _error(exc)
         except AgencyError as exc:  # not found, not waiting ...
             return _error(exc)
