@@ -40,14 +40,20 @@ from ..contracts import CapabilityContract
 from ..errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
 from ..pipeline import Agency
 from ..tasks import Outcome, TaskState
-from .common import Callers, outcome_data, outcome_text, task_request
+from .common import (
+    FRESHNESS_TTL,
+    GOVERNANCE_META,
+    Callers,
+    answer_ttl,
+    outcome_data,
+    outcome_text,
+    task_request,
+)
 
 __all__ = ["GOVERNANCE_META", "build_mcp_http_app", "build_mcp_server", "serve_stdio"]
 
 log = logging.getLogger("agency.mcp")
 
-#: The ``_meta`` key under which a caller names goal, session, trace (keys of ``REQUEST_FIELDS``).
-GOVERNANCE_META = "agency/governance"
 GOVERNED_TASK = "governed_task"
 RESUME_TASK = "resume_task"
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -147,10 +153,14 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     data = outcome_data(outcome)
     if outcome.state is TaskState.COMPLETED:
         output = outcome.output
+        governance: dict[str, Any] = {"task_id": outcome.task_id, "trace_id": outcome.trace_id}
+        ttl = answer_ttl(outcome)
+        if ttl is not None:  # a caller in a time-critical domain needs it (docs/semantics.md)
+            governance[FRESHNESS_TTL] = ttl
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(output, ensure_ascii=False, default=str))],
             structured_content=output if isinstance(output, dict) else {"output": output},
-            meta={GOVERNANCE_META: {"task_id": outcome.task_id, "trace_id": outcome.trace_id}},
+            meta={GOVERNANCE_META: governance},
         )
     text = outcome_text(outcome)
     if outcome.state is TaskState.INPUT_REQUIRED:
