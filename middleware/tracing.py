@@ -33,11 +33,11 @@ import contextlib
 import re
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .audit.log import AuditLog
-from .audit.record import AuditEventType, AuditRecord
+from .audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
 from .errors import FailedPrecondition
 
 if TYPE_CHECKING:
@@ -259,6 +259,17 @@ class TracingAuditLog:
 
             logging.getLogger("agency.tracing").exception("tracing failed for %s", record.event_type)
         return index
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        indexes = await self.inner.append_batch(records)
+        for record in records:
+            try:
+                self._observe(record_view(record))
+            except Exception:  # tracing must never break governance
+                import logging
+
+                logging.getLogger("agency.tracing").exception("tracing failed for a batch record")
+        return indexes
 
     def _observe(self, record: AuditRecord) -> None:
         assert otel_trace is not None and otel_context is not None
