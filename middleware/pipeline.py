@@ -44,6 +44,7 @@ from .memory_task_store import MemoryTaskStore
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
 from .smf import new_trace_id, utcnow
+from .task_journal import TaskJournal
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -72,15 +73,6 @@ _DURABLE_BARRIERS = frozenset(
         AuditEventType.TASK_INTERRUPTED,
     }
 )
-
-
-def _results(done: list[asyncio.Future[int]]) -> list[int]:
-    """The results of finished futures; raises the first failure, as ``gather`` would,
-    having marked every failure retrieved (as ``gather`` does)."""
-    for f in done:
-        if not f.cancelled():
-            f.exception()
-    return [f.result() for f in done]
 
 
 class Agency:
@@ -135,7 +127,7 @@ class Agency:
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
-        self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
@@ -625,6 +617,7 @@ class Agency:
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
+            await self._flush_audit(run)  # contract reviews the monitor recorded, if any
         run.updated_at = utcnow()
         await self.tasks.save(run)
         return run.outcome()
@@ -653,48 +646,34 @@ class Agency:
     ) -> None:
         """Append a record of this task's progress.
 
-        Records are handed to the log in order but awaited in groups: the task waits
-        for durability only at a barrier (before an agent is dispatched, when the task
-        ends, and when the segment returns), so one group commit covers several steps
-        and nothing leaves the gateway — a dispatch or an outcome — before the records
-        that precede it are on disk.
+        Records are collected in the task's journal and handed to the log as one batch at
+        a barrier (before an agent is dispatched, when the task ends, and when the
+        segment returns), so one group commit covers several steps and nothing leaves the
+        gateway — a dispatch or an outcome — before the records that precede it are on disk.
         """
-        record = self._new_record(
-            event_type,
-            outcome=outcome,
-            detail=detail,
-            agent=agent,
-            rule=rule,
-            task_id=run.request.task_id,
-            trace_id=run.trace_id,
-            goal_id=run.goal.id if run.goal else "",
-            user=run.request.user_id,
-            session=run.request.session_id,
-        )
-        pending = self._unflushed.setdefault(run.request.task_id, [])
-        if event_type not in _DURABLE_BARRIERS:
-            pending.append(asyncio.ensure_future(self.audit.append(record)))  # stages in call order
-            return
-        if pending:
-            await asyncio.sleep(0)  # let the handed-over appends stage first, in order
-        # The barrier record is appended in this task's context (observers such as tracing
-        # attach context here); once it is durable, everything staged before it is too.
-        run.last_index = max(run.last_index, await self.audit.append(record))
-        await self._flush_audit(run)
+        journal = self._journals.get(run.request.task_id)
+        if journal is None:
+            journal = self._journals[run.request.task_id] = TaskJournal(
+                self.audit,
+                node=self.config.node_id,
+                task_id=run.request.task_id,
+                trace_id=run.trace_id,
+                goal_id=run.goal.id if run.goal else "",
+                user=run.request.user_id,
+                session=run.request.session_id,
+            )
+        journal.add(event_type, outcome, detail, agent=agent, rule=rule)
+        if event_type in _DURABLE_BARRIERS:
+            await self._flush_audit(run)
 
     async def _flush_audit(self, run: TaskRecord) -> None:
-        """Wait until every record this task has handed to the log is durable."""
-        pending = self._unflushed.pop(run.request.task_id, None)
-        if not pending:
-            return
-        if all(f.done() for f in pending):
-            # The usual case after a barrier (a later record is durable, so these are, and
-            # their appends have returned): their results without another gather round.
-            indexes = _results(pending)
-        else:
-            # shielded: a goal timeout must not cancel appends already handed over
-            indexes = await asyncio.shield(asyncio.gather(*pending))
-        run.last_index = max(run.last_index, *indexes)
+        """Hand this task's pending records to the log as one batch and wait until durable.
+
+        The batch is appended in this task's context (observers such as tracing attach
+        context here)."""
+        journal = self._journals.pop(run.request.task_id, None)
+        if journal is not None:
+            run.last_index = max(run.last_index, await journal.flush())
 
     async def _record(
         self,
