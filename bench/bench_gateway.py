@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -33,6 +34,7 @@ from typing import Any
 
 import grpc
 
+from middleware import event_loop
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 
 _STRING = {"type": "string"}
@@ -105,6 +107,7 @@ async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, 
     agency.register_goal(ECHO_GOAL)
     server = build_server(agency, "127.0.0.1:0")
     await server.start()
+    gc.freeze()  # as agency serve does after start-up
 
     async def stop() -> None:
         await server.stop(0)
@@ -115,7 +118,7 @@ async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, 
 
 # ------------------------------------------------------------------ load generator (child process)
 def _client(address: str, size: int, concurrency: int, seconds: float, rate: float, conn: Any) -> None:
-    conn.send(asyncio.run(_load(address, size, concurrency, seconds, rate)))
+    conn.send(event_loop.run(_load(address, size, concurrency, seconds, rate)))
     conn.close()
 
 
@@ -294,7 +297,7 @@ def main() -> int:
         help="gateway audit backend: file = the durable WAL (the target configuration); memory = diagnosis",
     )
     p.add_argument("--profile", help="write a cProfile of the gateway run to this file")
-    return asyncio.run(run(p.parse_args()))
+    return event_loop.run(run(p.parse_args()))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from ..bootstrap import build_agency, build_post_office
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
+from ..event_loop import loop_name
+from ..event_loop import run as run_loop
 from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
@@ -127,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
         definition = load_definition(args.config, overrides=_overrides(args))
     else:
         definition = definition_from(overrides=_overrides(args), source="server configuration")
-    return asyncio.run(serve(definition.server, definition=definition, demo=args.demo))
+    log.info("event loop: %s", loop_name())
+    return run_loop(serve(definition.server, definition=definition, demo=args.demo))
 
 
 async def serve(
