@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agency`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # repeated to child processes
     configure_logging([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)], args.log_format)
     try:
         return int(args.handler(args) or 0)

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "connections between them); without it a port already taken is refused (exit code 2)",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        help="run N gateway processes on the address (they share the port with SO_REUSEPORT; each is "
+        "its own audit node NODE-w1..NODE-wN; needs Redis storage); SIGTERM drains them all",
+    )
+    p.add_argument(
         "--tracing",
         choices=["off", "console", "otlp"],
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
@@ -129,6 +136,11 @@ def _run(args: argparse.Namespace) -> int:
         definition = load_definition(args.config, overrides=_overrides(args))
     else:
         definition = definition_from(overrides=_overrides(args), source="server configuration")
+    if args.workers is not None:
+        from .serve_workers import run_workers
+
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        return run_workers(args.workers, definition, argv, explicit_sharing=definition.server.reuse_port)
     log.info("event loop: %s", loop_name())
     return run_loop(serve(definition.server, definition=definition, demo=args.demo))
 
