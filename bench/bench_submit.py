@@ -13,8 +13,10 @@ thread and the disk). The baseline in the same run is the bare servicer's own wo
     python -m bench.bench_submit --audit file
 
 CPU time on a shared machine swings with its load; for a figure that does not, count
-instructions: ``valgrind --tool=cachegrind --cache-sim=no python -m bench.bench_submit
---tasks N --rounds 1`` for two values of N, and divide the difference by the difference in N.
+instructions: ``python -m bench.bench_submit --instructions`` runs this benchmark under
+``valgrind --tool=cachegrind --cache-sim=no`` with ``--tasks 160`` and ``--tasks 800``
+(``--rounds 1``) and divides the difference in instructions by the difference in tasks
+(start-up and warm-up cancel out); it prints the figure against the baseline and target.
 """
 
 from __future__ import annotations
@@ -100,6 +102,47 @@ def show(name: str, per_call: list[float]) -> None:
     )
 
 
+BASELINE_INSTRUCTIONS = 4.19e6
+"""Instructions per governed Submit on main before issue 18 (6d014d9, asyncio loop), measured
+with ``--instructions`` on the same machine."""
+TARGET_INSTRUCTIONS = 1.6e6
+
+
+def count_instructions(tasks: int) -> int:
+    """Instructions of one ``--tasks N --rounds 1`` run under cachegrind."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="bench-submit-vg-") as tmp:
+        out = subprocess.run(
+            [
+                "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={tmp}/cg.out",
+                sys.executable, "-m", "bench.bench_submit", "--tasks", str(tasks), "--rounds", "1",
+            ],
+            capture_output=True, text=True, check=True, env=os.environ,
+        )  # fmt: skip
+    match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def instructions() -> int:
+    from middleware.event_loop import loop_name
+
+    low, high = 160, 800
+    per_task = (count_instructions(high) - count_instructions(low)) / (high - low)
+    print(
+        f"instructions per governed Submit in process (valgrind, {loop_name()}): {per_task / 1e6:.2f} M "
+        f"= {per_task / BASELINE_INSTRUCTIONS:.2f}x the baseline {BASELINE_INSTRUCTIONS / 1e6:.2f} M "
+        f"(target <= {TARGET_INSTRUCTIONS / 1e6:.1f} M: "
+        f"{'met' if per_task <= TARGET_INSTRUCTIONS else 'MISSED'})"
+    )
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     request, context = request_for(args.size), _Context()
     bare = BareServicer()
@@ -144,7 +187,15 @@ def main() -> int:
         default="serialise",
         help="serialise = canonical bytes only (default); file = the write-ahead log on disk",
     )
-    return event_loop.run(run(p.parse_args()))
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per task under valgrind (two runs) instead of measuring CPU time",
+    )
+    args = p.parse_args()
+    if args.instructions:
+        return instructions()
+    return event_loop.run(run(args))
 
 
 if __name__ == "__main__":
