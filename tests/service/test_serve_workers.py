@@ -114,3 +114,27 @@ async def test_two_workers_share_the_port_spread_connections_and_drain_on_sigter
             tasks_by_node.setdefault(entry["node"], set()).add(entry["record"]["task_id"])
     assert set(tasks_by_node) == {"gw-w1", "gw-w2"}, "connections landed on both workers"
     assert {t for ts in tasks_by_node.values() for t in ts} == {o.task_id for o in outcomes}
+
+
+def test_workers_refuse_a_port_another_process_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], redis_prefix: str
+) -> None:
+    import socket
+
+    from gateway_processes import REDIS_URL
+
+    for name in list(os.environ):
+        if name.startswith("AGENCY_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENCY_REDIS_URL", REDIS_URL)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(
+            ["serve", "--workers", "2", "--address", f"127.0.0.1:{port}", "--data-dir", str(tmp_path),
+             "--metrics-address", ""]
+        )  # fmt: skip
+    assert code == 2
+    assert "the port is taken" in capsys.readouterr().err
+    assert not (tmp_path / "audit").exists(), "no worker may start"
