@@ -64,10 +64,11 @@ Sleeper = Callable[[float], Awaitable[None]]
 log = logging.getLogger("agency.pipeline")
 
 
-#: Records after which a task waits until everything it has logged is durable.
+#: Records after which a task waits until everything it has logged is durable: before
+#: anything leaves the gateway (a dispatch to an agent, an outcome). Acceptance is not one:
+#: nothing leaves between it and the next barrier, which makes it durable too.
 _DURABLE_BARRIERS = frozenset(
     {
-        AuditEventType.TASK_SUBMITTED,
         AuditEventType.DISPATCH,
         AuditEventType.TASK_COMPLETED,
         AuditEventType.TASK_INTERRUPTED,

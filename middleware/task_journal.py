@@ -12,6 +12,7 @@ entry (its own frame and Merkle leaf in the write-ahead log), in the order it wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .audit.log import AuditLog
@@ -29,7 +30,7 @@ class TaskJournal:
         task_id, trace_id, goal_id, user, session: What every record of the task carries.
     """
 
-    __slots__ = ("_common", "_log", "_pending")
+    __slots__ = ("_common", "_log", "_observer", "_pending")
 
     def __init__(
         self, log: AuditLog, *, node: str, task_id: str, trace_id: str, goal_id: str, user: str, session: str
@@ -37,27 +38,30 @@ class TaskJournal:
         self._log = log
         self._common = (node, task_id, trace_id, goal_id, user, session)
         self._pending: list[PlainRecord] = []
+        # an observer that wants records as they are recorded (tracing: the task's span)
+        self._observer: Callable[[PlainRecord], None] | None = getattr(log, "on_task_record", None)
 
     def add(
         self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
     ) -> None:
         """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
         node, task_id, trace_id, goal_id, user, session = self._common
-        self._pending.append(
-            plain_record(
-                event_type,
-                node=node,
-                outcome=outcome,
-                detail=detail,
-                agent=agent,
-                rule=rule,
-                task_id=task_id,
-                trace_id=trace_id,
-                goal_id=goal_id,
-                user=user,
-                session=session,
-            )
+        record = plain_record(
+            event_type,
+            node=node,
+            outcome=outcome,
+            detail=detail,
+            agent=agent,
+            rule=rule,
+            task_id=task_id,
+            trace_id=trace_id,
+            goal_id=goal_id,
+            user=user,
+            session=session,
         )
+        self._pending.append(record)
+        if self._observer is not None:
+            self._observer(record)
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -36,8 +36,8 @@ async def test_one_batch_per_barrier_and_every_record_its_own_entry() -> None:
     outcome = await agency.submit({"text": "work", "goal": goal, "constraints": {"action": "work"}})
     assert outcome.state is TaskState.COMPLETED
     assert len(audit.singles) == singles_before, "a task's records go in batches"
-    # a barrier ends each batch: submitted, dispatch, completed
-    assert [b[-1] for b in audit.batches] == ["task.submitted", "agent.dispatch", "task.completed"]
+    # a barrier ends each batch: before the dispatch, at the outcome
+    assert [b[-1] for b in audit.batches] == ["agent.dispatch", "task.completed"]
     kinds = [r.event_type for _, r in audit.records() if r.task_id == outcome.task_id]
     assert kinds == [k for b in audit.batches for k in b]  # each record its own entry, in order
     assert len(kinds) > len(audit.batches)
