@@ -921,6 +921,8 @@ class Agency:
                 user=run.request.user_id,
                 session=run.request.session_id,
             )
+        if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
+            journal.goal_id = run.goal.id
         journal.add(event_type, outcome, detail, agent=agent, rule=rule)
         if event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)

@@ -27,16 +27,18 @@ class TaskJournal:
     Args:
         log: Where the records go.
         node: The gateway's node id (each record's ``node``).
-        task_id, trace_id, goal_id, user, session: What every record of the task carries.
+        task_id, trace_id, goal_id, user, session: What every record of the task carries
+            (``goal_id`` may be set later: an intake agent anchors the goal mid-task).
     """
 
-    __slots__ = ("_common", "_log", "_observer", "_pending")
+    __slots__ = ("_common", "_log", "_observer", "_pending", "goal_id")
 
     def __init__(
         self, log: AuditLog, *, node: str, task_id: str, trace_id: str, goal_id: str, user: str, session: str
     ) -> None:
         self._log = log
-        self._common = (node, task_id, trace_id, goal_id, user, session)
+        self._common = (node, task_id, trace_id, user, session)
+        self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
         # an observer that wants records as they are recorded (tracing: the task's span)
         self._observer: Callable[[PlainRecord], None] | None = getattr(log, "on_task_record", None)
@@ -45,7 +47,7 @@ class TaskJournal:
         self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
     ) -> None:
         """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
-        node, task_id, trace_id, goal_id, user, session = self._common
+        node, task_id, trace_id, user, session = self._common
         record = plain_record(
             event_type,
             node=node,
@@ -55,7 +57,7 @@ class TaskJournal:
             rule=rule,
             task_id=task_id,
             trace_id=trace_id,
-            goal_id=goal_id,
+            goal_id=self.goal_id,
             user=user,
             session=session,
         )
