@@ -90,6 +90,8 @@ def received_to_pb(r: Received) -> messages_pb2.ReceivedMessage:
         delivery_count=r.delivery_count,
         expires_at=r.expires_at,
         params_json=dumps(dict(r.params)) if r.params else "",
+        signature=r.signature,
+        ttl_seconds=r.ttl,
     )
 
 

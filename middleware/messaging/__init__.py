@@ -8,7 +8,8 @@
   broadcast delivery; at-least-once with ack, dedupe, TTL, dead letters.
 - :mod:`.mailbox` — the transport interface; :mod:`.memory_mailbox` (embedded
   default) and :mod:`.redis_mailbox` (Redis Streams with consumer groups).
-- :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, rate limits.
+- :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, a per-agent rate limit;
+  :mod:`.limits` — rate limits per sender, recipient and topic (shared on Redis).
 """
 
 from .clock import Clock, ManualClock, system_clock
@@ -18,12 +19,14 @@ from .identity import (
     IdentityRegistry,
     RateLimiter,
     Registration,
+    SendOptions,
     TopicACL,
     generate_key,
     public_key_b64,
     sign_message,
     signing_bytes,
 )
+from .limits import LimitRule, MemoryBuckets, RateLimits, RateLimitSettings, RedisBuckets
 from .mailbox import Batch, DeadLetter, Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
 from .post_office import (
@@ -56,17 +59,23 @@ __all__ = [
     "Flows",
     "Handoff",
     "IdentityRegistry",
+    "LimitRule",
     "MailboxTransport",
     "ManualClock",
+    "MemoryBuckets",
     "MemoryMailbox",
     "PostOffice",
     "PostOfficeConfig",
+    "RateLimitSettings",
     "RateLimiter",
+    "RateLimits",
     "Received",
+    "RedisBuckets",
     "RedisMailbox",
     "Registration",
     "Runtime",
     "SendMessage",
+    "SendOptions",
     "SendResult",
     "ToolCall",
     "ToolSpec",

@@ -3,8 +3,10 @@
 - :class:`IdentityRegistry` registers an agent with its Ed25519 public key and issues
   a bearer token. The token is returned once (:class:`Registration`) and only its
   SHA-256 is kept; every call presents it (``Unauthenticated`` otherwise).
-- Messages are signed by the sender over :func:`signing_bytes` (the canonical JSON
-  of the SMF message) and verified on receipt with the registered key.
+- Messages are signed by the sender over :func:`signing_bytes`: the canonical JSON of
+  the SMF message *and* of every delivery field that changes what the receiver does
+  (:class:`SendOptions`: kind, topic, TTL, ``trigger_turn``, params), verified on send
+  and again on receipt with the registered key.
 - :class:`TopicACL` says who may publish to and subscribe to which topics.
 - :class:`RateLimiter` is a per-agent token bucket; an empty bucket raises
   ``ResourceExhausted`` with ``retry_after_ms``.
@@ -17,8 +19,11 @@ import binascii
 import fnmatch
 import hashlib
 import re
+import math
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -43,6 +48,7 @@ __all__ = [
     "IdentityRegistry",
     "RateLimiter",
     "Registration",
+    "SendOptions",
     "TopicACL",
     "check_topic",
     "generate_key",
@@ -73,9 +79,48 @@ def check_topic(topic: str, *, field_name: str = "topic") -> str:
     return topic
 
 
-def signing_bytes(message: SMFMessage) -> bytes:
-    """The exact bytes a sender signs: the canonical JSON of the whole SMF message."""
-    return canonical_json(message.model_dump(mode="json"))
+@dataclass(frozen=True)
+class SendOptions:
+    """How a message travels, as the sender signs it (every field changes what the receiver does).
+
+    Attributes:
+        kind: ``direct``, ``topic`` or ``broadcast``.
+        topic: The topic of a ``topic`` message (else empty).
+        ttl: Seconds the message lives after its ``created_at``; None = the post office's
+            default TTL (the expiry is then computed by the receiving post office from its
+            own configuration, never read from the transport).
+        trigger_turn: Wake the recipient (start a turn) rather than only queue the message.
+        params: Extra tool parameters (a JSON object).
+    """
+
+    kind: Literal["direct", "topic", "broadcast"] = "direct"
+    topic: str = ""
+    ttl: float | None = None
+    trigger_turn: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def signed(self) -> dict[str, Any]:
+        """The JSON object these options contribute to :func:`signing_bytes`."""
+        ttl = self.ttl
+        if ttl is not None and math.isfinite(ttl) and float(ttl).is_integer():
+            ttl = int(ttl)  # 300 and 300.0 sign the same (a proto double arrives as 300.0)
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "ttl": ttl,
+            "trigger_turn": bool(self.trigger_turn),
+            "params": dict(self.params),
+        }
+
+
+def signing_bytes(message: SMFMessage, options: SendOptions | None = None) -> bytes:
+    """The exact bytes a sender signs.
+
+    The canonical JSON (sorted keys, compact, UTF-8) of
+    ``{"message": <SMF message>, "kind", "topic", "ttl", "trigger_turn", "params"}``,
+    so that neither the message nor how it is to be handled can be altered in transit.
+    """
+    return canonical_json({"message": message.model_dump(mode="json"), **(options or SendOptions()).signed()})
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -89,9 +134,13 @@ def public_key_b64(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     return base64.b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
 
 
-def sign_message(key: Ed25519PrivateKey, message: SMFMessage) -> str:
-    """Sign ``message`` with the sender's key; returns the base64 signature."""
-    return base64.b64encode(key.sign(signing_bytes(message))).decode()
+def sign_message(key: Ed25519PrivateKey, message: SMFMessage, options: SendOptions | None = None) -> str:
+    """Sign ``message`` and how it travels (``options``) with the sender's key; returns base64.
+
+    The options must be those the message is sent with (kind, topic, TTL, ``trigger_turn``,
+    params), else the post office refuses the signature.
+    """
+    return base64.b64encode(key.sign(signing_bytes(message, options))).decode()
 
 
 @dataclass(frozen=True)
@@ -212,13 +261,15 @@ class IdentityRegistry:
     def names(self) -> list[str]:
         return sorted(self._agents)
 
-    def verify(self, message: SMFMessage, signature: str) -> bool:
-        """Whether ``signature`` is ``message.sender``'s signature over ``message``."""
+    def verify(self, message: SMFMessage, signature: str, options: SendOptions | None = None) -> bool:
+        """Whether ``signature`` is ``message.sender``'s signature over ``message`` and ``options``."""
         ident = self._agents.get(message.sender)
         if ident is None or not signature:
             return False
         try:
-            ident.public_key.verify(base64.b64decode(signature, validate=True), signing_bytes(message))
+            ident.public_key.verify(
+                base64.b64decode(signature, validate=True), signing_bytes(message, options)
+            )
         except (InvalidSignature, ValueError, binascii.Error):
             return False
         return True

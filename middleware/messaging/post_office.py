@@ -11,25 +11,31 @@ Every agent has a mailbox named after it. Three ways to address a message:
   but the sender (ACL topic ``system.broadcast``).
 
 On the way in: the token is authenticated, the SMF message validated, the sender
-must be the token's agent, the rate limit is charged, the payload size is checked,
-the Ed25519 signature verified, then the message is enqueued and audited
-(``message.accepted``). Refusals are audited too (``message.rejected`` /
-``message.forged``).
+must be the token's agent, the message must be fresh (``created_at`` not beyond the
+allowed clock skew in the future, its ``freshness_ttl`` a finite positive number of
+seconds that has not run out), the rate limits are charged (per sender, recipient,
+topic), the payload size is checked, the Ed25519 signature verified (over the message
+*and* how it travels: kind, topic, TTL, ``trigger_turn``, params), then the message is
+enqueued and audited (``message.accepted``). Refusals are audited too
+(``message.rejected`` / ``message.forged``).
 
 On the way out (:meth:`PostOffice.pull`): delivery is at-least-once. A pulled
 message not acknowledged within the visibility timeout is handed out again; after
 ``max_deliveries`` hand-outs it goes to the dead-letter list with the reason. An
-expired message (TTL) is dropped and recorded. The signature is verified again on
-receipt (the transport is not trusted). Messages whose id was already acknowledged
+expired message (TTL, or content no longer fresh) is dropped and recorded. The
+signature is verified again on receipt, and the message must be addressed to the
+mailbox it was found in (the transport is not trusted). Messages whose id was already acknowledged
 in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -37,11 +43,12 @@ from pydantic import Field, ValidationError
 from .._model import Model
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
-from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, ResourceExhausted
+from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem, ResourceExhausted
 from ..smf import SMFMessage
 from .clock import Clock, system_clock
 from .flows import Flows
-from .identity import IdentityRegistry, RateLimiter, TopicACL, check_topic
+from .identity import IdentityRegistry, RateLimiter, SendOptions, TopicACL, check_topic
+from .limits import RateLimits
 from .mailbox import Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
 
@@ -87,6 +94,18 @@ class PostOfficeConfig(Model):
         default=86400.0, gt=0, description="Seconds an acknowledged message id is remembered for dedupe."
     )
     require_signatures: bool = Field(default=True, description="Refuse messages without a valid signature.")
+    max_clock_skew: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Seconds a sender's clock may be ahead of (created_at in the future) or behind "
+        "the post office's before its messages are refused as from the future or stale.",
+    )
+    max_freshness_ttl: float = Field(
+        default=365 * 86400.0,
+        gt=0,
+        description="Longest freshness_ttl a message may declare (0, infinite and NaN are refused).",
+    )
 
 
 class Envelope(Model):
@@ -99,6 +118,15 @@ class Envelope(Model):
     expires_at: float = Field(description="Epoch seconds after which the message is dropped.")
     trigger_turn: bool = False
     params: dict[str, Any] = Field(default_factory=dict)
+    ttl: float | None = Field(
+        default=None, description="The TTL the sender signed (None: the post office's default)."
+    )
+
+    def options(self) -> SendOptions:
+        """How the message travels, as its sender signed it."""
+        return SendOptions(
+            kind=self.kind, topic=self.topic, ttl=self.ttl, trigger_turn=self.trigger_turn, params=self.params
+        )
 
 
 @dataclass(frozen=True)
@@ -129,6 +157,14 @@ class Received:
     delivery_count: int
     expires_at: float
     params: Mapping[str, Any] = field(default_factory=dict)
+    signature: str = ""  #: the sender's, over the message and :meth:`options`
+    ttl: float | None = None  #: the TTL the sender signed (None: the default)
+
+    def options(self) -> SendOptions:
+        """How the message travelled, as its sender signed it (to verify ``signature``)."""
+        return SendOptions(
+            kind=self.kind, topic=self.topic, ttl=self.ttl, trigger_turn=self.trigger_turn, params=self.params
+        )
 
 
 @dataclass(frozen=True)
@@ -144,6 +180,16 @@ def _receipt(entry_id: str, message_id: str) -> str:
     return f"{entry_id}|{message_id}"
 
 
+def _addressee(envelope: Envelope) -> str:
+    """The receiver a message of this kind must name: the mailbox's agent (checked by the
+    caller), the topic, or ``"*"``."""
+    if envelope.kind == "topic":
+        return envelope.topic
+    if envelope.kind == "broadcast":
+        return BROADCAST
+    return envelope.message.receiver
+
+
 class PostOffice:
     """Authenticated, signed, audited mailboxes, topics and broadcast over one transport.
 
@@ -153,6 +199,8 @@ class PostOffice:
         audit: Where every message and refusal is recorded (default: in memory).
         acl: Topic publish/subscribe rules (default: every topic open).
         rate_limiter: Per-agent token bucket charged on every send (default: none).
+        limits: Rate limits per sender, recipient and topic (the definition's
+            ``messaging.rate_limits``; shared by replicas when its store is Redis).
         flows: When given, point-to-point messages must follow a declared flow.
         flows_exempt: Senders the flows do not bind (the runtime's completion watcher).
         config: Delivery knobs.
@@ -177,6 +225,7 @@ class PostOffice:
         audit: AuditLog | None = None,
         acl: TopicACL | None = None,
         rate_limiter: RateLimiter | None = None,
+        limits: RateLimits | None = None,
         flows: Flows | None = None,
         flows_exempt: Sequence[str] = (),
         config: PostOfficeConfig | None = None,
@@ -190,6 +239,7 @@ class PostOffice:
         self.audit: AuditLog = audit or MemoryAuditLog()
         self.acl = acl or TopicACL()
         self.rate_limiter = rate_limiter
+        self.limits = limits
         self.flows = flows
         self.flows_exempt = set(flows_exempt)
         self.config = config or PostOfficeConfig()
@@ -253,7 +303,8 @@ class PostOffice:
             PermissionDenied: impersonation, bad signature, or no communication flow.
             NotFound: unknown receiver. ResourceExhausted: rate limit or full mailbox.
         """
-        sender, msg = await self._admit(token, message, signature, "direct")
+        options = SendOptions(ttl=ttl, trigger_turn=trigger_turn, params=dict(params or {}))
+        sender, msg = await self._admit(token, message, signature, options)
         try:
             if msg.receiver not in self.identity:
                 raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
@@ -262,9 +313,7 @@ class PostOffice:
         except AgencyError as exc:
             await self._reject(sender, msg, exc, "direct")
             raise
-        return await self._deliver(
-            sender, msg, signature, "direct", "", [msg.receiver], ttl, trigger_turn, params
-        )
+        return await self._deliver(sender, msg, signature, options, [msg.receiver])
 
     async def publish(
         self,
@@ -282,7 +331,8 @@ class PostOffice:
         ``drift`` counter, ``on_drift`` hook); the result then has zero copies.
         """
         check_topic(topic)
-        sender, msg = await self._admit(token, message, signature, "topic")
+        options = SendOptions(kind="topic", topic=topic, ttl=ttl, trigger_turn=trigger_turn)
+        sender, msg = await self._admit(token, message, signature, options)
         try:
             if msg.receiver != topic:
                 raise InvalidInput.single(
@@ -305,9 +355,7 @@ class PostOffice:
                 trace_id=msg.trace_id,
                 rule="topic subscribers",
             )
-        return await self._deliver(
-            sender, msg, signature, "topic", topic, recipients, ttl, trigger_turn, None
-        )
+        return await self._deliver(sender, msg, signature, options, recipients)
 
     async def broadcast(
         self,
@@ -318,7 +366,8 @@ class PostOffice:
         ttl: float | None = None,
     ) -> SendResult:
         """A copy to every registered agent except the sender (``message.receiver`` = ``"*"``)."""
-        sender, msg = await self._admit(token, message, signature, "broadcast")
+        options = SendOptions(kind="broadcast", ttl=ttl)
+        sender, msg = await self._admit(token, message, signature, options)
         try:
             if msg.receiver != BROADCAST:
                 raise InvalidInput.single("receiver", f"a broadcast names {BROADCAST!r} as receiver")
@@ -327,12 +376,17 @@ class PostOffice:
             await self._reject(sender, msg, exc, "broadcast")
             raise
         recipients = [a for a in self.identity.names() if a != sender]
-        return await self._deliver(sender, msg, signature, "broadcast", "", recipients, ttl, False, None)
+        return await self._deliver(sender, msg, signature, options, recipients)
 
     async def _admit(
-        self, token: str | None, message: SMFMessage | Mapping[str, Any] | str, signature: str, kind: Kind
+        self,
+        token: str | None,
+        message: SMFMessage | Mapping[str, Any] | str,
+        signature: str,
+        options: SendOptions,
     ) -> tuple[str, SMFMessage]:
-        """Authenticate, validate, rate-limit, size-check and verify; audit any refusal."""
+        """Authenticate, validate, check freshness, rate-limit, size-check and verify; audit any refusal."""
+        kind = options.kind
         try:
             sender = self.identity.authenticate(token)
         except AgencyError as exc:
@@ -348,13 +402,23 @@ class PostOffice:
                 raise PermissionDenied(
                     f"agent {sender!r} cannot send as {msg.sender!r}: the sender must be the token's agent"
                 )
+            self._check_fresh(msg)
+            self._ttl(options.ttl)
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(sender)
+            if self.limits is not None:
+                await self.limits.charge(
+                    sender=sender,
+                    recipients=[msg.receiver] if kind == "direct" else (),
+                    topic=options.topic or (BROADCAST_TOPIC if kind == "broadcast" else ""),
+                )
             self._check_size(msg)
         except AgencyError as exc:
-            await self._reject(sender, msg, exc, kind)
+            await self._reject(sender, msg, exc, kind, options.topic)
             raise
-        if (signature or self.config.require_signatures) and not self.identity.verify(msg, signature):
+        if (signature or self.config.require_signatures) and not self.identity.verify(
+            msg, signature, options
+        ):
             forged = PermissionDenied(
                 f"the signature of message {msg.message_id!r} does not verify "
                 f"with {sender!r}'s registered key",
@@ -370,6 +434,60 @@ class PostOffice:
             )
             raise forged
         return sender, msg
+
+    def _check_fresh(self, msg: SMFMessage) -> None:
+        """Refuse a message from the future (beyond the clock skew), or whose content is stale.
+
+        Raises:
+            InvalidInput: on ``metadata.freshness_ttl`` (not a finite number in
+                (0, max_freshness_ttl]) or ``created_at`` (in the future, or stale);
+                ``details["cause"]`` is ``BAD_FRESHNESS``, ``FROM_THE_FUTURE`` or ``STALE``.
+        """
+        ttl = msg.metadata.freshness_ttl
+        limit = self.config.max_freshness_ttl
+        if not (math.isfinite(ttl) and 0 < ttl <= limit):
+            raise InvalidInput(
+                [Problem("metadata.freshness_ttl", f"must be > 0 and <= {limit:g} seconds, got {ttl!r}")],
+                what="SMF message",
+                details={"cause": "BAD_FRESHNESS"},
+            )
+        now = self.clock()
+        skew = self.config.max_clock_skew
+        ahead = msg.created_at.timestamp() - now
+        if ahead > skew:
+            raise InvalidInput(
+                [
+                    Problem(
+                        "created_at",
+                        f"{msg.created_at.isoformat()} is {ahead:.0f} s in the future, more than the "
+                        f"allowed clock skew of {skew:g} s",
+                    )
+                ],
+                what="SMF message",
+                details={"cause": "FROM_THE_FUTURE"},
+            )
+        if msg.is_stale(datetime.fromtimestamp(now - skew, UTC)):
+            raise InvalidInput(
+                [
+                    Problem(
+                        "created_at",
+                        f"the message is stale: created {msg.created_at.isoformat()}, fresh for "
+                        f"{ttl:g} s, now {datetime.fromtimestamp(now, UTC).isoformat()}",
+                    )
+                ],
+                what="SMF message",
+                details={"cause": "STALE"},
+            )
+
+    def _expiry(self, msg: SMFMessage, ttl: float | None) -> float:
+        """When a message is dropped: its TTL after ``created_at``, or when its content goes
+        stale (with the clock skew's tolerance), whichever comes first. Computed from what the
+        sender signed and this post office's settings, never read from the transport."""
+        created = msg.created_at.timestamp()
+        lifetime = self.config.default_ttl if ttl is None else ttl
+        fresh = msg.metadata.freshness_ttl
+        stale_at = created + fresh + self.config.max_clock_skew if math.isfinite(fresh) else math.inf
+        return min(created + lifetime, stale_at)
 
     def _check_size(self, msg: SMFMessage) -> None:
         size = len(canonical_json(msg.content))
@@ -395,22 +513,20 @@ class PostOffice:
         sender: str,
         msg: SMFMessage,
         signature: str,
-        kind: Kind,
-        topic: str,
+        options: SendOptions,
         recipients: Sequence[str],
-        ttl: float | None,
-        trigger_turn: bool,
-        params: Mapping[str, Any] | None,
     ) -> SendResult:
+        kind, topic, trigger_turn = options.kind, options.topic, options.trigger_turn
         try:
             envelope = Envelope(
                 message=msg,
                 signature=signature,
                 kind=kind,
                 topic=topic,
-                expires_at=self.clock() + self._ttl(ttl),
+                expires_at=self._expiry(msg, self._ttl(options.ttl)),
                 trigger_turn=trigger_turn,
-                params=dict(params or {}),
+                params=dict(options.params),
+                ttl=options.ttl,
             )
             data = envelope.model_dump_json().encode()
             if kind == "direct":
@@ -507,13 +623,14 @@ class PostOffice:
             if envelope is None:
                 continue
             msg = envelope.message
-            if envelope.expires_at <= now:
+            expires_at = self._expiry(msg, envelope.ttl)
+            if expires_at <= now:
                 await self.transport.ack(agent, [delivery.entry_id])
                 await self._audit(
                     AuditEventType.MESSAGE_EXPIRED,
                     "expired",
                     agent,
-                    {"message_id": msg.message_id, "sender": msg.sender, "expired_at": envelope.expires_at},
+                    {"message_id": msg.message_id, "sender": msg.sender, "expired_at": expires_at},
                     trace_id=msg.trace_id,
                 )
                 continue
@@ -540,8 +657,28 @@ class PostOffice:
                     trace_id=msg.trace_id,
                 )
                 continue
+            addressed_to = _addressee(envelope)
+            if msg.receiver != addressed_to or (envelope.kind == "direct" and msg.receiver != agent):
+                await self._audit(
+                    AuditEventType.MESSAGE_FORGED,
+                    "refused",
+                    agent,
+                    {
+                        "message_id": msg.message_id,
+                        "claimed_sender": msg.sender,
+                        "receiver": msg.receiver,
+                        "mailbox": agent,
+                        "stage": "receive",
+                        "cause": "MISADDRESSED",
+                    },
+                    trace_id=msg.trace_id,
+                )
+                await self._dead_letter(
+                    agent, delivery, f"addressed to {msg.receiver!r}, found in {agent!r}'s mailbox", msg
+                )
+                continue
             if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
-                msg, envelope.signature
+                msg, envelope.signature, envelope.options()
             ):
                 await self._audit(
                     AuditEventType.MESSAGE_FORGED,
@@ -560,8 +697,10 @@ class PostOffice:
                     topic=envelope.topic,
                     trigger_turn=envelope.trigger_turn,
                     delivery_count=delivery.delivery_count,
-                    expires_at=envelope.expires_at,
+                    expires_at=expires_at,
                     params=envelope.params,
+                    signature=envelope.signature,
+                    ttl=envelope.ttl,
                 )
             )
         if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)

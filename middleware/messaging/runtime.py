@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -46,7 +47,7 @@ from ..errors import AgencyError, DeadlineExceeded, FailedPrecondition, NotFound
 from ..smf import Provenance, SMFMessage, new_id
 from .conversation import Conversation
 from .flows import AgentHandle, Flows, Handoff, SendMessage
-from .identity import generate_key, public_key_b64, sign_message
+from .identity import SendOptions, generate_key, public_key_b64, sign_message
 from .post_office import PostOffice, Received
 
 __all__ = ["ChildResult", "ChildRun", "Runtime", "Turn", "TurnContext"]
@@ -457,6 +458,8 @@ class Runtime:
                     "confidence_score": 1.0,
                 },
                 "trace_id": trace_id[-64:],
+                # the post office's clock: freshness is checked against it
+                "created_at": datetime.fromtimestamp(self.post_office.clock(), UTC),
             },
             what="SMF message",
         )
@@ -498,7 +501,10 @@ class Runtime:
         self._host(recipient)  # the recipient must run here
         msg = self._smf(sender, recipient, content, new_id("trc"))
         result = await self.post_office.send(
-            sender_host.token, msg, signature=sign_message(sender_host.key, msg), trigger_turn=trigger_turn
+            sender_host.token,
+            msg,
+            signature=sign_message(sender_host.key, msg, SendOptions(trigger_turn=trigger_turn)),
+            trigger_turn=trigger_turn,
         )
         return result.message_id  # a trigger_turn wakes the recipient through _delivered
 

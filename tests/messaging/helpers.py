@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from middleware.audit import MemoryAuditLog
 from middleware.audit.record import AuditRecord
 from middleware.messaging import (
+    Clock,
     ManualClock,
     PostOffice,
     PostOfficeConfig,
+    SendOptions,
     generate_key,
     public_key_b64,
     sign_message,
+    system_clock,
 )
 from middleware.messaging.mailbox import MailboxTransport
 from middleware.smf import SMFMessage
@@ -71,6 +75,7 @@ class Agent:
     name: str
     token: str
     key: Any
+    clock: Clock = system_clock  #: the post office's: messages are created at its "now"
 
     def message(self, receiver: str, content: Any = "hello", **extra: Any) -> SMFMessage:
         return SMFMessage.parse(
@@ -83,15 +88,16 @@ class Agent:
                     "freshness_ttl": 600,
                     "confidence_score": 0.8,
                 },
+                "created_at": datetime.fromtimestamp(self.clock(), UTC),
                 **extra,
             }
         )
 
-    def sign(self, message: SMFMessage) -> str:
-        return sign_message(self.key, message)
+    def sign(self, message: SMFMessage, options: SendOptions | None = None) -> str:
+        return sign_message(self.key, message, options)
 
 
 async def register(office: PostOffice, name: str, description: str = "") -> Agent:
     key = generate_key()
     token = await office.register(name, public_key_b64(key), description=description)
-    return Agent(name, token, key)
+    return Agent(name, token, key, office.clock)

@@ -14,7 +14,14 @@ from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.grpc_api import build_server
 from middleware.grpc_api.message_servicer import smf_from_pb, smf_to_pb
-from middleware.messaging import PostOffice, PostOfficeConfig, RateLimiter, generate_key, sign_message
+from middleware.messaging import (
+    PostOffice,
+    PostOfficeConfig,
+    RateLimiter,
+    SendOptions,
+    generate_key,
+    sign_message,
+)
 
 from .helpers import Agent, Env, register
 
@@ -39,7 +46,14 @@ def auth(agent: Agent) -> tuple[tuple[str, str], ...]:
 
 def send_request(agent: Agent, receiver: str, content: Any, **kw: Any) -> messages_pb2.SendMessageRequest:
     msg = agent.message(receiver, content)
-    return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=agent.sign(msg), **kw)
+    options = SendOptions(
+        kind="broadcast" if kw.get("broadcast") else "topic" if kw.get("topic") else "direct",
+        topic=kw.get("topic", ""),
+        ttl=kw.get("ttl_seconds"),
+        trigger_turn=kw.get("trigger_turn", False),
+        params=json.loads(kw["params_json"]) if kw.get("params_json") else {},
+    )
+    return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=agent.sign(msg, options), **kw)
 
 
 async def test_send_pull_ack_over_grpc(env: Env, gateway: Any) -> None:
@@ -54,7 +68,9 @@ async def test_send_pull_ack_over_grpc(env: Env, gateway: Any) -> None:
     assert json.loads(got.message.content_json) == {"task": "review"}
     assert got.delivery_count == 1 and json.loads(got.params_json) == {"priority": "high"}
     # The message survives the round trip bit for bit: its signature still verifies.
-    assert po.identity.verify(smf_from_pb(got.message), req.signature)
+    assert got.signature == req.signature
+    signed = SendOptions(params={"priority": "high"})
+    assert po.identity.verify(smf_from_pb(got.message), got.signature, signed)
     ack = await stub.Ack(messages_pb2.AckRequest(receipts=[got.receipt]), metadata=auth(b))
     assert ack.acknowledged == 1
     assert not (await stub.Pull(messages_pb2.PullRequest(), metadata=auth(b))).messages

@@ -44,7 +44,7 @@ class PullRequest(_message.Message):
     def __init__(self, max_messages: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., consumer: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json")
+    __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json", "signature", "ttl_seconds")
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class ReceivedMessage(_message.Message):
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     receipt: str
     message: _common_pb2.SMFMessage
     kind: str
@@ -61,7 +63,9 @@ class ReceivedMessage(_message.Message):
     delivery_count: int
     expires_at: float
     params_json: str
-    def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ...) -> None: ...
+    signature: str
+    ttl_seconds: float
+    def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ..., signature: _Optional[str] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("messages",)
