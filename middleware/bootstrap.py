@@ -5,6 +5,7 @@ from __future__ import annotations
 from .audit import AuditLog, WalAuditLog, WalOptions
 from .backends import open_backends
 from .definition import AgencyDefinition
+from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
 from .messaging.post_office import PostOffice
@@ -71,26 +72,35 @@ async def build_post_office(
     definition: AgencyDefinition, *, audit: AuditLog, metrics: Metrics | None = None
 ) -> PostOffice:
     """The post office behind ``MessageService``: the definition's messaging agents enrolled,
-    its communication flows enforced, mailboxes in Redis (under ``storage.key_prefix``, shared
+    its communication flows, topic ACLs and rate limits enforced (rate-limit buckets next to
+    the mailboxes), mailboxes in Redis (under ``storage.key_prefix``, shared
     by replicas) or in memory (see :attr:`AgencyDefinition.mailbox_backend`).
 
     The caller closes it with ``await post_office.transport.close()``.
     """
     messaging = definition.messaging
     transport: MailboxTransport
+    buckets: BucketStore = MemoryBuckets()
     if definition.mailbox_backend == "redis":
+        from .messaging.limits import RedisBuckets
         from .messaging.redis_mailbox import RedisMailbox
 
-        transport = RedisMailbox.from_url(
-            definition.storage.redis_url,
-            prefix=definition.storage.key_prefix,
-            on_redis_error=metrics.redis_error if metrics is not None else None,
+        on_redis_error = metrics.redis_error if metrics is not None else None
+        mailboxes = RedisMailbox.from_url(
+            definition.storage.redis_url, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
         )
+        # rate-limit buckets next to the mailboxes: every replica draws from the same ones
+        buckets = RedisBuckets(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        transport = mailboxes
     else:
         transport = MemoryMailbox()
     post_office = PostOffice(
         transport,
         audit=audit,
+        acl=messaging.acl.build(),
+        limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,
         on_depth=metrics.set_mailbox_depth if metrics is not None else None,

@@ -49,7 +49,8 @@ from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
 from .messaging.flows import Flows
-from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
+from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
+from .messaging.limits import RateLimitSettings
 from .messaging.post_office import PostOfficeConfig
 
 __all__ = [
@@ -272,6 +273,14 @@ class MessagingSettings(Model):
     delivery: PostOfficeConfig = Field(
         default_factory=PostOfficeConfig, description="TTLs, visibility timeout, retries, size limits."
     )
+    acl: AclSettings = Field(
+        default_factory=AclSettings, description="Who may publish and subscribe to which topics."
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings,
+        description="Message rate limits per sender, per recipient and per topic (token buckets; "
+        "in Redis, shared by replicas, when the mailboxes are).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> MessagingSettings:
@@ -289,6 +298,14 @@ class MessagingSettings(Model):
                         f"agents[{i}].token_sha256", f"the same token as agents[{tokens[agent.token_sha256]}]"
                     )
                 )
+        known = set(names) | {"*"}
+        for i, rule in enumerate(self.acl.topics):
+            for role in ("publishers", "subscribers"):
+                for j, member in enumerate(getattr(rule, role)):
+                    if member not in known:
+                        problems.append(
+                            Problem(f"acl.topics[{i}].{role}[{j}]", f"no messaging agent {member!r}")
+                        )
         if self.flows is not None:
             try:
                 self.build_flows()

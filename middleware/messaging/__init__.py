@@ -16,11 +16,13 @@ from .clock import Clock, ManualClock, system_clock
 from .conversation import Conversation
 from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
 from .identity import (
+    AclSettings,
     IdentityRegistry,
     RateLimiter,
     Registration,
     SendOptions,
     TopicACL,
+    TopicRule,
     generate_key,
     public_key_b64,
     sign_message,
@@ -45,6 +47,7 @@ from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
 __all__ = [
     "BROADCAST",
     "BROADCAST_TOPIC",
+    "AclSettings",
     "AgentHandle",
     "Batch",
     "ChildResult",
@@ -80,6 +83,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "TopicACL",
+    "TopicRule",
     "Turn",
     "TurnContext",
     "generate_key",

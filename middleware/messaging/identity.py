@@ -18,8 +18,8 @@ import base64
 import binascii
 import fnmatch
 import hashlib
-import re
 import math
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +28,9 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import Field
 
+from .._model import Model
 from ..audit.record import canonical_json
 from ..errors import (
     AlreadyExists,
@@ -44,12 +46,14 @@ from .clock import Clock, system_clock
 __all__ = [
     "AGENT_NAME_PATTERN",
     "TOPIC_PATTERN",
+    "AclSettings",
     "AgentIdentity",
     "IdentityRegistry",
     "RateLimiter",
     "Registration",
     "SendOptions",
     "TopicACL",
+    "TopicRule",
     "check_topic",
     "generate_key",
     "parse_public_key",
@@ -327,6 +331,34 @@ class TopicACL:
         """Raises: PermissionDenied when ``agent`` may not subscribe to ``topic``."""
         if not self.may_subscribe(agent, topic):
             raise PermissionDenied(f"agent {agent!r} may not subscribe to topic {topic!r}")
+
+
+class TopicRule(Model):
+    """One topic ACL rule of the definition file (``messaging.acl.topics[i]``)."""
+
+    pattern: str = Field(min_length=1, max_length=256, description="fnmatch pattern of topics: billing.*")
+    publishers: list[str] = Field(default_factory=list, description="Agents that may publish ('*': all).")
+    subscribers: list[str] = Field(default_factory=list, description="Agents that may subscribe ('*': all).")
+
+
+class AclSettings(Model):
+    """Topic ACLs (``messaging.acl``): the first rule whose pattern matches a topic decides.
+
+    Broadcasts are governed by the topic ``system.broadcast``; direct messages by the
+    communication flows (``messaging.flows``).
+    """
+
+    default_open: bool = Field(
+        default=True, description="A topic no rule matches is open to every agent (else closed)."
+    )
+    topics: list[TopicRule] = Field(default_factory=list, description="Rules, first match decides.")
+
+    def build(self) -> TopicACL:
+        """The :class:`TopicACL` these settings describe."""
+        acl = TopicACL(default_open=self.default_open)
+        for rule in self.topics:
+            acl.allow(rule.pattern, publishers=rule.publishers, subscribers=rule.subscribers)
+        return acl
 
 
 class RateLimiter:

@@ -304,15 +304,14 @@ class PostOffice:
             NotFound: unknown receiver. ResourceExhausted: rate limit or full mailbox.
         """
         options = SendOptions(ttl=ttl, trigger_turn=trigger_turn, params=dict(params or {}))
-        sender, msg = await self._admit(token, message, signature, options)
-        try:
+
+        def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver not in self.identity:
                 raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
             if self.flows is not None and sender not in self.flows_exempt:
                 self.flows.check(sender, msg.receiver)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "direct")
-            raise
+
+        sender, msg = await self._admit(token, message, signature, options, route)
         return await self._deliver(sender, msg, signature, options, [msg.receiver])
 
     async def publish(
@@ -332,16 +331,15 @@ class PostOffice:
         """
         check_topic(topic)
         options = SendOptions(kind="topic", topic=topic, ttl=ttl, trigger_turn=trigger_turn)
-        sender, msg = await self._admit(token, message, signature, options)
-        try:
+
+        def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != topic:
                 raise InvalidInput.single(
                     "receiver", f"a message published to {topic!r} must name it as receiver"
                 )
             self.acl.check_publish(sender, topic)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "topic", topic)
-            raise
+
+        sender, msg = await self._admit(token, message, signature, options, route)
         recipients = sorted(self._subscribers.get(topic, set()) - {sender})
         if not recipients:
             self.drift[topic] += 1
@@ -367,14 +365,13 @@ class PostOffice:
     ) -> SendResult:
         """A copy to every registered agent except the sender (``message.receiver`` = ``"*"``)."""
         options = SendOptions(kind="broadcast", ttl=ttl)
-        sender, msg = await self._admit(token, message, signature, options)
-        try:
+
+        def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != BROADCAST:
                 raise InvalidInput.single("receiver", f"a broadcast names {BROADCAST!r} as receiver")
             self.acl.check_publish(sender, BROADCAST_TOPIC)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "broadcast")
-            raise
+
+        sender, msg = await self._admit(token, message, signature, options, route)
         recipients = [a for a in self.identity.names() if a != sender]
         return await self._deliver(sender, msg, signature, options, recipients)
 
@@ -384,8 +381,11 @@ class PostOffice:
         message: SMFMessage | Mapping[str, Any] | str,
         signature: str,
         options: SendOptions,
+        route: Callable[[str, SMFMessage], None],
     ) -> tuple[str, SMFMessage]:
-        """Authenticate, validate, check freshness, rate-limit, size-check and verify; audit any refusal."""
+        """Authenticate, validate, check freshness and size, ``route`` (may this sender reach
+        that receiver: flows, ACLs), charge the rate limits, verify the signature; audit any
+        refusal. What is refused before the rate limits costs no token."""
         kind = options.kind
         try:
             sender = self.identity.authenticate(token)
@@ -404,6 +404,8 @@ class PostOffice:
                 )
             self._check_fresh(msg)
             self._ttl(options.ttl)
+            self._check_size(msg)
+            route(sender, msg)
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(sender)
             if self.limits is not None:
@@ -412,7 +414,6 @@ class PostOffice:
                     recipients=[msg.receiver] if kind == "direct" else (),
                     topic=options.topic or (BROADCAST_TOPIC if kind == "broadcast" else ""),
                 )
-            self._check_size(msg)
         except AgencyError as exc:
             await self._reject(sender, msg, exc, kind, options.topic)
             raise

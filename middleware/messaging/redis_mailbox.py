@@ -114,6 +114,11 @@ class RedisMailbox:
         self._groups: set[str] = set()
         self._touched: set[str] = set()  # mailboxes this instance used (for purge)
 
+    @property
+    def client(self) -> Redis:
+        """The Redis client (other post-office state, e.g. rate-limit buckets, shares it)."""
+        return self._r
+
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisMailbox:
         """Mailboxes on their own connection to ``url`` (closed by :meth:`close`)."""

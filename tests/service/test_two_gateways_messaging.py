@@ -90,9 +90,10 @@ class Gateway:
 @pytest.fixture
 async def gateways(
     tmp_path: Path, redis_client: Any, redis_prefix: str
-) -> AsyncIterator[tuple[Gateway, Gateway, Agent, Agent]]:
+) -> AsyncIterator[tuple[Gateway, Gateway, Agent, Agent, Agent]]:
     alice = Agent("alice", f"tok-{uuid.uuid4().hex}", generate_key())
     bob = Agent("bob", f"tok-{uuid.uuid4().hex}", generate_key())
+    carol = Agent("carol", f"tok-{uuid.uuid4().hex}", generate_key())
     definition = tmp_path / "agency.yaml"
     definition.write_text(
         yaml.safe_dump(
@@ -107,10 +108,12 @@ async def gateways(
                             "public_key": public_key_b64(a.key),
                             "token_sha256": hash_token(a.token),
                         }
-                        for a in (alice, bob)
+                        for a in (alice, bob, carol)
                     ],
-                    "flows": ["alice > bob"],
+                    "flows": ["alice > bob", "carol > bob"],
                     "delivery": {"visibility_timeout": VISIBILITY},
+                    # carol may send 3 messages, then one per 100 s: whichever gateway she uses
+                    "rate_limits": {"sender": [{"match": "carol", "rate": 0.01, "burst": 3}]},
                 },
             }
         )
@@ -120,7 +123,7 @@ async def gateways(
     try:
         for gw in gws:
             assert "mailboxes: redis" in gw.process.output()
-        yield gws[0], gws[1], alice, bob
+        yield gws[0], gws[1], alice, bob, carol
     finally:
         for gw in gws:
             await gw.channel.close()
@@ -133,7 +136,7 @@ async def gateways(
 
 
 async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(gateways) -> None:
-    gw1, gw2, alice, bob = gateways
+    gw1, gw2, alice, bob, _ = gateways
     bob_pull = messages_pb2.PullRequest
 
     # One message, sent through gateway 1, is in the shared mailbox: gateway 2 hands it out ...
@@ -187,7 +190,7 @@ async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(
 
 
 async def test_an_unacknowledged_message_is_redelivered_by_the_other_gateway(gateways) -> None:
-    gw1, gw2, alice, bob = gateways
+    gw1, gw2, alice, bob, _ = gateways
     sent = await gw1.messages.Send(alice.send_request("bob", "pay invoice 7"), metadata=alice.auth)
     got = await gw1.messages.Pull(
         messages_pb2.PullRequest(wait_seconds=5, consumer="bob@gw-1"), metadata=bob.auth
@@ -215,3 +218,19 @@ async def test_an_unacknowledged_message_is_redelivered_by_the_other_gateway(gat
         reply = await gw.messages.Pull(messages_pb2.PullRequest(consumer=f"bob@{gw.name}"), metadata=bob.auth)
         assert not reply.messages
     assert json.loads(redelivered.message.content_json) == "pay invoice 7"
+
+
+async def test_rate_limits_are_shared_by_the_gateways(gateways) -> None:
+    gw1, gw2, _, bob, carol = gateways
+    for gw in (gw1, gw2, gw1):  # the burst of 3, spread over both gateways
+        await gw.messages.Send(carol.send_request("bob", "status"), metadata=carol.auth)
+    for gw in (gw2, gw1):  # then each gateway refuses her: they share one bucket in Redis
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await gw.messages.Send(carol.send_request("bob", "status"), metadata=carol.auth)
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        trailers = dict(err.value.trailing_metadata() or ())
+        assert int(str(trailers["agency-retry-after-ms"])) > 1000
+    got = await gw2.messages.Pull(
+        messages_pb2.PullRequest(max_messages=10, wait_seconds=5), metadata=bob.auth
+    )
+    assert len(got.messages) == 3
