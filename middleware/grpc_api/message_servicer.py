@@ -177,13 +177,11 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
                 await self._po.subscribe(token, topic)
             except InvalidInput as exc:
                 raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
-        batch = request.batch or 10
-        while True:
-            got = await self._po.pull(
-                token, max_messages=batch, wait=SUBSCRIBE_POLL_SECONDS, consumer=request.consumer or None
-            )
-            for received in got:
-                yield received_to_pb(received)
+        stream = self._po.stream(
+            token, batch=request.batch or 10, consumer=request.consumer or None, poll=SUBSCRIBE_POLL_SECONDS
+        )
+        async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
+            yield received_to_pb(received)
 
 
 def add_message_service(server: grpc.aio.Server, post_office: PostOffice) -> str:

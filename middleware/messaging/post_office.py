@@ -30,10 +30,12 @@ in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -43,7 +45,15 @@ from pydantic import Field, ValidationError
 from .._model import Model
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
-from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem, ResourceExhausted
+from ..errors import (
+    AgencyError,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Problem,
+    ResourceExhausted,
+    Unavailable,
+)
 from ..smf import SMFMessage
 from .clock import Clock, system_clock
 from .flows import Flows
@@ -707,6 +717,52 @@ class PostOffice:
         if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)
             await self._report_depth([agent])
         return out
+
+    async def stream(
+        self,
+        token: str | None,
+        *,
+        batch: int = 10,
+        consumer: str | None = None,
+        poll: float = 1.0,
+        max_backoff: float = 5.0,
+    ) -> AsyncIterator[Received]:
+        """The token's agent's mailbox as an endless stream (what ``Subscribe`` serves).
+
+        A backend error (Redis down, a connection reset: the transport's
+        ``transient_errors``, or :class:`~middleware.errors.Unavailable`) does not end the
+        stream: it is logged once per outage (and counted by the transport's
+        ``on_redis_error`` hook), and pulling resumes with exponential backoff and jitter
+        (50 ms doubling up to ``max_backoff``) until the backend is back.
+
+        Raises:
+            Unauthenticated: at once, for a bad token (not on the first pull).
+        """
+        agent = self.identity.authenticate(token)
+        transient: tuple[type[BaseException], ...] = (
+            Unavailable,
+            *getattr(self.transport, "transient_errors", ()),
+        )
+        delay = 0.0
+        failing_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                got = await self.pull(token, max_messages=batch, wait=poll, consumer=consumer)
+            except transient as exc:
+                if failing_since is None:
+                    failing_since = loop.time()
+                    log.warning(
+                        "mailbox %r: backend error, retrying with backoff until it is back: %s", agent, exc
+                    )
+                delay = min(max_backoff, max(0.05, delay * 2))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not crypto
+                continue
+            if failing_since is not None:
+                log.warning("mailbox %r: backend back after %.1f s", agent, loop.time() - failing_since)
+                failing_since, delay = None, 0.0
+            for received in got:
+                yield received
 
     async def _open(self, agent: str, delivery: Delivery) -> Envelope | None:
         try:

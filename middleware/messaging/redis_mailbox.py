@@ -23,10 +23,10 @@ log as sequence numbers (a failover can un-acknowledge entries).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from ..errors import ResourceExhausted
 from ..redis_errors import RedisErrorHook, redis_operation
@@ -92,6 +92,9 @@ class RedisMailbox:
             Redis error escapes one (see :mod:`middleware.redis_errors`).
         owns_client: Close ``client`` in :meth:`close` (set by :meth:`from_url`).
     """
+
+    #: Errors a caller may retry after (the Redis server is down or restarting).
+    transient_errors: ClassVar[tuple[type[BaseException], ...]] = (RedisError, OSError)
 
     def __init__(
         self,
