@@ -756,7 +756,7 @@ class PostOffice:
                         "mailbox %r: backend error, retrying with backoff until it is back: %s", agent, exc
                     )
                 delay = min(max_backoff, max(0.05, delay * 2))
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))  # noqa: S311 - jitter, not crypto
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 continue
             if failing_since is not None:
                 log.warning("mailbox %r: backend back after %.1f s", agent, loop.time() - failing_since)

@@ -17,7 +17,6 @@ from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.audit import MemoryAuditLog
 from middleware.grpc_api import build_server
-from middleware.grpc_api.message_servicer import smf_to_pb
 from middleware.messaging import PostOffice, RedisMailbox
 
 from .helpers import register
