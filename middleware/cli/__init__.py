@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "middleware.cli.contracts",
     "middleware.cli.catalog",
     "middleware.cli.worker",
+    "middleware.cli.messaging",
 ]
 
 

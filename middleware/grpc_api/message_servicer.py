@@ -96,13 +96,15 @@ def received_to_pb(r: Received) -> messages_pb2.ReceivedMessage:
 
 
 def token_from(context: grpc.aio.ServicerContext) -> str | None:
-    """The agent token in the call's metadata, if any."""
+    """The agent token in the call's metadata, if any: ``agency-token`` when present (the
+    ``authorization`` header then carries the gateway's client token), else the bearer token."""
+    bearer = None
     for key, value in context.invocation_metadata() or ():
-        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
-            return value[7:].strip()
         if key == "agency-token" and isinstance(value, str):
             return value.strip()
-    return None
+        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
+            bearer = bearer or value[7:].strip()
+    return bearer
 
 
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
