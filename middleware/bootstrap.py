@@ -9,6 +9,7 @@ from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
 from .messaging.post_office import PostOffice
+from .messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
 from .router import Router
@@ -81,9 +82,11 @@ async def build_post_office(
     messaging = definition.messaging
     transport: MailboxTransport
     buckets: BucketStore = MemoryBuckets()
+    subscriptions: SubscriptionStore = MemorySubscriptions()
     if definition.mailbox_backend == "redis":
         from .messaging.limits import RedisBuckets
         from .messaging.redis_mailbox import RedisMailbox
+        from .messaging.subscriptions import RedisSubscriptions
 
         on_redis_error = metrics.redis_error if metrics is not None else None
         mailboxes = RedisMailbox.from_url(
@@ -93,6 +96,10 @@ async def build_post_office(
         buckets = RedisBuckets(
             mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
         )
+        # topic subscriptions too: made through one replica, known to all, kept across restarts
+        subscriptions = RedisSubscriptions(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
         transport = mailboxes
     else:
         transport = MemoryMailbox()
@@ -100,6 +107,7 @@ async def build_post_office(
         transport,
         audit=audit,
         acl=messaging.acl.build(),
+        subscriptions=subscriptions,
         limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,

@@ -43,6 +43,7 @@ from .post_office import (
 )
 from .redis_mailbox import RedisMailbox
 from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
+from .subscriptions import MemorySubscriptions, RedisSubscriptions, SubscriptionStore
 
 __all__ = [
     "BROADCAST",
@@ -67,6 +68,7 @@ __all__ = [
     "ManualClock",
     "MemoryBuckets",
     "MemoryMailbox",
+    "MemorySubscriptions",
     "PostOffice",
     "PostOfficeConfig",
     "RateLimitSettings",
@@ -75,11 +77,13 @@ __all__ = [
     "Received",
     "RedisBuckets",
     "RedisMailbox",
+    "RedisSubscriptions",
     "Registration",
     "Runtime",
     "SendMessage",
     "SendOptions",
     "SendResult",
+    "SubscriptionStore",
     "ToolCall",
     "ToolSpec",
     "TopicACL",

@@ -61,6 +61,7 @@ from .identity import IdentityRegistry, RateLimiter, SendOptions, TopicACL, chec
 from .limits import RateLimits
 from .mailbox import Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
+from .subscriptions import MemorySubscriptions, SubscriptionStore
 
 __all__ = [
     "BROADCAST",
@@ -213,6 +214,8 @@ class PostOffice:
             ``messaging.rate_limits``; shared by replicas when its store is Redis).
         flows: When given, point-to-point messages must follow a declared flow.
         flows_exempt: Senders the flows do not bind (the runtime's completion watcher).
+        subscriptions: Who subscribes to which topic (default: this process;
+            :class:`~.subscriptions.RedisSubscriptions` shares them between replicas).
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
@@ -238,6 +241,7 @@ class PostOffice:
         limits: RateLimits | None = None,
         flows: Flows | None = None,
         flows_exempt: Sequence[str] = (),
+        subscriptions: SubscriptionStore | None = None,
         config: PostOfficeConfig | None = None,
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
@@ -256,7 +260,7 @@ class PostOffice:
         self.on_drift = on_drift
         self.on_depth = on_depth
         self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
-        self._subscribers: dict[str, set[str]] = {}
+        self.subscriptions: SubscriptionStore = subscriptions or MemorySubscriptions()
         self.on_delivered: list[Callable[[str, bool], None]] = []
 
     # ------------------------------------------------------------------ identity
@@ -284,16 +288,24 @@ class PostOffice:
         except PermissionDenied as exc:
             await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "refused", agent, {"topic": topic}, exc)
             raise
-        self._subscribers.setdefault(topic, set()).add(agent)
+        await self.subscriptions.add(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "subscribed", agent, {"topic": topic})
 
     async def unsubscribe(self, token: str | None, topic: str) -> None:
         agent = self.identity.authenticate(token)
-        self._subscribers.get(topic, set()).discard(agent)
+        await self.subscriptions.remove(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "unsubscribed", agent, {"topic": topic})
 
-    def subscribers(self, topic: str) -> list[str]:
-        return sorted(self._subscribers.get(topic, ()))
+    async def subscribers(self, topic: str) -> list[str]:
+        """The agents subscribed to ``topic`` (on every replica, with a shared store)."""
+        return sorted(await self.subscriptions.members(topic))
+
+    async def orphan_topics(self, published: Sequence[str] | None = None) -> list[str]:
+        """Topics published to (``published``; default: every topic that drifted here) that
+        have no subscriber now, in the shared view: what an orphan-topic check alerts on."""
+        topics = self.drift.keys() if published is None else published
+        current = await self.subscriptions.all()
+        return sorted(t for t in topics if not current.get(t))
 
     # ------------------------------------------------------------------ sending
     async def send(
@@ -350,7 +362,7 @@ class PostOffice:
             self.acl.check_publish(sender, topic)
 
         sender, msg = await self._admit(token, message, signature, options, route)
-        recipients = sorted(self._subscribers.get(topic, set()) - {sender})
+        recipients = sorted(await self.subscriptions.members(topic) - {sender})
         if not recipients:
             self.drift[topic] += 1
             if self.on_drift is not None:

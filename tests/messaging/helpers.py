@@ -16,6 +16,7 @@ from middleware.messaging import (
     PostOffice,
     PostOfficeConfig,
     SendOptions,
+    SubscriptionStore,
     generate_key,
     public_key_b64,
     sign_message,
@@ -38,9 +39,11 @@ class Env:
     transport: MailboxTransport
     clock: ManualClock
     audit: MemoryAuditLog = field(default_factory=MemoryAuditLog)
+    subscriptions: SubscriptionStore | None = None  #: Redis: shared, as replicas have them
 
     def office(self, **kwargs: Any) -> PostOffice:
         config = kwargs.pop("config", None) or PostOfficeConfig(visibility_timeout=VISIBILITY)
+        kwargs.setdefault("subscriptions", self.subscriptions)
         return PostOffice(self.transport, audit=self.audit, clock=self.clock, config=config, **kwargs)
 
     async def after_visibility(self, pull: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:

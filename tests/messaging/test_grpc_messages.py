@@ -114,7 +114,7 @@ async def test_subscribe_streams_topic_copies_and_reports_drift(env: Env, gatewa
     stream = stub.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=auth(sub))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
-    while not po.subscribers("task.execute"):  # the subscription is registered server-side
+    while not await po.subscribers("task.execute"):  # the subscription is registered server-side
         assert loop.time() < deadline, "subscription never registered"
         await asyncio.sleep(0.01)
 

@@ -140,7 +140,7 @@ async def test_the_client_sends_pulls_acks_publishes_and_subscribes(gateway: Any
         first = asyncio.ensure_future(stream.__anext__())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10
-        while not po.subscribers("billing.invoice"):
+        while not await po.subscribers("billing.invoice"):
             assert loop.time() < deadline, "never subscribed"
             await asyncio.sleep(0.01)
         published = await alice.publish("billing.invoice", {"amount": 10})

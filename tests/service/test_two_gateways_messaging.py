@@ -23,12 +23,12 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from gateway_processes import GatewayProcess, start_gateways
+from gateway_processes import GatewayProcess, start_gateway, start_gateways
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.config import hash_token
 from middleware.grpc_api.message_servicer import smf_to_pb
-from middleware.messaging import generate_key, public_key_b64, sign_message
+from middleware.messaging import SendOptions, generate_key, public_key_b64, sign_message
 from middleware.smf import SMFMessage
 
 pytestmark = pytest.mark.timeout(90)
@@ -48,7 +48,14 @@ class Agent:
     def auth(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
 
-    def send_request(self, receiver: str, content: Any) -> messages_pb2.SendMessageRequest:
+    def publish_request(self, topic: str, content: Any) -> messages_pb2.SendMessageRequest:
+        request = self.send_request(topic, content, SendOptions(kind="topic", topic=topic))
+        request.topic = topic
+        return request
+
+    def send_request(
+        self, receiver: str, content: Any, options: SendOptions | None = None
+    ) -> messages_pb2.SendMessageRequest:
         msg = SMFMessage.parse(
             {
                 "sender": self.name,
@@ -61,7 +68,9 @@ class Agent:
                 },
             }
         )
-        return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=sign_message(self.key, msg))
+        return messages_pb2.SendMessageRequest(
+            message=smf_to_pb(msg), signature=sign_message(self.key, msg, options)
+        )
 
 
 @dataclass
@@ -234,3 +243,39 @@ async def test_rate_limits_are_shared_by_the_gateways(gateways) -> None:
         messages_pb2.PullRequest(max_messages=10, wait_seconds=5), metadata=bob.auth
     )
     assert len(got.messages) == 3
+
+
+async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_after_a_restart(
+    gateways, tmp_path: Path, redis_client: Any, redis_prefix: str
+) -> None:
+    gw1, gw2, alice, bob, _ = gateways
+    # bob subscribes through gateway 1, then his stream ends: the subscription stays
+    stream = gw1.messages.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=bob.auth)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not await redis_client.sismember(f"{redis_prefix}subs:task.execute", "bob"):
+        assert loop.time() < deadline, "the subscription never reached the shared store"
+        await asyncio.sleep(0.02)
+    stream.cancel()
+
+    # published through gateway 2, which never saw the Subscribe call: bob gets his copy
+    sent = await gw2.messages.Send(alice.publish_request("task.execute", {"n": 1}), metadata=alice.auth)
+    assert list(sent.recipients) == ["bob"]
+    got = await gw2.messages.Pull(messages_pb2.PullRequest(wait_seconds=5), metadata=bob.auth)
+    (copy,) = got.messages
+    assert copy.kind == "topic" and copy.message.message_id == sent.message_id
+
+    # a restarted gateway still knows it (the subscription is in Redis, not in a process)
+    assert await gw2.process.stop() == 0
+    restarted = await start_gateway(tmp_path / "agency.yaml", "gw-3", tmp_path)
+    try:
+        async with grpc.aio.insecure_channel(restarted.address) as channel:
+            messages = messages_pb2_grpc.MessageServiceStub(channel)
+            again = await messages.Send(alice.publish_request("task.execute", {"n": 2}), metadata=alice.auth)
+            assert list(again.recipients) == ["bob"]
+            drifted = await messages.Send(
+                alice.publish_request("task.execute.v2", {"n": 3}), metadata=alice.auth
+            )
+            assert list(drifted.recipients) == []  # nobody subscribes there: drift, as before
+    finally:
+        assert await restarted.stop() == 0, restarted.output()
