@@ -285,51 +285,95 @@ class MessagingClient:
         ttl: float | None = None,
         trigger_turn: bool = False,
         params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
         **smf: Any,
     ) -> SendResult:
         """Send ``content`` to ``receiver``'s mailbox (``smf``: see :meth:`message`).
+
+        ``content_type`` tells the receiver how to read the content; ``correlation_id``
+        threads a conversation (answer a message with its ``message_id``).
 
         Raises:
             InvalidInput, NotFound, PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable.
         """
         msg = content if isinstance(content, SMFMessage) else self.message(receiver, content, **smf)
-        options = SendOptions(ttl=ttl, trigger_turn=trigger_turn, params=dict(params or {}))
+        options = SendOptions(
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            params=dict(params or {}),
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
         request = messages_pb2.SendMessageRequest(
             message=smf_to_pb(msg),
             signature=self.sign(msg, options),
             trigger_turn=trigger_turn,
             params_json=json.dumps(dict(params)) if params else "",
+            content_type=content_type,
+            correlation_id=correlation_id,
         )
         if ttl is not None:
             request.ttl_seconds = ttl
-        reply = await self._call(self._stub.Send, request)
-        return SendResult(reply.message_id, tuple(reply.recipients))
+        return _sent(await self._call(self._stub.Send, request))
 
     async def publish(
-        self, topic: str, content: Any, *, ttl: float | None = None, trigger_turn: bool = False, **smf: Any
+        self,
+        topic: str,
+        content: Any,
+        *,
+        ttl: float | None = None,
+        trigger_turn: bool = False,
+        content_type: str = "application/json",
+        correlation_id: str = "",
+        **smf: Any,
     ) -> SendResult:
         """Publish to ``topic``: a copy to each subscriber (none: ``recipients`` is empty)."""
         msg = self.message(topic, content, **smf)
-        options = SendOptions(kind="topic", topic=topic, ttl=ttl, trigger_turn=trigger_turn)
+        options = SendOptions(
+            kind="topic",
+            topic=topic,
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
         request = messages_pb2.SendMessageRequest(
-            message=smf_to_pb(msg), signature=self.sign(msg, options), topic=topic, trigger_turn=trigger_turn
+            message=smf_to_pb(msg),
+            signature=self.sign(msg, options),
+            topic=topic,
+            trigger_turn=trigger_turn,
+            content_type=content_type,
+            correlation_id=correlation_id,
         )
         if ttl is not None:
             request.ttl_seconds = ttl
-        reply = await self._call(self._stub.Send, request)
-        return SendResult(reply.message_id, tuple(reply.recipients))
+        return _sent(await self._call(self._stub.Send, request))
 
-    async def broadcast(self, content: Any, *, ttl: float | None = None, **smf: Any) -> SendResult:
+    async def broadcast(
+        self,
+        content: Any,
+        *,
+        ttl: float | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
+        **smf: Any,
+    ) -> SendResult:
         """A copy to every agent but this one."""
         msg = self.message(BROADCAST, content, **smf)
-        options = SendOptions(kind="broadcast", ttl=ttl)
+        options = SendOptions(
+            kind="broadcast", ttl=ttl, content_type=content_type, correlation_id=correlation_id
+        )
         request = messages_pb2.SendMessageRequest(
-            message=smf_to_pb(msg), signature=self.sign(msg, options), broadcast=True
+            message=smf_to_pb(msg),
+            signature=self.sign(msg, options),
+            broadcast=True,
+            content_type=content_type,
+            correlation_id=correlation_id,
         )
         if ttl is not None:
             request.ttl_seconds = ttl
-        reply = await self._call(self._stub.Send, request)
-        return SendResult(reply.message_id, tuple(reply.recipients))
+        return _sent(await self._call(self._stub.Send, request))
 
     async def pull(
         self, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
@@ -377,6 +421,10 @@ class MessagingClient:
             call.cancel()
 
 
+def _sent(reply: messages_pb2.SendMessageResponse) -> SendResult:
+    return SendResult(reply.message_id, tuple(reply.recipients), reply.message_hash, reply.trace_link)
+
+
 def _received(pb: messages_pb2.ReceivedMessage) -> Received:
     kind = pb.kind if pb.kind in ("direct", "topic", "broadcast") else "direct"
     return Received(
@@ -390,4 +438,7 @@ def _received(pb: messages_pb2.ReceivedMessage) -> Received:
         params=json.loads(pb.params_json) if pb.params_json else {},
         signature=pb.signature,
         ttl=pb.ttl_seconds if pb.HasField("ttl_seconds") else None,
+        content_type=pb.content_type,
+        correlation_id=pb.correlation_id,
+        message_hash=pb.message_hash,
     )

@@ -87,6 +87,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     send.add_argument("--ttl", type=float, help="seconds the message lives (default: the gateway's)")
     send.add_argument("--wake", action="store_true", help="trigger_turn: wake the receiver")
     send.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="a tool parameter")
+    send.add_argument(
+        "--content-type",
+        default="application/json",
+        help="MIME type of the content (default application/json)",
+    )
+    send.add_argument("--correlation-id", default="", help="the conversation it belongs to")
     send.set_defaults(handler=_send)
 
     pull = cmds.add_parser("pull", parents=[calls], help="print waiting messages as JSON lines")
@@ -205,18 +211,35 @@ def _send(args: argparse.Namespace) -> int:
     async def run() -> Any:
         async with _client(args) as client:
             content = _content(args.content)
+            envelope = {"content_type": args.content_type, "correlation_id": args.correlation_id}
             if args.topic:
-                return await client.publish(args.topic, content, ttl=args.ttl, trigger_turn=args.wake)
+                return await client.publish(
+                    args.topic, content, ttl=args.ttl, trigger_turn=args.wake, **envelope
+                )
             if args.broadcast:
-                return await client.broadcast(content, ttl=args.ttl)
+                return await client.broadcast(content, ttl=args.ttl, **envelope)
             if not args.receiver:
                 raise InvalidInput.single("receiver", "required (or --topic / --broadcast)")
             return await client.send(
-                args.receiver, content, ttl=args.ttl, trigger_turn=args.wake, params=_params(args.param)
+                args.receiver,
+                content,
+                ttl=args.ttl,
+                trigger_turn=args.wake,
+                params=_params(args.param),
+                **envelope,
             )
 
     result = asyncio.run(run())
-    print(json.dumps({"message_id": result.message_id, "recipients": list(result.recipients)}))
+    print(
+        json.dumps(
+            {
+                "message_id": result.message_id,
+                "recipients": list(result.recipients),
+                "message_hash": result.message_hash,
+                "trace": result.trace_link,
+            }
+        )
+    )
     return 0
 
 
@@ -230,7 +253,10 @@ def _line(received: Any) -> str:
             "to": msg.receiver,
             "kind": received.kind,
             "topic": received.topic,
+            "content_type": received.content_type,
             "content": msg.content,
+            "correlation_id": received.correlation_id,
+            "message_hash": received.message_hash,
             "params": dict(received.params),
             "trigger_turn": received.trigger_turn,
             "delivery_count": received.delivery_count,

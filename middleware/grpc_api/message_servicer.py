@@ -92,6 +92,9 @@ def received_to_pb(r: Received) -> messages_pb2.ReceivedMessage:
         params_json=dumps(dict(r.params)) if r.params else "",
         signature=r.signature,
         ttl_seconds=r.ttl,
+        content_type=r.content_type,
+        correlation_id=r.correlation_id,
+        message_hash=r.message_hash,
     )
 
 
@@ -122,8 +125,21 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         ttl = request.ttl_seconds if request.HasField("ttl_seconds") else None
         if request.broadcast and request.topic:
             raise InvalidInput([Problem("topic", "a message is either broadcast or published to a topic")])
+        if not request.content_type:  # the receiver must know how to read the content
+            raise InvalidInput(
+                [Problem("content_type", "required: the MIME type of the content, e.g. application/json")],
+                what="send request",
+            )
+        ctype, correlation = request.content_type, request.correlation_id
         if request.broadcast:
-            result = await self._po.broadcast(token, message, signature=request.signature, ttl=ttl)
+            result = await self._po.broadcast(
+                token,
+                message,
+                signature=request.signature,
+                ttl=ttl,
+                content_type=ctype,
+                correlation_id=correlation,
+            )
         elif request.topic:
             result = await self._po.publish(
                 token,
@@ -132,6 +148,8 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
                 signature=request.signature,
                 ttl=ttl,
                 trigger_turn=request.trigger_turn,
+                content_type=ctype,
+                correlation_id=correlation,
             )
         else:
             params = loads(request.params_json, "params_json", default={}, want=dict)
@@ -142,9 +160,14 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
                 ttl=ttl,
                 trigger_turn=request.trigger_turn,
                 params=params,
+                content_type=ctype,
+                correlation_id=correlation,
             )
         return messages_pb2.SendMessageResponse(
-            message_id=result.message_id, recipients=list(result.recipients)
+            message_id=result.message_id,
+            recipients=list(result.recipients),
+            message_hash=result.message_hash,
+            trace_link=result.trace_link,
         )
 
     @rpc

@@ -45,6 +45,7 @@ from .clock import Clock, system_clock
 
 __all__ = [
     "AGENT_NAME_PATTERN",
+    "CONTENT_TYPE_PATTERN",
     "TOPIC_PATTERN",
     "AclSettings",
     "AgentIdentity",
@@ -66,6 +67,10 @@ __all__ = [
 AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _NAME = AGENT_NAME_PATTERN
 _TOKEN_HASH = re.compile(r"^[0-9a-f]{64}$")
+#: A MIME type: ``type/subtype``, optionally ``+suffix`` and ``; parameters``.
+CONTENT_TYPE_PATTERN = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}(\s*;[ -~]{0,60})?$"
+)
 #: Topic names are ``domain.action`` (lower case, dot-separated, at least two parts).
 TOPIC_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
 
@@ -95,6 +100,9 @@ class SendOptions:
             own configuration, never read from the transport).
         trigger_turn: Wake the recipient (start a turn) rather than only queue the message.
         params: Extra tool parameters (a JSON object).
+        content_type: The MIME type of the content, so the receiver knows how to read it
+            (``application/json``, ``text/plain``, ``application/vnd.acme.order+json`` ...).
+        correlation_id: Threads a conversation: replies carry the id of what they answer.
     """
 
     kind: Literal["direct", "topic", "broadcast"] = "direct"
@@ -102,6 +110,8 @@ class SendOptions:
     ttl: float | None = None
     trigger_turn: bool = False
     params: Mapping[str, Any] = field(default_factory=dict)
+    content_type: str = "application/json"
+    correlation_id: str = ""
 
     def signed(self) -> dict[str, Any]:
         """The JSON object these options contribute to :func:`signing_bytes`."""
@@ -114,14 +124,31 @@ class SendOptions:
             "ttl": ttl,
             "trigger_turn": bool(self.trigger_turn),
             "params": dict(self.params),
+            "content_type": self.content_type,
+            "correlation_id": self.correlation_id,
         }
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What is wrong with ``content_type`` and ``correlation_id``: ``(field, reason)`` pairs."""
+        out = []
+        if not CONTENT_TYPE_PATTERN.match(self.content_type or ""):
+            out.append(
+                (
+                    "content_type",
+                    "required: the MIME type of the content, type/subtype such as application/json "
+                    "or text/plain (at most 127 characters)",
+                )
+            )
+        if len(self.correlation_id) > 128 or not all(c.isprintable() for c in self.correlation_id):
+            out.append(("correlation_id", "at most 128 printable characters"))
+        return out
 
 
 def signing_bytes(message: SMFMessage, options: SendOptions | None = None) -> bytes:
     """The exact bytes a sender signs.
 
-    The canonical JSON (sorted keys, compact, UTF-8) of
-    ``{"message": <SMF message>, "kind", "topic", "ttl", "trigger_turn", "params"}``,
+    The canonical JSON (sorted keys, compact, UTF-8) of ``{"message": <SMF message>, "kind",
+    "topic", "ttl", "trigger_turn", "params", "content_type", "correlation_id"}``,
     so that neither the message nor how it is to be handled can be altered in transit.
     """
     return canonical_json({"message": message.model_dump(mode="json"), **(options or SendOptions()).signed()})

@@ -31,6 +31,7 @@ in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import random
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from .._model import Model
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -57,7 +58,7 @@ from ..errors import (
 from ..smf import SMFMessage
 from .clock import Clock, system_clock
 from .flows import Flows
-from .identity import IdentityRegistry, RateLimiter, SendOptions, TopicACL, check_topic
+from .identity import IdentityRegistry, RateLimiter, SendOptions, TopicACL, check_topic, signing_bytes
 from .limits import RateLimits
 from .mailbox import Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
@@ -112,11 +113,26 @@ class PostOfficeConfig(Model):
         description="Seconds a sender's clock may be ahead of (created_at in the future) or behind "
         "the post office's before its messages are refused as from the future or stale.",
     )
+    trace_link: str = Field(
+        default="agency trace show {trace_id}",
+        max_length=512,
+        description="Returned with every send: where to follow the message ({trace_id}, {message_id}), "
+        "e.g. https://console.example.com/trace/{trace_id}.",
+    )
     max_freshness_ttl: float = Field(
         default=365 * 86400.0,
         gt=0,
         description="Longest freshness_ttl a message may declare (0, infinite and NaN are refused).",
     )
+
+    @field_validator("trace_link")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        try:
+            v.format(trace_id="t", message_id="m")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"a template with only {{trace_id}} and {{message_id}}: {exc!r}") from None
+        return v
 
 
 class Envelope(Model):
@@ -132,11 +148,20 @@ class Envelope(Model):
     ttl: float | None = Field(
         default=None, description="The TTL the sender signed (None: the post office's default)."
     )
+    content_type: str = "application/json"
+    correlation_id: str = ""
+    message_hash: str = Field(default="", description="Hex SHA-256 of the signed bytes.")
 
     def options(self) -> SendOptions:
         """How the message travels, as its sender signed it."""
         return SendOptions(
-            kind=self.kind, topic=self.topic, ttl=self.ttl, trigger_turn=self.trigger_turn, params=self.params
+            kind=self.kind,
+            topic=self.topic,
+            ttl=self.ttl,
+            trigger_turn=self.trigger_turn,
+            params=self.params,
+            content_type=self.content_type,
+            correlation_id=self.correlation_id,
         )
 
 
@@ -150,6 +175,8 @@ class SendResult:
 
     message_id: str
     recipients: tuple[str, ...]
+    message_hash: str = ""  #: hex SHA-256 of what the sender signed (computed by the post office)
+    trace_link: str = ""  #: where to follow the message (``delivery.trace_link`` filled in)
 
     @property
     def copies(self) -> int:
@@ -170,11 +197,20 @@ class Received:
     params: Mapping[str, Any] = field(default_factory=dict)
     signature: str = ""  #: the sender's, over the message and :meth:`options`
     ttl: float | None = None  #: the TTL the sender signed (None: the default)
+    content_type: str = "application/json"  #: the MIME type of ``message.content``
+    correlation_id: str = ""  #: the conversation it belongs to
+    message_hash: str = ""  #: hex SHA-256 of the signed bytes (recompute to check)
 
     def options(self) -> SendOptions:
         """How the message travelled, as its sender signed it (to verify ``signature``)."""
         return SendOptions(
-            kind=self.kind, topic=self.topic, ttl=self.ttl, trigger_turn=self.trigger_turn, params=self.params
+            kind=self.kind,
+            topic=self.topic,
+            ttl=self.ttl,
+            trigger_turn=self.trigger_turn,
+            params=self.params,
+            content_type=self.content_type,
+            correlation_id=self.correlation_id,
         )
 
 
@@ -317,15 +353,26 @@ class PostOffice:
         ttl: float | None = None,
         trigger_turn: bool = False,
         params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """Send ``message`` to the mailbox of ``message.receiver``.
+
+        ``content_type`` (the MIME type of the content) and ``correlation_id`` (the
+        conversation it belongs to) travel with it and are signed with the rest.
 
         Raises:
             Unauthenticated: bad token. InvalidInput: bad message, TTL or oversized payload.
             PermissionDenied: impersonation, bad signature, or no communication flow.
             NotFound: unknown receiver. ResourceExhausted: rate limit or full mailbox.
         """
-        options = SendOptions(ttl=ttl, trigger_turn=trigger_turn, params=dict(params or {}))
+        options = SendOptions(
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            params=dict(params or {}),
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
 
         def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver not in self.identity:
@@ -345,6 +392,8 @@ class PostOffice:
         signature: str = "",
         ttl: float | None = None,
         trigger_turn: bool = False,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """Publish to ``topic`` (``message.receiver`` must be the topic): a copy per subscriber.
 
@@ -352,7 +401,14 @@ class PostOffice:
         ``drift`` counter, ``on_drift`` hook); the result then has zero copies.
         """
         check_topic(topic)
-        options = SendOptions(kind="topic", topic=topic, ttl=ttl, trigger_turn=trigger_turn)
+        options = SendOptions(
+            kind="topic",
+            topic=topic,
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
 
         def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != topic:
@@ -384,9 +440,13 @@ class PostOffice:
         *,
         signature: str = "",
         ttl: float | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """A copy to every registered agent except the sender (``message.receiver`` = ``"*"``)."""
-        options = SendOptions(kind="broadcast", ttl=ttl)
+        options = SendOptions(
+            kind="broadcast", ttl=ttl, content_type=content_type, correlation_id=correlation_id
+        )
 
         def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != BROADCAST:
@@ -426,6 +486,9 @@ class PostOffice:
                 )
             self._check_fresh(msg)
             self._ttl(options.ttl)
+            bad = options.problems()
+            if bad:
+                raise InvalidInput([Problem(f, r) for f, r in bad], what="send request")
             self._check_size(msg)
             route(sender, msg)
             if self.rate_limiter is not None:
@@ -550,6 +613,9 @@ class PostOffice:
                 trigger_turn=trigger_turn,
                 params=dict(options.params),
                 ttl=options.ttl,
+                content_type=options.content_type,
+                correlation_id=options.correlation_id,
+                message_hash=hashlib.sha256(signing_bytes(msg, options)).hexdigest(),
             )
             data = envelope.model_dump_json().encode()
             if kind == "direct":
@@ -587,6 +653,9 @@ class PostOffice:
                 "recipients": delivered,
                 "trigger_turn": trigger_turn,
                 "expires_at": envelope.expires_at,
+                "message_hash": envelope.message_hash,
+                "content_type": envelope.content_type,
+                "correlation_id": envelope.correlation_id,
             },
             trace_id=msg.trace_id,
         )
@@ -594,7 +663,8 @@ class PostOffice:
             for recipient in delivered:
                 callback(recipient, trigger_turn)
         await self._report_depth(delivered)
-        return SendResult(msg.message_id, tuple(delivered))
+        link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
+        return SendResult(msg.message_id, tuple(delivered), envelope.message_hash, link)
 
     async def _reject(
         self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""
@@ -724,6 +794,9 @@ class PostOffice:
                     params=envelope.params,
                     signature=envelope.signature,
                     ttl=envelope.ttl,
+                    content_type=envelope.content_type,
+                    correlation_id=envelope.correlation_id,
+                    message_hash=envelope.message_hash,
                 )
             )
         if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)

@@ -15,6 +15,8 @@ Layout (every key under ``prefix``)::
   there and ``block`` is set, one plain ``XREADGROUP BLOCK`` follows.
 - ``ack`` is one pipeline: ``XACK`` + ``XDEL`` (so ``XLEN`` counts live entries and
   the bound holds) + ``ZADD`` of the processed ids.
+- A long wait (``Pull(wait_seconds=60)``) blocks in slices of ``BLOCK_SLICE_SECONDS``, so it
+  never outlasts the client's socket timeout (5 s by default in redis-py >= 6).
 
 Redis is transport, not the record of truth: stream ids never appear in the audit
 log as sequence numbers (a failover can un-acknowledge entries).
@@ -36,6 +38,8 @@ from .mailbox import Batch, DeadLetter, Delivery
 __all__ = ["RedisMailbox"]
 
 GROUP = "agency"
+#: Longest single XREADGROUP BLOCK: well under any socket timeout a client is given.
+BLOCK_SLICE_SECONDS = 2.0
 
 _ENQUEUE = """
 local n = redis.call('XLEN', KEYS[1])
@@ -115,6 +119,11 @@ class RedisMailbox:
         self._enqueue = client.register_script(_ENQUEUE)
         self._receive = client.register_script(_RECEIVE)
         self._groups: set[str] = set()
+        pool_kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        socket_timeout = pool_kwargs.get("socket_timeout") or pool_kwargs.get("orig_socket_timeout")
+        self._block_slice = (
+            min(BLOCK_SLICE_SECONDS, float(socket_timeout) / 2) if socket_timeout else BLOCK_SLICE_SECONDS
+        )
         self._touched: set[str] = set()  # mailboxes this instance used (for purge)
 
     @property
@@ -180,9 +189,14 @@ class RedisMailbox:
             reply = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
         out, lost = reply
         deliveries = [Delivery(_s(i), bytes(d), int(n)) for i, d, n in out]
-        if not deliveries and not lost and block > 0:
+        remaining = block
+        while not deliveries and not lost and remaining > 0:
+            # in slices shorter than the client's socket timeout (redis-py >= 6 defaults to 5 s):
+            # a long wait must not end in a read timeout
+            wait = min(remaining, self._block_slice)
+            remaining -= wait
             resp: Any = await self._r.xreadgroup(
-                GROUP, consumer, {key: ">"}, count=count, block=max(int(block * 1000), 1)
+                GROUP, consumer, {key: ">"}, count=count, block=max(int(wait * 1000), 1)
             )
             for _, entries in resp or []:
                 for entry_id, fields in entries:

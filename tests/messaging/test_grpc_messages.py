@@ -53,6 +53,7 @@ def send_request(agent: Agent, receiver: str, content: Any, **kw: Any) -> messag
         trigger_turn=kw.get("trigger_turn", False),
         params=json.loads(kw["params_json"]) if kw.get("params_json") else {},
     )
+    kw.setdefault("content_type", "application/json")
     return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=agent.sign(msg, options), **kw)
 
 
@@ -86,7 +87,7 @@ async def test_errors_map_to_status_codes_with_reasons(env: Env, gateway: Any) -
 
     msg = a.message("bob", "pay 10")
     forged = messages_pb2.SendMessageRequest(
-        message=smf_to_pb(msg), signature=sign_message(generate_key(), msg)
+        message=smf_to_pb(msg), signature=sign_message(generate_key(), msg), content_type="text/plain"
     )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Send(forged, metadata=auth(a))

@@ -231,7 +231,9 @@ async def test_over_grpc_a_rate_limited_send_is_resource_exhausted_with_a_retry_
 
     def request() -> messages_pb2.SendMessageRequest:
         msg = a.message("bob", "hi")
-        return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=a.sign(msg))
+        return messages_pb2.SendMessageRequest(
+            message=smf_to_pb(msg), signature=a.sign(msg), content_type="application/json"
+        )
 
     await messages.Send(request(), metadata=auth)
     await messages.Send(request(), metadata=auth)
@@ -251,7 +253,9 @@ async def test_over_grpc_stale_and_future_messages_are_invalid_argument_naming_t
     auth = (("authorization", f"Bearer {a.token}"),)
     for created_at in ("2020-01-01T00:00:00Z", "2099-01-01T00:00:00Z"):
         msg = a.message("bob", "x", created_at=created_at)
-        req = messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=a.sign(msg))
+        req = messages_pb2.SendMessageRequest(
+            message=smf_to_pb(msg), signature=a.sign(msg), content_type="application/json"
+        )
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await messages.Send(req, metadata=auth)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -261,6 +265,9 @@ async def test_over_grpc_stale_and_future_messages_are_invalid_argument_naming_t
     for ttl in (0.0, float("inf"), float("nan")):
         pb.metadata.freshness_ttl = ttl
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await messages.Send(messages_pb2.SendMessageRequest(message=pb, signature="x"), metadata=auth)
+            await messages.Send(
+                messages_pb2.SendMessageRequest(message=pb, signature="x", content_type="text/plain"),
+                metadata=auth,
+            )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "freshness_ttl" in (err.value.details() or "")

@@ -69,7 +69,9 @@ class Agent:
             }
         )
         return messages_pb2.SendMessageRequest(
-            message=smf_to_pb(msg), signature=sign_message(self.key, msg, options)
+            message=smf_to_pb(msg),
+            signature=sign_message(self.key, msg, options),
+            content_type="application/json",
         )
 
 
@@ -249,21 +251,21 @@ async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_af
     gateways, tmp_path: Path, redis_client: Any, redis_prefix: str
 ) -> None:
     gw1, gw2, alice, bob, _ = gateways
-    # bob subscribes through gateway 1, then his stream ends: the subscription stays
+    # bob subscribes through gateway 1 (and reads his mailbox through that stream)
     stream = gw1.messages.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=bob.auth)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 20
     while not await redis_client.sismember(f"{redis_prefix}subs:task.execute", "bob"):
         assert loop.time() < deadline, "the subscription never reached the shared store"
         await asyncio.sleep(0.02)
-    stream.cancel()
 
     # published through gateway 2, which never saw the Subscribe call: bob gets his copy
     sent = await gw2.messages.Send(alice.publish_request("task.execute", {"n": 1}), metadata=alice.auth)
     assert list(sent.recipients) == ["bob"]
-    got = await gw2.messages.Pull(messages_pb2.PullRequest(wait_seconds=5), metadata=bob.auth)
-    (copy,) = got.messages
+    copy = await asyncio.wait_for(stream.read(), 10)
     assert copy.kind == "topic" and copy.message.message_id == sent.message_id
+    await gw1.messages.Ack(messages_pb2.AckRequest(receipts=[copy.receipt]), metadata=bob.auth)
+    stream.cancel()  # the subscription outlives the stream
 
     # a restarted gateway still knows it (the subscription is in Redis, not in a process)
     assert await gw2.process.stop() == 0

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("message", "signature", "topic", "broadcast", "ttl_seconds", "trigger_turn", "params_json")
+    __slots__ = ("message", "signature", "topic", "broadcast", "ttl_seconds", "trigger_turn", "params_json", "content_type", "correlation_id")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,8 @@ class SendMessageRequest(_message.Message):
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_TURN_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     message: _common_pb2.SMFMessage
     signature: str
     topic: str
@@ -23,15 +25,21 @@ class SendMessageRequest(_message.Message):
     ttl_seconds: float
     trigger_turn: bool
     params_json: str
-    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., signature: _Optional[str] = ..., topic: _Optional[str] = ..., broadcast: _Optional[bool] = ..., ttl_seconds: _Optional[float] = ..., trigger_turn: _Optional[bool] = ..., params_json: _Optional[str] = ...) -> None: ...
+    content_type: str
+    correlation_id: str
+    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., signature: _Optional[str] = ..., topic: _Optional[str] = ..., broadcast: _Optional[bool] = ..., ttl_seconds: _Optional[float] = ..., trigger_turn: _Optional[bool] = ..., params_json: _Optional[str] = ..., content_type: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("message_id", "recipients")
+    __slots__ = ("message_id", "recipients", "message_hash", "trace_link")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_HASH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_LINK_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     recipients: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ...) -> None: ...
+    message_hash: str
+    trace_link: str
+    def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ..., message_hash: _Optional[str] = ..., trace_link: _Optional[str] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("max_messages", "wait_seconds", "consumer")
@@ -44,7 +52,7 @@ class PullRequest(_message.Message):
     def __init__(self, max_messages: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., consumer: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json", "signature", "ttl_seconds")
+    __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json", "signature", "ttl_seconds", "content_type", "correlation_id", "message_hash")
     RECEIPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +63,9 @@ class ReceivedMessage(_message.Message):
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_HASH_FIELD_NUMBER: _ClassVar[int]
     receipt: str
     message: _common_pb2.SMFMessage
     kind: str
@@ -65,7 +76,10 @@ class ReceivedMessage(_message.Message):
     params_json: str
     signature: str
     ttl_seconds: float
-    def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ..., signature: _Optional[str] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
+    content_type: str
+    correlation_id: str
+    message_hash: str
+    def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ..., signature: _Optional[str] = ..., ttl_seconds: _Optional[float] = ..., content_type: _Optional[str] = ..., correlation_id: _Optional[str] = ..., message_hash: _Optional[str] = ...) -> None: ...
 
 class PullResponse(_message.Message):
     __slots__ = ("messages",)

@@ -29,10 +29,15 @@ class MessageServiceStub:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     def __init__(self, channel):
@@ -67,10 +72,15 @@ class MessageServiceServicer:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     def Send(self, request, context):
@@ -138,10 +148,15 @@ class MessageService:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     @staticmethod
