@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 from .audit import AuditLog, WalAuditLog, WalOptions
 from .backends import open_backends
 from .definition import AgencyDefinition
@@ -14,7 +17,10 @@ from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
 from .router import Router
 
-__all__ = ["build_agency", "build_post_office"]
+if TYPE_CHECKING:
+    from .messaging.webhooks import WebhookDispatcher
+
+__all__ = ["build_agency", "build_post_office", "start_webhooks"]
 
 
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
@@ -118,3 +124,45 @@ async def build_post_office(
             agent.name, agent.public_key, agent.token_sha256, description=agent.description
         )
     return post_office
+
+
+async def start_webhooks(
+    definition: AgencyDefinition,
+    post_office: PostOffice,
+    *,
+    metrics: Metrics | None = None,
+    health: Callable[[str, bool], Awaitable[None]] | None = None,
+) -> WebhookDispatcher | None:
+    """Start pushing the messages of the definition's agents that have ``webhooks`` (None when
+    none has). This gateway consumes their mailboxes as ``webhook@<node id>``.
+
+    Args:
+        health: Called with ``("agency.webhooks/<agent>", serving)`` when an agent's webhook
+            starts or stops failing (the health detail).
+
+    Raises:
+        InvalidInput: a webhook's ``secret_file`` cannot be read.
+    """
+    from .messaging.webhooks import WebhookDispatcher
+
+    hooks = {a.name: a.webhooks for a in definition.messaging.agents if a.webhooks}
+    if not hooks:
+        return None
+
+    async def on_failing(agent: str, failing: bool) -> None:
+        if metrics is not None:
+            metrics.set_webhook_failing(agent, failing)
+        if health is not None:
+            await health(f"agency.webhooks/{agent}", not failing)
+
+    dispatcher = WebhookDispatcher(
+        post_office,
+        hooks,
+        consumer=f"webhook@{definition.agency.node_id}",
+        on_attempt=metrics.webhook_attempt if metrics is not None else None,
+        on_failing=on_failing,
+    )
+    for agent in hooks:  # every webhook starts healthy
+        await on_failing(agent, False)
+    await dispatcher.start()
+    return dispatcher

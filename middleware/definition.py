@@ -52,6 +52,7 @@ from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
 from .messaging.limits import RateLimitSettings
 from .messaging.post_office import PostOfficeConfig
+from .messaging.webhooks import WebhookSettings
 
 __all__ = [
     "AgencyDefinition",
@@ -227,6 +228,11 @@ class MessagingAgent(Model):
     receive_only: bool = Field(default=False, description="May never send (refused as a flow sender).")
     handoff_reminder: str | None = Field(
         default=None, description="System note when a conversation is handed to it ({agent} = its name)."
+    )
+    webhooks: list[WebhookSettings] = Field(
+        default_factory=list,
+        description="Push its messages to these URLs instead of waiting for pulls (first whose topics "
+        "match; one without topics takes the rest). See docs/messaging.md 'Webhooks'.",
     )
 
     @field_validator("name")

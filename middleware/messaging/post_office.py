@@ -689,6 +689,13 @@ class PostOffice:
             consumer: This consumer's name (several processes may serve one agent).
         """
         agent = self.identity.authenticate(token)
+        return await self.pull_as(agent, max_messages=max_messages, wait=wait, consumer=consumer)
+
+    async def pull_as(
+        self, agent: str, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+    ) -> list[Received]:
+        """:meth:`pull` for ``agent`` without a token: for the gateway's own consumers (webhook
+        delivery), never for a caller's request."""
         if not 1 <= max_messages <= 1000:
             raise InvalidInput.single("max_messages", "must be between 1 and 1000")
         batch = await self.transport.receive(
@@ -876,6 +883,10 @@ class PostOffice:
         Their ids are remembered (``processed_ttl``) so redelivered copies are skipped.
         """
         agent = self.identity.authenticate(token)
+        return await self.ack_as(agent, receipts)
+
+    async def ack_as(self, agent: str, receipts: Sequence[str]) -> int:
+        """:meth:`ack` for ``agent`` without a token (the gateway's own consumers)."""
         entry_ids: list[str] = []
         message_ids: list[str] = []
         for i, receipt in enumerate(receipts):
@@ -892,6 +903,27 @@ class PostOffice:
         )
         await self._report_depth([agent])
         return done
+
+    async def dead_letter_received(self, agent: str, received: Received, reason: str) -> None:
+        """Move a message handed out by :meth:`pull_as` to ``agent``'s dead-letter list, with
+        ``reason`` (audited ``message.dead_lettered``); used by the gateway's own consumers."""
+        entry_id = received.receipt.partition("|")[0]
+        envelope = Envelope(
+            message=received.message,
+            signature=received.signature,
+            kind=received.kind,
+            topic=received.topic,
+            expires_at=received.expires_at,
+            trigger_turn=received.trigger_turn,
+            params=dict(received.params),
+            ttl=received.ttl,
+            content_type=received.content_type,
+            correlation_id=received.correlation_id,
+            message_hash=received.message_hash,
+        )
+        delivery = Delivery(entry_id, envelope.model_dump_json().encode(), received.delivery_count)
+        await self._dead_letter(agent, delivery, reason, received.message)
+        await self._report_depth([agent])
 
     async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
         """The token's agent's dead-letter list, oldest first."""
