@@ -42,7 +42,7 @@ from .post_office import (
     SendResult,
 )
 from .redis_mailbox import RedisMailbox
-from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
+from .runtime import ChildResult, ChildRun, Runtime, SubAgentEvent, Turn, TurnContext
 from .subscriptions import MemorySubscriptions, RedisSubscriptions, SubscriptionStore
 
 __all__ = [
@@ -83,6 +83,7 @@ __all__ = [
     "SendMessage",
     "SendOptions",
     "SendResult",
+    "SubAgentEvent",
     "SubscriptionStore",
     "ToolCall",
     "ToolSpec",
