@@ -196,7 +196,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         self, request: messages_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[messages_pb2.ReceivedMessage]:
         token = token_from(context)
-        self._po.identity.authenticate(token)  # refuse at once, not on the first pull
+        await self._po.authenticate(token)  # refuse at once, not on the first pull
         for i, topic in enumerate(request.topics):
             try:
                 await self._po.subscribe(token, topic)

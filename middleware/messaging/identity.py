@@ -258,6 +258,24 @@ class IdentityRegistry:
         self._agents[name] = AgentIdentity(name, key, digest, description)
         self._by_hash[digest] = name
 
+    def load(self, name: str, public_key: str | bytes, token_sha256: str, *, description: str = "") -> None:
+        """Know ``name`` (from the agent directory): add it, or refresh its key and token hash."""
+        self.remove(name)
+        key = parse_public_key(public_key)
+        digest = token_sha256.lower()
+        self._agents[name] = AgentIdentity(name, key, digest, description)
+        self._by_hash[digest] = name
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (its token stops working here at once)."""
+        ident = self._agents.pop(name, None)
+        if ident is not None:
+            self._by_hash.pop(ident.token_hash, None)
+
+    def name_for(self, token_sha256: str) -> str | None:
+        """The agent whose token has this SHA-256, if known here."""
+        return self._by_hash.get(token_sha256)
+
     def rotate_token(self, name: str) -> Registration:
         """Issue a new token for ``name``; the old one stops working at once."""
         ident = self.get(name)

@@ -31,12 +31,14 @@ in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import hashlib
 import logging
 import math
 import random
+import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -44,21 +46,36 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from .._model import Model
+from ..access import Principal, Role
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
 from ..errors import (
     AgencyError,
+    AlreadyExists,
+    FailedPrecondition,
     InvalidInput,
     NotFound,
     PermissionDenied,
     Problem,
     ResourceExhausted,
+    Unauthenticated,
     Unavailable,
 )
 from ..smf import SMFMessage
 from .clock import Clock, system_clock
+from .directory import AgentRecord, Directory, MemoryDirectory, RegistrationMode
 from .flows import Flows
-from .identity import IdentityRegistry, RateLimiter, SendOptions, TopicACL, check_topic, signing_bytes
+from .identity import (
+    AGENT_NAME_PATTERN,
+    TOPIC_PATTERN,
+    IdentityRegistry,
+    RateLimiter,
+    SendOptions,
+    TopicACL,
+    check_topic,
+    parse_public_key,
+    signing_bytes,
+)
 from .limits import RateLimits
 from .mailbox import Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
@@ -252,6 +269,11 @@ class PostOffice:
         flows_exempt: Senders the flows do not bind (the runtime's completion watcher).
         subscriptions: Who subscribes to which topic (default: this process;
             :class:`~.subscriptions.RedisSubscriptions` shares them between replicas).
+        directory: Agents that registered through :meth:`register_agent` (default: this
+            process; :class:`~.directory.RedisDirectory` shares them between replicas).
+        registration: Who may register: ``closed`` (default: the definition file only),
+            ``open``, ``admin`` (a caller with the admin role) or ``approval`` (pending until
+            an admin approves).
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
@@ -278,6 +300,8 @@ class PostOffice:
         flows: Flows | None = None,
         flows_exempt: Sequence[str] = (),
         subscriptions: SubscriptionStore | None = None,
+        directory: Directory | None = None,
+        registration: RegistrationMode = "closed",
         config: PostOfficeConfig | None = None,
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
@@ -297,6 +321,10 @@ class PostOffice:
         self.on_depth = on_depth
         self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
         self.subscriptions: SubscriptionStore = subscriptions or MemorySubscriptions()
+        self.directory: Directory = directory or MemoryDirectory()
+        self.registration: RegistrationMode = registration
+        self._registered: dict[str, AgentRecord] = {}  # agents known here from the directory
+        self._seen: dict[str, float] = {}  # agent -> last seen (written to the directory each second)
         self.on_delivered: list[Callable[[str, bool], None]] = []
 
     # ------------------------------------------------------------------ identity
@@ -314,10 +342,256 @@ class PostOffice:
         self.identity.enroll(name, public_key, token_sha256, description=description)
         await self._audit(AuditEventType.AGENT_REGISTERED, "enrolled", name, {"description": description})
 
+    async def authenticate(self, token: str | None) -> str:
+        """The agent a token belongs to: enrolled here, or registered through any replica.
+
+        An agent from the directory is checked against it on every call, so a deregistration
+        through another replica takes effect at once. Marks the agent as seen.
+
+        Raises:
+            Unauthenticated: no token, an unknown or revoked one, or an agent awaiting approval.
+        """
+        if not token:
+            raise Unauthenticated("no agent token presented")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        name = self.identity.name_for(digest)
+        if name is None or name in self._registered:
+            record = await self.directory.by_token(digest)
+            if record is None:
+                if name is not None:  # deregistered through another replica
+                    self._forget(name)
+                raise Unauthenticated("unknown or revoked agent token")
+            if record.status != "active":
+                raise Unauthenticated(f"agent {record.name!r} is registered but awaits an admin's approval")
+            self._know(record)
+            name = record.name
+        await self._touch(name)
+        return name
+
+    async def _touch(self, name: str) -> None:
+        now = self.clock()
+        if now - self._seen.get(name, -1e18) >= 1.0:  # one directory write per agent and second
+            self._seen[name] = now
+            await self.directory.touch(name, now)
+
+    def _know(self, record: AgentRecord) -> None:
+        known = self._registered.get(record.name)
+        if (
+            known is None
+            or known.token_sha256 != record.token_sha256
+            or known.public_key != record.public_key
+        ):
+            self.identity.load(
+                record.name, record.public_key, record.token_sha256, description=record.description
+            )
+        self._registered[record.name] = record
+
+    def _forget(self, name: str) -> None:
+        self._registered.pop(name, None)
+        self.identity.remove(name)
+
+    async def knows(self, name: str) -> bool:
+        """Whether ``name`` is an agent (enrolled here, or active in the directory); loads its key."""
+        if name in self.identity and name not in self._registered:
+            return True
+        record = await self.directory.get(name)
+        if record is None or record.status != "active":
+            if name in self._registered:
+                self._forget(name)
+            return False
+        self._know(record)
+        return True
+
+    async def agent_names(self) -> list[str]:
+        """Every agent: enrolled here, and active in the directory."""
+        names = {n for n in self.identity.names() if n not in self._registered}
+        names.update(r.name for r in await self.directory.all() if r.status == "active")
+        return sorted(names)
+
+    def _check_declared(self, sender: str, topic: str) -> None:
+        record = self._registered.get(sender)
+        if (
+            record is not None
+            and record.publishes
+            and not any(fnmatch.fnmatchcase(topic, pattern) for pattern in record.publishes)
+        ):
+            raise PermissionDenied(
+                f"agent {sender!r} declared it publishes to {', '.join(record.publishes)}, not {topic!r}"
+            )
+
+    # ------------------------------------------------------------------ registration
+    async def register_agent(
+        self,
+        name: str,
+        public_key: str,
+        *,
+        description: str = "",
+        publishes: Sequence[str] = (),
+        subscribes: Sequence[str] = (),
+        caller: Principal | None = None,
+    ) -> tuple[AgentRecord, str]:
+        """Register an agent (``MessageService.Register``): returns its record and its token,
+        shown this once (only the SHA-256 is kept). Its topics are declared now: it may only
+        publish to ``publishes`` (patterns) when it names any, and is subscribed to ``subscribes``.
+
+        Raises:
+            FailedPrecondition: registration is closed. PermissionDenied: ``admin`` mode and the
+                caller is not an admin, or a topic the ACLs refuse. InvalidInput: a bad name,
+                key, description or topic. AlreadyExists: the name is taken.
+        """
+        who = caller.name if caller is not None else ""
+        detail: dict[str, Any] = {"mode": self.registration, "registered_by": who}
+        try:
+            if self.registration == "closed":
+                raise FailedPrecondition(
+                    "registration is closed: agents are enrolled in the definition file "
+                    "(messaging.registration.mode: open | admin | approval opens it)"
+                )
+            if self.registration == "admin" and (caller is None or caller.role is not Role.ADMIN):
+                raise PermissionDenied(
+                    "registration needs the gateway's admin role (messaging.registration.mode: admin)"
+                )
+            problems = []
+            if not AGENT_NAME_PATTERN.match(name or ""):
+                problems.append(Problem("name", "1-128 characters: letters, digits and _ . : - (not first)"))
+            try:
+                parse_public_key(public_key)
+            except InvalidInput as exc:
+                problems += exc.problems
+            if len(description) > 2000:
+                problems.append(Problem("description", "at most 2000 characters"))
+            for field_name, topics in (("publishes", publishes), ("subscribes", subscribes)):
+                for i, topic in enumerate(topics):
+                    pattern = topic.replace("*", "x")  # publishes may be patterns: billing.*
+                    if not TOPIC_PATTERN.match(pattern if field_name == "publishes" else topic):
+                        problems.append(
+                            Problem(f"{field_name}[{i}]", f"{topic!r} is not a domain.action topic")
+                        )
+            if problems:
+                raise InvalidInput(problems, what="registration")
+            for topic in subscribes:
+                self.acl.check_subscribe(name, topic)
+            if name in self.identity and name not in self._registered:
+                raise AlreadyExists(f"agent {name!r} is already enrolled (definition file)")
+            token = "agt_" + secrets.token_urlsafe(32)
+            record = AgentRecord(
+                name=name,
+                description=description,
+                public_key=public_key,
+                token_sha256=hashlib.sha256(token.encode()).hexdigest(),
+                publishes=list(publishes),
+                subscribes=list(subscribes),
+                status="pending" if self.registration == "approval" else "active",
+                registered_at=self.clock(),
+                registered_by=who,
+            )
+            if not await self.directory.add(record):
+                raise AlreadyExists(f"agent {name!r} is already registered")
+        except AgencyError as exc:
+            await self._audit(AuditEventType.AGENT_REGISTERED, "refused", name[:128], detail, exc)
+            raise
+        for topic in subscribes:
+            await self.subscriptions.add(topic, name)
+        await self._audit(
+            AuditEventType.AGENT_REGISTERED,
+            record.status if record.status == "pending" else "registered",
+            name,
+            {
+                **detail,
+                "description": description,
+                "publishes": record.publishes,
+                "subscribes": record.subscribes,
+            },
+        )
+        return record, token
+
+    async def approve_agent(self, name: str, *, caller: Principal | None = None) -> AgentRecord:
+        """Let a pending agent in (an admin's decision).
+
+        Raises:
+            PermissionDenied: the caller is not an admin. NotFound: no such registration.
+        """
+        if caller is None or caller.role is not Role.ADMIN:
+            raise PermissionDenied("approving a registration needs the gateway's admin role")
+        record = await self.directory.get(name)
+        if record is None:
+            raise NotFound(f"no registered agent {name!r}")
+        if record.status != "active":
+            record = record.model_copy(update={"status": "active"})
+            await self.directory.put(record)
+            await self._audit(AuditEventType.AGENT_REGISTERED, "approved", name, {"approved_by": caller.name})
+        return record
+
+    async def deregister_agent(
+        self, name: str, *, token: str | None = None, caller: Principal | None = None
+    ) -> bool:
+        """Remove a registered agent: its token stops working on every replica, its topic
+        subscriptions go. The agent itself (its token) or an admin may do it.
+
+        Raises:
+            Unauthenticated / PermissionDenied: neither the agent nor an admin.
+            FailedPrecondition: the agent is enrolled by the definition file.
+        """
+        admin = caller is not None and caller.role is Role.ADMIN
+        if not admin:
+            me = await self.authenticate(token)
+            name = name or me
+            if name != me:
+                raise PermissionDenied(f"agent {me!r} may deregister itself only, not {name!r}")
+        if name in self.identity and name not in self._registered:
+            raise FailedPrecondition(f"agent {name!r} is enrolled by the definition file: remove it there")
+        record = await self.directory.remove(name)
+        self._forget(name)
+        if record is None:
+            return False
+        for topic, members in (await self.subscriptions.all()).items():
+            if name in members:
+                await self.subscriptions.remove(topic, name)
+        await self._audit(
+            AuditEventType.AGENT_REGISTERED,
+            "deregistered",
+            name,
+            {"by": caller.name if caller is not None else name},
+        )
+        return True
+
+    async def find_agents(
+        self, capability: str = "", *, topic: str = "", include_pending: bool = False
+    ) -> list[tuple[AgentRecord, float | None]]:
+        """Agents whose name and description contain every word of ``capability``
+        (case-insensitive) and, with ``topic``, that publish or subscribe to it; with when each
+        was last seen (None: never). Agents of the definition file are included."""
+        records = {r.name: r for r in await self.directory.all() if include_pending or r.status == "active"}
+        for name in self.identity.names():
+            if name not in records and name not in self._registered:
+                ident = self.identity.get(name)
+                records[name] = AgentRecord(
+                    name=name,
+                    description=ident.description,
+                    public_key="",
+                    token_sha256=ident.token_hash,
+                    registered_at=0.0,
+                    registered_by="definition",
+                )
+        subscribed = await self.subscriptions.all()
+        words = capability.lower().split()
+        found = []
+        for record in records.values():
+            text = f"{record.name} {record.description}".lower()
+            if any(w not in text for w in words):
+                continue
+            if topic:
+                topics = set(record.publishes) | {t for t, m in subscribed.items() if record.name in m}
+                if not any(fnmatch.fnmatchcase(topic, t) for t in topics):
+                    continue
+            found.append(record)
+        seen = await self.directory.last_seen([r.name for r in found])
+        return [(r, seen.get(r.name)) for r in sorted(found, key=lambda r: r.name)]
+
     # ------------------------------------------------------------------ topics
     async def subscribe(self, token: str | None, topic: str) -> None:
         """Subscribe the token's agent to ``topic`` (ACL-checked, audited)."""
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         check_topic(topic)
         try:
             self.acl.check_subscribe(agent, topic)
@@ -328,7 +602,7 @@ class PostOffice:
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "subscribed", agent, {"topic": topic})
 
     async def unsubscribe(self, token: str | None, topic: str) -> None:
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         await self.subscriptions.remove(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "unsubscribed", agent, {"topic": topic})
 
@@ -374,8 +648,8 @@ class PostOffice:
             correlation_id=correlation_id,
         )
 
-        def route(sender: str, msg: SMFMessage) -> None:
-            if msg.receiver not in self.identity:
+        async def route(sender: str, msg: SMFMessage) -> None:
+            if not await self.knows(msg.receiver):
                 raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
             if self.flows is not None and sender not in self.flows_exempt:
                 self.flows.check(sender, msg.receiver)
@@ -410,12 +684,13 @@ class PostOffice:
             correlation_id=correlation_id,
         )
 
-        def route(sender: str, msg: SMFMessage) -> None:
+        async def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != topic:
                 raise InvalidInput.single(
                     "receiver", f"a message published to {topic!r} must name it as receiver"
                 )
             self.acl.check_publish(sender, topic)
+            self._check_declared(sender, topic)
 
         sender, msg = await self._admit(token, message, signature, options, route)
         recipients = sorted(await self.subscriptions.members(topic) - {sender})
@@ -448,13 +723,13 @@ class PostOffice:
             kind="broadcast", ttl=ttl, content_type=content_type, correlation_id=correlation_id
         )
 
-        def route(sender: str, msg: SMFMessage) -> None:
+        async def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != BROADCAST:
                 raise InvalidInput.single("receiver", f"a broadcast names {BROADCAST!r} as receiver")
             self.acl.check_publish(sender, BROADCAST_TOPIC)
 
         sender, msg = await self._admit(token, message, signature, options, route)
-        recipients = [a for a in self.identity.names() if a != sender]
+        recipients = [a for a in await self.agent_names() if a != sender]
         return await self._deliver(sender, msg, signature, options, recipients)
 
     async def _admit(
@@ -463,14 +738,14 @@ class PostOffice:
         message: SMFMessage | Mapping[str, Any] | str,
         signature: str,
         options: SendOptions,
-        route: Callable[[str, SMFMessage], None],
+        route: Callable[[str, SMFMessage], Awaitable[None]],
     ) -> tuple[str, SMFMessage]:
         """Authenticate, validate, check freshness and size, ``route`` (may this sender reach
         that receiver: flows, ACLs), charge the rate limits, verify the signature; audit any
         refusal. What is refused before the rate limits costs no token."""
         kind = options.kind
         try:
-            sender = self.identity.authenticate(token)
+            sender = await self.authenticate(token)
         except AgencyError as exc:
             await self._audit(AuditEventType.MESSAGE_REJECTED, "refused", "", {"kind": kind}, exc)
             raise
@@ -490,7 +765,7 @@ class PostOffice:
             if bad:
                 raise InvalidInput([Problem(f, r) for f, r in bad], what="send request")
             self._check_size(msg)
-            route(sender, msg)
+            await route(sender, msg)
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(sender)
             if self.limits is not None:
@@ -688,7 +963,7 @@ class PostOffice:
             wait: Seconds to wait for a message when the mailbox is empty.
             consumer: This consumer's name (several processes may serve one agent).
         """
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         return await self.pull_as(agent, max_messages=max_messages, wait=wait, consumer=consumer)
 
     async def pull_as(
@@ -777,6 +1052,7 @@ class PostOffice:
                     agent, delivery, f"addressed to {msg.receiver!r}, found in {agent!r}'s mailbox", msg
                 )
                 continue
+            await self.knows(msg.sender)  # its key, when it registered through another replica
             if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
                 msg, envelope.signature, envelope.options()
             ):
@@ -830,7 +1106,7 @@ class PostOffice:
         Raises:
             Unauthenticated: at once, for a bad token (not on the first pull).
         """
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         transient: tuple[type[BaseException], ...] = (
             Unavailable,
             *getattr(self.transport, "transient_errors", ()),
@@ -882,7 +1158,7 @@ class PostOffice:
 
         Their ids are remembered (``processed_ttl``) so redelivered copies are skipped.
         """
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         return await self.ack_as(agent, receipts)
 
     async def ack_as(self, agent: str, receipts: Sequence[str]) -> int:
@@ -927,7 +1203,7 @@ class PostOffice:
 
     async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
         """The token's agent's dead-letter list, oldest first."""
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         out = []
         for dead in await self.transport.dead_letters(agent, limit=limit):
             try:
