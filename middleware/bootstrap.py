@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from .audit import AuditLog, WalAuditLog, WalOptions
 from .backends import open_backends
 from .definition import AgencyDefinition
+from .messaging.directory import Directory, MemoryDirectory
 from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
@@ -89,7 +90,9 @@ async def build_post_office(
     transport: MailboxTransport
     buckets: BucketStore = MemoryBuckets()
     subscriptions: SubscriptionStore = MemorySubscriptions()
+    directory: Directory = MemoryDirectory()
     if definition.mailbox_backend == "redis":
+        from .messaging.directory import RedisDirectory
         from .messaging.limits import RedisBuckets
         from .messaging.redis_mailbox import RedisMailbox
         from .messaging.subscriptions import RedisSubscriptions
@@ -106,6 +109,10 @@ async def build_post_office(
         subscriptions = RedisSubscriptions(
             mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
         )
+        # and the agents registered through the RPC: their tokens work on every replica
+        directory = RedisDirectory(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
         transport = mailboxes
     else:
         transport = MemoryMailbox()
@@ -114,6 +121,8 @@ async def build_post_office(
         audit=audit,
         acl=messaging.acl.build(),
         subscriptions=subscriptions,
+        directory=directory,
+        registration=messaging.registration.mode,
         limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,

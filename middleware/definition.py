@@ -48,6 +48,7 @@ from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
+from .messaging.directory import RegistrationMode
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
 from .messaging.limits import RateLimitSettings
@@ -260,6 +261,16 @@ class MessagingAgent(Model):
         return v
 
 
+class RegistrationSettings(Model):
+    """``messaging.registration``: who may register an agent through the RPC."""
+
+    mode: RegistrationMode = Field(
+        default="closed",
+        description="closed: the definition file only; open: any caller; admin: a caller with the "
+        "admin role; approval: anyone, active once an admin approves (ApproveAgent).",
+    )
+
+
 class MessagingSettings(Model):
     """Agent-to-agent messaging: who has a mailbox, who may message whom, where mailboxes live."""
 
@@ -281,6 +292,10 @@ class MessagingSettings(Model):
     )
     acl: AclSettings = Field(
         default_factory=AclSettings, description="Who may publish and subscribe to which topics."
+    )
+    registration: RegistrationSettings = Field(
+        default_factory=lambda: RegistrationSettings(),
+        description="Whether agents may register themselves through MessageService.Register.",
     )
     rate_limits: RateLimitSettings = Field(
         default_factory=RateLimitSettings,

@@ -66,7 +66,14 @@ from .messaging.identity import SendOptions, generate_key, public_key_b64, sign_
 from .messaging.post_office import BROADCAST, Received, SendResult
 from .smf import SMFMessage
 
-__all__ = ["DEFAULT_ADDRESS", "AgentCredentials", "MessagingClient", "error_from_rpc"]
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "AgentCredentials",
+    "AgentInfo",
+    "MessagingClient",
+    "error_from_rpc",
+    "register_agent",
+]
 
 #: Where the client looks for the gateway without an address: ``$AGENCY_ADDRESS`` or this.
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -399,6 +406,18 @@ class MessagingClient:
         reply = await self._call(self._stub.Ack, messages_pb2.AckRequest(receipts=receipts))
         return int(reply.acknowledged)
 
+    async def find_agents(self, capability: str = "", *, topic: str = "") -> list[AgentInfo]:
+        """Agents whose name and description contain every word of ``capability`` and, with
+        ``topic``, that publish or subscribe to it (with when each was last seen)."""
+        request = messages_pb2.FindAgentsRequest(capability=capability, topic=topic)
+        reply = await self._call(self._stub.FindAgents, request)
+        return [_info(a) for a in reply.agents]
+
+    async def deregister(self) -> bool:
+        """Remove this (registered) agent: its token stops working on every gateway."""
+        reply = await self._call(self._stub.Deregister, messages_pb2.DeregisterAgentRequest())
+        return bool(reply.removed)
+
     async def subscribe(
         self, topics: Sequence[str] = (), *, batch: int = 10, consumer: str | None = None
     ) -> AsyncIterator[Received]:
@@ -419,6 +438,73 @@ class MessagingClient:
             raise error_from_rpc(exc) from None
         finally:
             call.cancel()
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """An agent as ``FindAgents`` / ``Register`` describe it."""
+
+    name: str
+    description: str
+    publishes: tuple[str, ...]
+    subscribes: tuple[str, ...]
+    status: str
+    registered_by: str
+    last_seen: float | None  #: epoch seconds of its last call (None: never)
+
+
+def _info(pb: messages_pb2.AgentInfo) -> AgentInfo:
+    return AgentInfo(
+        pb.name,
+        pb.description,
+        tuple(pb.publishes),
+        tuple(pb.subscribes),
+        pb.status,
+        pb.registered_by,
+        pb.last_seen or None,
+    )
+
+
+async def register_agent(
+    name: str,
+    address: str | None = None,
+    *,
+    description: str = "",
+    publishes: Sequence[str] = (),
+    subscribes: Sequence[str] = (),
+    key: Ed25519PrivateKey | None = None,
+    tls: ClientTlsConfig | None = None,
+    client_token: str | None = None,
+    timeout: float = 10.0,  # noqa: ASYNC109 - the gRPC deadline of the call
+) -> tuple[AgentCredentials, AgentInfo]:
+    """Register an agent with a gateway (``MessageService.Register``; the gateway's
+    ``messaging.registration.mode`` must allow it) and return its credentials (a new key pair
+    unless ``key`` is given, and the token the gateway issued, shown this once) and its entry.
+
+    Raises:
+        FailedPrecondition: registration is closed. PermissionDenied: admin mode without the
+            admin role, or a topic the ACLs refuse. AlreadyExists: the name is taken.
+            InvalidInput: naming each bad field.
+    """
+    key = key or generate_key()
+    target = address or os.environ.get("AGENCY_ADDRESS") or DEFAULT_ADDRESS
+    channel = open_channel(target, tls=tls, token=client_token)
+    try:
+        stub = messages_pb2_grpc.MessageServiceStub(channel)  # type: ignore[no-untyped-call]
+        request = messages_pb2.RegisterAgentRequest(
+            name=name,
+            description=description,
+            public_key=public_key_b64(key),
+            publishes=list(publishes),
+            subscribes=list(subscribes),
+        )
+        try:
+            reply = await stub.Register(request, timeout=timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc) from None
+    finally:
+        await channel.close()
+    return AgentCredentials(name, reply.token, key), _info(reply.agent)
 
 
 def _sent(reply: messages_pb2.SendMessageResponse) -> SendResult:

@@ -82,6 +82,10 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.MessageService/Pull": _CALL,
     "/agency.v1.MessageService/Ack": _CALL,
     "/agency.v1.MessageService/Subscribe": _CALL,
+    "/agency.v1.MessageService/Register": _CALL,  # the post office applies messaging.registration.mode
+    "/agency.v1.MessageService/Deregister": _CALL,  # the agent itself, or an admin (checked there)
+    "/agency.v1.MessageService/ApproveAgent": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/FindAgents": _CALL,
 }
 _UNLISTED = Rule(Permission.ADMIN)
 

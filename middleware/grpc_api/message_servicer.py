@@ -16,7 +16,10 @@ from pydantic import TypeAdapter
 
 from .._model import parse_model
 from .._proto.agency.v1 import common_pb2, messages_pb2, messages_pb2_grpc
+from ..access import current_principal
 from ..errors import InvalidInput, Problem
+from ..messaging.directory import AgentRecord
+from ..messaging.identity import check_topic
 from ..messaging.post_office import PostOffice, Received
 from ..smf import SMFMessage
 from .convert import dumps, loads
@@ -191,6 +194,48 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         done = await self._po.ack(token_from(context), list(request.receipts))
         return messages_pb2.AckResponse(acknowledged=done)
 
+    @rpc
+    async def Register(
+        self, request: messages_pb2.RegisterAgentRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.RegisterAgentResponse:
+        record, token = await self._po.register_agent(
+            request.name,
+            request.public_key,
+            description=request.description,
+            publishes=list(request.publishes),
+            subscribes=list(request.subscribes),
+            caller=current_principal(),
+        )
+        return messages_pb2.RegisterAgentResponse(agent=agent_info(record), token=token)
+
+    @rpc
+    async def Deregister(
+        self, request: messages_pb2.DeregisterAgentRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.DeregisterAgentResponse:
+        removed = await self._po.deregister_agent(
+            request.name, token=token_from(context), caller=current_principal()
+        )
+        return messages_pb2.DeregisterAgentResponse(removed=removed)
+
+    @rpc
+    async def ApproveAgent(
+        self, request: messages_pb2.ApproveAgentRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.AgentInfo:
+        return agent_info(await self._po.approve_agent(request.name, caller=current_principal()))
+
+    @rpc
+    async def FindAgents(
+        self, request: messages_pb2.FindAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.FindAgentsResponse:
+        if len(request.capability) > 1000:
+            raise InvalidInput([Problem("capability", "at most 1000 characters")])
+        if request.topic:
+            check_topic(request.topic)
+        found = await self._po.find_agents(
+            request.capability, topic=request.topic, include_pending=request.include_pending
+        )
+        return messages_pb2.FindAgentsResponse(agents=[agent_info(r, seen) for r, seen in found])
+
     @rpc_stream
     async def Subscribe(
         self, request: messages_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
@@ -207,6 +252,19 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         )
         async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
             yield received_to_pb(received)
+
+
+def agent_info(record: AgentRecord, last_seen: float | None = None) -> messages_pb2.AgentInfo:
+    return messages_pb2.AgentInfo(
+        name=record.name,
+        description=record.description,
+        publishes=record.publishes,
+        subscribes=record.subscribes,
+        status=record.status,
+        registered_by=record.registered_by,
+        registered_at=record.registered_at,
+        last_seen=last_seen or 0.0,
+    )
 
 
 def add_message_service(server: grpc.aio.Server, post_office: PostOffice) -> str:

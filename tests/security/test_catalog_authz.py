@@ -348,6 +348,7 @@ def test_every_served_method_has_a_rule() -> None:
         "/agency.v1.CatalogService/Deregister",
         "/agency.v1.CatalogService/Heartbeat",
         "/agency.v1.GoalService/RegisterGoal",
+        "/agency.v1.MessageService/ApproveAgent",  # admins approve agent registrations
     }
 
 

@@ -7,6 +7,82 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RegisterAgentRequest(_message.Message):
+    __slots__ = ("name", "description", "public_key", "publishes", "subscribes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHES_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    public_key: str
+    publishes: _containers.RepeatedScalarFieldContainer[str]
+    subscribes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., public_key: _Optional[str] = ..., publishes: _Optional[_Iterable[str]] = ..., subscribes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegisterAgentResponse(_message.Message):
+    __slots__ = ("agent", "token")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    agent: AgentInfo
+    token: str
+    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class AgentInfo(_message.Message):
+    __slots__ = ("name", "description", "publishes", "subscribes", "status", "registered_by", "registered_at", "last_seen")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHES_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_BY_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    publishes: _containers.RepeatedScalarFieldContainer[str]
+    subscribes: _containers.RepeatedScalarFieldContainer[str]
+    status: str
+    registered_by: str
+    registered_at: float
+    last_seen: float
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., publishes: _Optional[_Iterable[str]] = ..., subscribes: _Optional[_Iterable[str]] = ..., status: _Optional[str] = ..., registered_by: _Optional[str] = ..., registered_at: _Optional[float] = ..., last_seen: _Optional[float] = ...) -> None: ...
+
+class DeregisterAgentRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeregisterAgentResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: bool
+    def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class ApproveAgentRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class FindAgentsRequest(_message.Message):
+    __slots__ = ("capability", "topic", "include_pending")
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PENDING_FIELD_NUMBER: _ClassVar[int]
+    capability: str
+    topic: str
+    include_pending: bool
+    def __init__(self, capability: _Optional[str] = ..., topic: _Optional[str] = ..., include_pending: _Optional[bool] = ...) -> None: ...
+
+class FindAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[AgentInfo]
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
+
 class SendMessageRequest(_message.Message):
     __slots__ = ("message", "signature", "topic", "broadcast", "ttl_seconds", "trigger_turn", "params_json", "content_type", "correlation_id")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]

@@ -66,6 +66,26 @@ class MessageServiceStub:
                 request_serializer=agency_dot_v1_dot_messages__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_messages__pb2.ReceivedMessage.FromString,
                 _registered_method=True)
+        self.Register = channel.unary_unary(
+                '/agency.v1.MessageService/Register',
+                request_serializer=agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.FromString,
+                _registered_method=True)
+        self.Deregister = channel.unary_unary(
+                '/agency.v1.MessageService/Deregister',
+                request_serializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.FromString,
+                _registered_method=True)
+        self.ApproveAgent = channel.unary_unary(
+                '/agency.v1.MessageService/ApproveAgent',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.AgentInfo.FromString,
+                _registered_method=True)
+        self.FindAgents = channel.unary_unary(
+                '/agency.v1.MessageService/FindAgents',
+                request_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
+                _registered_method=True)
 
 
 class MessageServiceServicer:
@@ -113,6 +133,37 @@ class MessageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Register(self, request, context):
+        """Registration and discovery (needs messaging.registration.mode other than closed):
+        an agent reports its name, what it can do and its Ed25519 public key, and declares its
+        topics; the token comes back once (only its SHA-256 is kept). No agent token needed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Deregister(self, request, context):
+        """Remove a registered agent (its token stops working on every replica): the agent itself
+        (its token in the metadata) or a caller with the gateway's admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveAgent(self, request, context):
+        """Let a pending registration in (mode approval): the gateway's admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindAgents(self, request, context):
+        """Find agents by capability (words of their name and description) and/or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -135,6 +186,26 @@ def add_MessageServiceServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=agency_dot_v1_dot_messages__pb2.SubscribeRequest.FromString,
                     response_serializer=agency_dot_v1_dot_messages__pb2.ReceivedMessage.SerializeToString,
+            ),
+            'Register': grpc.unary_unary_rpc_method_handler(
+                    servicer.Register,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.SerializeToString,
+            ),
+            'Deregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deregister,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.SerializeToString,
+            ),
+            'ApproveAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveAgent,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.AgentInfo.SerializeToString,
+            ),
+            'FindAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindAgents,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -257,6 +328,114 @@ class MessageService:
             '/agency.v1.MessageService/Subscribe',
             agency_dot_v1_dot_messages__pb2.SubscribeRequest.SerializeToString,
             agency_dot_v1_dot_messages__pb2.ReceivedMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Register(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Register',
+            agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Deregister',
+            agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ApproveAgent',
+            agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.AgentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/FindAgents',
+            agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
