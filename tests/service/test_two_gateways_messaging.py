@@ -122,6 +122,7 @@ async def gateways(
                         for a in (alice, bob, carol)
                     ],
                     "flows": ["alice > bob", "carol > bob"],
+                    "registration": {"mode": "open"},
                     "delivery": {"visibility_timeout": VISIBILITY},
                     # carol may send 3 messages, then one per 100 s: whichever gateway she uses
                     "rate_limits": {"sender": [{"match": "carol", "rate": 0.01, "burst": 3}]},
@@ -281,3 +282,30 @@ async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_af
             assert list(drifted.recipients) == []  # nobody subscribes there: drift, as before
     finally:
         assert await restarted.stop() == 0, restarted.output()
+
+
+async def test_an_agent_registered_through_one_gateway_works_through_the_other_until_deregistered(
+    gateways,
+) -> None:
+    from middleware.errors import Unauthenticated
+    from middleware.messaging_client import MessagingClient, register_agent
+
+    gw1, gw2, alice, _, _ = gateways
+    creds, info = await register_agent(
+        "newcomer", gw1.process.address, description="Checks invoices", subscribes=["invoice.new"]
+    )
+    assert info.status == "active"
+    # the flows bind direct messages to the file's agents; a registered agent is reached by topic
+    sent = await gw2.messages.Send(alice.publish_request("invoice.new", "invoice 7"), metadata=alice.auth)
+    assert list(sent.recipients) == ["newcomer"]
+    async with (
+        MessagingClient(creds, gw2.process.address) as on_two,
+        MessagingClient(creds, gw1.process.address) as on_one,
+    ):
+        (got,) = await on_two.pull(wait=5)
+        assert got.message.content == "invoice 7"
+        (found,) = await on_one.find_agents("invoices")
+        assert found.name == "newcomer" and found.last_seen is not None
+        assert await on_one.deregister() is True
+        with pytest.raises(Unauthenticated):
+            await on_two.pull()
