@@ -79,6 +79,16 @@ from .identity import (
 from .limits import RateLimits
 from .mailbox import Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
+from .moderation import (
+    MESSAGE_DELETED,
+    MESSAGE_QUARANTINED,
+    MESSAGE_RELEASED,
+    MESSAGE_REPORTED,
+    MemoryBoard,
+    ModerationRule,
+    QuarantineBoard,
+    Quarantined,
+)
 from .subscriptions import MemorySubscriptions, SubscriptionStore
 
 __all__ = [
@@ -194,6 +204,7 @@ class SendResult:
     recipients: tuple[str, ...]
     message_hash: str = ""  #: hex SHA-256 of what the sender signed (computed by the post office)
     trace_link: str = ""  #: where to follow the message (``delivery.trace_link`` filled in)
+    quarantined: str = ""  #: why moderation held it on the quarantine board (then no recipient got it)
 
     @property
     def copies(self) -> int:
@@ -274,6 +285,9 @@ class PostOffice:
         registration: Who may register: ``closed`` (default: the definition file only),
             ``open``, ``admin`` (a caller with the admin role) or ``approval`` (pending until
             an admin approves).
+        moderation: Rules that hold a message on the quarantine ``board`` instead of
+            delivering it (see :mod:`.moderation`); ``reports_to_quarantine`` distinct
+            reporting agents quarantine a message too (0: reports are only recorded).
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
@@ -302,6 +316,9 @@ class PostOffice:
         subscriptions: SubscriptionStore | None = None,
         directory: Directory | None = None,
         registration: RegistrationMode = "closed",
+        moderation: Sequence[ModerationRule] = (),
+        board: QuarantineBoard | None = None,
+        reports_to_quarantine: int = 0,
         config: PostOfficeConfig | None = None,
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
@@ -325,6 +342,9 @@ class PostOffice:
         self.registration: RegistrationMode = registration
         self._registered: dict[str, AgentRecord] = {}  # agents known here from the directory
         self._seen: dict[str, float] = {}  # agent -> last seen (written to the directory each second)
+        self.moderation = list(moderation)
+        self.board: QuarantineBoard = board or MemoryBoard()
+        self.reports_to_quarantine = reports_to_quarantine
         self.on_delivered: list[Callable[[str, bool], None]] = []
 
     # ------------------------------------------------------------------ identity
@@ -893,6 +913,9 @@ class PostOffice:
                 message_hash=hashlib.sha256(signing_bytes(msg, options)).hexdigest(),
             )
             data = envelope.model_dump_json().encode()
+            held = self._moderate(sender, msg)
+            if held is not None:
+                return await self._quarantine(sender, msg, envelope, list(recipients), *held)
             if kind == "direct":
                 await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
         except AgencyError as exc:
@@ -940,6 +963,140 @@ class PostOffice:
         await self._report_depth(delivered)
         link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
         return SendResult(msg.message_id, tuple(delivered), envelope.message_hash, link)
+
+    def _moderate(self, sender: str, msg: SMFMessage) -> tuple[str, str] | None:
+        """``(rule, reason)`` of the first moderation rule that holds the message, or None."""
+        now = self.clock()
+        for rule in self.moderation:
+            reason = rule.check(sender, msg, now)
+            if reason:
+                return rule.name, reason
+        return None
+
+    async def _quarantine(
+        self, sender: str, msg: SMFMessage, envelope: Envelope, recipients: list[str], rule: str, reason: str
+    ) -> SendResult:
+        await self.board.hold(
+            Quarantined(
+                message_id=msg.message_id,
+                sender=sender,
+                reason=reason,
+                rule=rule,
+                at=self.clock(),
+                recipients=recipients,
+                envelope=envelope.model_dump_json(),
+            )
+        )
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            sender,
+            {"message_id": msg.message_id, "reason": reason, "recipients": recipients, "stage": "send"},
+            trace_id=msg.trace_id,
+            rule=rule,
+        )
+        link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
+        return SendResult(msg.message_id, (), envelope.message_hash, link, quarantined=reason)
+
+    async def report(self, token: str | None, message_id: str, reason: str = "") -> tuple[int, bool]:
+        """An agent reports a message it received (spam, abuse ...): audited; when
+        ``reports_to_quarantine`` distinct agents have reported it, it is quarantined (copies
+        not yet pulled are held back at pull). Returns (distinct reporters, quarantined).
+
+        Raises:
+            Unauthenticated: bad token. InvalidInput: no message id, or a reason over 1000 characters.
+        """
+        agent = await self.authenticate(token)
+        if not message_id or len(message_id) > 128:
+            raise InvalidInput.single("message_id", "the id of the message reported (1-128 characters)")
+        if len(reason) > 1000:
+            raise InvalidInput.single("reason", "at most 1000 characters")
+        count = await self.board.report(message_id, agent)
+        await self._audit(
+            MESSAGE_REPORTED,
+            "reported",
+            agent,
+            {"message_id": message_id, "reason": reason, "reporters": count},
+        )
+        threshold = self.reports_to_quarantine
+        if not threshold or count < threshold or await self.board.get(message_id) is not None:
+            return count, await self.board.get(message_id) is not None
+        await self.board.hold(
+            Quarantined(
+                message_id=message_id,
+                sender="",
+                reason=f"reported by {count} agents",
+                rule="reports",
+                at=self.clock(),
+            )
+        )
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            agent,
+            {"message_id": message_id, "reason": f"reported by {count} agents", "stage": "report"},
+            rule="reports",
+        )
+        return count, True
+
+    @staticmethod
+    def _moderator(caller: Principal | None, what: str) -> str:
+        if caller is None or caller.role is not Role.ADMIN:
+            raise PermissionDenied(f"{what} needs a person with the gateway's admin role")
+        return caller.name
+
+    async def quarantine(self, *, caller: Principal | None, limit: int = 100) -> list[Quarantined]:
+        """The quarantine board, oldest first (a person with the admin role)."""
+        self._moderator(caller, "reading the quarantine board")
+        return await self.board.items(limit)
+
+    async def release(self, message_id: str, *, caller: Principal | None) -> list[str]:
+        """Deliver a quarantined message to the recipients it was meant for; returns them.
+
+        Raises:
+            PermissionDenied: not an admin. NotFound: not on the board.
+        """
+        who = self._moderator(caller, "releasing a quarantined message")
+        item = await self.board.take(message_id)
+        if item is None:
+            raise NotFound(f"message {message_id!r} is not in quarantine")
+        delivered = []
+        if item.envelope:
+            for recipient in item.recipients:
+                try:
+                    await self.transport.enqueue(
+                        recipient, item.envelope.encode(), max_len=self.config.mailbox_max
+                    )
+                except ResourceExhausted:
+                    continue
+                delivered.append(recipient)
+        await self._audit(
+            MESSAGE_RELEASED,
+            "released",
+            item.sender,
+            {"message_id": message_id, "by": who, "recipients": delivered, "reason": item.reason},
+            rule=item.rule,
+        )
+        await self._report_depth(delivered)
+        return delivered
+
+    async def delete_quarantined(self, message_id: str, *, caller: Principal | None) -> None:
+        """Drop a quarantined message for good (audited with who decided).
+
+        Raises:
+            PermissionDenied: not an admin. NotFound: not on the board.
+        """
+        who = self._moderator(caller, "deleting a quarantined message")
+        item = await self.board.take(message_id)
+        if item is None:
+            raise NotFound(f"message {message_id!r} is not in quarantine")
+        await self._audit(
+            MESSAGE_DELETED,
+            "deleted",
+            item.sender,
+            {"message_id": message_id, "by": who, "reason": item.reason},
+            rule=item.rule,
+        )
 
     async def _reject(
         self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""
@@ -1019,9 +1176,17 @@ class PostOffice:
             if candidates
             else set()
         )
+        held = (
+            await self.board.is_held([e.message.message_id for _, e in candidates])
+            if candidates and self.reports_to_quarantine
+            else set()
+        )
         out: list[Received] = []
         for delivery, envelope in candidates:
             msg = envelope.message
+            if msg.message_id in held:  # quarantined by reports: keep this copy on the board
+                await self._hold_copy(agent, delivery, envelope)
+                continue
             if msg.message_id in seen:
                 await self.transport.ack(agent, [delivery.entry_id])
                 await self._audit(
@@ -1132,6 +1297,29 @@ class PostOffice:
             for received in got:
                 yield received
 
+    async def _hold_copy(self, agent: str, delivery: Delivery, envelope: Envelope) -> None:
+        msg = envelope.message
+        item = await self.board.get(msg.message_id)
+        if item is not None:
+            await self.board.hold(
+                item.model_copy(
+                    update={
+                        "sender": item.sender or msg.sender,
+                        "envelope": item.envelope or delivery.data.decode(),
+                        "recipients": sorted({*item.recipients, agent}),
+                    }
+                )
+            )
+        await self.transport.ack(agent, [delivery.entry_id])
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            msg.sender,
+            {"message_id": msg.message_id, "recipient": agent, "stage": "pull"},
+            trace_id=msg.trace_id,
+            rule="reports",
+        )
+
     async def _open(self, agent: str, delivery: Delivery) -> Envelope | None:
         try:
             return Envelope.model_validate_json(delivery.data)
@@ -1230,7 +1418,7 @@ class PostOffice:
     # ------------------------------------------------------------------ audit
     async def _audit(
         self,
-        event: AuditEventType,
+        event: AuditEventType | str,
         outcome: str,
         agent: str,
         detail: dict[str, Any],
