@@ -12,6 +12,7 @@ from .messaging.directory import Directory, MemoryDirectory
 from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
+from .messaging.moderation import MemoryBoard, QuarantineBoard
 from .messaging.post_office import PostOffice
 from .messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from .metrics import MeteredAuditLog, Metrics
@@ -91,9 +92,11 @@ async def build_post_office(
     buckets: BucketStore = MemoryBuckets()
     subscriptions: SubscriptionStore = MemorySubscriptions()
     directory: Directory = MemoryDirectory()
+    board: QuarantineBoard = MemoryBoard()
     if definition.mailbox_backend == "redis":
         from .messaging.directory import RedisDirectory
         from .messaging.limits import RedisBuckets
+        from .messaging.moderation import RedisBoard
         from .messaging.redis_mailbox import RedisMailbox
         from .messaging.subscriptions import RedisSubscriptions
 
@@ -113,6 +116,9 @@ async def build_post_office(
         directory = RedisDirectory(
             mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
         )
+        board = RedisBoard(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
         transport = mailboxes
     else:
         transport = MemoryMailbox()
@@ -123,6 +129,9 @@ async def build_post_office(
         subscriptions=subscriptions,
         directory=directory,
         registration=messaging.registration.mode,
+        moderation=messaging.moderation.rules(),
+        board=board,
+        reports_to_quarantine=messaging.moderation.reports_to_quarantine,
         limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,

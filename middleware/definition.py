@@ -52,6 +52,7 @@ from .messaging.directory import RegistrationMode
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
 from .messaging.limits import RateLimitSettings
+from .messaging.moderation import ModerationSettings
 from .messaging.post_office import PostOfficeConfig
 from .messaging.webhooks import WebhookSettings
 
@@ -296,6 +297,10 @@ class MessagingSettings(Model):
     registration: RegistrationSettings = Field(
         default_factory=lambda: RegistrationSettings(),
         description="Whether agents may register themselves through MessageService.Register.",
+    )
+    moderation: ModerationSettings = Field(
+        default_factory=ModerationSettings,
+        description="Rules that hold messages on the quarantine board (deny phrases, spam marks, reports).",
     )
     rate_limits: RateLimitSettings = Field(
         default_factory=RateLimitSettings,

@@ -86,6 +86,10 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.MessageService/Deregister": _CALL,  # the agent itself, or an admin (checked there)
     "/agency.v1.MessageService/ApproveAgent": Rule(Permission.ADMIN),
     "/agency.v1.MessageService/FindAgents": _CALL,
+    "/agency.v1.MessageService/Report": _CALL,
+    "/agency.v1.MessageService/ListQuarantine": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/ReleaseQuarantined": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/DeleteQuarantined": Rule(Permission.ADMIN),
 }
 _UNLISTED = Rule(Permission.ADMIN)
 

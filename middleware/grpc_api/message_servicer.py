@@ -20,7 +20,7 @@ from ..access import current_principal
 from ..errors import InvalidInput, Problem
 from ..messaging.directory import AgentRecord
 from ..messaging.identity import check_topic
-from ..messaging.post_office import PostOffice, Received
+from ..messaging.post_office import Envelope, PostOffice, Received
 from ..smf import SMFMessage
 from .convert import dumps, loads
 from .status import rpc, rpc_stream
@@ -171,6 +171,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
             recipients=list(result.recipients),
             message_hash=result.message_hash,
             trace_link=result.trace_link,
+            quarantined=result.quarantined,
         )
 
     @rpc
@@ -235,6 +236,49 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
             request.capability, topic=request.topic, include_pending=request.include_pending
         )
         return messages_pb2.FindAgentsResponse(agents=[agent_info(r, seen) for r, seen in found])
+
+    @rpc
+    async def Report(
+        self, request: messages_pb2.ReportMessageRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.ReportMessageResponse:
+        count, held = await self._po.report(token_from(context), request.message_id, request.reason)
+        return messages_pb2.ReportMessageResponse(reporters=count, quarantined=held)
+
+    @rpc
+    async def ListQuarantine(
+        self, request: messages_pb2.ListQuarantineRequest, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.ListQuarantineResponse:
+        if not 0 <= request.limit <= 1000:
+            raise InvalidInput([Problem("limit", "must be between 0 and 1000")])
+        items = await self._po.quarantine(caller=current_principal(), limit=request.limit or 100)
+        out = []
+        for item in items:
+            pb = messages_pb2.QuarantinedMessage(
+                message_id=item.message_id,
+                sender=item.sender,
+                reason=item.reason,
+                rule=item.rule,
+                at=item.at,
+                recipients=item.recipients,
+            )
+            if item.envelope:
+                pb.message.CopyFrom(smf_to_pb(Envelope.model_validate_json(item.envelope).message))
+            out.append(pb)
+        return messages_pb2.ListQuarantineResponse(messages=out)
+
+    @rpc
+    async def ReleaseQuarantined(
+        self, request: messages_pb2.QuarantineDecision, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.ReleaseQuarantinedResponse:
+        recipients = await self._po.release(request.message_id, caller=current_principal())
+        return messages_pb2.ReleaseQuarantinedResponse(recipients=recipients)
+
+    @rpc
+    async def DeleteQuarantined(
+        self, request: messages_pb2.QuarantineDecision, context: grpc.aio.ServicerContext
+    ) -> messages_pb2.DeleteQuarantinedResponse:
+        await self._po.delete_quarantined(request.message_id, caller=current_principal())
+        return messages_pb2.DeleteQuarantinedResponse()
 
     @rpc_stream
     async def Subscribe(

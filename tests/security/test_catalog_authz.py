@@ -349,6 +349,9 @@ def test_every_served_method_has_a_rule() -> None:
         "/agency.v1.CatalogService/Heartbeat",
         "/agency.v1.GoalService/RegisterGoal",
         "/agency.v1.MessageService/ApproveAgent",  # admins approve agent registrations
+        "/agency.v1.MessageService/ListQuarantine",  # and decide about quarantined messages
+        "/agency.v1.MessageService/ReleaseQuarantined",
+        "/agency.v1.MessageService/DeleteQuarantined",
     }
 
 

@@ -7,6 +7,68 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ReportMessageRequest(_message.Message):
+    __slots__ = ("message_id", "reason")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    reason: str
+    def __init__(self, message_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReportMessageResponse(_message.Message):
+    __slots__ = ("reporters", "quarantined")
+    REPORTERS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    reporters: int
+    quarantined: bool
+    def __init__(self, reporters: _Optional[int] = ..., quarantined: _Optional[bool] = ...) -> None: ...
+
+class ListQuarantineRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class QuarantinedMessage(_message.Message):
+    __slots__ = ("message_id", "sender", "reason", "rule", "at", "recipients", "message")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    sender: str
+    reason: str
+    rule: str
+    at: float
+    recipients: _containers.RepeatedScalarFieldContainer[str]
+    message: _common_pb2.SMFMessage
+    def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., reason: _Optional[str] = ..., rule: _Optional[str] = ..., at: _Optional[float] = ..., recipients: _Optional[_Iterable[str]] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ...) -> None: ...
+
+class ListQuarantineResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[QuarantinedMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[QuarantinedMessage, _Mapping]]] = ...) -> None: ...
+
+class QuarantineDecision(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseQuarantinedResponse(_message.Message):
+    __slots__ = ("recipients",)
+    RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
+    recipients: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, recipients: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteQuarantinedResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class RegisterAgentRequest(_message.Message):
     __slots__ = ("name", "description", "public_key", "publishes", "subscribes")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -106,16 +168,18 @@ class SendMessageRequest(_message.Message):
     def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., signature: _Optional[str] = ..., topic: _Optional[str] = ..., broadcast: _Optional[bool] = ..., ttl_seconds: _Optional[float] = ..., trigger_turn: _Optional[bool] = ..., params_json: _Optional[str] = ..., content_type: _Optional[str] = ..., correlation_id: _Optional[str] = ...) -> None: ...
 
 class SendMessageResponse(_message.Message):
-    __slots__ = ("message_id", "recipients", "message_hash", "trace_link")
+    __slots__ = ("message_id", "recipients", "message_hash", "trace_link", "quarantined")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     RECIPIENTS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_HASH_FIELD_NUMBER: _ClassVar[int]
     TRACE_LINK_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     recipients: _containers.RepeatedScalarFieldContainer[str]
     message_hash: str
     trace_link: str
-    def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ..., message_hash: _Optional[str] = ..., trace_link: _Optional[str] = ...) -> None: ...
+    quarantined: str
+    def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ..., message_hash: _Optional[str] = ..., trace_link: _Optional[str] = ..., quarantined: _Optional[str] = ...) -> None: ...
 
 class PullRequest(_message.Message):
     __slots__ = ("max_messages", "wait_seconds", "consumer")

@@ -86,6 +86,26 @@ class MessageServiceStub:
                 request_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
                 _registered_method=True)
+        self.Report = channel.unary_unary(
+                '/agency.v1.MessageService/Report',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ReportMessageRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ReportMessageResponse.FromString,
+                _registered_method=True)
+        self.ListQuarantine = channel.unary_unary(
+                '/agency.v1.MessageService/ListQuarantine',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.FromString,
+                _registered_method=True)
+        self.ReleaseQuarantined = channel.unary_unary(
+                '/agency.v1.MessageService/ReleaseQuarantined',
+                request_serializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.FromString,
+                _registered_method=True)
+        self.DeleteQuarantined = channel.unary_unary(
+                '/agency.v1.MessageService/DeleteQuarantined',
+                request_serializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.FromString,
+                _registered_method=True)
 
 
 class MessageServiceServicer:
@@ -164,6 +184,32 @@ class MessageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Report(self, request, context):
+        """Moderation. An agent reports a message it received (audited; enough distinct reporters
+        quarantine it). The board and its decisions belong to a person with the admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuarantine(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseQuarantined(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQuarantined(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -206,6 +252,26 @@ def add_MessageServiceServicer_to_server(servicer, server):
                     servicer.FindAgents,
                     request_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.FromString,
                     response_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.SerializeToString,
+            ),
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ReportMessageRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ReportMessageResponse.SerializeToString,
+            ),
+            'ListQuarantine': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuarantine,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.SerializeToString,
+            ),
+            'ReleaseQuarantined': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseQuarantined,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.SerializeToString,
+            ),
+            'DeleteQuarantined': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQuarantined,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -436,6 +502,114 @@ class MessageService:
             '/agency.v1.MessageService/FindAgents',
             agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
             agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Report',
+            agency_dot_v1_dot_messages__pb2.ReportMessageRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ReportMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuarantine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ListQuarantine',
+            agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseQuarantined(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ReleaseQuarantined',
+            agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQuarantined(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/DeleteQuarantined',
+            agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.FromString,
             options,
             channel_credentials,
             insecure,
