@@ -383,15 +383,21 @@ class MessagingClient:
         return _sent(await self._call(self._stub.Send, request))
 
     async def pull(
-        self, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+        self,
+        *,
+        max_messages: int = 10,
+        wait: float = 0.0,
+        consumer: str | None = None,
+        message_type: str = "",
     ) -> list[Received]:
-        """Up to ``max_messages`` from this agent's mailbox; ``wait`` seconds (<= 60) for one.
+        """Up to ``max_messages`` from this agent's mailbox; ``wait`` seconds (<= 60) for one;
+        ``message_type`` ``private`` or ``public`` takes only those (the others stay).
 
         Each must be acknowledged (:meth:`ack`) once processed, else it comes back after the
         gateway's visibility timeout.
         """
         request = messages_pb2.PullRequest(
-            max_messages=max_messages, wait_seconds=wait, consumer=consumer or ""
+            max_messages=max_messages, wait_seconds=wait, consumer=consumer or "", message_type=message_type
         )
         saved, self.timeout = self.timeout, self.timeout + wait
         try:
@@ -399,6 +405,17 @@ class MessagingClient:
         finally:
             self.timeout = saved
         return [_received(m) for m in reply.messages]
+
+    async def browse(
+        self, *, max_messages: int = 10, cursor: str = "", message_type: str = ""
+    ) -> tuple[list[Received], str]:
+        """Read the mailbox without taking anything (read and unread messages, oldest first);
+        returns a page and the cursor of the next one ("" at the end)."""
+        request = messages_pb2.PullRequest(
+            max_messages=max_messages, include_read=True, cursor=cursor, message_type=message_type
+        )
+        reply = await self._call(self._stub.Pull, request)
+        return [_received(m) for m in reply.messages], reply.next_cursor
 
     async def ack(self, messages: Sequence[Received | str]) -> int:
         """Acknowledge processed messages (or their receipts); returns how many were pending."""

@@ -178,13 +178,27 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
     async def Pull(
         self, request: messages_pb2.PullRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.PullResponse:
-        if request.wait_seconds < 0 or request.wait_seconds > 60:
+        if not 0 <= request.wait_seconds <= 60:  # (NaN fails this too)
             raise InvalidInput([Problem("wait_seconds", "must be between 0 and 60")])
+        message_type: Any = request.message_type
+        if request.include_read:
+            page, cursor = await self._po.browse(
+                token_from(context),
+                max_messages=request.max_messages or 10,
+                cursor=request.cursor,
+                message_type=message_type,
+            )
+            return messages_pb2.PullResponse(messages=[received_to_pb(r) for r in page], next_cursor=cursor)
+        if request.cursor:
+            raise InvalidInput(
+                [Problem("cursor", "pages only with include_read (a pull continues by itself)")]
+            )
         got = await self._po.pull(
             token_from(context),
             max_messages=request.max_messages or 10,
             wait=request.wait_seconds,
             consumer=request.consumer or None,
+            message_type=message_type,
         )
         return messages_pb2.PullResponse(messages=[received_to_pb(r) for r in got])
 

@@ -77,7 +77,7 @@ from .identity import (
     signing_bytes,
 )
 from .limits import RateLimits
-from .mailbox import Delivery, MailboxTransport
+from .mailbox import Batch, Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
 from .moderation import (
     MESSAGE_DELETED,
@@ -253,6 +253,42 @@ class DeadMessage:
 
 def _receipt(entry_id: str, message_id: str) -> str:
     return f"{entry_id}|{message_id}"
+
+
+MessageType = Literal["", "private", "public"]
+
+
+def _check_message_type(message_type: str) -> None:
+    if message_type not in ("", "private", "public"):
+        raise InvalidInput.single(
+            "message_type",
+            f"{message_type!r}: private (direct messages), public (topic and broadcast) or empty",
+        )
+
+
+def _of_type(envelope: Envelope, message_type: str) -> bool:
+    if not message_type:
+        return True
+    return (envelope.kind == "direct") == (message_type == "private")
+
+
+def _received(delivery: Delivery, envelope: Envelope, expires_at: float) -> Received:
+    msg = envelope.message
+    return Received(
+        receipt=_receipt(delivery.entry_id, msg.message_id),
+        message=msg,
+        kind=envelope.kind,
+        topic=envelope.topic,
+        trigger_turn=envelope.trigger_turn,
+        delivery_count=delivery.delivery_count,
+        expires_at=expires_at,
+        params=envelope.params,
+        signature=envelope.signature,
+        ttl=envelope.ttl,
+        content_type=envelope.content_type,
+        correlation_id=envelope.correlation_id,
+        message_hash=envelope.message_hash,
+    )
 
 
 def _addressee(envelope: Envelope) -> str:
@@ -1112,31 +1148,113 @@ class PostOffice:
 
     # ------------------------------------------------------------------ receiving
     async def pull(
-        self, token: str | None, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+        self,
+        token: str | None,
+        *,
+        max_messages: int = 10,
+        wait: float = 0.0,
+        consumer: str | None = None,
+        message_type: MessageType = "",
     ) -> list[Received]:
         """Up to ``max_messages`` messages from the token's agent's mailbox.
 
         Args:
             wait: Seconds to wait for a message when the mailbox is empty.
             consumer: This consumer's name (several processes may serve one agent).
+            message_type: ``private`` (direct messages) or ``public`` (topic and broadcast
+                copies) only; messages of the other type stay in the mailbox, untouched.
         """
         agent = await self.authenticate(token)
-        return await self.pull_as(agent, max_messages=max_messages, wait=wait, consumer=consumer)
+        return await self.pull_as(
+            agent, max_messages=max_messages, wait=wait, consumer=consumer, message_type=message_type
+        )
 
     async def pull_as(
-        self, agent: str, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+        self,
+        agent: str,
+        *,
+        max_messages: int = 10,
+        wait: float = 0.0,
+        consumer: str | None = None,
+        message_type: MessageType = "",
     ) -> list[Received]:
         """:meth:`pull` for ``agent`` without a token: for the gateway's own consumers (webhook
         delivery), never for a caller's request."""
         if not 1 <= max_messages <= 1000:
             raise InvalidInput.single("max_messages", "must be between 1 and 1000")
-        batch = await self.transport.receive(
-            agent,
-            consumer or agent,
-            count=max_messages,
-            visibility_timeout=self.config.visibility_timeout,
-            block=wait,
-        )
+        _check_message_type(message_type)
+        out: list[Received] = []
+        kept_back: list[Delivery] = []
+        try:
+            for round_ in range(10):  # a filtered pull reads on past messages of the other type
+                batch = await self.transport.receive(
+                    agent,
+                    consumer or agent,
+                    count=max_messages - len(out),
+                    visibility_timeout=self.config.visibility_timeout,
+                    block=wait if round_ == 0 else 0.0,
+                )
+                out += await self._handle(agent, batch, message_type, kept_back)
+                if not message_type or len(out) >= max_messages or not (batch.deliveries or batch.lost):
+                    break
+        finally:
+            if kept_back:  # not taken: visible again at once, delivery counts as they were
+                await self.transport.release(agent, kept_back)
+        return out
+
+    async def browse(
+        self,
+        token: str | None,
+        *,
+        max_messages: int = 10,
+        cursor: str = "",
+        message_type: MessageType = "",
+    ) -> tuple[list[Received], str]:
+        """Read the token's agent's mailbox without taking anything (``include_read``): every
+        live message after ``cursor``, read (handed out, not yet acknowledged) or not, oldest
+        first; ``delivery_count`` 0 means unread. Returns the messages and the cursor of the
+        next page ("" at the end). Receipts may be acknowledged (that removes the message).
+        Expired messages and messages that fail their checks are left out (``pull`` drops them).
+        """
+        agent = await self.authenticate(token)
+        if not 1 <= max_messages <= 1000:
+            raise InvalidInput.single("max_messages", "must be between 1 and 1000")
+        _check_message_type(message_type)
+        if len(cursor) > 64:
+            raise InvalidInput.single("cursor", "not a cursor from a previous page")
+        now = self.clock()
+        out: list[Received] = []
+        last = cursor
+        while len(out) < max_messages:
+            page = await self.transport.browse(agent, after=last, count=max_messages - len(out))
+            if not page:
+                return out, ""
+            for delivery in page:
+                last = delivery.entry_id
+                try:
+                    envelope = Envelope.model_validate_json(delivery.data)
+                except ValidationError:
+                    continue
+                msg = envelope.message
+                if (
+                    not _of_type(envelope, message_type)
+                    or self._expiry(msg, envelope.ttl) <= now
+                    or msg.receiver != _addressee(envelope)
+                    or (envelope.kind == "direct" and msg.receiver != agent)
+                ):
+                    continue
+                await self.knows(msg.sender)
+                if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
+                    msg, envelope.signature, envelope.options()
+                ):
+                    continue
+                out.append(_received(delivery, envelope, self._expiry(msg, envelope.ttl)))
+        more = await self.transport.browse(agent, after=last, count=1)
+        return out, last if more else ""
+
+    async def _handle(
+        self, agent: str, batch: Batch, message_type: MessageType, kept_back: list[Delivery]
+    ) -> list[Received]:
         for entry_id in batch.lost:
             await self._audit(
                 AuditEventType.MESSAGE_LOST,
@@ -1165,6 +1283,9 @@ class PostOffice:
                     {"message_id": msg.message_id, "sender": msg.sender, "expired_at": expires_at},
                     trace_id=msg.trace_id,
                 )
+                continue
+            if not _of_type(envelope, message_type):
+                kept_back.append(delivery)
                 continue
             if delivery.delivery_count > self.config.max_deliveries:
                 reason = f"not acknowledged after {delivery.delivery_count - 1} deliveries"
@@ -1230,23 +1351,7 @@ class PostOffice:
                 )
                 await self._dead_letter(agent, delivery, "signature does not verify", msg)
                 continue
-            out.append(
-                Received(
-                    receipt=_receipt(delivery.entry_id, msg.message_id),
-                    message=msg,
-                    kind=envelope.kind,
-                    topic=envelope.topic,
-                    trigger_turn=envelope.trigger_turn,
-                    delivery_count=delivery.delivery_count,
-                    expires_at=expires_at,
-                    params=envelope.params,
-                    signature=envelope.signature,
-                    ttl=envelope.ttl,
-                    content_type=envelope.content_type,
-                    correlation_id=envelope.correlation_id,
-                    message_hash=envelope.message_hash,
-                )
-            )
+            out.append(_received(delivery, envelope, self._expiry(msg, envelope.ttl)))
         if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)
             await self._report_depth([agent])
         return out

@@ -226,7 +226,43 @@ class RedisMailbox:
         if not entry_ids and not processed:
             return 0
         results = await pipe.execute()
-        return int(results[0]) if entry_ids else 0
+        return int(results[1]) if entry_ids else 0  # XDEL: live entries removed (read or browsed)
+
+    @redis_operation("mailbox.release")
+    async def release(self, mailbox: str, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        key = self._key(mailbox)
+        pipe = self._r.pipeline(transaction=False)
+        for d in deliveries:  # idle "forever": the next XAUTOCLAIM takes it, counting it back to d's
+            pipe.xclaim(
+                key,
+                GROUP,
+                "released",
+                min_idle_time=0,
+                message_ids=[d.entry_id],
+                idle=10**12,
+                retrycount=max(d.delivery_count - 1, 0),
+                justid=True,
+            )
+        await pipe.execute()
+
+    @redis_operation("mailbox.browse")
+    async def browse(self, mailbox: str, *, after: str = "", count: int = 100) -> list[Delivery]:
+        key = self._key(mailbox)
+        rows: Any = await self._r.xrange(key, min=f"({after}" if after else "-", count=count)
+        if not rows:
+            return []
+        counts: dict[str, int] = {}
+        try:
+            pending: Any = await self._r.xpending_range(
+                key, GROUP, min=_s(rows[0][0]), max=_s(rows[-1][0]), count=len(rows)
+            )
+            counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        except ResponseError as exc:  # no group yet: nothing was ever handed out
+            if "NOGROUP" not in str(exc):
+                raise
+        return [Delivery(_s(i), bytes(f[b"d"]), counts.get(_s(i), 0)) for i, f in rows if f and b"d" in f]
 
     @redis_operation("mailbox.seen")
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:

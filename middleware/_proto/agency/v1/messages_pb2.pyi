@@ -182,14 +182,20 @@ class SendMessageResponse(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., recipients: _Optional[_Iterable[str]] = ..., message_hash: _Optional[str] = ..., trace_link: _Optional[str] = ..., quarantined: _Optional[str] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("max_messages", "wait_seconds", "consumer")
+    __slots__ = ("max_messages", "wait_seconds", "consumer", "include_read", "message_type", "cursor")
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_READ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
     max_messages: int
     wait_seconds: float
     consumer: str
-    def __init__(self, max_messages: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., consumer: _Optional[str] = ...) -> None: ...
+    include_read: bool
+    message_type: str
+    cursor: str
+    def __init__(self, max_messages: _Optional[int] = ..., wait_seconds: _Optional[float] = ..., consumer: _Optional[str] = ..., include_read: _Optional[bool] = ..., message_type: _Optional[str] = ..., cursor: _Optional[str] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
     __slots__ = ("receipt", "message", "kind", "topic", "trigger_turn", "delivery_count", "expires_at", "params_json", "signature", "ttl_seconds", "content_type", "correlation_id", "message_hash")
@@ -222,10 +228,12 @@ class ReceivedMessage(_message.Message):
     def __init__(self, receipt: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., kind: _Optional[str] = ..., topic: _Optional[str] = ..., trigger_turn: _Optional[bool] = ..., delivery_count: _Optional[int] = ..., expires_at: _Optional[float] = ..., params_json: _Optional[str] = ..., signature: _Optional[str] = ..., ttl_seconds: _Optional[float] = ..., content_type: _Optional[str] = ..., correlation_id: _Optional[str] = ..., message_hash: _Optional[str] = ...) -> None: ...
 
 class PullResponse(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "next_cursor")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ReceivedMessage]
-    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ...) -> None: ...
+    next_cursor: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[ReceivedMessage, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
 
 class AckRequest(_message.Message):
     __slots__ = ("receipts",)
