@@ -65,16 +65,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     enroll.add_argument("--description", default="", help="what the agents do (shown to senders)")
     enroll.set_defaults(handler=_enroll)
 
-    calls = argparse.ArgumentParser(add_help=False, parents=[creds])
-    calls.add_argument("--as", dest="agent", required=True, metavar="NAME", help="the agent making the call")
-    calls.add_argument("--address", help="gateway host:port; default $AGENCY_ADDRESS or 127.0.0.1:50051")
-    calls.add_argument(
-        "--client-token-file", type=Path, help="the gateway's client token, when it requires one"
-    )
-    calls.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
     from ._client_tls import add_client_tls_options
 
-    add_client_tls_options(calls)
+    calls_no_agent = argparse.ArgumentParser(add_help=False, parents=[creds])
+    calls_no_agent.add_argument(
+        "--address", help="gateway host:port; default $AGENCY_ADDRESS or 127.0.0.1:50051"
+    )
+    calls_no_agent.add_argument(
+        "--client-token-file", type=Path, help="the gateway's client token, when it requires one"
+    )
+    calls_no_agent.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    add_client_tls_options(calls_no_agent)
+    calls = argparse.ArgumentParser(add_help=False, parents=[calls_no_agent])
+    calls.add_argument("--as", dest="agent", required=True, metavar="NAME", help="the agent making the call")
 
     send = cmds.add_parser("send", parents=[calls], help="send a message (direct, --topic or --broadcast)")
     send.add_argument(
@@ -104,6 +107,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ack = cmds.add_parser("ack", parents=[calls], help="acknowledge messages by receipt")
     ack.add_argument("receipts", nargs="+", metavar="RECEIPT")
     ack.set_defaults(handler=_ack)
+
+    reg = cmds.add_parser(
+        "register",
+        parents=[calls_no_agent],
+        help="register an agent with a gateway (messaging.registration.mode open/admin/approval)",
+    )
+    reg.add_argument("name", metavar="NAME")
+    reg.add_argument("--description", default="", help="what it can do (FindAgents searches it)")
+    reg.add_argument(
+        "--publishes", action="append", default=[], metavar="TOPIC", help="a topic it publishes to"
+    )
+    reg.add_argument(
+        "--subscribes", action="append", default=[], metavar="TOPIC", help="a topic to subscribe to"
+    )
+    reg.set_defaults(handler=_register)
+
+    find = cmds.add_parser("find", parents=[calls], help="find agents by capability words and/or topic")
+    find.add_argument("capability", nargs="*", help="words that must appear in the name or description")
+    find.add_argument("--topic", default="", help="that publish or subscribe to this topic")
+    find.set_defaults(handler=_find)
 
     subscribe = cmds.add_parser(
         "subscribe", parents=[calls], help="subscribe to topics and print messages as they come"
@@ -288,6 +311,53 @@ def _ack(args: argparse.Namespace) -> int:
             return int(await client.ack(args.receipts))
 
     print(json.dumps({"acknowledged": asyncio.run(run())}))
+    return 0
+
+
+def _register(args: argparse.Namespace) -> int:
+    from ..messaging_client import register_agent
+    from ._client_tls import client_tls
+
+    folder = _dir(args)
+    if (folder / f"{args.name}.key").exists() or (folder / f"{args.name}.token").exists():
+        raise AlreadyExists(f"credentials of {args.name!r} already exist in {folder}")
+    token = args.client_token_file.read_text().strip() if args.client_token_file else None
+    creds, info = asyncio.run(
+        register_agent(
+            args.name,
+            args.address,
+            description=args.description,
+            publishes=args.publishes,
+            subscribes=args.subscribes,
+            tls=client_tls(args),
+            client_token=token,
+            timeout=args.timeout,
+        )
+    )
+    creds.save(folder)
+    print(f"{info.name}: registered ({info.status}); key and token in {folder} (secret: keep them)")
+    return 0
+
+
+def _find(args: argparse.Namespace) -> int:
+    async def run() -> Any:
+        async with _client(args) as client:
+            return await client.find_agents(" ".join(args.capability), topic=args.topic)
+
+    for info in asyncio.run(run()):
+        print(
+            json.dumps(
+                {
+                    "name": info.name,
+                    "description": info.description,
+                    "publishes": list(info.publishes),
+                    "subscribes": list(info.subscribes),
+                    "status": info.status,
+                    "last_seen": info.last_seen,
+                },
+                ensure_ascii=False,
+            )
+        )
     return 0
 
 

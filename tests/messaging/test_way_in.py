@@ -4,6 +4,7 @@ shipped example, the public messaging client and the ``agency messaging`` comman
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from gateway_processes import free_port
+from served_in_thread import ServedInThread
 
 from middleware import Agency
 from middleware.audit import MemoryAuditLog
@@ -198,3 +200,39 @@ def test_keygen_refuses_to_overwrite_and_enroll_refuses_duplicates_and_bad_files
     assert "no credentials of 'ghost'" in capsys.readouterr().err
     loaded = AgentCredentials.load(folder, "alice")
     assert loaded.token_sha256 in config.read_text() and loaded.token not in config.read_text()
+
+
+class _OpenRegistration(ServedInThread):
+    """A gateway whose post office lets agents register themselves."""
+
+    async def start(self) -> None:
+        self.post_office = PostOffice(registration="open")
+        self.server = build_server(Agency(), "127.0.0.1:0", post_office=self.post_office)
+        await self.server.start()
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    async def stop(self) -> None:
+        await self.server.stop(0)
+
+
+def test_the_cli_registers_an_agent_finds_it_and_it_talks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = str(tmp_path / "agents")
+    with _OpenRegistration() as gw:
+        where = ["--dir", folder, "--address", gw.address]
+        args = ["messaging", "register", "translator", "--description", "Translates German", *where]
+        assert cli([*args, "--subscribes", "task.translate"]) == 0
+        assert "translator: registered (active)" in capsys.readouterr().out
+        assert cli(["messaging", "register", "asker", *where]) == 0
+        assert cli(["messaging", "register", "asker", *where]) == 2  # its credentials exist already
+        capsys.readouterr()
+        assert cli(["messaging", "find", "german", "--as", "asker", *where]) == 0
+        (line,) = capsys.readouterr().out.splitlines()
+        assert json.loads(line)["name"] == "translator" and json.loads(line)["subscribes"] == [
+            "task.translate"
+        ]
+        assert cli(["messaging", "send", "--as", "asker", "translator", "hallo", *where]) == 0
+        capsys.readouterr()
+        assert cli(["messaging", "pull", "--as", "translator", "--ack", *where]) == 0
+        assert json.loads(capsys.readouterr().out)["content"] == "hallo"
