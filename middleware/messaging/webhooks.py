@@ -285,7 +285,7 @@ class WebhookDispatcher:
                     continue
                 await slots.acquire()
                 agent.inflight.add(message_id)
-                task = asyncio.create_task(self._push(agent, received))
+                task = asyncio.create_task(self._push_safely(agent, received))
                 running.add(task)
 
                 def done(t: asyncio.Task[None], mid: str = message_id) -> None:
@@ -302,6 +302,19 @@ class WebhookDispatcher:
             if endpoint.settings.takes(received):
                 return endpoint
         return None
+
+    async def _push_safely(self, agent: _Agent, received: Received) -> None:
+        try:
+            await self._push(agent, received)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a backend error on ack / dead-letter: it is redelivered later
+            log.warning(
+                "webhook delivery of %s to %r left unacknowledged: %s",
+                received.message.message_id,
+                agent.name,
+                exc,
+            )
 
     async def _push(self, agent: _Agent, received: Received) -> None:
         endpoint = self._endpoint(agent, received)
