@@ -3,23 +3,29 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The product alone (what `make demo` and `make serve` need), without the dev toolchain.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 
 .PHONY: install demo serve test lint typecheck gen gen-check bench clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 ## Run the reference scenario in process (no services needed).
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(BIN)/agency demo
 
 ## Serve gRPC on embedded defaults (in-memory catalog, audit log in ./agency-data).
-serve: $(STAMP)
+serve: $(RUNTIME_STAMP)
 	$(BIN)/agency serve
 
 ## Stub drift, lint, types, then the test suite (needs the local Redis on 127.0.0.1:6379).

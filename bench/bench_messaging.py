@@ -157,6 +157,7 @@ async def bench_post_office(transport: MailboxTransport, name: str, total: int) 
                     "provenance": {"source": "bench-a", "reliability_score": 1.0},
                     "freshness_ttl": 60,
                     "confidence_score": 1.0,
+                    "intention_trace": ["GOAL_BENCH"],
                 },
             }
         )
@@ -213,6 +214,7 @@ async def bench_webhooks(total: int, concurrency: int) -> Result:
                     "provenance": {"source": "bench-a", "reliability_score": 1.0},
                     "freshness_ttl": 600,
                     "confidence_score": 1.0,
+                    "intention_trace": ["GOAL_BENCH"],
                 },
             }
         )

@@ -5,7 +5,9 @@ Trigger: the goal engine reports failed verification steps (a stage as its step 
 Default resolution: Escalate to a human with the failed steps; for a low-criticality goal: abort
     with the verdict. Manual checks awaiting a person (``context["manual_pending"]``, no machine
     check failed) are always escalated: only a person can complete them.
-Configurable instead (``FailurePolicy.resolution``): abort.
+Configurable instead (``FailurePolicy.resolution``): abort; or retry (the seed: "retry or escalate"):
+    the step whose output failed runs again, up to ``max_retries`` times, then ``on_exhausted``
+    (a person, as there is no backup for a goal).
 """
 
 from __future__ import annotations

@@ -68,13 +68,17 @@ if TYPE_CHECKING:
     )
     from .interventions import HandoverPacket, HumanDecision
     from .memory_catalog import MemoryCatalog
+    from .memory_session_store import MemorySessionStore
     from .memory_task_store import MemoryTaskStore
     from .pipeline import Agency
     from .redis_catalog import RedisCatalog
     from .redis_routing_stats import RedisRoutingStats
+    from .redis_session_store import RedisSessionStore
     from .redis_task_store import RedisTaskStore
+    from .reliability import ReliabilityConfig, ReliabilityScorer, WeightedReliabilityScorer
     from .router import Router, RoutingDecision, RoutingWeights
     from .routing_stats import MemoryRoutingStats, RoutingStats
+    from .sessions import ConversationState, SessionStore
     from .smf import Provenance, SMFMessage, SMFMetadata
     from .task_store import TaskStore
     from .tasks import Outcome, TaskRecord, TaskRequest, TaskState, TaskStep
@@ -107,6 +111,7 @@ _EXPORTS: dict[str, str] = {
     "ConstraintExtractor": ".constraints",
     "Constraints": ".constraints",
     "ContractViolation": ".errors",
+    "ConversationState": ".sessions",
     "DeadlineExceeded": ".errors",
     "DetectorConfig": ".detectors",
     "Detectors": ".detectors",
@@ -130,6 +135,7 @@ _EXPORTS: dict[str, str] = {
     "MemoryCatalog": ".memory_catalog",
     "MemoryGoalStore": ".goals",
     "MemoryRoutingStats": ".routing_stats",
+    "MemorySessionStore": ".memory_session_store",
     "MemoryTaskStore": ".memory_task_store",
     "MonitorConfig": ".failure_monitor",
     "NotFound": ".errors",
@@ -140,7 +146,10 @@ _EXPORTS: dict[str, str] = {
     "Provenance": ".smf",
     "RedisCatalog": ".redis_catalog",
     "RedisRoutingStats": ".redis_routing_stats",
+    "RedisSessionStore": ".redis_session_store",
     "RedisTaskStore": ".redis_task_store",
+    "ReliabilityConfig": ".reliability",
+    "ReliabilityScorer": ".reliability",
     "Resolution": ".failures",
     "ResolutionKind": ".failures",
     "ResourceExhausted": ".errors",
@@ -153,6 +162,7 @@ _EXPORTS: dict[str, str] = {
     "SMFMessage": ".smf",
     "SMFMetadata": ".smf",
     "ServerConfig": ".config",
+    "SessionStore": ".sessions",
     "StepVerdict": ".goals",
     "TaskRecord": ".tasks",
     "TaskRequest": ".tasks",
@@ -166,6 +176,7 @@ _EXPORTS: dict[str, str] = {
     "VersionRange": ".versions",
     "Vocabulary": ".constraints",
     "WalAuditLog": ".audit",
+    "WeightedReliabilityScorer": ".reliability",
     "parse_step_sentence": ".goals",
     "verify_goal": ".goals",
 }
@@ -197,6 +208,7 @@ __all__ = [
     "ConstraintExtractor",
     "Constraints",
     "ContractViolation",
+    "ConversationState",
     "DeadlineExceeded",
     "DetectorConfig",
     "Detectors",
@@ -220,6 +232,7 @@ __all__ = [
     "MemoryCatalog",
     "MemoryGoalStore",
     "MemoryRoutingStats",
+    "MemorySessionStore",
     "MemoryTaskStore",
     "MonitorConfig",
     "NotFound",
@@ -230,7 +243,10 @@ __all__ = [
     "Provenance",
     "RedisCatalog",
     "RedisRoutingStats",
+    "RedisSessionStore",
     "RedisTaskStore",
+    "ReliabilityConfig",
+    "ReliabilityScorer",
     "Resolution",
     "ResolutionKind",
     "ResourceExhausted",
@@ -243,6 +259,7 @@ __all__ = [
     "SMFMessage",
     "SMFMetadata",
     "ServerConfig",
+    "SessionStore",
     "StepVerdict",
     "TaskRecord",
     "TaskRequest",
@@ -256,6 +273,7 @@ __all__ = [
     "VersionRange",
     "Vocabulary",
     "WalAuditLog",
+    "WeightedReliabilityScorer",
     "parse_step_sentence",
     "verify_goal",
 ]

@@ -32,6 +32,7 @@ from .errors import PermissionDenied
 
 __all__ = [
     "DEFAULT_ROLE",
+    "HumanRole",
     "Permission",
     "Principal",
     "Role",
@@ -48,6 +49,22 @@ class Role(StrEnum):
     CLIENT = "client"
     AGENT = "agent"
     ADMIN = "admin"
+
+
+class HumanRole(StrEnum):
+    """Roles of people (``humans.people`` in the definition; the operator console).
+
+    ``operator`` answers clarifications and handovers; ``approver`` decides approval gates;
+    ``compliance_officer`` receives POLICY_VIOLATION escalations (without the quarantined
+    content); ``quarantine_reviewer`` may also see what was quarantined; ``auditor`` reads
+    the audit pages only.
+    """
+
+    OPERATOR = "operator"
+    APPROVER = "approver"
+    COMPLIANCE_OFFICER = "compliance_officer"
+    QUARANTINE_REVIEWER = "quarantine_reviewer"
+    AUDITOR = "auditor"
 
 
 #: The role of a token file line that names none (``CLIENT_NAME SHA256_HEX``).

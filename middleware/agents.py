@@ -58,13 +58,23 @@ class AgentRequest(Model):
         return self.message.content
 
 
+#: Longest freshness TTL an agent may give (ten years, in seconds); infinity is no date.
+MAX_FRESHNESS_TTL = 10 * 365 * 86400.0
+
+
 class AgentReply(Model):
     """An output with the agent's own SMF metadata."""
 
     output: Any
     confidence_score: float = Field(default=1.0, ge=0, le=1)
     provenance: Provenance | None = None
-    freshness_ttl: float | None = Field(default=None, ge=0)
+    freshness_ttl: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FRESHNESS_TTL,
+        allow_inf_nan=False,
+        description="Seconds the output stays fresh (at most ten years: an expiry must be a date).",
+    )
     created_at: datetime | None = Field(
         default=None, description="When the content was produced (for freshness); None = now."
     )

@@ -13,6 +13,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from .background import BackgroundErrorHook, LoopErrors
+
 __all__ = ["BackendMonitor", "redis_check", "redis_monitor"]
 
 log = logging.getLogger("agency.health")
@@ -37,6 +39,8 @@ class BackendMonitor:
         checks: name -> async callable that raises when the backend is unusable.
         interval: seconds between rounds.
         on_change: called with the new verdict whenever it flips (and once at start).
+        on_error: called with ``"backend-monitor"`` when a round itself fails (not a check:
+            e.g. ``on_change`` raised); the loop goes on.
     """
 
     def __init__(
@@ -45,8 +49,10 @@ class BackendMonitor:
         *,
         interval: float = 1.0,
         on_change: Callable[[bool], Awaitable[None]] | None = None,
+        on_error: BackgroundErrorHook | None = None,
     ) -> None:
         self._checks = dict(checks)
+        self._errors = LoopErrors("backend-monitor", on_error=on_error, cap=interval, logger=log)
         self._interval = interval
         self._on_change = on_change
         self.healthy: bool | None = None
@@ -54,6 +60,10 @@ class BackendMonitor:
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Condition()
         self._cleanups: list[Callable[[], Awaitable[None]]] = []
+
+    def add_check(self, name: str, check: Check) -> None:
+        """Add a check (e.g. that the gateway's own agents are routable) to every round."""
+        self._checks[name] = check
 
     def on_stop(self, cleanup: Callable[[], Awaitable[None]]) -> None:
         """Await ``cleanup`` when the monitor stops (e.g. to close the client its checks use)."""
@@ -70,9 +80,10 @@ class BackendMonitor:
         healthy = not failing
         self.failing = failing
         if healthy != self.healthy:
-            self.healthy = healthy
+            was, self.healthy = self.healthy, healthy
             if healthy:
-                log.warning("backends healthy again")
+                if was is False:  # not at start: only after an outage
+                    log.warning("backends healthy again")
             else:
                 log.error("backend unavailable: %s", failing)
             if self._on_change is not None:
@@ -91,9 +102,16 @@ class BackendMonitor:
         self._task = asyncio.create_task(self._loop(), name="backend-monitor")
 
     async def _loop(self) -> None:
+        wait = self._interval
         while True:
-            await asyncio.sleep(self._interval)
-            await self.check_once()
+            await asyncio.sleep(wait)
+            try:
+                await self.check_once()
+            except Exception as exc:  # the monitor must outlive whatever fails in a round
+                wait = max(self._errors.failed(exc), self._interval)
+            else:
+                self._errors.succeeded()
+                wait = self._interval
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -112,13 +130,17 @@ def redis_monitor(
     *,
     interval: float = 1.0,
     timeout: float = 1.0,
+    on_error: BackgroundErrorHook | None = None,
 ) -> BackendMonitor:
     """A monitor of the Redis at ``url``, with its own client (closed when the monitor stops)."""
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     monitor = BackendMonitor(
-        {"redis": redis_check(client, timeout=timeout)}, interval=interval, on_change=on_change
+        {"redis": redis_check(client, timeout=timeout)},
+        interval=interval,
+        on_change=on_change,
+        on_error=on_error,
     )
     monitor.on_stop(client.aclose)
     return monitor

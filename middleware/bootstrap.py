@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .audit import AuditLog, WalAuditLog, WalOptions
+from .audit.open_tasks import close_open_tasks
 from .backends import open_backends
 from .definition import AgencyDefinition
 from .messaging.directory import Directory, MemoryDirectory
@@ -34,21 +35,30 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     Raises:
         InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
     """
-    options = WalOptions(on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None)
-    signer = definition.audit.signer()
-    audit: AuditLog = WalAuditLog(
-        definition.audit_directory, definition.agency.node_id, signer=signer, options=options
+    options = WalOptions(
+        on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None,
+        checkpoint_interval=definition.audit.checkpoint_interval.total_seconds(),
     )
+    signer = definition.audit.signer()
+    wal = WalAuditLog(definition.audit_directory, definition.agency.node_id, signer=signer, options=options)
+    if not wal.recovery.clean:  # a crash: tasks it cut off end in the log now, as interrupted
+        await close_open_tasks(wal, (r for _, r in wal.records()), node=wal.node)
+    audit: AuditLog = wal
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
     on_redis_error = metrics.redis_error if metrics is not None else None
     storage = definition.storage
     tasks = None
+    sessions = None
     if storage.backend == "redis":  # task state shared by replicas: resume on any of them
+        from .redis_session_store import RedisSessionStore
         from .redis_task_store import RedisTaskStore
 
         tasks = RedisTaskStore.from_url(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+        )
+        sessions = RedisSessionStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
         )
     # catalog and routing stats shared by replicas too (under key_prefix)
     catalog, stats = open_backends(
@@ -61,6 +71,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         tasks=tasks,
+        sessions=sessions,
         catalog=catalog,
         router=Router(catalog, stats=stats),
     )

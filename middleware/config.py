@@ -30,6 +30,9 @@ from .detectors import DetectorConfig
 from .errors import InvalidInput
 from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
+from .limits import TaskLimits
+from .reliability import ReliabilityConfig
+from .smf import DEFAULT_TIME_CRITICAL_DOMAINS
 
 __all__ = [
     "ENV_VARIABLES",
@@ -73,6 +76,30 @@ class AgencyConfig(Model):
         default_factory=DetectorConfig, description="Hedging words, policy rules, compared facts."
     )
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Failure-rate review flags.")
+    time_critical_domains: list[str] = Field(
+        default_factory=lambda: sorted(DEFAULT_TIME_CRITICAL_DOMAINS),
+        max_length=100,
+        description="Domains (contract tags, SMF metadata.domain) whose messages must carry a freshness_ttl.",
+    )
+    sla_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        le=86_400,
+        description="The SLA of a task's handling time for the KPIs (the seed: 3 s).",
+    )
+    session_ttl_seconds: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        le=400 * 24 * 3600,
+        description="How long a session's conversation state lives after its last change (seconds).",
+    )
+    reliability: ReliabilityConfig = Field(
+        default_factory=ReliabilityConfig,
+        description="How answers' reliability_score is computed: authority table and weights.",
+    )
+    limits: TaskLimits = Field(
+        default_factory=TaskLimits, description="Steps per task, bytes per agent answer and per outcome."
+    )
 
     @field_validator("failure_policies")
     @classmethod
@@ -321,6 +348,11 @@ class ServerConfig(Model):
         default=None,
         description="Token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line, ROLE client | agent | admin, "
         "default agent); set = bearer tokens required.",
+    )
+    reuse_port: bool = Field(
+        default=False,
+        description="Share the port with other processes (SO_REUSEPORT: the kernel splits the "
+        "connections between them). Off: a port another process holds is refused at start.",
     )
 
     @field_validator("address", "metrics_address")

@@ -101,6 +101,10 @@ class CapabilityContract(Model):
     human_review: bool = Field(
         default=False, description="Its results pass a human reviewer (satisfies 'needs human review')."
     )
+    time_critical: bool = Field(
+        default=False,
+        description="Its answers are time-critical data: each must carry a freshness_ttl (SMF).",
+    )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())

@@ -28,6 +28,13 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
         - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
         - {name: warranty_agent, public_key: <base64>, token_sha256: <hex>}
       flows: ["customer_service > warranty_agent"]
+    humans:                     # people, approval gates, the operator console (docs/console.md)
+      people:
+        - {name: alice, roles: [operator], token_sha256: <hex>}
+      approvals:
+        - {agent: refund_executor, path: $.amount, above: 100}
+      console: {address: 127.0.0.1:8080}
+    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.protocol_settings
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ from .messaging.limits import RateLimitSettings
 from .messaging.moderation import ModerationSettings
 from .messaging.post_office import PostOfficeConfig
 from .messaging.webhooks import WebhookSettings
+from .people.model import HumansSettings
+from .protocol_settings import ProtocolSettings
 
 __all__ = [
     "AgencyDefinition",
@@ -185,6 +194,21 @@ class AuditSettings(Model):
     retention: RetentionSettings | None = Field(
         default=None, description="Archive or delete old segments on a schedule (default: keep all)."
     )
+    checkpoint_interval: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="Sign and publish a checkpoint this long after the first record no checkpoint "
+        "covers was written (besides every 1,000 records and on close): the unsigned tail an "
+        "attacker could cut or alter unnoticed is at most this old (1s, 0.5s, 1m ...).",
+    )
+
+    _interval = field_validator("checkpoint_interval", mode="before")(_age)
+
+    @field_validator("checkpoint_interval")
+    @classmethod
+    def _positive_interval(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive")
+        return v
 
     @field_validator("checkpoint_key")
     @classmethod
@@ -393,6 +417,8 @@ class AgencyDefinition(Model):
     goals: list[GoalAssertion] = Field(default_factory=list)
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    humans: HumansSettings = Field(default_factory=HumansSettings)
+    protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
 
     @property
     def audit_directory(self) -> Path:

@@ -1,69 +1,126 @@
 """The reference scenario from the seed (section 4): a shattered phone screen.
 
-A user writes that the phone bought last week has a shattered screen and wants a
-replacement. GOAL_WARRANTY_001 is anchored with three verification steps; the
-warranty agent is chosen by contract; the replacement shipper times out, is retried
-and still times out; the backup express shipper succeeds; the reply agent composes
-the answer; the goal is verified COMPLETED. A second request ("predict next
-quarter's stock price") is refused before any agent runs, because the financial
-calculator's contract says it cannot predict stock prices.
+The cast of section 4.2, each with its contract and SLO:
+
+* L1 ``greeting_agent`` reads the user's sentence ("我上周买的手机屏幕碎了，要换新"),
+  extracts the intent and the context (``user_id``, ``device_model``, ``fault_type``,
+  ``purchase_date``) and anchors ``GOAL_WARRANTY_001`` itself (its contract may
+  ``anchor_goal``; see ``middleware.intake``). The client sends only what the user said.
+* L2 the orchestrator: the pipeline plays it (routing, state, failure handling,
+  verification); it is not an agent of its own.
+* L3 ``order_agent`` (can_do get_order_detail, cancel_order; cannot_do issue_refund),
+  ``logistics_agent``, ``warranty_agent``.
+* L4 ``refund_executor``, ``replacement_shipper``, ``express_shipper`` (SLA < 2 s).
+
+``GOAL_WARRANTY_001`` carries the seed's own three sentences: the first two are checked
+as soon as the warranty agent answers (a stage, the seed's "progressive verification",
+section 5.2 tip 3), the third on the reply. The happy path: the replacement shipper
+times out, is retried, still times out; the backup express shipper succeeds; the reply
+(in the user's language) gives the model, delivery estimate and fee; the goal passes.
+A claim for accidental damage, or for a phone bought 14 months ago, fails the goal at
+the eligibility stage and goes to a human with the failure explained and a suggested
+reply in the user's language. A request no contract allows ("predict next quarter's
+stock price") is refused before any agent runs.
 
 All agents are deterministic scripted Python agents; no LLM is needed.
 """
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from .agents import AgentReply, AgentRequest
+from .config import AgencyConfig
 from .contracts import CapabilityContract
-from .goals import GoalAssertion
+from .goals import GoalAssertion, GoalStage, IntentionScope
+from .intake import detect_language
 from .pipeline import Agency
+from .reliability import ReliabilityConfig
 from .smf import Provenance
 from .tasks import TaskRequest, TaskStep
 from .testing import Hang, ScriptedAgent
 
 __all__ = [
     "CONTRACTS",
+    "DEMO_RELIABILITY",
+    "SEED_VERIFICATION_STEPS",
     "WARRANTY_GOAL",
+    "WARRANTY_STEPS",
     "build_demo_agency",
     "demo_agent",
     "demo_agents",
+    "demo_config",
+    "drifting_request",
+    "failing_claim_request",
     "refused_request",
+    "tracking_request",
     "warranty_request",
+]
+
+#: The seed's own verification sentences (section 4.3), as written.
+SEED_VERIFICATION_STEPS = [
+    "检查用户是否在保修期内（购机≤12个月）",
+    "确认故障类型为屏幕碎裂且非人为损坏",
+    "输出更换机型、预计送达时间、是否收取费用",
 ]
 
 WARRANTY_GOAL = GoalAssertion(
     id="GOAL_WARRANTY_001",
-    description="Give the user a screen replacement that the warranty terms allow.",
-    verification_steps=[
-        {
-            "kind": "json_path",
-            "path": "$.warranty.in_warranty",
-            "equals": True,
-            "description": "purchase is within the warranty period (<= 12 months)",
-        },
-        {
-            "kind": "json_path",
-            "path": "$.warranty.fault_type",
-            "equals": "screen_shattered",
-            "description": "fault is a shattered screen and not excluded damage",
-        },
-        {
-            "kind": "regex",
-            "pattern": r"(?is)model: .+tracking number [A-Z]{3}\d{6}.+expected delivery .+fee: ",
-            "description": "reply gives model, tracking number, expected delivery and fee",
-        },
+    description="为用户提供符合保修条款的屏幕更换服务",
+    stages=[
+        GoalStage(
+            name="eligibility",
+            step="warranty",
+            description="the claim is covered: bought within 12 months, a shattered screen, not accidental",
+            verification_steps=SEED_VERIFICATION_STEPS[:2],
+        )
     ],
+    verification_steps=SEED_VERIFICATION_STEPS[2:],
     timeout_seconds=180,
     criticality="high",
+    intention_scope=IntentionScope(
+        actions=[
+            "extract_intent",
+            "get_order_detail",
+            "warranty_check",
+            "ship_replacement",
+            "track_shipment",
+            "compose_reply",
+        ],
+        forbidden_fields=["freight_quote", "freight_fee"],
+    ),
 )
 
-_ORDER = {
-    "type": "object",
-    "required": ["user_id", "device_model"],
-    "properties": {"user_id": {"type": "string"}, "device_model": {"type": "string"}},
-}
+#: The authority of the scenario's sources (the definition file's ``agency.reliability``).
+DEMO_RELIABILITY = ReliabilityConfig(
+    authority={
+        "warranty_db": 0.95,
+        "orders_db": 0.95,
+        "express_api": 0.85,
+        "greeting_agent": 0.8,
+        "freight_tariffs": 0.7,
+        "blog:*": 0.4,
+    },
+    default_authority=0.5,
+)
+
+
+def demo_config() -> AgencyConfig:
+    """The scenario's core configuration (its authority table)."""
+    return AgencyConfig(reliability=DEMO_RELIABILITY)
+
+
+#: The steps of a warranty request: the orchestrator's plan (the pipeline runs it).
+WARRANTY_STEPS = [
+    TaskStep(name="intake", action="extract_intent"),
+    TaskStep(name="order", action="get_order_detail"),
+    TaskStep(name="warranty", action="warranty_check"),
+    TaskStep(name="shipping", action="ship_replacement"),
+    TaskStep(name="reply", action="compose_reply"),
+]
+
 _SHIPMENT = {
     "type": "object",
     "required": ["tracking_number", "carrier", "estimated_delivery"],
@@ -73,44 +130,103 @@ _SHIPMENT = {
         "estimated_delivery": {"type": "string"},
     },
 }
+_CUSTOMER = {
+    "type": "object",
+    "required": ["user_id", "device_model"],
+    "properties": {"user_id": {"type": "string"}, "device_model": {"type": "string"}},
+}
 
 CONTRACTS = [
+    CapabilityContract(
+        name="greeting_agent",
+        version="1.0.0",
+        tags=["greeting", "customer_service"],
+        slo_latency_ms=500,
+        can_do=["extract_intent", "anchor_goal"],
+        cannot_do=["issue_refund", "cancel_order"],
+        description="L1: reads the user's sentence, anchors the goal, collects the context.",
+        input_schema={
+            "type": "object",
+            "required": ["user_id"],
+            "properties": {"user_id": {"type": "string"}},
+        },
+        output_schema={
+            "type": "object",
+            "required": ["intent", "context"],
+            "properties": {"intent": {"type": "string"}, "context": {"type": "object"}},
+        },
+    ),
+    CapabilityContract(
+        name="order_agent",
+        version="1.0.0",
+        tags=["order"],
+        slo_latency_ms=800,
+        can_do=["get_order_detail", "cancel_order"],
+        cannot_do=["issue_refund"],
+        description="L3: order details (purchase date, model) and cancellations.",
+        input_schema=_CUSTOMER,
+        output_schema={
+            "type": "object",
+            "required": ["order_id", "purchase_date"],
+            "properties": {"order_id": {"type": "string"}, "purchase_date": {"type": "string"}},
+        },
+    ),
+    CapabilityContract(
+        name="logistics_agent",
+        version="1.0.0",
+        tags=["logistics"],
+        slo_latency_ms=800,
+        can_do=["track_shipment", "quote_freight"],
+        cannot_do=["issue_refund"],
+        description="L3: shipment tracking and freight quotes.",
+    ),
     CapabilityContract(
         name="warranty_agent",
         version="2.1.0",
         tags=["warranty", "phone_repair"],
         slo_latency_ms=1200,
-        can_do=["warranty_claim", "warranty_check"],
+        can_do=["warranty_check", "warranty_claim"],
         cannot_do=["issue_refund"],
-        description="Checks warranty eligibility and the fault type.",
-        input_schema=_ORDER,
+        description="L3: checks warranty eligibility, the fault type and the damage cause.",
+        input_schema=_CUSTOMER,
         output_schema={
             "type": "object",
-            "required": ["in_warranty", "fault_type", "fee"],
+            "required": ["in_warranty", "fault_type", "fee", "purchase_date", "accidental"],
             "properties": {
                 "in_warranty": {"type": "boolean"},
                 "fault_type": {"type": "string"},
                 "fee": {"type": "number", "minimum": 0},
+                "purchase_date": {"type": "string"},
+                "accidental": {"type": "boolean"},
             },
         },
     ),
     CapabilityContract(
+        name="refund_executor",
+        version="1.0.0",
+        tags=["payment", "finance"],
+        slo_latency_ms=2000,
+        can_do=["issue_refund"],
+        description="L4: executes refunds (atomic; time-critical finance data).",
+        output_schema={"type": "object", "required": ["refund_id"]},
+    ),
+    CapabilityContract(
         name="replacement_shipper",
         version="1.0.0",
-        tags=["logistics"],
+        tags=["logistics", "shipping"],
         slo_latency_ms=150,
         can_do=["ship_replacement"],
-        description="Ships replacement devices (standard).",
+        description="L4: ships replacement devices (standard).",
         input_schema={"type": "object", "required": ["warranty"]},
         output_schema=_SHIPMENT,
     ),
     CapabilityContract(
         name="express_shipper",
         version="1.0.0",
-        tags=["logistics", "express"],
+        tags=["logistics", "shipping", "express"],
         slo_latency_ms=400,
         can_do=["ship_replacement"],
-        description="Backup express courier.",
+        description="L4: backup express courier.",
         input_schema={"type": "object", "required": ["warranty"]},
         output_schema=_SHIPMENT,
     ),
@@ -120,7 +236,7 @@ CONTRACTS = [
         tags=["customer_service"],
         slo_latency_ms=500,
         can_do=["compose_reply"],
-        description="Composes the reply to the user.",
+        description="Composes the reply to the user, in the user's language.",
         output_schema={"type": "object", "required": ["reply"], "properties": {"reply": {"type": "string"}}},
     ),
     CapabilityContract(
@@ -142,41 +258,169 @@ CONTRACTS = [
 ]
 
 
-def _warranty(request: AgentRequest) -> AgentReply:
+def _today() -> date:
+    return datetime.now(UTC).date()
+
+
+def _months_ago(months: int) -> date:
+    today = _today()
+    year, month = divmod(today.month - 1 - months, 12)
+    return today.replace(year=today.year + year, month=month + 1, day=min(today.day, 28))
+
+
+def _months_between(earlier: date, later: date) -> int:
+    return (later.year - earlier.year) * 12 + later.month - earlier.month - (later.day < earlier.day)
+
+
+#: Device fingerprints the shop knows (the L1 contract's input: user id and device fingerprint).
+_DEVICES = {"fp_7f3a": "PhoneX", "fp_19c2": "PhoneX"}
+#: The order system: the purchase of each demo user, relative to today.
+_ORDERS = {"u_789": ("ORD-20481", 0, 7), "u_456": ("ORD-17730", 14, 0)}  # (order id, months, days) ago
+
+
+def _greeting(request: AgentRequest) -> AgentReply:
+    """L1: intent and context from the sentence (rules; an LLM would do this in production)."""
+    text, data = request.text, request.input
+    language = detect_language(text)
+    purchase: date | None = None
+    if m := re.search(r"(\d+)\s*(?:个月前|months?\s+ago)", text, re.I):
+        purchase = _months_ago(int(m.group(1)))
+    elif re.search(r"上周|上星期|last\s+week", text, re.I):
+        purchase = _today() - timedelta(days=7)
+    elif re.search(r"昨天|yesterday", text, re.I):
+        purchase = _today() - timedelta(days=1)
+    shattered = re.search(r"屏幕碎|碎屏|屏幕.{0,4}裂|shatter|cracked\s+screen", text, re.I)
+    accidental = bool(re.search(r"摔|掉在|掉地|砸|进水|dropped|fell|water", text, re.I))
+    replace = re.search(r"换新|更换|换机|换一台|replace", text, re.I)
+    intent = "warranty_replacement" if replace and shattered else "general_inquiry"
+    context = {
+        "user_id": data.get("user_id", ""),
+        "device_model": _DEVICES.get(str(data.get("device", "")), "unknown"),
+        "fault_type": "screen_shattered" if shattered else "unknown",
+        "accidental": accidental,
+        "language": language,
+    }
+    if purchase is not None:
+        context["purchase_date"] = purchase.isoformat()
     return AgentReply(
         output={
-            "in_warranty": True,
-            "months_since_purchase": 0,
-            "fault_type": "screen_shattered",
-            "accidental": False,
-            "fee": 0,
-            "coverage_end": "2027-11-21",
+            "intent": intent,
+            "goal_id": "GOAL_WARRANTY_001" if intent == "warranty_replacement" else "",
+            "language": language,
+            "context": context,
+        },
+        confidence_score=0.95,
+        provenance=Provenance(source="greeting_agent", reliability_score=0.98),
+    )
+
+
+def _order(request: AgentRequest) -> AgentReply:
+    user = str(request.input["user_id"])
+    order_id, months, days = _ORDERS.get(user, ("ORD-00000", 0, 0))
+    bought = _months_ago(months) - timedelta(days=days)
+    return AgentReply(
+        output={
+            "order_id": order_id,
+            "user_id": user,
+            "device_model": request.input["device_model"],
+            "purchase_date": bought.isoformat(),
+        },
+        confidence_score=0.99,
+        provenance=Provenance(source="orders_db", reliability_score=0.99),
+    )
+
+
+def _warranty(request: AgentRequest) -> AgentReply:
+    data = request.input
+    # the order system's date when the order step ran, else what the user said
+    order = data.get("order") if isinstance(data.get("order"), dict) else {}
+    known = order.get("purchase_date") or data.get("purchase_date")
+    purchase = date.fromisoformat(known) if known else _today()
+    months = _months_between(purchase, _today())
+    accidental = bool(data.get("accidental", False))
+    covered = months <= 12 and not accidental and data.get("fault_type") == "screen_shattered"
+    return AgentReply(
+        output={
+            "in_warranty": months <= 12,
+            "eligible": covered,
+            "months_since_purchase": months,
+            "purchase_date": purchase.isoformat(),
+            "fault_type": data.get("fault_type", "unknown"),
+            "accidental": accidental,
+            "fee": 0 if covered else 599,
+            "coverage_end": (purchase + timedelta(days=365)).isoformat(),
+            "model": data["device_model"],
         },
         confidence_score=0.96,
         provenance=Provenance(source="warranty_db", reliability_score=0.98),
     )
 
 
-def _express(request: AgentRequest) -> dict[str, Any]:
-    return {"tracking_number": "EXP123456", "carrier": "express", "estimated_delivery": "2026-12-02"}
+def _express(request: AgentRequest) -> AgentReply:
+    zh = request.input.get("language") == "zh"
+    return AgentReply(
+        output={
+            "tracking_number": "EXP123456",
+            "carrier": "顺丰" if zh else "SF Express",
+            "estimated_delivery": (_today() + timedelta(days=2)).isoformat(),
+        },
+        freshness_ttl=3600,  # logistics is a time-critical domain: a TTL is required
+        provenance=Provenance(source="express_api", reliability_score=0.9),
+    )
+
+
+def _logistics(request: AgentRequest) -> AgentReply:
+    """Tracks the shipment the session already knows of; quotes freight when asked to (or
+    when it knows of none: the answer that drifts from a replacement goal)."""
+    shipping = request.input.get("shipping")
+    asks_freight = re.search(r"运费|邮费|freight|postage", request.text, re.I)
+    if isinstance(shipping, dict) and shipping.get("tracking_number") and not asks_freight:
+        return AgentReply(
+            output={
+                "tracking_number": shipping["tracking_number"],
+                "order_id": (request.input.get("order") or {}).get("order_id", ""),
+                "status": "in_transit",
+                "estimated_delivery": shipping.get("estimated_delivery", ""),
+            },
+            freshness_ttl=600,
+            provenance=Provenance(source="express_api", reliability_score=0.9),
+        )
+    return AgentReply(
+        output={"freight_quote": "standard parcel", "freight_fee": 12.0, "currency": "CNY"},
+        freshness_ttl=600,
+        provenance=Provenance(source="freight_tariffs", reliability_score=0.9),
+    )
+
+
+def _refund(request: AgentRequest) -> AgentReply:
+    return AgentReply(output={"refund_id": "RF-0001", "amount": 0}, freshness_ttl=60)
 
 
 def _reply(request: AgentRequest) -> dict[str, Any]:
     data = request.input
     ship, warranty = data["shipping"], data["warranty"]
-    fee = "free of charge" if warranty["fee"] == 0 else f"{warranty['fee']} CNY"
-    text = (
-        f"Hello, your screen replacement is approved. Replacement model: {data['device_model']}. "
-        f"It ships by {ship['carrier']} courier, tracking number {ship['tracking_number']}, "
-        f"expected delivery {ship['estimated_delivery']}. Fee: {fee}. Thank you for your patience!"
-    )
+    model, fee = data["device_model"], warranty["fee"]
+    when = date.fromisoformat(ship["estimated_delivery"])
+    if data.get("language") == "zh":
+        fee_text = "本次更换免费" if fee == 0 else f"本次更换收费{fee}元"
+        text = (
+            f"您好，您的{model}屏幕更换申请已受理。新机将通过{ship['carrier']}寄出，运单号"
+            f"{ship['tracking_number']}，预计{when.month}月{when.day}日送达。{fee_text}，感谢您的信任！"
+        )
+    else:
+        fee_text = "free of charge" if fee == 0 else f"{fee} CNY"
+        text = (
+            f"Hello, your screen replacement is approved. Replacement model: {model}. It ships by "
+            f"{ship['carrier']}, tracking number {ship['tracking_number']}, expected delivery "
+            f"{when.isoformat()}. Fee: {fee_text}. Thank you for your patience!"
+        )
     return {
         "reply": text,
-        "model": data["device_model"],
+        "language": data.get("language", "en"),
+        "model": model,
         "tracking_number": ship["tracking_number"],
         "estimated_delivery": ship["estimated_delivery"],
-        "fee": warranty["fee"],
-        "warranty": warranty,
+        "fee": fee,
     }
 
 
@@ -192,7 +436,11 @@ def demo_agent(name: str) -> ScriptedAgent:
 def demo_agents() -> dict[str, Any]:
     """Fresh scripted agents, keyed by contract key."""
     return {
+        "greeting_agent@1.0.0": ScriptedAgent(_greeting, name="greeting_agent"),
+        "order_agent@1.0.0": ScriptedAgent(_order, name="order_agent"),
+        "logistics_agent@1.0.0": ScriptedAgent(_logistics, name="logistics_agent"),
         "warranty_agent@2.1.0": ScriptedAgent(_warranty, name="warranty_agent"),
+        "refund_executor@1.0.0": ScriptedAgent(_refund, name="refund_executor"),
         "replacement_shipper@1.0.0": ScriptedAgent(Hang(), name="replacement_shipper"),
         "express_shipper@1.0.0": ScriptedAgent(_express, name="express_shipper"),
         "reply_agent@1.0.0": ScriptedAgent(_reply, name="reply_agent"),
@@ -202,7 +450,7 @@ def demo_agents() -> dict[str, Any]:
 
 async def build_demo_agency(agency: Agency | None = None) -> Agency:
     """Register the scenario's contracts, agents and goal on ``agency`` (or a new one)."""
-    agency = agency or Agency()
+    agency = agency or Agency(config=demo_config())
     agents = demo_agents()
     for contract in CONTRACTS:
         await agency.register(contract, agents[contract.key])
@@ -210,18 +458,54 @@ async def build_demo_agency(agency: Agency | None = None) -> Agency:
     return agency
 
 
-def warranty_request() -> TaskRequest:
+def warranty_request(session_id: str = "s_demo") -> TaskRequest:
+    """The seed's request: only what the user said and who they are (no goal, no context)."""
     return TaskRequest(
-        text="My phone bought last week has a shattered screen, I want a replacement.",
-        goal_id=WARRANTY_GOAL.id,
+        text="我上周买的手机屏幕碎了，要换新",
         user_id="u_789",
-        session_id="s_demo",
-        input={"user_id": "u_789", "device_model": "PhoneX", "purchase_date": "2026-11-21"},
-        steps=[
-            TaskStep(name="warranty"),  # action extracted from the text: warranty_claim
-            TaskStep(name="shipping", action="ship_replacement"),
-            TaskStep(name="reply", action="compose_reply"),
-        ],
+        session_id=session_id,
+        input={"user_id": "u_789", "device": "fp_7f3a"},
+        steps=list(WARRANTY_STEPS),
+    )
+
+
+def failing_claim_request(kind: str = "accidental", session_id: str = "") -> TaskRequest:
+    """A claim the warranty does not cover: ``accidental`` (the phone was dropped) or
+    ``expired`` (bought 14 months ago)."""
+    if kind == "accidental":
+        text, user, device = "我的手机摔了一下，屏幕碎了，要换新", "u_789", "fp_7f3a"
+    elif kind == "expired":
+        text, user, device = "我14个月前买的手机屏幕碎了，要换新", "u_456", "fp_19c2"
+    else:
+        raise ValueError(f"kind must be accidental or expired, not {kind!r}")
+    return TaskRequest(
+        text=text,
+        user_id=user,
+        session_id=session_id,
+        input={"user_id": user, "device": device},
+        steps=list(WARRANTY_STEPS),
+    )
+
+
+def tracking_request(session_id: str = "s_demo") -> TaskRequest:
+    """A later question of the same session: the order and the shipment are not asked again."""
+    return TaskRequest(
+        text="我的新手机到哪了？",
+        user_id="u_789",
+        session_id=session_id,
+        input={"user_id": "u_789"},
+        steps=[TaskStep(name="track", action="track_shipment")],
+    )
+
+
+def drifting_request() -> TaskRequest:
+    """A plan with a step the warranty goal is not about: the logistics agent's freight quote
+    is INTENT_DRIFT (the seed's section 4.4 example)."""
+    return TaskRequest(
+        text="我上周买的手机屏幕碎了，要换新，运费多少？",
+        user_id="u_789",
+        input={"user_id": "u_789", "device": "fp_7f3a"},
+        steps=[*WARRANTY_STEPS[:3], TaskStep(name="freight", action="quote_freight")],
     )
 
 

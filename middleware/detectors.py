@@ -249,7 +249,7 @@ class Detectors:
         if not result.message.is_stale(now):
             return None
         age = (now - result.message.created_at).total_seconds()
-        ttl = result.message.metadata.freshness_ttl
+        ttl = result.message.metadata.freshness_ttl or 0.0  # stale implies a TTL
         return Detection(
             type=FailureType.STALE_DATA,
             detail=f"result of {result.agent} is {age:.0f} s old, older than its freshness TTL of {ttl:g} s",
@@ -294,7 +294,7 @@ class Detectors:
 
     def _ambiguity(self, result: AgentResult, text: str) -> Detection | None:
         confidence = result.message.metadata.confidence_score
-        if self._hedges is None or confidence >= self.config.ambiguity_confidence:
+        if self._hedges is None or confidence is None or confidence >= self.config.ambiguity_confidence:
             return None
         m = self._hedges.search(text)
         if m is None:

@@ -19,13 +19,18 @@ from .agents import AgentRegistry, AgentReply, AgentRequest, call_agent
 from .audit.record import AuditEventType
 from .catalog import Catalog
 from .circuit_breaker import CircuitBreaker
+from .contracts import CapabilityContract
 from .detectors import AgentResult, Detectors, SourcedOutput
+from .drift import Answer, IntentJudge, RuleBasedIntentJudge, judge_all
 from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
 from .executor import StepCursor
 from .failures import FailureType
+from .intake import ANCHOR_ACTION, Intake
+from .limits import json_size
+from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
-from .smf import Provenance, SMFMessage, utcnow
+from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, utcnow
 from .tasks import TaskRecord, TaskStep
 
 __all__ = ["AttemptFailed", "Dispatcher", "brief", "decision_detail", "envelope"]
@@ -57,8 +62,18 @@ class Dispatcher:
         deadline_factor: float,
         audit: Audit,
         clock: Callable[[], datetime] = utcnow,
+        scorer: ReliabilityScorer | None = None,
+        time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
+        intent_judges: list[IntentJudge] | None = None,
+        max_output_bytes: int | None = None,
     ) -> None:
+        self._judges: list[IntentJudge] = (
+            list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
+        )
         self._clock = clock
+        self._scorer: ReliabilityScorer = scorer or WeightedReliabilityScorer()
+        self._time_critical_domains = frozenset(d.lower() for d in time_critical_domains)
+        self._max_output_bytes = max_output_bytes
         self._catalog = catalog
         self._agents = agents
         self._router = router
@@ -88,7 +103,7 @@ class Dispatcher:
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
-    ) -> tuple[Any, float, Provenance, datetime]:
+    ) -> tuple[Any, float | None, Provenance, datetime | None]:
         """One call of one agent; every way it can go wrong becomes a :class:`AttemptFailed`."""
         key = cursor.agent
         try:
@@ -98,7 +113,7 @@ class Dispatcher:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
         _check_inputs_fresh(run, step, self._clock())
-        payload = {**run.request.input, **run.outputs, **step.input, **extra}
+        payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
         try:
             contract.check_input(payload)
         except ContractViolation as exc:
@@ -159,9 +174,48 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            domain, critical = self._time_critical(run, contract.tags, contract.time_critical, key)
+            anchors = ANCHOR_ACTION in contract.can_do
+            try:
+                size = json_size(reply.output)
+            except ValueError as exc:  # NaN, Infinity, a lone surrogate: the log could not hold it
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered what JSON cannot hold: {exc}",
+                    direction="output",
+                ) from None
+            limit = self._max_output_bytes
+            if limit is not None and size > limit:
+                raise AttemptFailed(
+                    FailureType.SCHEMA_VIOLATION,
+                    f"{key} answered {size} bytes of JSON, more than limits.max_output_bytes ({limit})",
+                    direction="output",
+                    limit="max_output_bytes",
+                )
             try:
                 contract.check_output(reply.output)
-                result = envelope(run, "gateway", reply.output, sender=key, reply=reply)
+                if critical and reply.freshness_ttl is None:
+                    raise InvalidInput.single(
+                        "metadata.freshness_ttl",
+                        f"required: {critical} is time-critical",
+                        what=f"answer of {key}",
+                    )
+                intake = Intake.parse(reply.output, what=f"intake of {key}") if anchors else None
+                if intake is not None and intake.goal_id and reply.intention_trace is None:
+                    # the answer serves the goal it anchors
+                    reply = reply.model_copy(update={"intention_trace": [intake.goal_id]})
+                reliability = self._reliability(run, key, reply)
+                result = envelope(
+                    run,
+                    "gateway",
+                    reply.output,
+                    sender=key,
+                    reply=reply,
+                    provenance=Provenance(source=reliability.source, reliability_score=reliability.score),
+                    domain=domain,
+                )
+                if intake is not None:
+                    _take_intake(run, intake)
             except InvalidInput as exc:
                 raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
             success = True
@@ -186,16 +240,94 @@ class Dispatcher:
                 else None
             )
             raise AttemptFailed(found.type, found.detail, held, **found.context)
+        if run.goal is not None and run.goal.intention_scope is not None and self._judges:
+            await self._judge_intent(run, step, contract, key, reply, result)
         run.last_source = result.metadata.provenance
         await self._audit(
             run,
             AuditEventType.AGENT_RESULT,
             "success",
-            {"step": step.name, "duration_ms": round(elapsed, 3), "message": brief(result)},
+            {
+                "step": step.name,
+                "duration_ms": round(elapsed, 3),
+                "message": brief(result),
+                "reliability": reliability.model_dump(mode="json"),
+            },
             agent=key,
         )
         meta = result.metadata
         return reply.output, meta.confidence_score, meta.provenance, result.expires_at()
+
+    async def _judge_intent(
+        self,
+        run: TaskRecord,
+        step: TaskStep,
+        contract: CapabilityContract,
+        key: str,
+        reply: AgentReply,
+        result: SMFMessage,
+    ) -> None:
+        """INTENT_DRIFT when the answer is outside the goal's intention scope (``middleware.drift``)."""
+        assert run.goal is not None
+        routed = run.routing[-1].get("constraints", {}) if run.routing else {}
+        answer = Answer(
+            goal=run.goal,
+            step=step.name,
+            action=step.action or str(routed.get("action") or ""),
+            agent=key,
+            agent_tags=contract.tags,
+            agent_actions=contract.can_do,
+            output=reply.output,
+            text=step.text or run.request.text,
+        )
+        drift = await judge_all(self._judges, answer)
+        if drift is None:
+            return
+        held = {
+            "step": step.name,
+            "agent": key,
+            "output": reply.output,
+            "confidence": reply.confidence_score,
+            "provenance": result.metadata.provenance.model_dump(),
+        }
+        raise AttemptFailed(
+            FailureType.INTENT_DRIFT,
+            drift.reason,
+            held,
+            judge=drift.judge,
+            evidence=drift.evidence,
+            goal_id=run.goal.id,
+            intention_trace=result.metadata.intention_trace,
+        )
+
+    def _time_critical(
+        self, run: TaskRecord, tags: list[str], contract_critical: bool, key: str
+    ) -> tuple[str, str]:
+        """The answer's domain (a contract tag that is a time-critical domain) and, when the
+        answer must carry a freshness TTL, what made it time-critical ('' when nothing did)."""
+        domain = next((t for t in tags if t.lower() in self._time_critical_domains), "")
+        if contract_critical:
+            return domain, f"contract {key}"
+        if run.goal is not None and run.goal.time_critical:
+            return domain, f"goal {run.goal.id}"
+        return domain, f"the domain {domain!r}" if domain else ""
+
+    def _reliability(self, run: TaskRecord, key: str, reply: AgentReply) -> ReliabilityParts:
+        """The computed reliability of ``reply`` (the agent's own score kept as ``claimed``)."""
+        now = self._clock()
+        age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
+        ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
+        known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
+        if run.context:
+            known.append(Testimony(source="context", output=run.context))
+        return self._scorer.score(
+            reply.provenance.source if reply.provenance is not None else key,
+            output=reply.output,
+            age_seconds=age,
+            freshness_ttl=ttl,
+            known=known,
+            claimed=reply.provenance.reliability_score if reply.provenance is not None else None,
+        )
 
     async def _circuit(self, run: TaskRecord, agent: str, reached: bool) -> None:
         old = self._breaker.state(agent)
@@ -208,6 +340,15 @@ class Dispatcher:
                 {"from": old.value, "to": changed.value, "open_seconds": self._breaker.config.open_seconds},
                 agent=agent,
             )
+
+
+def _take_intake(run: TaskRecord, intake: Intake) -> None:
+    """An intake agent's answer: its context joins the task's; the goal it names is anchored
+    by the pipeline once the step is done."""
+    run.intent = intake.intent
+    run.language = intake.language or run.language
+    run.context.update(intake.context)
+    run.anchor_goal = intake.goal_id
 
 
 def _check_inputs_fresh(run: TaskRecord, step: TaskStep, now: datetime) -> None:
@@ -239,17 +380,21 @@ def envelope(
     *,
     sender: str = "gateway",
     reply: AgentReply | None = None,
+    provenance: Provenance | None = None,
+    domain: str = "",
 ) -> SMFMessage:
-    """The SMF message for one hop, validated (an invalid one raises InvalidInput)."""
-    provenance = run.last_source
-    confidence = run.request.confidence_score
-    ttl = run.request.freshness_ttl
-    trace = [run.goal.id] if run.goal else []
+    """The SMF message for one hop, validated (an invalid one raises InvalidInput).
+
+    A gateway message carries the latest source's provenance; an answer carries
+    ``provenance`` (its computed reliability). The intention trace is the anchored goal's
+    id, or the task's id for a task without a goal (the trace is never empty).
+    """
+    confidence: float | None = run.request.confidence_score
+    ttl: float | None = run.request.freshness_ttl
+    trace = [run.goal.id] if run.goal else [run.request.task_id]
     extra: dict[str, Any] = {}
     if reply is not None:
-        provenance = reply.provenance or Provenance(
-            source=sender, reliability_score=provenance.reliability_score
-        )
+        provenance = provenance or reply.provenance or Provenance(source=sender, reliability_score=0.5)
         confidence = reply.confidence_score
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else ttl
         trace = reply.intention_trace if reply.intention_trace is not None else trace
@@ -263,10 +408,11 @@ def envelope(
             "content": content,
             "trace_id": run.trace_id,
             "metadata": {
-                "provenance": provenance,  # a validated Provenance: taken as is, not dumped and re-read
+                "provenance": provenance or run.last_source,  # validated: taken as is
                 "freshness_ttl": ttl,
                 "confidence_score": confidence,
                 "intention_trace": trace,
+                "domain": domain,
             },
         },
         what="SMF message",

@@ -19,9 +19,14 @@ place (see ``middleware.grpc_api.status``) without parsing strings::
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
+    │   └── BackendUnavailable       BACKEND_UNAVAILABLE UNAVAILABLE (Redis failed during the call)
     ├── AgentFailure                 AGENT_FAILURE     INTERNAL (an agent states its own failure type)
     └── AuditError                   AUDIT_ERROR       INTERNAL
         └── AuditCorrupted           AUDIT_CORRUPTED   DATA_LOSS
+
+Messages and problems are bounded when an error is made (:func:`shorten`): a long value
+echoed into one (a megabyte task id, a huge field) is cut to a short prefix with its length,
+so an error always fits a gRPC status and an audit record.
 
 Failures of *agents* (a timeout, a schema violation in an output, an unmet goal) are
 not exceptions to the caller: they become typed failure events handled by the
@@ -30,6 +35,7 @@ failure machinery (``middleware.failures``) and end up in the task's outcome.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -40,6 +46,7 @@ __all__ = [
     "AlreadyExists",
     "AuditCorrupted",
     "AuditError",
+    "BackendUnavailable",
     "ConcurrentUpdate",
     "ContractViolation",
     "DeadlineExceeded",
@@ -52,7 +59,45 @@ __all__ = [
     "RoutingRefused",
     "Unauthenticated",
     "Unavailable",
+    "clip",
+    "shorten",
 ]
+
+#: Longest message an error keeps; longest field path and reason of one problem.
+MAX_MESSAGE_CHARS = 1024
+MAX_FIELD_CHARS = 128
+MAX_REASON_CHARS = 300
+#: An unbroken run of this many characters in a message is an echoed value: it is cut.
+LONG_RUN_CHARS = 160
+#: How much of a cut value is kept.
+PREFIX_CHARS = 32
+
+_LONG_RUN = re.compile(r"\S{" + str(LONG_RUN_CHARS) + ",}")
+
+
+def clip(value: object, limit: int = PREFIX_CHARS) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters of it plus its length when
+    longer (``'tttt…' (1048576 chars)``)."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} chars)"
+
+
+def _cut(match: re.Match[str]) -> str:
+    run = match.group(0)
+    return f"{run[:PREFIX_CHARS]}… ({len(run)} chars)"
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` with every long unbroken run (an echoed value) cut to a prefix and its length,
+    then cut to ``limit`` characters in all."""
+    if len(text) < LONG_RUN_CHARS:
+        return text
+    text = _LONG_RUN.sub(_cut, text)
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text)} chars in all)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -61,6 +106,10 @@ class Problem:
 
     field: str
     reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "field", shorten(self.field, MAX_FIELD_CHARS))
+        object.__setattr__(self, "reason", shorten(self.reason, MAX_REASON_CHARS))
 
     def __str__(self) -> str:
         return f"{self.field}: {self.reason}" if self.field else self.reason
@@ -86,10 +135,12 @@ class AgencyError(Exception):
         retryable: bool | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message or self.default_message)
+        super().__init__(shorten(message or self.default_message))
         if retryable is not None:
             self.retryable = retryable
-        self.details: dict[str, Any] = dict(details or {})
+        self.details: dict[str, Any] = {  # echoed values bounded as the message is
+            k: shorten(v, MAX_REASON_CHARS) if isinstance(v, str) else v for k, v in (details or {}).items()
+        }
 
     @property
     def message(self) -> str:
@@ -191,6 +242,13 @@ class Unavailable(AgencyError):
     default_message = "service unavailable"
     reason = "UNAVAILABLE"
     retryable = True
+
+
+class BackendUnavailable(Unavailable):
+    """A backend the gateway needs (Redis) failed during the operation; the cause is chained."""
+
+    default_message = "a backend the gateway needs is unavailable"
+    reason = "BACKEND_UNAVAILABLE"
 
 
 class AgentFailure(AgencyError):

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import Field
 
 from ._model import Model
+from .collaboration import plan_for
 from .errors import InvalidInput
 from .failures import FailureEvent, Resolution, ResolutionKind
 from .interventions import Blocking, Clarification, CompletedStep, HandoverPacket, suggested_reply
@@ -131,7 +132,7 @@ class ResolutionExecutor:
             cursor.backups_used += 1
             return Directive.SWITCH
         if kind in (ResolutionKind.ASK_CLARIFICATION, ResolutionKind.RETURN_CONFLICT):
-            question = _clarification(resolution, event)
+            question = _clarification(resolution, event, task)
             if question is not None:
                 cursor.pending = question
                 return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
@@ -160,9 +161,10 @@ class ResolutionExecutor:
         return Directive.STOP
 
 
-def _clarification(resolution: Resolution, event: FailureEvent) -> dict[str, Any] | None:
+def _clarification(resolution: Resolution, event: FailureEvent, task: TaskRecord) -> dict[str, Any] | None:
     """The structured question, or None when it would not be one (fewer than two options)."""
     conflict = resolution.kind is ResolutionKind.RETURN_CONFLICT
+    plan = plan_for(task, event) if conflict else None
     try:
         return Clarification.parse(
             {
@@ -172,6 +174,7 @@ def _clarification(resolution: Resolution, event: FailureEvent) -> dict[str, Any
                 "options": resolution.payload.get("options") or [],
                 "failure_type": event.type.value,
                 "conflict": resolution.payload.get("conflict") or {},
+                "plan": plan.model_dump(mode="json") if plan is not None else None,
             }
         ).model_dump(mode="json")
     except InvalidInput:
@@ -203,4 +206,5 @@ def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPack
         ),
         failure=event.model_dump(mode="json"),
         suggested_reply=suggested_reply(event.type.value, task.request.text),
+        plan=plan.model_dump(mode="json") if (plan := plan_for(task, event)) is not None else None,
     )

@@ -15,6 +15,7 @@ A task stops in ``input_required`` for one of three reasons, each a structured
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -59,6 +60,9 @@ class Clarification(Model):
     options: list[Option] = Field(min_length=2)
     failure_type: str = ""
     conflict: dict[str, Any] = Field(default_factory=dict, description="For conflicts: fact, values.")
+    plan: dict[str, Any] | None = Field(
+        default=None, description="The collaboration plan (middleware.collaboration), for conflicts."
+    )
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Clarification:
@@ -100,6 +104,9 @@ class HandoverPacket(Model):
     decisions: list[str] = Field(
         default_factory=lambda: ["retry", "use_agent", "provide_output", "approve", "abort", "cancel"],
         description="What ``HumanDecision.action`` may be.",
+    )
+    plan: dict[str, Any] | None = Field(
+        default=None, description="The collaboration plan (middleware.collaboration), for hard cases."
     )
 
 
@@ -151,8 +158,21 @@ _REPLIES = {
 }
 
 
+_REPLIES_ZH = {
+    "TOOL_TIMEOUT": "我们的一个系统响应较慢，同事已拿到您的完整申请，会继续为您办理。",
+    "TOOL_UNAVAILABLE": "我们的一个系统暂时不可用，同事已拿到您的完整申请，会继续为您办理。",
+    "GOAL_UNMET": "您的申请有部分内容未能自动完成，同事已核对目前的进展和原因，会为您完成后续处理。",
+    "GOAL_TIMEOUT": "您的申请处理时间比预期长，同事已拿到目前收集的全部资料，会接着为您处理。",
+    "POLICY_VIOLATION": "您的申请需要我们团队复核后才能答复，我们会尽快联系您。",
+}
+
+
 def suggested_reply(failure_type: str, text: str) -> str:
-    """A reply the human can send as is (adapted to what blocked the task)."""
+    """A reply the human can send as is (adapted to what blocked the task), in the user's
+    language: Chinese when the request is written in Chinese, else English."""
+    if re.search(r"[\u3400-\u4dbf\u4e00-\u9fff]", text):
+        base_zh = _REPLIES_ZH.get(failure_type, "您的申请需要同事复核，他们已掌握全部记录，会接着为您处理。")
+        return f"您好，关于您的申请“{text[:120]}”：{base_zh}"
     base = _REPLIES.get(
         failure_type,
         "Your request needs a colleague's review; they have the full history and will continue from here.",

@@ -1,7 +1,8 @@
-"""A small, fast JSON path subset: ``$``, ``.name``, ``['name']``, ``[index]``, ``[*]``, ``..``-free.
+"""A small, fast JSON path subset: ``$``, ``.name``, ``['name']``, ``[index]``, ``[*]``, ``..name``.
 
 Enough for verification steps (``$.warranty.eligible``, ``$.items[*].sku``,
-``$['order id']``) without a general JSONPath engine on the hot path.
+``$['order id']``, ``$..purchase_date`` for a field at any depth) without a general
+JSONPath engine on the hot path.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 __all__ = ["JsonPath", "JsonPathError"]
 
 _TOKEN = re.compile(
-    r"""\.(?P<name>[A-Za-z_\u00a0-\uffff][\w\u00a0-\uffff-]*)
+    r"""\.\.(?P<deep>[A-Za-z_\u00a0-\uffff][\w\u00a0-\uffff-]*)
+      |\.(?P<name>[A-Za-z_\u00a0-\uffff][\w\u00a0-\uffff-]*)
       |\[(?P<index>-?\d+)\]
       |\[(?P<star>\*)\]|\.(?P<dotstar>\*)
       |\[\s*(?P<q>['"])(?P<quoted>(?:\\.|(?!(?P=q)).)*)(?P=q)\s*\]""",
@@ -21,6 +23,25 @@ _TOKEN = re.compile(
 )
 
 _WILD = object()
+
+
+class _Deep:
+    """``..name``: every value under key ``name`` at any depth (document order)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def collect(self, value: Any, out: list[Any]) -> None:
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if key == self.name:
+                    out.append(child)
+                self.collect(child, out)
+        elif isinstance(value, list):
+            for child in value:
+                self.collect(child, out)
 
 
 class JsonPathError(ValueError):
@@ -36,7 +57,7 @@ class JsonPath:
         self.text = text
         self._parts = parts
         # Without wildcards a path reaches at most one value: walk it without lists.
-        self._single = all(part is not _WILD for part in parts)
+        self._single = all(part is not _WILD and not isinstance(part, _Deep) for part in parts)
 
     @property
     def is_single(self) -> bool:
@@ -66,7 +87,9 @@ class JsonPath:
         for part in self._parts:
             nxt: list[Any] = []
             for value in current:
-                if part is _WILD:
+                if isinstance(part, _Deep):
+                    part.collect(value, nxt)
+                elif part is _WILD:
                     if isinstance(value, dict):
                         nxt.extend(value.values())
                     elif isinstance(value, list):
@@ -87,12 +110,15 @@ def _compile(text: str) -> JsonPath:
     s = text.strip()
     if not s.startswith("$"):
         raise JsonPathError(f"JSON path {text!r} must start with '$'")
-    pos, parts = 1, []
+    pos = 1
+    parts: list[Any] = []
     while pos < len(s):
         m = _TOKEN.match(s, pos)
         if not m:
             raise JsonPathError(f"JSON path {text!r} is invalid at position {pos}: {s[pos : pos + 10]!r}")
-        if m.group("name") is not None:
+        if m.group("deep") is not None:
+            parts.append(_Deep(m.group("deep")))
+        elif m.group("name") is not None:
             parts.append(m.group("name"))
         elif m.group("index") is not None:
             parts.append(int(m.group("index")))

@@ -252,7 +252,8 @@ class MessagingClient:
         intention_trace: Sequence[str] = (),
         trace_id: str | None = None,
     ) -> SMFMessage:
-        """An SMF message from this agent, created now.
+        """An SMF message from this agent, created now (``intention_trace`` defaults to
+        ``["MESSAGING_<agent>"]``: pass the user's goal ids when the message serves one).
 
         Raises:
             InvalidInput: naming each bad field.
@@ -266,7 +267,8 @@ class MessagingClient:
                 "provenance": {"source": source or self.credentials.name, "reliability_score": reliability},
                 "freshness_ttl": freshness_ttl,
                 "confidence_score": confidence,
-                "intention_trace": list(intention_trace),
+                # the goal ids it serves (required): by default this agent's conversation
+                "intention_trace": list(intention_trace) or [f"MESSAGING_{self.credentials.name}"],
             },
         }
         if trace_id:

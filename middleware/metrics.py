@@ -24,8 +24,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .audit.log import AuditLog
 from .audit.record import AuditEventType, AuditRecord
+from .kpi import DEFAULT_SLA_SECONDS, KpiMetrics
 
-__all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics"]
+__all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics", "is_smf_failure", "refusal_reason"]
 
 log = logging.getLogger("agency.pipeline")
 
@@ -44,6 +45,7 @@ _OBSERVED = frozenset(
         AuditEventType.RESOLUTION,
         AuditEventType.VERIFICATION,
         AuditEventType.MESSAGE_REJECTED,
+        AuditEventType.CATALOG_CHANGE,
         AuditEventType.CONTRACT_REVIEW,
         AuditEventType.CIRCUIT_CHANGE,
         AuditEventType.AGENT_RESULT,
@@ -54,9 +56,13 @@ _OBSERVED = frozenset(
 class Metrics:
     """Every metric Agency Middleware exports, registered on one registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, sla_seconds: float = DEFAULT_SLA_SECONDS
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        #: The seed's section 4.4 measures (first-contact resolution, handling time ...).
+        self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
         self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
         self.routing = Counter(
             "agency_routing_decisions_total",
@@ -80,7 +86,16 @@ class Metrics:
             registry=r,
         )
         self.smf_errors = Counter(
-            "smf_validation_errors_total", "Messages refused because they failed SMF validation.", registry=r
+            "smf_validation_errors_total",
+            "SMF messages between agents refused because they failed SMF validation.",
+            registry=r,
+        )
+        self.requests_refused = Counter(
+            "agency_requests_refused_total",
+            "Client requests refused at the gateway, by reason (invalid_input, permission_denied, "
+            "unauthenticated ...).",
+            ["reason"],
+            registry=r,
         )
         self.dispatch_latency = Histogram(
             "agency_dispatch_duration_seconds",
@@ -131,10 +146,31 @@ class Metrics:
         self.webhook_failing = Gauge(
             "agency_webhook_failing", "1 while an agent's webhook keeps failing.", ["agent"], registry=r
         )
+        self.background_errors = Counter(
+            "agency_background_errors_total",
+            "Failed rounds of background loops (keep-alive, monitor, retention ...), by loop; "
+            "each loop backs off and goes on.",
+            ["loop"],
+            registry=r,
+        )
         self.contract_review = Gauge(
             "agency_contract_review_flagged",
             "1 when a contract is flagged for review.",
             ["agent", "type"],
+            registry=r,
+        )
+        # set by the human desk (middleware.people.desk), not from the audit stream
+        self.escalations_waiting = Gauge(
+            "agency_escalations_waiting",
+            "Escalations waiting for a person, by kind (as this gateway last saw them).",
+            ["kind"],
+            registry=r,
+        )
+        self.human_answer = Histogram(
+            "agency_human_answer_seconds",
+            "Time from an escalation to a person's decision, by kind.",
+            ["kind"],
+            buckets=(10, 60, 300, 900, 3600, 4 * 3600, 86400, float("inf")),
             registry=r,
         )
         # Children of the counters and histograms fed per audit record, looked up once per
@@ -154,7 +190,12 @@ class Metrics:
         """Count one audit append that took ``seconds`` until durable, and observe its record."""
         self.audit_append_latency.observe(seconds)
         self._child(self.audit_appends, record.event_type).inc()
+        self.kpis.observe(record)
         self.observe(record)
+
+    def background_error(self, loop: str) -> None:
+        """Count one failed round of a background loop (their ``on_error`` hook)."""
+        self.background_errors.labels(loop=loop).inc()
 
     def redis_error(self, operation: str) -> None:
         """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""
@@ -191,7 +232,12 @@ class Metrics:
         elif kind == AuditEventType.VERIFICATION:
             self._child(self.verifications, "passed" if record.outcome == "passed" else "failed").inc()
         elif kind == AuditEventType.MESSAGE_REJECTED:
-            self.smf_errors.inc()
+            if is_smf_failure(record):
+                self.smf_errors.inc()
+            else:
+                self._child(self.requests_refused, refusal_reason(record)).inc(_count(record))
+        elif kind == AuditEventType.CATALOG_CHANGE and record.outcome == "refused":
+            self._child(self.requests_refused, refusal_reason(record)).inc(_count(record))
         elif kind == AuditEventType.CONTRACT_REVIEW:
             flagged = 0 if record.outcome == "cleared" else 1
             self.contract_review.labels(
@@ -205,9 +251,44 @@ class Metrics:
             self._child(self.dispatch_latency, record.actors.agent or "-").observe(d["duration_ms"] / 1000)
 
 
+#: Rules of SMF validation failures (an SMF message between agents that does not validate).
+_SMF_RULES = frozenset({"INVALID_INPUT", "SCHEMA_VIOLATION"})
+#: ``reason`` label values of ``agency_requests_refused_total`` (anything else is ``other``).
+_REFUSAL_REASONS = {
+    "": "invalid_input",
+    "request_validation": "invalid_input",
+    "INVALID_INPUT": "invalid_input",
+    "SCHEMA_VIOLATION": "invalid_input",
+    "PERMISSION_DENIED": "permission_denied",
+    "UNAUTHENTICATED": "unauthenticated",
+    "RESOURCE_EXHAUSTED": "resource_exhausted",
+    "FAILED_PRECONDITION": "failed_precondition",
+    "NOT_FOUND": "not_found",
+    "communication_flows": "communication_flows",
+}
+
+
+def is_smf_failure(record: AuditRecord) -> bool:
+    """Whether a ``message.rejected`` record is an SMF message between agents that failed
+    validation (what ``smf_validation_errors_total`` counts), not a refused client request."""
+    return record.component != "gateway" and record.rule in _SMF_RULES
+
+
+def refusal_reason(record: AuditRecord) -> str:
+    """The ``reason`` label of a refused request's record."""
+    return _REFUSAL_REASONS.get(record.rule, "other")
+
+
+def _count(record: AuditRecord) -> int:
+    """Refusals one record stands for (aggregated refusals carry a ``count``)."""
+    count = record.detail.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
 class MeteredAuditLog:
-    """An :class:`AuditLog` that updates :class:`Metrics` (and logs rejections at ERROR)
-    for every record it appends to ``inner``."""
+    """An :class:`AuditLog` that updates :class:`Metrics` for every record it appends to
+    ``inner``, and logs SMF validation failures at ERROR, refused client requests at INFO
+    (invalid input) or WARNING (authentication, permission)."""
 
     def __init__(self, inner: AuditLog, metrics: Metrics) -> None:
         self.inner = inner
@@ -223,10 +304,21 @@ class MeteredAuditLog:
         index = await self.inner.append(record)
         self.metrics.appended(record, time.perf_counter() - started)
         self._track_task(record)
-        if record.event_type == AuditEventType.MESSAGE_REJECTED:
+        if record.event_type == AuditEventType.MESSAGE_REJECTED and is_smf_failure(record):
             log.error(
                 "SMF validation failed: %s",
-                "; ".join(record.detail.get("problems", [])) or "invalid message",
+                "; ".join(record.detail.get("problems", [])) or record.detail.get("why") or "invalid message",
+                extra={"trace_id": record.trace_id, "event": record.event_type},
+            )
+        elif record.event_type == AuditEventType.MESSAGE_REJECTED or (
+            record.event_type == AuditEventType.CATALOG_CHANGE and record.outcome == "refused"
+        ):
+            reason = refusal_reason(record)
+            log.log(
+                logging.INFO if reason == "invalid_input" else logging.WARNING,
+                "request refused (%s): %s",
+                reason,
+                "; ".join(record.detail.get("problems", [])) or record.detail.get("why") or "refused",
                 extra={"trace_id": record.trace_id, "event": record.event_type},
             )
         return index

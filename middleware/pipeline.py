@@ -17,12 +17,13 @@ when it is created, claimed and stopped. A task waiting for input continues with
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .access import Principal, authorize_task
+from .access import Principal, authorize_task, refusal_record
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import AuditEventType
@@ -32,16 +33,23 @@ from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .errors import InvalidInput
+from .drift import IntentJudge
+from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
+from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
+from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
+from .people.model import PersonRef
+from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
+from .session_memory import remember
+from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
 from .task_store import TaskStore
 from .tasks import (
@@ -57,12 +65,21 @@ from .tasks import (
 
 __all__ = ["Agency"]
 
+log = logging.getLogger("agency.pipeline")
+
 Sleeper = Callable[[float], Awaitable[None]]
+
+log = logging.getLogger("agency.pipeline")
 
 
 #: Records after which a task waits until everything it has logged is durable.
 _DURABLE_BARRIERS = frozenset(
-    {AuditEventType.TASK_SUBMITTED, AuditEventType.DISPATCH, AuditEventType.TASK_COMPLETED}
+    {
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.DISPATCH,
+        AuditEventType.TASK_COMPLETED,
+        AuditEventType.TASK_INTERRUPTED,
+    }
 )
 
 
@@ -73,6 +90,17 @@ def _results(done: list[asyncio.Future[int]]) -> list[int]:
         if not f.cancelled():
             f.exception()
     return [f.result() for f in done]
+
+
+#: Problems one rejection record lists (a request with thousands of bad fields is one record).
+MAX_AUDITED_PROBLEMS = 100
+
+
+def _listed(problems: Sequence[Problem]) -> list[str]:
+    listed = [str(p) for p in problems[:MAX_AUDITED_PROBLEMS]]
+    if len(problems) > MAX_AUDITED_PROBLEMS:
+        listed.append(f"... and {len(problems) - MAX_AUDITED_PROBLEMS} more problems")
+    return listed
 
 
 class Agency:
@@ -93,6 +121,12 @@ class Agency:
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
         monitor: Failure-rate monitor that flags contracts (default: from ``config.monitor``).
         alerts: Where quarantine alerts go (default: the ``agency.alerts`` log).
+        scorer: Computes answers' reliability (default: weighted, from ``config.reliability``).
+        sessions: Conversation state by session id (default: in memory, ``config.session_ttl_seconds``).
+        intent_judges: Judge answers against a goal's intention scope, in order (default: the
+            rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
+        approvals: Approval gates checked before each step's agent runs (default: none).
+        humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
     """
 
     def __init__(
@@ -112,6 +146,11 @@ class Agency:
         breaker: CircuitBreaker | None = None,
         monitor: FailureMonitor | None = None,
         alerts: AlertSink | None = None,
+        scorer: ReliabilityScorer | None = None,
+        sessions: SessionStore | None = None,
+        intent_judges: list[IntentJudge] | None = None,
+        approvals: ApprovalGates | None = None,
+        humans: TaskObserver | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -124,10 +163,15 @@ class Agency:
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.verifier = verifier if verifier is not None else Verifier()
         self.tasks: TaskStore = tasks or MemoryTaskStore()
+        self.sessions: SessionStore = sessions or MemorySessionStore(ttl_s=self.config.session_ttl_seconds)
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
         self.monitor = monitor or FailureMonitor(self.config.monitor)
+        self.approvals = approvals or ApprovalGates()
+        self.humans = humans
         self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
+        self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
             catalog=self.catalog,
             agents=self.agents,
@@ -137,6 +181,10 @@ class Agency:
             deadline_factor=self.config.deadline_factor,
             audit=self._audit,
             clock=clock,
+            scorer=scorer or WeightedReliabilityScorer(self.config.reliability),
+            time_critical_domains=frozenset(self.config.time_critical_domains),
+            intent_judges=intent_judges,
+            max_output_bytes=self.config.limits.max_output_bytes,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -198,8 +246,8 @@ class Agency:
         await self._record(
             AuditEventType.MESSAGE_REJECTED,
             outcome="rejected",
-            rule="smf_validation",
-            detail={"what": error.what, "problems": [str(p) for p in error.problems]},
+            rule="request_validation",  # a client's input, not an SMF message between agents
+            detail={"what": error.what, "problems": _listed(error.problems)},
         )
 
     # ------------------------------------------------------------------ routing
@@ -221,12 +269,19 @@ class Agency:
         """
         try:
             req = TaskRequest.parse(request, what="task request")
+            limit = self.config.limits.max_steps_per_task
+            if len(req.steps) > limit:  # refused before anything runs (limits.max_steps_per_task)
+                raise InvalidInput.single(
+                    "steps", f"{len(req.steps)} steps, more than limits.max_steps_per_task ({limit})"
+                )
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
         run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
         run.client = client
+        if req.session_id:  # a later task of a conversation starts with what the earlier ones found
+            await self._recall(run)
         if goal is not None:
             try:
                 StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
@@ -239,24 +294,57 @@ class Agency:
                 )
                 raise
         await self.tasks.create(run)  # AlreadyExists for a duplicate task id
-        await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", {"text": req.text})
-        message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
-        await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
-        if goal:
+        await self._tell_humans("task_started", run)
+        self._running[req.task_id] = run
+        try:
+            submitted: dict[str, Any] = {"text": req.text}
+            if run.context:  # what the session already knew: the agents are not asked for it again
+                submitted["session_context"] = sorted(run.context)
+            await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", submitted)
+            message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
+            await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
+            if goal:
+                await self._audit(
+                    run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                )
+            return await self._drive(run, self._run(run))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
+        """End a task's segment in the log with a ``task.interrupted`` record, if it began
+        (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
+        cut it short (a backend error, the call cancelled), every task that began in the log
+        ends in it."""
+        if self._running.pop(run.request.task_id, None) is not None:
+            await asyncio.shield(self._interrupted(run, _why(error)))
+
+    async def _interrupted(self, run: TaskRecord, why: str) -> None:
+        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
+        try:
             await self._audit(
-                run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
+                run,
+                AuditEventType.TASK_INTERRUPTED,
+                "interrupted",
+                {"reason": why, "state": run.state.value},
             )
-        return await self._drive(run, self._run(run))
+        except Exception as exc:
+            log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
         started = time.perf_counter()
+        begun = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None):
+            async with asyncio.timeout(run.goal.timeout_seconds if run.goal else None) as deadline:
+                # a goal an intake agent anchors later is timed from the segment's start too
+                self._deadlines[run.task_id] = (deadline, begun)
                 return await work
         except TimeoutError:
             return await self._goal_timeout(run)
         finally:
+            self._deadlines.pop(run.task_id, None)
             run.active_ms += (time.perf_counter() - started) * 1000
             await self._flush_audit(run)
 
@@ -273,7 +361,10 @@ class Agency:
             )
             if stopped is not None:
                 return stopped
-        return await self._verify(run)
+        verified = await self._verify(run)
+        if verified is None:  # the goal failed and its policy retries: redo the last step
+            return await self._run(run)
+        return verified
 
     async def _run_step(
         self, run: TaskRecord, step: TaskStep, *, agent: str = "", extra: dict[str, Any] | None = None
@@ -313,6 +404,15 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # an approval gate holds the step before its agent (the chosen one, or a backup) runs
+            if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
+                record.status = "pending"
+                await self._audit(
+                    run, AuditEventType.HUMAN_HANDOVER, "approval_required", gate, agent=cursor.agent
+                )
+                return await self._finish(
+                    run, TaskState.INPUT_REQUIRED, reason=str(gate["why"]), pending=gate
+                )
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
             try:
@@ -357,7 +457,46 @@ class Agency:
                 provenance=provenance,
                 fresh_until=fresh_until,
             )
+            if run.anchor_goal:
+                refused = await self._anchor(run, step.name, cursor.agent)
+                if refused is not None:
+                    return refused
             return await self._verify_stage(run, step.name, output)
+
+    async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
+        """Anchor the goal an intake agent named (see ``middleware.intake``)."""
+        goal_id, run.anchor_goal = run.anchor_goal, ""
+        if run.goal is not None:
+            return None  # the client anchored one already: it stays
+        try:
+            goal = self.get_goal(goal_id)
+            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
+        except AgencyError as exc:
+            event = run.failure_event(
+                FailureType.SCHEMA_VIOLATION, step, agent, 1, [], f"{agent} anchored {goal_id}: {exc}"
+            )
+            resolution = await self._resolve(run, event)
+            cursor = StepCursor(agent="", fallbacks=[])
+            await self._executor.apply(resolution, event, cursor, run)
+            return await self._stop(run, cursor)
+        run.goal = goal
+        timing = self._deadlines.get(run.task_id)
+        if timing is not None and timing[0].when() is None:
+            timing[0].reschedule(timing[1] + goal.timeout_seconds)
+        await self._audit(
+            run,
+            AuditEventType.GOAL_ANCHORED,
+            "anchored",
+            {
+                "goal": goal.model_dump(mode="json"),
+                "by": agent,
+                "intent": run.intent,
+                "language": run.language,
+                "context": run.context,
+            },
+            agent=agent,
+        )
+        return None
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
@@ -385,7 +524,7 @@ class Agency:
         staged.verdicts = run.stage_verdicts  # the same list: verdicts are persisted with the task
         return staged
 
-    async def _verify(self, run: TaskRecord) -> Outcome:
+    async def _verify(self, run: TaskRecord) -> Outcome | None:
         await self._transition(run, TaskState.VERIFYING)
         final = run.outputs[run.steps[-1].name] if run.steps else None
         if run.goal is None:
@@ -401,14 +540,26 @@ class Agency:
             return await self._finish(run, TaskState.COMPLETED, output=final, verdict=verdict)
         return await self._goal_unmet(run, verdict, run.steps[-1].name if run.steps else "", final)
 
-    async def _goal_unmet(self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any) -> Outcome:
-        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event."""
+    async def _goal_unmet(
+        self, run: TaskRecord, verdict: GoalVerdict, step: str, output: Any
+    ) -> Outcome | None:
+        """A failed (or manually pending) verification becomes a GOAL_UNMET failure event.
+
+        ``None`` when its resolution is a retry (``failure_policies.GOAL_UNMET.resolution:
+        retry``): the step whose output failed is run again (routed afresh).
+        """
         event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
-        cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run)
+        cursor = StepCursor(agent=event.agent, fallbacks=[])
+        directive = await self._executor.apply(resolution, event, cursor, run)
         names = [s.name for s in self._steps(run)]
         run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
+        if directive is Directive.RETRY and step in names:
+            record = run.step_record(step)
+            if record is not None:
+                record.status = "pending"
+            await self._transition(run, TaskState.ROUTING)
+            return None
         return await self._stop(run, cursor, output=output, verdict=verdict)
 
     async def _goal_timeout(self, run: TaskRecord) -> Outcome:
@@ -443,6 +594,7 @@ class Agency:
         answer: str | None = None,
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
+        person: PersonRef | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
 
@@ -451,9 +603,12 @@ class Agency:
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover: the human's :class:`HumanDecision`.
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
+            person: The person deciding (the operator console, which checked their roles);
+                an approval needs one of its gate's roles, and never the task's submitter.
 
         Raises:
-            PermissionDenied: another client's task.
+            PermissionDenied: another client's task; an approval by the submitter, by a
+                person without the gate's role, or by a client that is not an admin.
             NotFound: no such task.
             FailedPrecondition: the task is not waiting for input (e.g. another resume won).
             ConcurrentUpdate: another resume holds the task right now.
@@ -463,7 +618,15 @@ class Agency:
             raise InvalidInput.single("task_id", "required", what="resume")
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
-            authorize_task(caller, run.client, operation="AgencyService/Resume", task_id=task_id)
+            if person is None:
+                await self._authorize_task(caller, run, "AgencyService/Resume")
+            approval = run.state is TaskState.INPUT_REQUIRED and run.pending.get("kind") == "approval"
+            who: dict[str, str] = {"person": person.name, "role": person.role_names} if person else {}
+            if approval:
+                name, role = check_approver(run, person, caller)
+                who = {"person": name, "role": role} if name else who
+                if approval_expired(run.pending):
+                    return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
@@ -473,28 +636,106 @@ class Agency:
                     raise InvalidInput.single(
                         "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
                     )
-            await self._audit(
-                run, AuditEventType.TASK_RESUMED, plan.action, {"reason": plan.reason, **plan.audit}
-            )
-            if plan.action in ("fail", "cancel"):
-                state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
-                return await self._finish(run, state, reason=plan.reason)
-            # approving the final verification (a stop with the goal's own, stage-less verdict)
-            final_verdict_approved = (
-                plan.action == "approve" and run.verdict is not None and not run.verdict.stage
-            )
-            claim = apply_plan(run, plan, self._steps(run))
-            await self._transition(run, claim, save=True)  # saved with a version check: the claim
-        if final_verdict_approved:  # vouched for by a human: not verified again
-            final = run.outputs.get(self._steps(run)[-1].name)
-            return await self._finish(
-                run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
-            )
-        if plan.action == "accept":
-            return await self._drive(
-                run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
-            )
-        return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+            self._running[task_id] = run
+            try:
+                await self._audit(
+                    run,
+                    AuditEventType.TASK_RESUMED,
+                    plan.action,
+                    {"reason": plan.reason, **plan.audit, **who},
+                )
+                if approval and plan.action == "rerun":
+                    run.approvals[str(run.pending.get("step", ""))] = {
+                        **who,
+                        "gate": run.pending.get("gate", ""),
+                        "at": utcnow().isoformat(),
+                        "reason": plan.reason,
+                    }
+                if plan.action in ("fail", "cancel"):
+                    state = TaskState.FAILED if plan.action == "fail" else TaskState.CANCELED
+                    return await self._finish(run, state, reason=plan.reason)
+                # approving the final verification (a stop with the goal's own, stage-less verdict)
+                final_verdict_approved = (
+                    plan.action == "approve" and run.verdict is not None and not run.verdict.stage
+                )
+                claim = apply_plan(run, plan, self._steps(run))
+                await self._transition(run, claim, save=True)  # saved with a version check: the claim
+            except BaseException as exc:
+                await self._cut_short(run, exc)
+                raise
+        try:
+            if final_verdict_approved:  # vouched for by a human: not verified again
+                final = run.outputs.get(self._steps(run)[-1].name)
+                return await self._finish(
+                    run, TaskState.COMPLETED, output=final, verdict=run.verdict, reason=plan.reason
+                )
+            if plan.action == "accept":
+                return await self._drive(
+                    run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
+                )
+            return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def expire_approval(self, task_id: str) -> Outcome | None:
+        """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
+        resolved ``abort``); None when the task is not waiting on an expired approval."""
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            if not (
+                run.state is TaskState.INPUT_REQUIRED
+                and run.pending.get("kind") == "approval"
+                and approval_expired(run.pending)
+            ):
+                return None
+            return await self._approval_timeout(run)
+
+    async def _approval_timeout(self, run: TaskRecord) -> Outcome:
+        pending = run.pending
+        detail = f"approval ({pending.get('gate', '')}) not given within {pending.get('timeout_seconds')} s"
+        event = run.failure_event(
+            FailureType.TOOL_TIMEOUT,
+            str(pending.get("step", "")),
+            "human:approvers",
+            1,
+            [],
+            detail,
+            {
+                "approval_timeout": True,
+                "gate": pending.get("gate", ""),
+                "expires_at": pending.get("expires_at"),
+            },
+        )
+        run.failures.append(event)
+        await self._audit(
+            run,
+            AuditEventType.FAILURE,
+            event.type.value,
+            event.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        resolution = Resolution(kind=ResolutionKind.ABORT, reason=detail, failure_type=event.type)
+        run.resolutions.append(resolution)
+        await self._audit(
+            run,
+            AuditEventType.RESOLUTION,
+            "abort",
+            resolution.model_dump(mode="json"),
+            rule="approval_timeout",
+        )
+        outcome = await self._finish(run, TaskState.FAILED, reason=detail)
+        await self._flush_audit(run)
+        return outcome
+
+    async def _tell_humans(self, what: str, run: TaskRecord) -> None:
+        """Tell the human desk (if any); its trouble never changes the task's course."""
+        if self.humans is None:
+            return
+        try:
+            await getattr(self.humans, what)(run)
+        except Exception:  # logged here; the task goes on (its state is in the task store)
+            log.exception("human desk: %s failed for task %s", what, run.task_id)
 
     async def _accepted(self, run: TaskRecord, step: str, output: Any) -> Outcome:
         """After a resume supplied a step's output: verify its goal stage, then go on."""
@@ -511,10 +752,20 @@ class Agency:
         if not task_id:
             raise InvalidInput.single("task_id", "required")
         run = await self.tasks.get(task_id)
-        authorize_task(caller, run.client, operation="AgencyService/GetTask", task_id=task_id)
+        await self._authorize_task(caller, run, "AgencyService/GetTask")
         return run.outcome()
 
     # ------------------------------------------------------------------ helpers
+    async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
+        """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
+        try:
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+        except PermissionDenied as exc:
+            record = refusal_record(exc, node=self.config.node_id)
+            ids = {"task_id": run.task_id, "trace_id": run.trace_id}
+            await self.audit.append(record.model_copy(update=ids))
+            raise
+
     async def _resolve(self, run: TaskRecord, event: FailureEvent) -> Resolution:
         run.failures.append(event)
         await self._audit(
@@ -570,6 +821,7 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
+        state, reason = self._bound_outcome(run, state, reason)
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
@@ -579,11 +831,58 @@ class Agency:
             state.value,
             {"reason": reason, "goal_passed": verdict.passed if verdict else None},
         )
+        self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        if run.request.session_id:
+            try:
+                await remember(self.sessions, run)
+            except Exception:  # the outcome stands; only the conversation memory is behind
+                log.exception(
+                    "session %s: conversation state not updated after task %s",
+                    run.request.session_id,
+                    run.task_id,
+                )
+        await self._tell_humans("task_stopped", run)
         return run.outcome()
+
+    async def _recall(self, run: TaskRecord) -> None:
+        """Seed ``run`` with its session's context (PermissionDenied: another client's session)."""
+        state = await self.sessions.get(run.request.session_id)
+        if state is None:
+            return
+        try:
+            authorize_session(state, run.client)
+        except PermissionDenied as exc:
+            await self._record(
+                AuditEventType.MESSAGE_REJECTED,
+                outcome="rejected",
+                rule="session_owner",
+                task_id=run.task_id,
+                session=run.request.session_id,
+                detail={"reason": str(exc)},
+            )
+            raise
+        run.context = state.context()
+        run.intent, run.language = state.intent_id, state.language
+
+    def _bound_outcome(self, run: TaskRecord, state: TaskState, reason: str) -> tuple[TaskState, str]:
+        """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
+        ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
+        can receive, not a response too big to send)."""
+        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        limit = self.config.limits.max_outcome_bytes
+        if size <= limit:
+            return state, reason
+        run.output, run.pending = None, {}
+        for step in run.steps:
+            step.output = None
+        run.reason = (
+            f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); its outputs are left out"
+        )
+        return TaskState.FAILED, run.reason
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
@@ -712,6 +1011,27 @@ class Agency:
         )
 
     async def close(self) -> None:
-        await self.agents.aclose()
-        await self.audit.close()
-        await self.tasks.close()
+        """Close the agents, the audit log, the task store and the session store (the log
+        whatever else fails); tasks still running are first ended in the log as interrupted."""
+        try:
+            for run in list(self._running.values()):
+                if self._running.pop(run.request.task_id, None) is not None:
+                    await self._interrupted(run, "the gateway shut down before the task ended")
+            await self.agents.aclose()
+        finally:
+            try:
+                await self.audit.close()
+            finally:
+                try:
+                    await self.tasks.close()
+                finally:
+                    await self.sessions.close()
+
+
+def _why(error: BaseException) -> str:
+    """What cut a task short, for its ``task.interrupted`` record."""
+    if isinstance(error, asyncio.CancelledError):
+        return "the call was cancelled before the task ended"
+    if isinstance(error, AgencyError):
+        return f"{error.reason}: {error.message}"
+    return f"{type(error).__name__}: {error}"

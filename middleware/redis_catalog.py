@@ -25,18 +25,24 @@ before watching again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
+from .background import LoopErrors
 from .catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
 from .contracts import CapabilityContract, normalise_label
-from .errors import AlreadyExists, InvalidInput, NotFound
-from .redis_errors import RedisErrorHook, redis_operation
+from .errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
+from .redis_errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 from .smf import utcnow
+
+log = logging.getLogger("agency.catalog")
 
 __all__ = ["RedisCatalog"]
 
@@ -446,12 +452,19 @@ async def _scan_batches(redis: Redis, pattern: str) -> Any:
 
 
 class _RedisWatch:
-    """A pub/sub subscription; subscribed on ``__aenter__`` (or on the first read)."""
+    """A pub/sub subscription; subscribed on ``__aenter__`` (or on the first read).
+
+    It outlives Redis outages: a Redis error while waiting drops the subscription, is
+    counted (``catalog.watch``) and logged once per outage, and the watch subscribes again
+    with a backoff until Redis is back (events published meanwhile are not replayed; the
+    sweeps that follow report the entries that went stale).
+    """
 
     def __init__(self, catalog: RedisCatalog) -> None:
         self._catalog = catalog
         self._pubsub: Any = None
         self._closed = False
+        self._errors = LoopErrors("catalog-watch", logger=log, cap=1.0)
 
     async def _subscribe(self) -> None:
         if self._pubsub is None:
@@ -459,7 +472,11 @@ class _RedisWatch:
             await self._pubsub.subscribe(self._catalog.channel)
 
     async def __aenter__(self) -> _RedisWatch:
-        await self._subscribe()
+        try:
+            await self._subscribe()
+        except RedisError as exc:
+            count_redis_error(self.on_redis_error, "catalog.watch", exc)
+            raise backend_unavailable("catalog.watch", exc) from exc
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -472,20 +489,39 @@ class _RedisWatch:
     def on_redis_error(self) -> RedisErrorHook | None:
         return self._catalog.on_redis_error
 
-    @redis_operation("catalog.watch")
     async def __anext__(self) -> CatalogEvent:
-        await self._subscribe()
         while not self._closed:
-            message = await self._pubsub.get_message(
-                ignore_subscribe_messages=True, timeout=self._catalog.sweep_interval
-            )
-            if message is None:
-                await self._catalog.sweep()  # idle: let stale entries be heard about
+            try:
+                event = await self._next()
+            except (RedisError, BackendUnavailable) as exc:
+                count_redis_error(self.on_redis_error, "catalog.watch", exc)
+                await self._drop()
+                await asyncio.sleep(self._errors.failed(exc))
                 continue
-            if message.get("type") != "message":
-                continue
-            return CatalogEvent.model_validate_json(message["data"])
+            self._errors.succeeded()
+            if event is not None:
+                return event
         raise StopAsyncIteration
+
+    async def _next(self) -> CatalogEvent | None:
+        """The next event, or None after an idle round (a sweep)."""
+        await self._subscribe()
+        message = await self._pubsub.get_message(
+            ignore_subscribe_messages=True, timeout=self._catalog.sweep_interval
+        )
+        if message is None:
+            await self._catalog.sweep()  # idle: let stale entries be heard about
+            return None
+        if message.get("type") != "message":
+            return None
+        return CatalogEvent.model_validate_json(message["data"])
+
+    async def _drop(self) -> None:
+        """Forget a subscription whose connection failed (subscribed again on the next read)."""
+        if self._pubsub is not None:
+            pubsub, self._pubsub = self._pubsub, None
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
 
     async def aclose(self) -> None:
         self._closed = True

@@ -3,7 +3,9 @@
 Every Redis-backed component (task store, catalog, routing statistics, mailboxes) takes
 an optional ``on_redis_error`` hook, called with the name of the operation that failed
 (``"mailbox.receive"``, ``"task_store.save"`` ...) each time a Redis error escapes one
-of its operations; the error itself is re-raised unchanged. ``agency serve`` passes
+of its operations. The error then reaches the caller as
+:class:`~middleware.errors.BackendUnavailable` (``UNAVAILABLE`` with reason
+``BACKEND_UNAVAILABLE`` on the wire; the Redis error is its ``__cause__``). ``agency serve`` passes
 :meth:`middleware.metrics.Metrics.redis_error`, so the errors show up as
 ``agency_redis_errors_total{operation=...}``; without a hook nothing is counted.
 
@@ -19,7 +21,9 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
-__all__ = ["RedisErrorHook", "count_redis_error", "redis_operation"]
+from .errors import BackendUnavailable
+
+__all__ = ["RedisErrorHook", "backend_unavailable", "count_redis_error", "redis_operation"]
 
 #: Called with the failed operation's name, e.g. ``"mailbox.enqueue"``.
 RedisErrorHook = Callable[[str], None]
@@ -45,12 +49,18 @@ def count_redis_error(hook: RedisErrorHook | None, operation: str, error: BaseEx
     hook(operation)
 
 
+def backend_unavailable(operation: str, error: RedisError) -> BackendUnavailable:
+    """The error a caller sees for a Redis error in ``operation`` (chain it: ``from error``)."""
+    return BackendUnavailable(f"redis failed during {operation}: {type(error).__name__}: {error}")
+
+
 def redis_operation(
     operation: str,
 ) -> Callable[
     [Callable[Concatenate[S, P], Awaitable[R]]], Callable[Concatenate[S, P], Coroutine[Any, Any, R]]
 ]:
-    """Decorate an async method so Redis errors escaping it reach ``self.on_redis_error``."""
+    """Decorate an async method so Redis errors escaping it reach ``self.on_redis_error``
+    and its caller as :class:`BackendUnavailable`."""
 
     def decorate(
         method: Callable[Concatenate[S, P], Awaitable[R]],
@@ -61,7 +71,7 @@ def redis_operation(
                 return await method(self, *args, **kwargs)
             except RedisError as exc:
                 count_redis_error(self.on_redis_error, operation, exc)
-                raise
+                raise backend_unavailable(operation, exc) from exc
 
         return wrapper
 

@@ -19,7 +19,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .errors import AlreadyExists, ConcurrentUpdate, NotFound
-from .redis_errors import RedisErrorHook, count_redis_error, redis_operation
+from .redis_errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 from .tasks import TaskRecord
 
 __all__ = ["RedisTaskStore"]
@@ -138,7 +138,7 @@ class RedisTaskStore:
                 await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
         except RedisError as exc:
             count_redis_error(self.on_redis_error, "task_store.lock", exc)
-            raise
+            raise backend_unavailable("task_store.lock", exc) from exc
         try:
             yield
         finally:
@@ -146,7 +146,7 @@ class RedisTaskStore:
                 await self._release(keys=[key], args=[token])
             except RedisError as exc:
                 count_redis_error(self.on_redis_error, "task_store.unlock", exc)
-                raise
+                raise backend_unavailable("task_store.unlock", exc) from exc
 
     async def close(self) -> None:
         if self._owns_client:

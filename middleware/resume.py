@@ -61,6 +61,8 @@ def plan_resume(
         )
     kind = task.pending.get("kind", "")
     index = min(task.step_index, len(steps) - 1)
+    if kind == "approval":
+        return _approval(task, decision, index)
     if decision is not None:
         return _human(task, HumanDecision.parse(decision, what="human decision"), index, steps)
     if kind == "human_handover":
@@ -104,6 +106,31 @@ def plan_resume(
         agent=str(held.get("agent", "")),
         extra_input={"clarification": clarification},
         audit=audit,
+    )
+
+
+def _approval(task: TaskRecord, decision: HumanDecision | Mapping[str, Any] | None, index: int) -> ResumePlan:
+    """An approval gate: ``approve`` runs the held step on its agent; ``abort`` / ``cancel`` end it."""
+    if decision is None:
+        raise InvalidInput.single(
+            "decision", "this task waits for an approval: decide approve or abort", what="resume"
+        )
+    d = HumanDecision.parse(decision, what="human decision")
+    audit = {"decision": d.model_dump(mode="json"), "gate": task.pending.get("gate", "")}
+    who = d.by or "human"
+    note = f" ({d.note})" if d.note else ""
+    step = str(task.pending.get("step", ""))
+    if d.action == "approve":
+        agent = str(task.pending.get("agent", ""))
+        return ResumePlan(
+            "rerun", index, f"{step} on {agent} approved by {who}{note}", agent=agent, audit=audit
+        )
+    if d.action == "abort":
+        return ResumePlan("fail", index, f"approval of {step} rejected by {who}{note}", audit=audit)
+    if d.action == "cancel":
+        return ResumePlan("cancel", index, f"canceled by {who}{note}", audit=audit)
+    raise InvalidInput.single(
+        "decision.action", f"an approval is decided with approve or abort, not {d.action}", what="resume"
     )
 
 

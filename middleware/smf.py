@@ -6,6 +6,14 @@ decide how far to trust it: where it came from and how reliable that source is
 sender is (``confidence_score``), and which user goals it serves
 (``intention_trace``). Messages are validated at every boundary; a message that
 does not validate is refused with every problem named.
+
+The required set is the seed's "minimum viable set" (section 5.2, tip 2): every
+message carries ``provenance`` and a non-empty ``intention_trace``; ``confidence_score``
+is optional; ``freshness_ttl`` is optional except in a time-critical domain (finance,
+logistics by default: :data:`DEFAULT_TIME_CRITICAL_DOMAINS`), where a message without
+one is refused (:func:`freshness_problem`). A contract or a goal may also declare
+itself time-critical (``time_critical: true``); the pipeline then requires the TTL of
+every message in it. Every field that is present keeps its range check.
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ from pydantic import Field, field_validator, model_validator
 from ._model import Model
 
 __all__ = [
+    "DEFAULT_TIME_CRITICAL_DOMAINS",
     "MAX_INTENTION_DEPTH",
     "Provenance",
     "SMFMessage",
     "SMFMetadata",
+    "freshness_problem",
     "new_id",
     "new_trace_id",
     "utcnow",
@@ -30,6 +40,10 @@ __all__ = [
 
 #: An intention trace deeper than this is treated as drift (see INTENT_DRIFT).
 MAX_INTENTION_DEPTH = 5
+
+#: Domains whose messages must carry a ``freshness_ttl`` (seed section 5.2: "freshness_ttl is
+#: mandatory only in finance, logistics and other time-critical scenes").
+DEFAULT_TIME_CRITICAL_DOMAINS: frozenset[str] = frozenset({"finance", "logistics"})
 
 
 def utcnow() -> datetime:
@@ -58,16 +72,33 @@ class Provenance(Model):
 
 
 class SMFMetadata(Model):
-    """The semantic metadata every SMF message must carry."""
+    """The semantic metadata of an SMF message.
+
+    Required: ``provenance`` and ``intention_trace`` (at least one goal id). Optional:
+    ``confidence_score``, ``freshness_ttl`` (required in time-critical domains, see
+    :func:`freshness_problem`) and ``domain``.
+    """
 
     provenance: Provenance
-    freshness_ttl: float = Field(
-        ge=0, description="Seconds after ``created_at`` during which the content is fresh."
-    )
-    confidence_score: float = Field(ge=0.0, le=1.0, description="Sender's confidence, 0..1.")
     intention_trace: list[str] = Field(
-        default_factory=list,
-        description="Goal ids this message serves, from the user's root goal down.",
+        min_length=1,
+        max_length=64,
+        description="Goal ids this message serves, from the user's root goal down (at least one).",
+    )
+    freshness_ttl: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds after ``created_at`` during which the content is fresh; "
+        "none = no expiry (required in a time-critical domain).",
+    )
+    confidence_score: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="Sender's confidence, 0..1 (optional)."
+    )
+    domain: str = Field(
+        default="",
+        max_length=64,
+        description="The business domain of the content (e.g. finance, logistics); decides "
+        "whether a freshness TTL is required.",
     )
 
     @field_validator("intention_trace")
@@ -77,6 +108,29 @@ class SMFMetadata(Model):
             if not goal_id or not goal_id.strip():
                 raise ValueError(f"item {i} is an empty goal id")
         return v
+
+
+def freshness_problem(
+    metadata: SMFMetadata,
+    *,
+    time_critical_domains: frozenset[str] | set[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
+    time_critical: str = "",
+) -> str | None:
+    """Why the message's missing ``freshness_ttl`` is not allowed, or ``None``.
+
+    Args:
+        metadata: The message's metadata.
+        time_critical_domains: Domains whose messages need a TTL.
+        time_critical: Non-empty when the context itself is time-critical (a contract or a
+            goal declared so); says which, for the message.
+    """
+    if metadata.freshness_ttl is not None:
+        return None
+    if time_critical:
+        return f"required: {time_critical} is time-critical"
+    if metadata.domain and metadata.domain.lower() in time_critical_domains:
+        return f"required in the time-critical domain {metadata.domain!r}"
+    return None
 
 
 class SMFMessage(Model):
@@ -103,12 +157,15 @@ class SMFMessage(Model):
             raise ValueError("content: must not be null")
         return self
 
-    def expires_at(self) -> datetime:
-        return self.created_at + timedelta(seconds=self.metadata.freshness_ttl)
+    def expires_at(self) -> datetime | None:
+        """When the content stops being fresh (``None``: it carries no TTL)."""
+        ttl = self.metadata.freshness_ttl
+        return None if ttl is None else self.created_at + timedelta(seconds=ttl)
 
     def is_stale(self, now: datetime | None = None) -> bool:
-        """True when the content is older than its freshness TTL."""
-        return (now or utcnow()) > self.expires_at()
+        """True when the content is older than its freshness TTL (never without one)."""
+        expires = self.expires_at()
+        return expires is not None and (now or utcnow()) > expires
 
     def intention_drift(self) -> str | None:
         """Why the intention trace drifts (too deep, or a cycle), or ``None``."""

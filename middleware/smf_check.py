@@ -1,16 +1,19 @@
 """``agency smf validate``: check SMF messages offline, like the seed's ``smf-validate``.
 
 For each message: ``ok`` "Valid SMF message" when it validates as an SMF envelope,
-else one ``error`` per schema problem (``schema``); then
+else one ``error`` per schema problem (``schema``: e.g. a missing ``provenance`` or
+``intention_trace``, the minimum viable set; a field out of range); then
 
+* ``error`` ``ttl-required``: no ``freshness_ttl`` in a time-critical domain
+  (``metadata.domain`` among ``time_critical_domains``) or when the caller says the
+  message is time-critical (``time_critical``);
 * ``error`` ``goal-missing``: an expected goal id (``--expect-goal``) is not in
   ``intention_trace`` (the message no longer serves the user's goal);
 * ``error`` ``intent-drift``: the trace is too deep or has a cycle;
 * ``error`` ``stale``: ``created_at + freshness_ttl`` is past (``warning`` with
   ``allow_stale``, for archived messages);
 * ``warning`` ``short-ttl``: ``freshness_ttl`` below the recommended minimum for
-  real-time data (``min_ttl``, default 60 s; 0 disables);
-* ``warning`` ``no-intention``: an empty ``intention_trace`` (serves no anchored goal).
+  real-time data (``min_ttl``, default 60 s; 0 disables).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from .errors import InvalidInput
 from .findings import Finding
-from .smf import SMFMessage, utcnow
+from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, SMFMessage, freshness_problem, utcnow
 
 __all__ = ["DEFAULT_MIN_TTL", "check_smf_message", "messages_in"]
 
@@ -52,6 +55,8 @@ def check_smf_message(
     min_ttl: float = DEFAULT_MIN_TTL,
     now: datetime | None = None,
     allow_stale: bool = False,
+    time_critical_domains: frozenset[str] | set[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
+    time_critical: bool = False,
 ) -> list[Finding]:
     """Every finding for one SMF message (a mapping as read from a file).
 
@@ -63,6 +68,8 @@ def check_smf_message(
         min_ttl: Recommended minimum ``freshness_ttl`` in seconds (0 disables the check).
         now: The time to judge freshness at (default: now, UTC).
         allow_stale: Report a stale message as a warning instead of an error.
+        time_critical_domains: Domains whose messages must carry a ``freshness_ttl``.
+        time_critical: The message is time-critical whatever its domain.
     """
     message_id = data.get("message_id") if isinstance(data, dict) else None
     where = {"file": file, "item": message_id if isinstance(message_id, str) and message_id else item}
@@ -74,7 +81,22 @@ def check_smf_message(
         return findings
     findings = [Finding("ok", "ok", "Valid SMF message", **where)]
     meta = message.metadata
-    if min_ttl and meta.freshness_ttl < min_ttl:
+    missing_ttl = freshness_problem(
+        meta,
+        time_critical_domains=time_critical_domains,
+        time_critical="the message" if time_critical else "",
+    )
+    if missing_ttl:
+        findings = [
+            Finding(
+                "error",
+                "ttl-required",
+                f"freshness_ttl {missing_ttl}",
+                field="metadata.freshness_ttl",
+                **where,
+            )
+        ]
+    if min_ttl and meta.freshness_ttl is not None and meta.freshness_ttl < min_ttl:
         findings.append(
             Finding(
                 "warning",
@@ -85,13 +107,14 @@ def check_smf_message(
             )
         )
     at = now or utcnow()
-    if message.is_stale(at):
+    expires = message.expires_at()
+    if expires is not None and message.is_stale(at):
         findings.append(
             Finding(
                 "warning" if allow_stale else "error",
                 "stale",
                 f"stale: created {message.created_at.isoformat()} with freshness_ttl={meta.freshness_ttl:g}, "
-                f"expired {message.expires_at().isoformat()} (checked at {at.isoformat()})",
+                f"expired {expires.isoformat()} (checked at {at.isoformat()})",
                 field="created_at",
                 **where,
             )
@@ -128,14 +151,4 @@ def _trace_findings(
                     **where,
                 )
             )
-    if not trace and not expect_goals:
-        out.append(
-            Finding(
-                "warning",
-                "no-intention",
-                "intention_trace is empty: the message serves no anchored goal",
-                field="metadata.intention_trace",
-                **where,
-            )
-        )
     return out

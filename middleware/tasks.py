@@ -202,7 +202,10 @@ class Outcome(Model):
 
     @model_validator(mode="after")
     def _a2a(self) -> Outcome:
-        object.__setattr__(self, "a2a_state", A2A_STATE[self.state])
+        a2a = A2A_STATE[self.state]
+        if self.state is TaskState.INPUT_REQUIRED and self.pending.get("kind") == "approval":
+            a2a = "TASK_STATE_AUTH_REQUIRED"  # waits for a person's authorization, not for the user
+        object.__setattr__(self, "a2a_state", a2a)
         return self
 
 
@@ -245,12 +248,23 @@ class TaskRecord(Model):
     held: dict[str, Any] = Field(
         default_factory=dict, description="A held output (ambiguous, conflicting) a resume may accept."
     )
+    approvals: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Approvals granted, per step: who, role, when, why."
+    )
     output: Any = None
     verdict: GoalVerdict | None = None
     stage_verdicts: list[GoalVerdict] = Field(default_factory=list, description="Each goal stage verified.")
     reason: str = ""
     last_index: int = 0
     last_source: Provenance
+    intent: str = Field(default="", description="The user's intent, as an intake agent extracted it.")
+    language: str = Field(default="", description="The user's language (zh, en ...), for replies.")
+    context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Context extracted by an intake agent (or carried over from the session); every "
+        "agent's input holds it.",
+    )
+    anchor_goal: str = Field(default="", description="A goal an intake agent asked to anchor (transient).")
     active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
     rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
     transitions: list[Transition] = Field(default_factory=list)
@@ -320,7 +334,9 @@ class TaskRecord(Model):
             context["manual_pending"] = [s.step for s in verdict.manual_steps]
         record = self.step_record(step)
         agent = record.agent if record is not None else ""  # the agent whose output failed
-        return self.failure_event(FailureType.GOAL_UNMET, step, agent, 1, [], detail, context)
+        # the how-many-th time this step's output failed the goal (a retry policy counts these)
+        attempt = 1 + sum(1 for f in self.failures if f.type is FailureType.GOAL_UNMET and f.step == step)
+        return self.failure_event(FailureType.GOAL_UNMET, step, agent, attempt, [], detail, context)
 
     def complete_step(
         self,
@@ -353,6 +369,9 @@ class TaskRecord(Model):
             "user_id": self.request.user_id,
             "session_id": self.request.session_id,
             "input": self.request.input,
+            "intent": self.intent,
+            "language": self.language,
+            "context": self.context,
             "goal": self.goal.model_dump(mode="json") if self.goal else None,
             "state": self.state.value,
             "outputs": self.outputs,

@@ -19,6 +19,7 @@ from typing import Any
 
 from .audit.record import AuditEventType, AuditRecord
 from .errors import InvalidInput, NotFound, Problem
+from .ids import MIN_PREFIX, id_matches, normalise_id
 
 __all__ = ["Timeline", "TimelineEntry", "build_timelines", "find_trace", "render_html", "render_text"]
 
@@ -32,8 +33,10 @@ class TimelineEntry:
     Attributes:
         offset_ms: Time since the task was submitted.
         kind: ``submitted``, ``message``, ``goal``, ``route``, ``refused``, ``dispatch``,
+            ``agent-step`` (an LLM, tool or runnable call inside a wrapped LangChain agent),
             ``result``, ``failure``, ``resolution``, ``handover``, ``verification``, ``rejected``
-            (input refused at the boundary) or ``completed``.
+            (input refused at the boundary), ``completed`` or ``interrupted`` (the task was cut
+            short: a backend error, a cancelled call, a crash).
         status: ``ok``, ``fail`` or ``info`` (how to colour it).
         summary: One human sentence.
         details: Further lines (SMF metadata, inputs, verification steps ...).
@@ -67,16 +70,17 @@ class Timeline:
 
 
 def find_trace(records: Iterable[tuple[int, AuditRecord]], trace_id: str) -> list[AuditRecord]:
-    """The records of ``trace_id`` (a full id, or a unique prefix of at least 8 characters)."""
-    wanted = trace_id.strip().lower()
-    if len(wanted) < 8:
-        raise InvalidInput([Problem("trace_id", "give the trace id (at least its first 8 characters)")])
+    """The records of ``trace_id`` (a full id, or a unique prefix: see :mod:`middleware.ids`)."""
+    wanted = normalise_id(trace_id)
+    if not wanted:
+        raise InvalidInput([Problem("trace_id", "give the trace id (or its first 8+ characters)")])
     found: dict[str, list[AuditRecord]] = {}
     for _, record in records:
-        if record.trace_id and record.trace_id.lower().startswith(wanted):
+        if id_matches(record.trace_id, wanted):
             found.setdefault(record.trace_id, []).append(record)
     if not found:
-        raise NotFound(f"no audit record has trace id {trace_id!r}")
+        short = f" (a prefix needs at least {MIN_PREFIX} characters)" if len(wanted) < MIN_PREFIX else ""
+        raise NotFound(f"no audit record has trace id {trace_id!r}{short}")
     if len(found) > 1:
         raise InvalidInput(
             [Problem("trace_id", f"prefix {trace_id!r} matches {len(found)} traces: {sorted(found)[:5]}")]
@@ -98,7 +102,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
         task_id=task_id,
         trace_id=first.trace_id,
         user=first.actors.user,
-        goal_id=first.goal_id,
+        goal_id=next((r.goal_id for r in records if r.goal_id), ""),  # an intake agent anchors it later
         node=first.node,
         records=len(records),
     )
@@ -239,6 +243,11 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
                     ],
                 )
             )
+        elif r.event_type == E.AGENT_STEP:
+            add(_agent_step(at, r, step))
+        elif r.event_type == E.TASK_INTERRUPTED:
+            t.state, t.reason, t.duration_ms = "interrupted", str(d.get("reason", "")), at
+            add(TimelineEntry(at, "interrupted", "fail", "task interrupted" + _suffix(t.reason)))
         elif r.event_type == E.TASK_COMPLETED:
             t.state, t.reason, t.duration_ms = r.outcome, str(d.get("reason", "")), at
             ok = r.outcome == "completed"
@@ -255,6 +264,25 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
         elif r.event_type == E.FAILURE and step in t.steps:
             t.steps[step]["status"] = "failed"
     return t
+
+
+_STEP_DETAILS = ("model", "token_usage", "tool_calls", "input_preview", "output_preview", "error")
+
+
+def _agent_step(at: float, r: AuditRecord, step: str) -> TimelineEntry:
+    """An ``agent.step`` record (one LLM, tool or runnable call of a wrapped agent)."""
+    d = r.detail
+    kind, name = str(d.get("kind", "step")), str(d.get("name", ""))
+    where = f" (attempt {d['attempt']})" if isinstance(d.get("attempt"), int) and d["attempt"] > 1 else ""
+    return TimelineEntry(
+        at,
+        "agent-step",
+        "ok" if r.outcome == "success" else "fail",
+        f"{r.actors.agent or 'agent'}: {kind} {name} {r.outcome} in {_num(d.get('duration_ms'))} ms{where}",
+        step=step,
+        agent=r.actors.agent,
+        details=[f"{key}: {_short(d[key])}" for key in _STEP_DETAILS if d.get(key) not in (None, "", [], {})],
+    )
 
 
 def render_text(timeline: Timeline) -> str:
@@ -367,7 +395,7 @@ def _num(value: Any) -> str:
 
 def _short(value: Any, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def _suffix(reason: str) -> str:

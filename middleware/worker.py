@@ -40,6 +40,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, worker_pb2, worker_pb2_grpc
 from .agents import AgentCallable
+from .background import LoopErrors
 from .config import ClientTlsConfig, TlsConfig
 from .contracts import CapabilityContract
 from .errors import InvalidInput, PermissionDenied, Unauthenticated, Unavailable
@@ -126,6 +127,7 @@ class Worker:
         self.grace = grace
         self.registered: CapabilityContract | None = None
         self.heartbeats = 0
+        self._beat_errors = LoopErrors("worker heartbeat", logger=log, subject=f"heartbeat of {self.key}")
         self.on_heartbeat = on_heartbeat
         self.tracing = tracing
         self.gateway_tls = gateway_tls
@@ -172,6 +174,7 @@ class Worker:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),  # a port another process holds is refused, not shared
             ],
         )
         servicer = AgentWorkerServicer({self.key: (self.contract, self.agent)}, tracing=self.tracing)
@@ -326,6 +329,7 @@ class Worker:
                     catalog_pb2.HeartbeatRequest(key=self.key), timeout=self.heartbeat_interval
                 )
                 self.heartbeats += 1
+                self._beat_errors.succeeded()
                 if self.on_heartbeat is not None:
                     self.on_heartbeat(self.heartbeats)
             except grpc.aio.AioRpcError as exc:
@@ -333,11 +337,14 @@ class Worker:
                     log.warning("gateway %s lost %s; registering again", self.gateway, self.key)
                     try:
                         await self._register()
+                        self._beat_errors.succeeded()
                     except (Unavailable, InvalidInput, Unauthenticated, PermissionDenied) as err:
-                        # the next beat tries again
-                        log.warning("could not register %s again at %s: %s", self.key, self.gateway, err)
-                else:
-                    log.warning("heartbeat of %s to %s failed: %s", self.key, self.gateway, exc.code().name)
+                        # the next beat tries again (logged once until it works)
+                        self._beat_errors.failed(err)
+                else:  # the gateway down or refusing (its Redis down): logged once per outage
+                    self._beat_errors.failed(
+                        Unavailable(f"gateway {self.gateway}: {exc.code().name}: {exc.details() or ''}")
+                    )
 
     async def _shutdown(self) -> None:
         if self._health is not None:

@@ -66,3 +66,25 @@ async def grpc_gateway(demo_agency):
     yield demo_agency, channel, server
     await channel.close()
     await server.stop(0)
+
+
+_REDIS_HINTS = ("redis://", "import redis", "redis.asyncio", "redis_client", "redis_prefix")
+_module_uses_redis: dict[str, bool] = {}
+
+
+def uses_redis(item: pytest.Item) -> bool:
+    """Whether a test talks to a Redis server: a Redis fixture, or a module that connects to one."""
+    if any("redis" in name for name in getattr(item, "fixturenames", ())):
+        return True
+    path = str(item.path)
+    if path not in _module_uses_redis:
+        text = item.path.read_text(encoding="utf-8") if item.path.suffix == ".py" else ""
+        _module_uses_redis[path] = any(hint in text for hint in _REDIS_HINTS)
+    return _module_uses_redis[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply the `redis` marker, so `pytest -m redis` / `-m "not redis"` select by it."""
+    for item in items:
+        if uses_redis(item):
+            item.add_marker(pytest.mark.redis)

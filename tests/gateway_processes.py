@@ -152,15 +152,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_redis(port: int) -> subprocess.Popen[bytes]:
-    """A private ``redis-server`` on ``port`` (for outage tests), once it accepts connections."""
+def start_redis(port: int, *, persist_in: Path | None = None) -> subprocess.Popen[bytes]:
+    """A private ``redis-server`` on ``port`` (for outage tests), once it accepts connections.
+
+    Args:
+        persist_in: Keep the data in this directory (append-only file, fsync always), so a
+            server started again on it has the keys back; None = no persistence.
+    """
     exe = shutil.which("redis-server")
     if exe is None:
         raise AssertionError("redis-server is required for this test")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
+    args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    if persist_in is None:
+        args += ["--appendonly", "no"]
+    else:
+        persist_in.mkdir(parents=True, exist_ok=True)
+        args += ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(persist_in)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with socket.socket() as s:

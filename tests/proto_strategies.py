@@ -5,6 +5,7 @@ Shared by the fuzz tests of the gateway's RPCs and of the remote worker's.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
@@ -30,9 +31,12 @@ CLIENT_ERRORS = {
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+#: A long value (echoed whole into a status it would overflow gRPC's metadata limits).
+HUGE_TEXT = "t" * 2**17
+
 _SCALARS: dict[int, st.SearchStrategy[Any]] = {
     FieldDescriptor.TYPE_STRING: st.text(max_size=30)
-    | st.sampled_from(["", "warranty_agent", "GOAL_WARRANTY_001", "fuzzer", "{}", "[", "a" * 300]),
+    | st.sampled_from(["", "warranty_agent", "GOAL_WARRANTY_001", "fuzzer", "{}", "[", "a" * 300, HUGE_TEXT]),
     FieldDescriptor.TYPE_BYTES: st.binary(max_size=40),
     FieldDescriptor.TYPE_BOOL: st.booleans(),
     FieldDescriptor.TYPE_DOUBLE: st.floats(allow_nan=True, allow_infinity=True),
@@ -52,6 +56,39 @@ for t in (FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64):
     _SCALARS[t] = _UINT64
 
 
+#: What JSON has not, or what a parser lets through (lone surrogates, NaN, overflow, depth).
+HOSTILE_JSON = [
+    '{"a": "\\ud800"}',
+    '{"\\udfff": 1}',
+    '["x\\udc00y"]',
+    '{"a": NaN}',
+    '{"a": [Infinity, -Infinity]}',
+    '{"a": 1e999}',
+    "[" * 100 + "]" * 100,
+    '{"a": "' + HUGE_TEXT + '"}',
+    '{"user_id": "u", "n": 1e308}',
+]
+#: The first this many of :data:`HOSTILE_JSON` are not JSON (or nested too deep): refused.
+REFUSED_JSON = 7
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    # surrogates included: json.dumps escapes them (\ud800), as a careless client would send them
+    | st.text(st.characters(min_codepoint=0xD000, max_codepoint=0xE100) | st.characters(), max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+#: Text for ``*_json`` fields: JSON objects with hostile values, and hostile samples.
+JSON_TEXT = st.dictionaries(st.text(max_size=5), _JSON_VALUES, max_size=4).map(
+    lambda v: json.dumps(v, ensure_ascii=True, allow_nan=True)
+) | st.sampled_from(HOSTILE_JSON)
+
+
 def _field(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         if field.message_type.GetOptions().map_entry:
@@ -60,6 +97,8 @@ def _field(field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
         one = messages_of(field.message_type, depth + 1)
     elif field.type == FieldDescriptor.TYPE_ENUM:
         one = st.sampled_from([v.number for v in field.enum_type.values] + [99])
+    elif field.type == FieldDescriptor.TYPE_STRING and field.name.endswith("_json"):
+        one = JSON_TEXT
     else:
         one = _SCALARS[field.type]
     return st.lists(one, max_size=3) if field.is_repeated else one

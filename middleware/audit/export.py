@@ -27,6 +27,7 @@ import crc32c as _crc32c
 import orjson
 
 from ..errors import AuditCorrupted, InvalidInput
+from ..ids import id_matches
 from .checkpoint import Verifier
 from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
@@ -44,6 +45,7 @@ class ExportFormat(StrEnum):
     CSV = "csv"
     CEF = "cef"
     OCSF = "ocsf"
+    FLAT = "jsonl-flat"
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ class ExportFilter:
     Attributes:
         since: Records at or after this time (UTC).
         until: Records before this time (UTC).
-        trace_id: Only this trace.
+        trace_id: Only this trace: the full id or a prefix of at least 8 characters
+            (case-insensitive, see :mod:`middleware.ids`); ``traces_seen`` tells which matched.
         goal_id: Only this goal.
         agent: Only steps involving this agent.
         event_types: Only these event types.
@@ -65,6 +68,8 @@ class ExportFilter:
     goal_id: str = ""
     agent: str = ""
     event_types: frozenset[str] = frozenset()
+    #: The trace ids ``trace_id`` (a full id or a prefix) matched so far.
+    traces_seen: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("since", "until"):
@@ -86,8 +91,11 @@ class ExportFilter:
         """Whether a record (its JSON object) passes the filter."""
         if self.event_types and rec.get("event_type") not in self.event_types:
             return False
-        if self.trace_id and rec.get("trace_id") != self.trace_id:
-            return False
+        if self.trace_id:
+            trace = str(rec.get("trace_id") or "")
+            if not id_matches(trace, self.trace_id):
+                return False
+            self.traces_seen.add(trace)
         if self.goal_id and rec.get("goal_id") != self.goal_id:
             return False
         if self.agent and (rec.get("actors") or {}).get("agent") != self.agent:
@@ -141,7 +149,9 @@ class ExportSummary:
 Paths = str | Path | Sequence[str | Path]
 
 
-def _verified_nodes(path: Paths, key: str | None) -> list[NodeVerdict]:
+def _verified_nodes(
+    path: Paths, key: str | None, verify_progress: Callable[[str], Callable[[int, int], None]] | None = None
+) -> list[NodeVerdict]:
     verifier = Verifier(key) if key else None
     paths = [path] if isinstance(path, str | Path) else list(path)
     dirs: list[Path] = []
@@ -157,7 +167,9 @@ def _verified_nodes(path: Paths, key: str | None) -> list[NodeVerdict]:
                 "path", f"node {d.name} is both {seen[d.name]} and {d}", what="audit export"
             )
         seen[d.name] = d
-    verdicts = [scan_node(d, verifier) for d in dirs]
+    verdicts = [
+        scan_node(d, verifier, progress=verify_progress(d.name) if verify_progress else None) for d in dirs
+    ]
     for v in verdicts:
         if not v.ok:
             raise AuditCorrupted(f"refusing to export log {v.node}: {v.error}", where=v.where)
@@ -252,7 +264,11 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
 
 
 def iter_records(
-    path: Paths, flt: ExportFilter | None = None, *, key: str | None = None
+    path: Paths,
+    flt: ExportFilter | None = None,
+    *,
+    key: str | None = None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
     """Verify every node log under ``path`` and stream their matching records merged in time order.
 
@@ -260,7 +276,7 @@ def iter_records(
         AuditCorrupted: a log fails verification (nothing is exported from a bad log).
     """
     flt = flt or ExportFilter()
-    verdicts = _verified_nodes(path, key)
+    verdicts = _verified_nodes(path, key, verify_progress)
     streams = [_node_records(v, flt) for v in verdicts]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: r.time_ns)
     return verdicts, merged
@@ -274,6 +290,7 @@ def export(
     *,
     key: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> ExportSummary:
     """Verify the log(s) under ``path`` and write the matching records to ``out``.
 
@@ -281,10 +298,13 @@ def export(
         path: A node log directory or a directory of node logs, or several of them (one
             per gateway's volume, say): their logs are merged in time order.
         out: A binary stream.
-        fmt: jsonl (a re-verifiable bundle), csv, cef or ocsf (one JSON event per line).
+        fmt: jsonl (a re-verifiable bundle), jsonl-flat (one record object per line), csv,
+            cef (lines of at most ``CEF_MAX_BYTES``) or ocsf (one JSON event per line).
         flt: Which records (default: all).
         key: A pinned verifier key; default: the key stored with each log.
         progress: Called as ``progress(done, total)`` now and then.
+        verify_progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for
+            the verification of its log that comes first.
 
     Raises:
         InvalidInput: unknown format or bad path.
@@ -297,7 +317,7 @@ def export(
             "format", f"must be one of {[f.value for f in ExportFormat]}", what="export"
         ) from None
     flt = flt or ExportFilter()
-    verdicts, records = iter_records(path, flt, key=key)
+    verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
     total = sum(v.events for v in verdicts)
     summary = ExportSummary(nodes=verdicts)
     writer = _WRITERS[fmt]
@@ -357,7 +377,10 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
             []
             if complete  # a complete bundle rebuilds the tree: no proofs needed
             else [
+                # none from an empty log's checkpoint: nothing to prove (RFC 9162 §2.1.4)
                 [base64.b64encode(h).decode() for h in tree.consistency_proof(a.size, b.size)]
+                if a.size
+                else []
                 for a, b in itertools.pairwise(cps)
             ]
         )
@@ -463,41 +486,118 @@ def cef_ext(value: Any) -> str:
     )
 
 
-def cef_line(rec: ExportedRecord) -> str:
-    """One CEF:0 line for a record."""
+#: A CEF line (UTF-8, without its newline) is at most this long by default: what UDP syslog
+#: (RFC 3164) carries. Longer values are cut (see ``cef_line``); the JSON Lines export keeps
+#: every record whole.
+CEF_MAX_BYTES = 1024
+#: What a cut value ends with.
+CEF_CUT = "\u2026[truncated]"
+#: The extension values that may be cut, the longest-growing first.
+_CEF_CUTTABLE = ("msg", "cs4", "cs3", "cs1", "cs6", "cs5", "cs2", "suser", "deviceFacility", "externalId")
+
+
+def cef_extensions(rec: ExportedRecord) -> dict[str, Any]:
+    """The CEF extension of a record, before escaping; absent values are left out.
+
+    Keys from the ArcSight CEF dictionary: ``rt`` (ms), ``dvchost`` (the node),
+    ``deviceFacility`` (the component that wrote the record: gateway, langchain ...),
+    ``suser``, ``outcome``, ``externalId`` (the event id), ``cn1`` (the record's index in
+    its node log), ``cs1``-``cs6`` with their labels (trace, goal, agent, rule, session,
+    task) and ``msg`` (the detail as JSON).
+    """
     o = rec.obj()
     actors = o.get("actors") or {}
     t = _parse_time(o.get("time"))
-    ext = {
+    ext: dict[str, Any] = {
         "rt": int(t.timestamp() * 1000) if t else rec.time_ns // 1_000_000,
         "dvchost": rec.node,
-        "dvc": o.get("component", ""),
+        "deviceFacility": o.get("component", ""),
         "suser": actors.get("user", ""),
         "outcome": o.get("outcome", ""),
         "externalId": o.get("event_id", ""),
         "cn1Label": "index", "cn1": rec.index,
-        "cs1Label": "trace_id", "cs1": o.get("trace_id", ""),
-        "cs2Label": "goal_id", "cs2": o.get("goal_id", ""),
-        "cs3Label": "agent", "cs3": actors.get("agent", ""),
-        "cs4Label": "rule", "cs4": o.get("rule", ""),
-        "cs5Label": "session", "cs5": actors.get("session", ""),
-        "cs6Label": "task_id", "cs6": o.get("task_id", ""),
-        "msg": json.dumps(o.get("detail", {}), sort_keys=True, ensure_ascii=False),
     }  # fmt: skip
+    for n, (label, value) in enumerate(
+        [
+            ("trace_id", o.get("trace_id")),
+            ("goal_id", o.get("goal_id")),
+            ("agent", actors.get("agent")),
+            ("rule", o.get("rule")),
+            ("session", actors.get("session")),
+            ("task_id", o.get("task_id")),
+        ],
+        start=1,
+    ):
+        if value:
+            ext[f"cs{n}Label"], ext[f"cs{n}"] = label, value
+    detail = o.get("detail")
+    if detail:
+        ext["msg"] = json.dumps(detail, sort_keys=True, ensure_ascii=False)
+    return {k: v for k, v in ext.items() if v not in ("", None)}
+
+
+def cef_line(rec: ExportedRecord, max_bytes: int = CEF_MAX_BYTES) -> str:
+    """One CEF:0 line for a record, at most ``max_bytes`` UTF-8 bytes (0: no limit).
+
+    Policy for long records: the longest extension values (``msg`` first) are cut and end
+    with ``…[truncated]``; ``flexString1=<keys cut>`` (label ``truncated``) says which. The
+    record's node (``dvchost``) and index (``cn1``) find it whole in the JSON Lines export.
+    """
+    o = rec.obj()
     etype = o.get("event_type", "")
     head = "|".join(
         cef_header(x)
         for x in ("CEF:0", VENDOR, PRODUCT, VERSION, etype, etype.replace(".", " "), severity(o))
     )
-    return head + "|" + " ".join(f"{k}={cef_ext(v)}" for k, v in ext.items())
+    ext = {k: str(v) for k, v in cef_extensions(rec).items()}
+
+    def render() -> str:
+        return head + "|" + " ".join(f"{k}={cef_ext(v)}" for k, v in ext.items())
+
+    line = render()
+    if not max_bytes or len(line.encode()) <= max_bytes:
+        return line
+    cut: list[str] = []
+    ext["flexString1Label"], ext["flexString1"] = "truncated", ""
+    for key in sorted((k for k in _CEF_CUTTABLE if k in ext), key=lambda k: -len(ext[k])):
+        cut.append(key)
+        ext["flexString1"] = ",".join(cut)
+        excess = len(render().encode()) - max_bytes
+        value = ext[key]
+        while excess > 0 and value:
+            # drop at least the excess in characters (each is >= 1 byte, escapes are longer)
+            keep = max(0, len(value) - excess - len(CEF_CUT))
+            value = value[:keep]
+            ext[key] = value + CEF_CUT
+            excess = len(render().encode()) - max_bytes
+            if keep == 0:
+                break
+        if excess <= 0:
+            break
+    return render()
 
 
 def _cef(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
     yield from _batched((cef_line(r) + "\n").encode() for r in _counted(records, summary, progress, total))
 
 
+def _pruned(value: Any) -> Any:
+    """``value`` without empty strings, None, and objects or lists left empty by that."""
+    if isinstance(value, dict):
+        out = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in ("", None, {}, [])}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
 def ocsf_event(rec: ExportedRecord) -> dict[str, Any]:
-    """The record as an OCSF 1.8.0 API Activity event (class 6003, activity Other)."""
+    """The record as an OCSF 1.8.0 API Activity event (class 6003, activity Other).
+
+    Absent values are left out (never empty strings). ``actor`` names the user, the
+    session and the agent (``app_name``); a record of the gateway itself, with none of
+    them, names the product as ``app_name`` (OCSF requires one of them).
+    """
     o = rec.obj()
     actors = o.get("actors") or {}
     t = _parse_time(o.get("time"))
@@ -505,47 +605,69 @@ def ocsf_event(rec: ExportedRecord) -> dict[str, Any]:
     outcome = str(o.get("outcome", ""))
     failed = sev >= 5
     activity_id = 99
-    return {
-        "class_uid": 6003,
-        "class_name": "API Activity",
-        "category_uid": 6,
-        "category_name": "Application Activity",
-        "activity_id": activity_id,
-        "activity_name": o.get("event_type", ""),
-        "type_uid": 6003 * 100 + activity_id,
-        "severity_id": 4 if sev >= 7 else 3 if sev >= 5 else 1,
-        "time": int(t.timestamp() * 1000) if t else rec.time_ns // 1_000_000,
-        "status": "Failure" if failed else "Success",
-        "status_id": 2 if failed else 1,
-        "status_detail": outcome,
-        "message": o.get("event_type", ""),
-        "metadata": {
-            "version": OCSF_VERSION,
-            "product": {"name": PRODUCT, "vendor_name": VENDOR, "version": VERSION},
-            "uid": o.get("event_id", ""),
-            "sequence": rec.index,
-            "log_name": rec.node,
-            "correlation_uid": o.get("trace_id", ""),
-        },
-        "actor": {
-            "user": {"name": actors.get("user", "")},
-            "session": {"uid": actors.get("session", "")},
-            "app_name": actors.get("agent", ""),
-        },
-        "api": {"operation": o.get("event_type", ""), "service": {"name": o.get("component", "")}},
-        "src_endpoint": {"hostname": o.get("node", rec.node)},
-        "unmapped": {
-            "goal_id": o.get("goal_id", ""),
-            "task_id": o.get("task_id", ""),
-            "rule": o.get("rule", ""),
-            "schema_version": o.get("schema_version"),
-            "detail": o.get("detail", {}),
-        },
-    }
+    actor = _pruned(
+        {
+            "user": {"name": actors.get("user")},
+            "session": {"uid": actors.get("session")},
+            "app_name": actors.get("agent"),
+        }
+    ) or {"app_name": PRODUCT}
+    event: dict[str, Any] = _pruned(
+        {
+            "class_uid": 6003,
+            "class_name": "API Activity",
+            "category_uid": 6,
+            "category_name": "Application Activity",
+            "activity_id": activity_id,
+            "activity_name": o.get("event_type"),
+            "type_uid": 6003 * 100 + activity_id,
+            "severity_id": 4 if sev >= 7 else 3 if sev >= 5 else 1,
+            "time": int(t.timestamp() * 1000) if t else rec.time_ns // 1_000_000,
+            "status": "Failure" if failed else "Success",
+            "status_id": 2 if failed else 1,
+            "status_detail": outcome,
+            "message": o.get("event_type"),
+            "metadata": {
+                "version": OCSF_VERSION,
+                "product": {"name": PRODUCT, "vendor_name": VENDOR, "version": VERSION},
+                "uid": o.get("event_id"),
+                "sequence": rec.index,
+                "log_name": rec.node,
+                "correlation_uid": o.get("trace_id"),
+            },
+            "api": {"operation": o.get("event_type") or "unknown", "service": {"name": o.get("component")}},
+            "src_endpoint": {"hostname": o.get("node") or rec.node},
+            "unmapped": {
+                "goal_id": o.get("goal_id"),
+                "task_id": o.get("task_id"),
+                "rule": o.get("rule"),
+                "schema_version": o.get("schema_version"),
+                "detail": o.get("detail") or None,
+            },
+        }
+    )
+    event["actor"] = actor
+    return event
 
 
 def _ocsf(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
     yield from _batched(_dumps(ocsf_event(r)) for r in _counted(records, summary, progress, total))
+
+
+def _flat(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
+    """One record object per line, no bundle around it: what a SIEM's JSON input reads as is.
+
+    Each line is the record's own JSON object with ``log_node`` and ``log_index`` (where it
+    is in which node log) added first; not re-verifiable offline (use jsonl for that).
+    """
+
+    def lines() -> Iterator[bytes]:
+        for rec in _counted(records, summary, progress, total):
+            head = b'{"log_node":%s,"log_index":%d' % (json.dumps(rec.node).encode(), rec.index)
+            body = rec.raw.strip()
+            yield head + (b"," + body[1:] if body != b"{}" else b"}") + b"\n"
+
+    yield from _batched(lines())
 
 
 def _dumps(obj: Any) -> bytes:
@@ -557,6 +679,7 @@ _WRITERS: dict[ExportFormat, _Writer] = {
     ExportFormat.CSV: _csv,
     ExportFormat.CEF: _cef,
     ExportFormat.OCSF: _ocsf,
+    ExportFormat.FLAT: _flat,
 }
 
 

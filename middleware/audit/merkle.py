@@ -278,12 +278,17 @@ class MerkleTree:
         return proof
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
-        """Consistency proof (RFC 9162 §2.1.4.1) between two sizes of this tree."""
+        """Consistency proof (RFC 9162 §2.1.4.1) between two sizes of this tree.
+
+        Raises:
+            ValueError: ``old_size`` is not in ``1..new_size`` (there is no proof from the
+                empty tree: RFC 9162 §2.1.4 defines them for ``0 < old_size``).
+        """
         new_size = self._size if new_size is None else new_size
         self._check_size(new_size)
-        if not 0 <= old_size <= new_size:
-            raise ValueError(f"old size {old_size} outside 0..{new_size}")
-        if old_size in (0, new_size):
+        if not 0 < old_size <= new_size:
+            raise ValueError(f"old size {old_size} outside 1..{new_size}")
+        if old_size == new_size:
             return []
         proof: list[bytes] = []
         start, end, m, complete = 0, new_size, old_size, True
@@ -347,8 +352,10 @@ def verify_consistency(
     Raises:
         ProofError: the proof does not verify.
     """
-    if not 0 <= old_size <= new_size:
-        raise ProofError(f"old size {old_size} outside 0..{new_size}")
+    if old_size == 0:  # RFC 9162 §2.1.4: every tree "extends" the empty one; no proof says so
+        raise ProofError("no consistency proof from an empty tree (old size 0): nothing to prove")
+    if not 0 < old_size <= new_size:
+        raise ProofError(f"old size {old_size} outside 1..{new_size}")
     if any(len(p) != 32 for p in proof):
         raise ProofError("proof hashes must be 32 bytes")
     if old_size == new_size:
@@ -356,10 +363,6 @@ def verify_consistency(
             raise ProofError("proof must be empty for equal sizes")
         if old_root != new_root:
             raise ProofError("roots differ for the same size")
-        return
-    if old_size == 0:
-        if proof:
-            raise ProofError("proof must be empty from an empty tree")
         return
     if not proof:
         raise ProofError("empty consistency proof")

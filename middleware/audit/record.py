@@ -41,6 +41,7 @@ class AuditEventType(StrEnum):
     STATE_TRANSITION = "task.transition"
     HUMAN_HANDOVER = "human.handover"
     TASK_COMPLETED = "task.completed"
+    TASK_INTERRUPTED = "task.interrupted"
     CATALOG_CHANGE = "catalog.change"
     AGENT_STEP = "agent.step"
     TASK_RESUMED = "task.resumed"

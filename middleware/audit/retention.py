@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from ..background import BackgroundErrorHook, LoopErrors
 from ..errors import InvalidInput
 from ._files import atomic_write, fsync_dir
 from .merkle import MerkleTree
@@ -29,7 +30,7 @@ from .segment import HEADER, HEADER_SIZE, PRUNED_LEAVES, PRUNED_META, SegmentNam
 
 __all__ = ["RetentionSchedule", "SealedSegment", "choose", "parse_age", "prune", "record"]
 
-log = logging.getLogger("agency.audit.retention")
+log = _logger = logging.getLogger("agency.audit.retention")
 
 VKEY_FILE = "checkpoint.vkey"
 
@@ -138,6 +139,8 @@ class RetentionSchedule:
         archive_dir: Move them under ``archive_dir/<node>/`` instead of deleting them.
         interval: Time between runs.
         on_run: Called after each run with the segments removed (or the error), e.g. for tests.
+        on_error: Called with ``"retention"`` for each failed run (a metric); the first
+            failure of a series is logged at ERROR, the recovery once.
     """
 
     def __init__(
@@ -148,6 +151,7 @@ class RetentionSchedule:
         archive_dir: str | os.PathLike[str] | None = None,
         interval: timedelta = timedelta(hours=1),
         on_run: Callable[[list[str] | BaseException], None] | None = None,
+        on_error: BackgroundErrorHook | None = None,
     ) -> None:
         if interval.total_seconds() <= 0:
             raise InvalidInput.single("interval", "must be positive", what="retention schedule")
@@ -155,6 +159,9 @@ class RetentionSchedule:
             raise InvalidInput.single("max_age", "must be positive", what="retention schedule")
         self.log, self.max_age, self.archive_dir, self.interval = log, max_age, archive_dir, interval
         self._on_run = on_run
+        self._errors = LoopErrors(
+            "retention", on_error=on_error, logger=_logger, subject=f"audit retention on {log.node}"
+        )
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -171,8 +178,10 @@ class RetentionSchedule:
             try:
                 result = await self.run_once()
             except Exception as exc:  # logged and retried: retention must not stop the gateway
-                log.error("audit retention on %s failed: %s", self.log.node, exc)
+                self._errors.failed(exc)
                 result = exc
+            else:
+                self._errors.succeeded()
             if self._on_run is not None:
                 self._on_run(result)
             with contextlib.suppress(TimeoutError):

@@ -14,7 +14,7 @@ import functools
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,8 +116,12 @@ def scan_node(
     *,
     trusted: Checkpoint | None = None,
     workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> NodeVerdict:
-    """Verify one node's log directory without modifying it (``workers``: see ``check_segments``)."""
+    """Verify one node's log directory without modifying it (``workers``: see ``check_segments``).
+
+    ``progress(done_bytes, total_bytes)`` is called after each segment.
+    """
     v = NodeVerdict(node=directory.name, source=str(directory))
     if verifier is None:
         vkey = directory / VKEY_FILE
@@ -135,7 +139,12 @@ def scan_node(
         if pruned:
             v.warnings.append(f"events 1..{pruned} removed by retention (their leaf hashes are kept)")
         v.pruned = pruned
+        sizes = {p.name: p.stat().st_size for _, p in segments} if progress else {}
+        total, done = sum(sizes.values()), 0
         for i, checked in enumerate(check_segments(segments, state, workers=workers)):
+            if progress:
+                done += sizes.get(checked.path.name, 0)
+                progress(done, total)
             path, end, torn = checked.path, checked.end, checked.torn
             last = i == len(segments) - 1
             if torn is not None:
@@ -201,7 +210,11 @@ def _split(exc: AuditCorrupted) -> tuple[str, str]:
 
 
 def verify_path(
-    path: str | os.PathLike[str], *, key: str | None = None, trusted_checkpoint: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    key: str | None = None,
+    trusted_checkpoint: str | None = None,
+    progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> Verdict:
     """Verify a log directory (one node or a directory of nodes) or a JSON Lines bundle.
 
@@ -210,6 +223,7 @@ def verify_path(
         key: The pinned verifier key (``name+id+base64``); default: the key stored with
             each log or in the bundle (which proves integrity only against that key).
         trusted_checkpoint: A checkpoint note obtained out of band; the log must contain it.
+        progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for its log.
 
     Raises:
         InvalidInput: the path is neither a log directory nor a bundle, or the key is malformed.
@@ -224,7 +238,12 @@ def verify_path(
     nodes = find_node_dirs(p)
     if not nodes:
         raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
-    verdict = Verdict([scan_node(d, verifier, trusted=trusted) for d in nodes])
+    verdict = Verdict(
+        [
+            scan_node(d, verifier, trusted=trusted, progress=progress(d.name) if progress else None)
+            for d in nodes
+        ]
+    )
     _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
     return verdict
 
@@ -342,6 +361,10 @@ def _open_bundle_node(
                 raise AuditCorrupted(f"checkpoint for log {cp.origin!r}, not {obj['origin']!r}")
             cps.append(cp)
         for a, b, proof in zip(cps, cps[1:], obj.get("consistency", []), strict=False):
+            if a.size == 0:  # an empty log's checkpoint: every tree extends it, nothing to prove
+                if proof:
+                    raise AuditCorrupted("a consistency proof from the empty tree")
+                continue
             verify_consistency(a.size, b.size, a.root, b.root, [base64.b64decode(p) for p in proof])
         if len(cps) > 1 and len(obj.get("consistency", [])) != len(cps) - 1 and not complete:
             raise AuditCorrupted("consistency proofs between checkpoints are missing")

@@ -3,8 +3,9 @@
 ``WalAuditLog`` implements ``AuditLog`` on disk (format: ``segment.py``). One writer
 thread owns the open segment; concurrent ``append`` calls are staged per event-loop
 turn, handed over together, written with one ``write`` and made durable with one
-``fdatasync``; only then are they acknowledged. Every ``checkpoint_every`` events and on
-close a signed checkpoint is written into the log (and to the ``checkpoint`` file); a
+``fdatasync``; only then are they acknowledged. A signed checkpoint is written into the
+log (and to the ``checkpoint`` file) every ``checkpoint_every`` events, ``checkpoint_interval``
+seconds after the first event no checkpoint covers became durable, and on close; a
 clean close seals the segment. Opening recovers: see ``_recover``.
 """
 
@@ -83,6 +84,10 @@ class WalOptions:
     Attributes:
         segment_bytes: Rotate to a new segment once the open one passes this size.
         checkpoint_every: Sign a checkpoint after this many new events (and on close).
+        checkpoint_interval: Sign (and publish) a checkpoint this many seconds after the
+            first event not yet covered by one was durable, however few events came since:
+            the tail that no published checkpoint covers is at most this old (plus one
+            fsync). None = only by count and on close.
         fsync: The fsync policy (see ``FsyncPolicy``).
         fsync_interval: Seconds between fdatasyncs under ``FsyncPolicy.INTERVAL``.
         on_sync: Called (from the writer thread) with each fdatasync's duration in seconds,
@@ -94,6 +99,7 @@ class WalOptions:
 
     segment_bytes: int = 64 << 20
     checkpoint_every: int = 1000
+    checkpoint_interval: float | None = 1.0
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     fsync_interval: float = 0.05
     on_sync: Callable[[float], None] | None = None
@@ -104,6 +110,10 @@ class WalOptions:
             raise InvalidInput.single("segment_bytes", "must be at least 4096", what="audit log options")
         if self.checkpoint_every < 1:
             raise InvalidInput.single("checkpoint_every", "must be at least 1", what="audit log options")
+        if self.checkpoint_interval is not None and not self.checkpoint_interval > 0:
+            raise InvalidInput.single(
+                "checkpoint_interval", "must be positive (or None: off)", what="audit log options"
+            )
         if self.fsync_interval <= 0:
             raise InvalidInput.single("fsync_interval", "must be positive", what="audit log options")
         if self.recovery_workers is not None and self.recovery_workers < 1:
@@ -134,6 +144,7 @@ class WalAuditLog:
     _last_sync: float
     _pending_cp: Checkpoint | None
     _published_at: float
+    _unsigned_since: float | None
     _segment_path: Path
     _segment_first: int
     _visible: tuple[Path, int]
@@ -290,11 +301,18 @@ class WalAuditLog:
         """RFC 9162 consistency proof from ``old_size`` to ``new_size`` (0: latest checkpoint's).
 
         Raises:
-            InvalidInput: a size is outside the log or old > new.
+            InvalidInput: a size is outside the log or old > new, or ``old_size`` is 0 (no
+                proof from the empty tree: RFC 9162 §2.1.4).
         """
         new = self._proof_size(new_size, "new_size")
-        if not 0 <= old_size <= new:
-            raise InvalidInput.single("old_size", f"must be 0..{new}", what="proof request")
+        if old_size == 0:
+            raise InvalidInput.single(
+                "old_size",
+                "must be at least 1: there is no consistency proof from the empty tree (RFC 9162 §2.1.4)",
+                what="proof request",
+            )
+        if not 0 < old_size <= new:
+            raise InvalidInput.single("old_size", f"must be 1..{new}", what="proof request")
         return new, self._state.tree.consistency_proof(old_size, new)
 
     async def checkpoint(self) -> Checkpoint:
@@ -345,6 +363,9 @@ class WalAuditLog:
                     waits = [self.options.fsync_interval] if interval and self._dirty else []
                     if self._pending_cp is not None:
                         waits.append(PUBLISH_INTERVAL)
+                    if self._unsigned_since is not None and self.options.checkpoint_interval:
+                        due = self._unsigned_since + self.options.checkpoint_interval
+                        waits.append(max(due - time.monotonic(), 0.0))
                     if not waits:
                         self._cv.wait()
                     elif not self._cv.wait(min(waits)):
@@ -397,15 +418,22 @@ class WalAuditLog:
             parts.append(frames)
         st.tree.extend(leaves)
         st.chain, st.size = chain, index
-        if want_checkpoint or st.size - self._checkpointed >= self.options.checkpoint_every:
+        on_time = (
+            self._unsigned_since is not None
+            and self.options.checkpoint_interval is not None
+            and time.monotonic() - self._unsigned_since >= self.options.checkpoint_interval
+        )
+        if want_checkpoint or on_time or st.size - self._checkpointed >= self.options.checkpoint_every:
             parts.append(self._checkpoint_frame(synced))
         if parts:
             self._write(b"".join(parts))
             if self.options.fsync is FsyncPolicy.BATCH:
                 self._sync()
+        if self._unsigned_since is None and st.size > max(self._checkpointed, 0):
+            self._unsigned_since = time.monotonic()  # durable (BATCH) and not yet signed
         _resolve_ok(acks)
         if self._pending_cp is not None and (
-            cp_acks or time.monotonic() - self._published_at >= PUBLISH_INTERVAL
+            cp_acks or on_time or time.monotonic() - self._published_at >= PUBLISH_INTERVAL
         ):
             self._publish_checkpoint()
         _resolve_ok(cp_acks)
@@ -421,6 +449,7 @@ class WalAuditLog:
         st.chain = chain
         st.checkpoints.append(cp)
         self._checkpointed = st.size
+        self._unsigned_since = None
         self._pending_cp = cp
         return frame
 
@@ -514,6 +543,9 @@ class WalAuditLog:
         self._last_sync = time.monotonic()
         self._pending_cp = None
         self._published_at = float("-inf")  # the first checkpoint is published at once
+        # events recovered that no checkpoint covers (a crash): sign them on the first round
+        unsigned = self._state.size > max(self._checkpointed, 0)
+        self._unsigned_since = time.monotonic() if unsigned else None
         if self._last_path is not None and not self._sealed_last:
             self._fd = os.open(self._last_path, os.O_WRONLY | os.O_APPEND)
             self._offset = self._synced = os.fstat(self._fd).st_size

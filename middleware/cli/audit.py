@@ -7,12 +7,14 @@ import asyncio
 import base64
 import json
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ..errors import InvalidInput
+from ._progress import Progress, add_progress_option, progress_wanted
+from ._text import plural
+from .exit_codes import NOTHING_FOUND
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,13 +35,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
         )
         c.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
+        c.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     ex = cmds.add_parser(
         "export",
         help="export records (jsonl bundle, csv, cef, ocsf)",
         description="Verify every node log, then write the matching records merged in time order. "
         "Several paths (one per gateway's audit volume) are merged the same way. "
-        "jsonl is a bundle 'agency audit verify' can check without the log.",
+        "jsonl is a bundle 'agency audit verify' can check without the log. Exit status 3 (with a "
+        "warning) when the filters select no record.",
     )
     ex.add_argument(
         "path",
@@ -49,14 +53,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
     )
     ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
-    ex.add_argument("--format", choices=["jsonl", "csv", "cef", "ocsf"], default="jsonl")
+    ex.add_argument("--format", choices=["jsonl", "jsonl-flat", "csv", "cef", "ocsf"], default="jsonl")
     ex.add_argument("--since", help="records at or after this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--until", help="records before this time (ISO 8601; UTC if no zone)")
-    ex.add_argument("--trace", default="", help="only this trace id")
+    ex.add_argument("--trace", default="", help="only this trace id (or its first 8+ characters)")
     ex.add_argument("--goal", default="", help="only this goal id")
     ex.add_argument("--agent", default="", help="only steps involving this agent")
     ex.add_argument("--event-type", action="append", default=[], help="only this event type (repeatable)")
     ex.add_argument("--output", "-o", type=Path, help="write here (default: stdout)")
+    add_progress_option(ex)
     ex.set_defaults(handler=_export)
 
     ve = cmds.add_parser(
@@ -66,6 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "checkpoint and proofs in bundles. Exit status 1 and the first bad record on failure.",
     )
     where(ve)
+    add_progress_option(ve)
     ve.add_argument("--checkpoint", type=Path, help="a checkpoint published earlier: the log must contain it")
     ve.set_defaults(handler=_verify)
 
@@ -142,26 +148,6 @@ def _time(value: str | None, field: str) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-class _Progress:
-    """A one-line progress bar on stderr; used only when stderr is a terminal."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self._last = 0.0
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self._last < 0.2:
-            return
-        self._last = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(frac * 30)
-        self._stream.write(f"\rexporting [{bar:<30}] {done}/{total}")
-        if done >= total:
-            self._stream.write("\n")
-        self._stream.flush()
-
-
 def _export(args: argparse.Namespace) -> int:
     from ..audit.export import ExportFilter, export
 
@@ -173,31 +159,111 @@ def _export(args: argparse.Namespace) -> int:
         agent=args.agent,
         event_types=frozenset(args.event_type),
     )
-    progress = _Progress(sys.stderr) if sys.stderr.isatty() else None
+    show = progress_wanted(args)
+    progress = Progress("exporting", unit="rec", unit_scale=True) if show else None
+    checking = _verify_bars() if show else None
     path = args.path or [_default_path(None)]
-    if args.output:
-        try:
-            with open(args.output, "wb") as out:
-                summary = export(path, out, args.format, flt, key=_key(args.key), progress=progress)
-        except BaseException:
-            args.output.unlink(missing_ok=True)  # never leave half an export behind
-            raise
-        print(f"exported {summary.records} records to {args.output}", file=sys.stderr)
-    else:
-        summary = export(path, sys.stdout.buffer, args.format, flt, key=_key(args.key), progress=progress)
-        sys.stdout.flush()
+    try:
+        if args.output:
+            try:
+                with open(args.output, "wb") as out:
+                    summary = export(
+                        path,
+                        out,
+                        args.format,
+                        flt,
+                        key=_key(args.key),
+                        progress=progress,
+                        verify_progress=checking,
+                    )
+                _one_trace(flt)
+            except BaseException:
+                args.output.unlink(missing_ok=True)  # never leave half an export behind
+                raise
+            print(f"exported {plural(summary.records, 'record')} to {args.output}", file=sys.stderr)
+        else:
+            summary = export(
+                path,
+                sys.stdout.buffer,
+                args.format,
+                flt,
+                key=_key(args.key),
+                progress=progress,
+                verify_progress=checking,
+            )
+            sys.stdout.flush()
+            _one_trace(flt)
+    finally:
+        if progress:
+            progress.close()
+    if summary.records == 0 and not flt.empty:
+        print(f"agency: warning: no record matches the filter {_filter_text(flt)}", file=sys.stderr)
+        return NOTHING_FOUND
     return 0
+
+
+def _verify_bars() -> Any:
+    def bar(node: str) -> Progress:
+        return Progress(f"verifying {node}", unit="B", unit_scale=True)
+
+    return bar
+
+
+def _one_trace(flt: Any) -> None:
+    if len(flt.traces_seen) > 1:
+        found = sorted(flt.traces_seen)
+        raise InvalidInput.single(
+            "trace", f"prefix {flt.trace_id!r} matches {len(found)} traces: {found[:5]}", what="option"
+        )
+
+
+def _filter_text(flt: Any) -> str:
+    given = {k: v for k, v in flt.describe().items() if v}
+    return " ".join(f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in given.items())
 
 
 def _verify(args: argparse.Namespace) -> int:
     from ..audit.verify import verify_path
 
     trusted = args.checkpoint.read_text() if args.checkpoint else None
-    verdict = verify_path(_default_path(args.path), key=_key(args.key), trusted_checkpoint=trusted)
+    bars = _verify_bars() if progress_wanted(args) else None
+    verdict = verify_path(
+        _default_path(args.path), key=_key(args.key), trusted_checkpoint=trusted, progress=bars
+    )
+    if args.json:
+        bad = verdict.first_failure
+        report = {
+            "ok": verdict.ok,
+            "pinned_key": bool(args.key),
+            "nodes": [
+                {
+                    "node": n.node,
+                    "source": n.source,
+                    "ok": n.ok,
+                    "events": n.events,
+                    "checkpoints": n.checkpoints,
+                    "error": n.error,
+                    "where": n.where,
+                    "warnings": n.warnings,
+                }
+                for n in verdict.nodes
+            ],
+            "error": (bad.error if bad else "nothing to verify") if not verdict.ok else "",
+        }
+        print(json.dumps(report, indent=2))
+        return 0 if verdict.ok else 1
     for node in verdict.nodes:
         print(node.describe())
         for w in node.warnings:
             print(f"     note: {w}")
+        if node.ok and node.state is not None:  # a directory's log: the task invariant too
+            left = _open_tasks(Path(node.source), args.key)
+            if left:
+                print(
+                    f"     note: {len(left)} task(s) left open (began in the log, never ended): "
+                    + ", ".join(left[:20])
+                    + (" ..." if len(left) > 20 else "")
+                )
     if not args.key:
         print("     note: no --key given: checked against the key stored with the log, pin the published one")
     if verdict.ok:
@@ -210,12 +276,35 @@ def _verify(args: argparse.Namespace) -> int:
     return 1
 
 
+def _open_tasks(directory: Path, key: str | None) -> list[str]:
+    """Tasks of the node log at ``directory`` that began and did not end (see ``open_tasks``)."""
+    from ..audit.open_tasks import open_tasks
+    from ..audit.wal_reader import WalLogReader
+
+    if not directory.is_dir():
+        return []
+    return list(open_tasks(r for _, r in WalLogReader(directory, key=_key(key)).records()))
+
+
 def _checkpoint(args: argparse.Namespace) -> int:
     from ..audit.verify import find_node_dirs
 
     dirs = find_node_dirs(_default_path(args.path))
     if not dirs:
         raise InvalidInput.single("path", "no audit log here", what="audit checkpoint")
+    if args.json:
+        nodes = []
+        for d in dirs:
+            cp, vkey = d / "checkpoint", d / "checkpoint.vkey"
+            nodes.append(
+                {
+                    "node": d.name,
+                    "vkey": vkey.read_text().strip() if vkey.exists() else None,
+                    "checkpoint": cp.read_text() if cp.exists() else None,
+                }
+            )
+        print(json.dumps(nodes, indent=2))
+        return 0
     for d in dirs:
         cp, vkey = d / "checkpoint", d / "checkpoint.vkey"
         print(f"# node {d.name}  verifier key: {vkey.read_text().strip() if vkey.exists() else '(none)'}")
@@ -261,8 +350,8 @@ def _prove(args: argparse.Namespace) -> int:
         out.update(index=args.index, leaf_hash=b64([tree.leaf(args.index - 1)])[0])
         out["inclusion_proof"] = b64(tree.inclusion_proof(args.index - 1, size))
     else:
-        if not 0 <= args.old <= size:
-            raise InvalidInput.single("old", f"must be 0..{size}", what="prove")
+        if not 0 < args.old <= size:  # no proof from the empty tree (RFC 9162 §2.1.4)
+            raise InvalidInput.single("old", f"must be 1..{size}", what="prove")
         out.update(old_size=args.old, old_root=base64.b64encode(tree.root(args.old)).decode())
         out["consistency_proof"] = b64(tree.consistency_proof(args.old, size))
     print(json.dumps(out, indent=2))

@@ -19,15 +19,18 @@ from typing import Any, Protocol
 from ..catalog import Catalog, CatalogEntry, CatalogQuery
 from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
-from ..errors import AgencyError, InvalidInput, Problem
+from ..errors import InvalidInput, NotFound, Problem
 from ._client_tls import add_client_tls_options, client_tls
+from ._text import plural
+from .exit_codes import NOTHING_FOUND
 
 _EPILOG = """\
 Where the catalog is:
   --address HOST:PORT   a running gateway (agency serve), over gRPC; default $AGENCY_ADDRESS
                         or 127.0.0.1:50051
   --redis URL           the shared Redis catalog itself (redis://host:port/db), no gateway
-                        needed; use the gateways' --catalog-prefix (default agency:)
+                        needed; --prefix must be the gateways' storage.key_prefix
+                        (definition file, or $AGENCY_KEY_PREFIX; default agency:)
 
 A gateway started with a token file (agency serve --auth-tokens) needs --token-file: a file
 holding the token alone. Writes (register, deregister, heartbeat) need a token whose line has
@@ -143,60 +146,39 @@ class _CatalogTarget:
 
 
 class _GrpcTarget:
-    """A running gateway's CatalogService."""
+    """A running gateway's CatalogService, through the public client."""
 
     def __init__(self, address: str, *, tls: ClientTlsConfig | None = None, token: str | None = None) -> None:
-        from .._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc
-        from ..grpc_api.channel import open_channel
+        from ..client import AgencyClient
 
-        self._pb = catalog_pb2
-        self.channel = open_channel(address, tls=tls, token=token)
-        self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.client = AgencyClient(address, tls=tls, token=token)
 
     async def query(self, query: CatalogQuery) -> list[CatalogEntry]:
-        reply = await self.stub.Query(self._pb.QueryRequest(**query.model_dump()))
-        return [_entry_from_pb(e) for e in reply.entries]
+        return await self.client.catalog.query(**query.model_dump())
 
     async def get(self, key: str) -> CatalogEntry:
-        return _entry_from_pb(await self.stub.Get(self._pb.GetCapabilityRequest(key=key)))
+        return await self.client.catalog.get(key)
 
     async def register(self, contract: CapabilityContract, replace: bool) -> CatalogEntry:
-        from ..grpc_api.convert import contract_to_pb
-
-        request = self._pb.RegisterRequest(contract=contract_to_pb(contract), replace=replace)
-        return _entry_from_pb(await self.stub.Register(request))
+        return await self.client.catalog.register(contract, replace=replace)
 
     async def deregister(self, key: str) -> None:
-        await self.stub.Deregister(self._pb.DeregisterRequest(key=key))
+        await self.client.catalog.deregister(key)
 
     async def heartbeat(self, key: str) -> CatalogEntry:
-        return _entry_from_pb(await self.stub.Heartbeat(self._pb.HeartbeatRequest(key=key)))
+        return await self.client.catalog.heartbeat(key)
 
     async def watch(self, include_existing: bool) -> AsyncIterator[dict[str, Any]]:
-        async for event in self.stub.Watch(self._pb.WatchRequest(include_existing=include_existing)):
+        async for change in self.client.catalog.watch(include_existing=include_existing):
             yield {
-                "type": event.type,
-                "key": event.key,
-                "entry": _entry_from_pb(event.entry).model_dump(mode="json")
-                if event.HasField("entry")
-                else None,
-                "at": event.at,
+                "type": change.type,
+                "key": change.key,
+                "entry": change.entry.model_dump(mode="json") if change.entry is not None else None,
+                "at": change.at.isoformat() if change.at else "",
             }
 
     async def close(self) -> None:
-        await self.channel.close()
-
-
-def _entry_from_pb(pb: Any) -> CatalogEntry:
-    from ..grpc_api.convert import contract_from_pb
-
-    return CatalogEntry(
-        contract=contract_from_pb(pb.contract),
-        registered_at=pb.registered_at,
-        last_heartbeat=pb.last_heartbeat,
-        stale=pb.stale,
-        revision=max(1, pb.revision),
-    )
+        await self.client.close()
 
 
 def _target(args: argparse.Namespace) -> _Target:
@@ -220,31 +202,8 @@ async def _main(args: argparse.Namespace, out: Any) -> int:
     target = _target(args)
     try:
         return int(await args.op(target, args, out))
-    except Exception as exc:
-        error = _grpc_error(exc)
-        if error is None:
-            raise
-        raise error from None
     finally:
         await target.close()
-
-
-def _grpc_error(exc: Exception) -> AgencyError | None:
-    """A gRPC failure as the AgencyError it stands for, problems included."""
-    import grpc
-
-    if not isinstance(exc, grpc.aio.AioRpcError):
-        return None
-    trailers = dict(exc.trailing_metadata() or ())
-    problems = trailers.get("agency-problems")
-    if problems:
-        return InvalidInput([Problem(p["field"], p["reason"]) for p in json.loads(problems)], what="request")
-    detail = exc.details() or ""
-    if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        detail = f"no gateway answers ({detail}); is 'agency serve' running at that --address?"
-    elif exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-        detail = f"{detail} (the gateway wants a token: --token-file FILE)"
-    return AgencyError(f"{exc.code().name}: {detail}")
 
 
 async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
@@ -260,9 +219,14 @@ async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
         what="catalog query",
     )
     entries = await target.query(query)
+    q = query
+    filtered = bool(q.name or q.action or q.tags or q.version_range or q.max_slo_latency_ms)
+    missed = NOTHING_FOUND if filtered and not entries else 0
+    if missed:
+        print("agency: warning: no capability matches the filters", file=sys.stderr)
     if args.json:
         out.write(json.dumps([_dump(e) for e in entries], indent=2, ensure_ascii=False) + "\n")
-        return 0
+        return missed
     rows = [("KEY", "STATE", "SLO_MS", "TAGS", "CAN_DO")]
     for e in entries:
         c = e.contract
@@ -278,12 +242,22 @@ async def _list(target: _Target, args: argparse.Namespace, out: Any) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         out.write("  ".join(x.ljust(w) for x, w in zip(r[:4], widths, strict=True)) + "  " + r[4] + "\n")
-    out.write(f"{len(entries)} capabilit{'y' if len(entries) == 1 else 'ies'}\n")
-    return 0
+    out.write(f"{plural(len(entries), 'capability', 'capabilities')}\n")
+    return missed
 
 
 async def _show(target: _Target, args: argparse.Namespace, out: Any) -> int:
-    entry = await target.get(args.key)
+    try:
+        entry = await target.get(args.key)
+    except NotFound:
+        if "@" in args.key:
+            raise
+        versions = await target.query(CatalogQuery.parse({"name": args.key, "include_stale": True}))
+        if not versions:
+            raise
+        keys = ", ".join(e.key for e in versions)
+        found = plural(len(versions), "version")
+        raise NotFound(f"give NAME@VERSION: {args.key!r} has {found}: {keys}") from None
     data = _dump(entry)
     if args.json:
         out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")

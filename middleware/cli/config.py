@@ -10,6 +10,7 @@ from pathlib import Path
 from ..access import Role
 from ..config import load_definition
 from ..errors import InvalidInput
+from ._text import plural
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +25,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Exit code 0 when valid, 1 when not.",
     )
     check.add_argument("file", type=Path, help="the definition file")
-    check.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    check.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        default="text",
+        help="print JSON instead of text",
+    )
+    # the old spelling, kept hidden for one release
+    check.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
     check.set_defaults(handler=_check)
 
 
@@ -69,10 +79,12 @@ def _check(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         tokens = "".join(f", {role} tokens: {', '.join(names)}" for role, names in roles.items() if names)
-        enforced = f"{len(flows)} flows" if messaging.flows is not None else "flows not enforced"
+        enforced = plural(len(flows), "flow") if messaging.flows is not None else "flows not enforced"
         print(
-            f"{args.file}: valid ({len(definition.agents)} agents, {len(definition.goals)} goals, "
-            f"{len(messaging.agents)} messaging agents, {enforced}, mailboxes {definition.mailbox_backend}, "
+            f"{args.file}: valid ({plural(len(definition.agents), 'agent')}, "
+            f"{plural(len(definition.goals), 'goal')}, "
+            f"{plural(len(messaging.agents), 'messaging agent')}, {enforced}, "
+            f"mailboxes {definition.mailbox_backend}, "
             f"storage {definition.storage.backend}, listening on {definition.server.address}{tokens})"
         )
     return 0

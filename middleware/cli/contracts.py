@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..errors import NotFound
+
 __all__ = ["flagged_contracts", "register"]
 
 EVENT = "contract.review"
@@ -43,6 +45,10 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def print_review(data_dir: Path, *, include_cleared: bool = False, as_json: bool = False, out: TextIO) -> int:
+    if not (Path(data_dir) / "audit").is_dir():
+        raise NotFound(
+            f"no audit log at {Path(data_dir) / 'audit'}: is --data-dir the gateway's data directory?"
+        )
     flags = flagged_contracts(data_dir, include_cleared=include_cleared)
     if as_json:
         out.write(json.dumps(flags, indent=2, ensure_ascii=False) + "\n")

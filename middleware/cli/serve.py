@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -67,9 +68,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the contract, or admin",
     )
     p.add_argument(
+        "--reuse-port",
+        action="store_true",
+        default=None,
+        help="share the port with other processes listening on it (SO_REUSEPORT; the kernel splits "
+        "connections between them); without it a port already taken is refused (exit code 2)",
+    )
+    p.add_argument(
         "--tracing",
         choices=["off", "console", "otlp"],
         help="export OpenTelemetry traces (needs agency-middleware[otel]; default off)",
+    )
+    p.add_argument(
+        "--a2a",
+        metavar="HOST:PORT",
+        help="also serve A2A (JSON-RPC and HTTP+JSON, Agent Card at /.well-known/agent-card.json) on "
+        "HOST:PORT (needs agency-middleware[protocols]; default off; see docs/protocols.md)",
+    )
+    p.add_argument(
+        "--mcp",
+        metavar="HOST:PORT",
+        help="also serve the governed capabilities as MCP tools over Streamable HTTP at "
+        "http://HOST:PORT/mcp (needs agency-middleware[protocols]; default off)",
     )
     p.add_argument(
         "--config",
@@ -77,6 +97,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="agency definition file (YAML): agents, contracts, goals, messaging agents and flows, "
         "storage, audit, addresses; AGENCY_* variables and flags override it "
         "(check it with 'agency config check')",
+    )
+    p.add_argument(
+        "--console",
+        metavar="HOST:PORT",
+        help="serve the operator console (needs agency-middleware[console]) on this address, e.g. "
+        "127.0.0.1:8080 (default: humans.console.address of the definition; off when empty)",
     )
     p.add_argument(
         "--demo",
@@ -96,6 +122,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
             ("metrics_address", args.metrics_address),
             ("auth_tokens", args.auth_tokens),
             ("tracing", args.tracing),
+            ("reuse_port", args.reuse_port),
         )
         if value is not None
     }
@@ -108,7 +135,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         tls["require_client_cert"] = True
     if tls:
         server["tls"] = tls
-    return {"server": server}
+    overrides: dict[str, Any] = {"server": server}
+    if getattr(args, "console", None) is not None:
+        overrides["humans"] = {"console": {"address": args.console}}
+    protocols = {
+        key: {"address": value}
+        for key, value in (("a2a", getattr(args, "a2a", None)), ("mcp", getattr(args, "mcp", None)))
+        if value is not None
+    }
+    if protocols:
+        overrides["protocols"] = protocols
+    return overrides
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -139,7 +176,7 @@ async def serve(
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
-    metrics = Metrics()
+    metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
     interceptors: list[grpc.aio.ServerInterceptor] = []
@@ -149,7 +186,16 @@ async def serve(
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
     metrics_server = None
-    keep_alive = KeepAlive(agency.catalog, agency.agents.keys)
+    console = None
+    protocols = None
+    desk = None
+    keep_alive = KeepAlive(
+        agency.catalog,
+        agency.agents.keys,
+        # an entry gone with Redis's data is registered again, as the definition declared it
+        restore=lambda contract: agency.register(contract, replace=True, actor="keep-alive"),
+        on_error=metrics.background_error,
+    )
     try:
         if config.tracing != "off":
             from ..grpc_api.tracing import TracingServerInterceptor
@@ -163,9 +209,28 @@ async def serve(
 
             await build_demo_agency(agency)
         post_office = await build_post_office(definition, audit=agency.audit, metrics=metrics)
+        humans = definition.humans
+        if humans.people or humans.approvals or humans.console.address:
+            from ..people.desk import HumanDesk
+
+            desk = await HumanDesk.from_definition(definition, agency, post_office, metrics=metrics)
+            desk.start_sweeper()  # ends tasks whose approvals timed out
+            if humans.console.address:
+                from ..console import ConsoleServer
+
+                console = ConsoleServer.from_definition(definition, desk)
+                await console.start()
+                print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
             # health follows Redis: NOT_SERVING and fast UNAVAILABLE while it is unreachable
-            monitor = redis_monitor(definition.storage.redis_url, lambda ok: server.set_serving(ok))
+            monitor = redis_monitor(
+                definition.storage.redis_url,
+                lambda ok: server.set_serving(ok),
+                on_error=metrics.background_error,
+            )
+            # and while this gateway's own agents cannot be routed to (stale, or gone with
+            # Redis's data until the keep-alive registers them again)
+            monitor.add_check("catalog", _within(2.0, keep_alive.check))
             interceptors.append(BackendGate(monitor))
         server = build_server(
             agency,
@@ -174,9 +239,15 @@ async def serve(
             token_hashes=clients,
             interceptors=interceptors,
             post_office=post_office,
+            reuse_port=config.reuse_port,
         )
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
+        if definition.protocols.needed:  # the A2A / MCP extra is loaded only when asked for
+            from ..protocols.serving import Protocols
+
+            protocols = Protocols(agency, definition.protocols, token_hashes=clients)
+            await protocols.start()
         await server.start()
         webhooks = await start_webhooks(  # push delivery for agents with webhooks
             definition, post_office, metrics=metrics, health=lambda name, ok: _health_detail(server, name, ok)
@@ -193,6 +264,7 @@ async def serve(
                 retain.max_age,
                 archive_dir=retain.archive_dir,
                 interval=retain.interval,
+                on_error=metrics.background_error,
             )
             retention.start()
         host = config.address.rsplit(":", 1)[0]
@@ -212,17 +284,32 @@ async def serve(
         print("agency: shutting down (draining in-flight calls)", flush=True)
         await server.stop(config.grace_seconds)
     finally:
+        # Every step runs whatever failed before it (a Redis gone, a worker hung): the audit
+        # log is always closed (final checkpoint, sealed segment).
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+        if console is not None:
+            steps.append(("operator console", console.stop))
+        if desk is not None:
+            steps.append(("approval sweeper", desk.stop_sweeper))
+            steps.append(("escalation store", desk.store.close))
+        if protocols is not None:
+            steps.append(("A2A/MCP listeners", protocols.stop))
         if retention is not None:
-            await retention.stop()
+            steps.append(("audit retention", retention.stop))
         if monitor is not None:
-            await monitor.stop()
-        await keep_alive.__aexit__(None, None, None)
+            steps.append(("backend monitor", monitor.stop))
+        steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))
         if webhooks is not None:
-            await webhooks.stop()
+            steps.append(("webhook delivery", webhooks.stop))
         if post_office is not None:
-            await post_office.transport.close()
-        await agency.close()
-        await agency.catalog.close()
+            steps.append(("mailboxes", post_office.transport.close))
+        steps.append(("agents, audit log and task store", agency.close))
+        steps.append(("catalog", agency.catalog.close))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception as exc:  # logged in one line: the rest must still run
+                log.error("shutdown: closing the %s failed: %s: %s", what, type(exc).__name__, exc)
         if tracing is not None:
             tracing.shutdown()
         if metrics_server is not None:
@@ -230,6 +317,16 @@ async def serve(
             metrics_server.server_close()
     print("agency: stopped", flush=True)
     return 0
+
+
+def _within(seconds: float, check: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """``check``, failing after ``seconds`` (a hung backend is as down as a refusing one)."""
+
+    async def bounded() -> None:
+        async with asyncio.timeout(seconds):
+            await check()
+
+    return bounded
 
 
 def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:

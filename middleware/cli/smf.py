@@ -1,4 +1,8 @@
-"""``agency smf validate FILE...``: validate SMF messages offline."""
+"""``agency smf validate FILE...`` (also ``smf-validate --file FILE``): validate SMF messages offline.
+
+``smf-validate`` is the name the seed's section 5.3 uses; it is installed as its own
+console script and takes the same options, with the files given by ``--file``.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "{messages: [...]}. Exit code 1 when there are errors (or warnings with --strict), 2 when the "
         "command itself cannot run.",
     )
-    v.add_argument("files", nargs="+", metavar="FILE", help="message files (.json, .yaml or .yml)")
+    v.add_argument("files", nargs="*", metavar="FILE", help="message files (.json, .yaml or .yml)")
+    _options(v)
+    v.set_defaults(handler=_validate)
+
+
+def _options(v: argparse.ArgumentParser) -> None:
+    v.add_argument(
+        "--file",
+        dest="file_options",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a message file (repeatable; the same as a positional FILE)",
+    )
     v.add_argument(
         "--expect-goal",
         action="append",
@@ -39,9 +56,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     v.add_argument("--now", metavar="TIME", help="judge freshness at this RFC 3339 time (default: now)")
     v.add_argument("--allow-stale", action="store_true", help="report stale messages as warnings")
-    v.add_argument("--format", choices=["text", "json"], default="text", help="output format")
+    v.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        default="text",
+        help="print JSON instead of text",
+    )
+    # the old spelling, kept hidden for one release
+    v.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
     v.add_argument("--strict", action="store_true", help="warnings fail the validation too")
-    v.set_defaults(handler=_validate)
+    v.add_argument(
+        "--time-critical-domain",
+        action="append",
+        default=None,
+        metavar="DOMAIN",
+        help="a domain whose messages (metadata.domain) must carry a freshness_ttl "
+        "(repeatable; default: finance and logistics)",
+    )
+    v.add_argument(
+        "--time-critical",
+        action="store_true",
+        help="every message is time-critical: each must carry a freshness_ttl",
+    )
+
+
+def smf_validate_main(argv: list[str] | None = None) -> int:
+    """The ``smf-validate`` console script: ``smf-validate --file msg.json``."""
+    p = argparse.ArgumentParser(
+        prog="smf-validate",
+        description="Validate SMF messages offline (the same checks as 'agency smf validate').",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="message files (.json, .yaml or .yml)")
+    _options(p)
+    return _validate(p.parse_args(argv))
+
+
+def main() -> None:
+    """Entry point of the ``smf-validate`` script."""
+    raise SystemExit(smf_validate_main())
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -57,8 +111,15 @@ def _validate(args: argparse.Namespace) -> int:
     if args.min_ttl < 0:
         print("agency: error: --min-ttl must be >= 0", file=sys.stderr)
         return 2
+    files = [*args.files, *args.file_options]
+    if not files:
+        print("agency: error: no message file given (FILE or --file FILE)", file=sys.stderr)
+        return 2
+    domains = args.time_critical_domain
     return run_validate(
-        args.files,
+        files,
+        time_critical_domains=None if domains is None else {d.lower() for d in domains},
+        time_critical=args.time_critical,
         expect_goals=args.expect_goal,
         min_ttl=args.min_ttl,
         now=now,
@@ -79,8 +140,11 @@ def run_validate(
     output_format: str = "text",
     strict: bool = False,
     out: Any = None,
+    time_critical_domains: set[str] | None = None,
+    time_critical: bool = False,
 ) -> int:
     """Validate every message in ``files`` and print the findings; return the exit code."""
+    from ..smf import DEFAULT_TIME_CRITICAL_DOMAINS
     from ..smf_check import check_smf_message, messages_in
 
     out = out or sys.stdout
@@ -105,6 +169,10 @@ def run_validate(
                     min_ttl=min_ttl,
                     now=now,
                     allow_stale=allow_stale,
+                    time_critical_domains=DEFAULT_TIME_CRITICAL_DOMAINS
+                    if time_critical_domains is None
+                    else time_critical_domains,
+                    time_critical=time_critical,
                 )
             )
     if output_format == "json":

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the audit log directory itself, if not DATA_DIR/audit (a definition file's audit.directory)",
     )
     show.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML page")
+    show.add_argument("--json", action="store_true", help="print the timeline(s) as JSON instead of text")
     show.set_defaults(handler=_show)
 
 
@@ -45,11 +46,22 @@ def _show(args: argparse.Namespace) -> int:
     from ..config import ServerConfig
 
     directory = args.audit_dir or Path(ServerConfig.from_env(data_dir=args.data_dir).data_dir) / "audit"
+    if not Path(directory).is_dir():
+        from ..errors import NotFound
+
+        raise NotFound(f"no audit log at {directory}: is --data-dir the gateway's data directory?")
     log = open_audit_log(directory)
     timelines = build_timelines(find_trace(log.records(), args.trace_id))
-    for timeline in timelines:
-        sys.stdout.write(render_text(timeline))
+    if args.json:
+        import dataclasses
+        import json
+
+        data = [dataclasses.asdict(t) for t in timelines]
+        sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    else:
+        for timeline in timelines:
+            sys.stdout.write(render_text(timeline))
     if args.html:
         args.html.write_text(render_html(timelines), encoding="utf-8")
-        sys.stdout.write(f"\nwrote {args.html}\n")
+        (sys.stderr if args.json else sys.stdout).write(f"\nwrote {args.html}\n")
     return 0

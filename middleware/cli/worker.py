@@ -108,7 +108,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="PEM CA of client certificates: only a gateway presenting one gets through (mutual TLS)",
     )
     p.add_argument(
-        "--audit-dir", type=Path, help="write a wrapped LangChain agent's inner steps to an audit log here"
+        "--audit-dir",
+        type=Path,
+        help="write a wrapped LangChain agent's inner steps to an audit log here: the same signed "
+        "write-ahead log as the gateway's, under DIR/worker-<contract name> ('agency audit export|verify' "
+        "read it; export it with the gateway's log to join them on the trace id)",
     )
     p.add_argument(
         "--tracing",
@@ -155,9 +159,7 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
 
     audit = None
     if args.audit_dir is not None and hasattr(agent, "audit") and agent.audit is None:
-        from ..audit import FileAuditLog
-
-        audit = agent.audit = FileAuditLog(args.audit_dir)
+        audit = agent.audit = worker_audit_log(args.audit_dir, agent, contract)
     tracing = None
     if args.tracing != "off":
         from ..tracing import Tracing
@@ -205,6 +207,22 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
             tracing.shutdown()  # flushes the spans still batched
     print(f"agency: worker {worker.key} deregistered and stopped", flush=True)
     return 0
+
+
+def worker_audit_log(directory: Path, agent: Any, contract: Any) -> Any:
+    """The worker's audit log: a :class:`~middleware.audit.WalAuditLog` (segments, signed
+    checkpoints) of node ``worker-<contract name>`` under ``directory``.
+
+    Raises:
+        InvalidInput: no contract names the agent.
+        AuditError: another process holds that log.
+    """
+    from ..audit import WalAuditLog
+
+    named = contract if contract is not None else getattr(agent, "contract", None)
+    if named is None:
+        raise InvalidInput.single("--contract", "required with --audit-dir: it names the worker's log")
+    return WalAuditLog(directory, f"worker-{named.name}")
 
 
 def load_agent(spec: str, contract_file: Path | None = None) -> tuple[Any, Any]:

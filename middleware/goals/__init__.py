@@ -12,10 +12,11 @@ Goals are kept in a :class:`GoalStore` and linted before they go live (:mod:`.li
 from .checks import CheckRegistry, CheckResult, RegisteredCheck
 from .goal_store import GoalStore
 from .memory_goal_store import MemoryGoalStore
-from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict, TargetCapability
+from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVerdict, TargetCapability
 from .sentences import SentenceError, coerce_step, parse_step_sentence
 from .steps import (
     STEP_KINDS,
+    AllOfStep,
     ContainsStep,
     CustomStep,
     EveryItemStep,
@@ -33,6 +34,7 @@ from .verifier import StagedVerifier, Verifier, text_of, verify_goal
 
 __all__ = [
     "STEP_KINDS",
+    "AllOfStep",
     "CheckRegistry",
     "CheckResult",
     "ContainsStep",
@@ -42,6 +44,7 @@ __all__ = [
     "GoalStage",
     "GoalStore",
     "GoalVerdict",
+    "IntentionScope",
     "JsonPathStep",
     "JsonSchemaStep",
     "LengthStep",

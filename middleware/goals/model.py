@@ -14,7 +14,14 @@ from pydantic import Field, ValidationInfo, field_validator
 from .._model import Model
 from .steps import StepSpec
 
-__all__ = ["GoalAssertion", "GoalStage", "GoalVerdict", "StepVerdict", "TargetCapability"]
+__all__ = [
+    "GoalAssertion",
+    "GoalStage",
+    "GoalVerdict",
+    "IntentionScope",
+    "StepVerdict",
+    "TargetCapability",
+]
 
 _GOAL_ID_RE = re.compile(r"^[A-Z][A-Z0-9_]{2,63}$")
 _NAME_RE = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -42,6 +49,26 @@ class TargetCapability(Model):
     )
 
 
+class IntentionScope(Model):
+    """What the outputs of a goal's steps must be about (seed section 3.4, 4.4: a replacement
+    goal answered with a freight quote has drifted, however shallow its intention trace).
+
+    An answer is in scope when the agent that gave it may do one of ``actions`` (its
+    contract's ``can_do``) or carries one of ``tags``, and its output (a JSON object) holds
+    no field listed in ``forbidden_fields``; when ``fields`` is set, it must also hold at
+    least one of them. Empty lists do not constrain.
+    """
+
+    actions: list[str] = Field(default_factory=list, max_length=100, description="Actions in scope.")
+    tags: list[str] = Field(default_factory=list, max_length=100, description="Agent tags in scope.")
+    fields: list[str] = Field(
+        default_factory=list, max_length=100, description="Output fields an in-scope answer may carry."
+    )
+    forbidden_fields: list[str] = Field(
+        default_factory=list, max_length=100, description="Output fields that show the answer drifted."
+    )
+
+
 class GoalAssertion(Model):
     """A user goal, anchored when a task starts and verified as it runs and when it ends.
 
@@ -53,6 +80,8 @@ class GoalAssertion(Model):
         criticality: ``low`` | ``medium`` | ``high`` (how an unmet goal is handled).
         stages: Checkpoints bound to task steps, verified as each step returns.
         target_capabilities: Capabilities the goal targets (for ``agency goal lint``).
+        time_critical: Every message of its tasks must carry a ``freshness_ttl``.
+        intention_scope: What its steps' outputs must be about (else INTENT_DRIFT).
     """
 
     id: str = Field(description="Global goal id such as ``GOAL_FINANCE_001``.")
@@ -63,6 +92,12 @@ class GoalAssertion(Model):
     timeout_seconds: int = Field(default=300, ge=1, le=3600)
     criticality: Literal["low", "medium", "high"] = "medium"
     target_capabilities: list[TargetCapability] = Field(default_factory=list, max_length=100)
+    time_critical: bool = Field(
+        default=False, description="Every message of its tasks must carry a freshness_ttl."
+    )
+    intention_scope: IntentionScope | None = Field(
+        default=None, description="What its steps' outputs must be about (else INTENT_DRIFT)."
+    )
 
     @field_validator("id")
     @classmethod

@@ -26,6 +26,10 @@ Chinese::
     字段X是A、B或C之一                  $.a 大于 V | 大于等于 | 小于 | 小于等于 | 不超过 ...
     $.a 在 A 和 B 之间                  $.items 至少有N项 | 最多有N项
     $.items 的每一项都有F字段           $.items 的每一项: <关于 $ 的句子>
+
+Business sentences the grammar does not cover (the seed's own section 4.3, e.g.
+``检查用户是否在保修期内（购机≤12个月）``) are tried last against the domain phrases of
+:mod:`.phrases`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .phrases import parse_phrase
 from .steps import (
     ContainsStep,
     EveryItemStep,
@@ -344,6 +349,8 @@ def parse_step_sentence(sentence: str) -> BaseModel:
         raise SentenceError(f"cannot turn {original!r} into a check: {msg}") from None
     except (ValueError, re.error, RecursionError) as exc:
         raise SentenceError(f"cannot turn {original!r} into a check: {exc}") from None
+    if step is None:
+        step = parse_phrase(text, original)  # the business's own sentences (seed section 4.3)
     if step is None:
         raise SentenceError(f"cannot turn {original!r} into a machine check; {_HINT}")
     return step

@@ -13,13 +13,15 @@ kind                    passes when
 ``not_contains``        the text does not contain ``value``
 ``regex``               ``pattern`` matches (``literal: true`` escapes the text)
 ``json_path``           ``path`` resolves and ``op`` holds: exists, not_exists,
-                        equals, one_of, gt, ge, lt, le, between
+                        equals, one_of, gt, ge, lt, le, between, within_months
+                        (a date no more than ``value`` months before now)
 ``json_schema``         the value matches the JSON Schema ``schema``
 ``length``              the value's length (characters / items / keys) is within
                         ``min`` .. ``max``
 ``every_item``          every item of the list at ``path`` satisfies ``step``
 ``custom``              the user-registered check ``name`` returns true in time
 ``manual``              never by itself: a person must confirm (reported pending)
+``all_of``              every one of ``steps`` passes (one sentence, several checks)
 ======================  ===========================================================
 """
 
@@ -47,6 +49,7 @@ __all__ = [
     "COMPARISONS",
     "JSON_PATH_OPS",
     "STEP_KINDS",
+    "AllOfStep",
     "ContainsStep",
     "CustomStep",
     "EveryItemStep",
@@ -61,7 +64,18 @@ __all__ = [
     "step_label",
 ]
 
-JSON_PATH_OPS = ("exists", "not_exists", "equals", "one_of", "gt", "ge", "lt", "le", "between")
+JSON_PATH_OPS = (
+    "exists",
+    "not_exists",
+    "equals",
+    "one_of",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "between",
+    "within_months",
+)
 COMPARISONS = ("gt", "ge", "lt", "le", "between")
 _CHECK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 
@@ -174,7 +188,9 @@ class JsonPathStep(_Step):
 
     kind: Literal["json_path"] = "json_path"
     path: str = Field(min_length=1, max_length=1000)
-    op: Literal["exists", "not_exists", "equals", "one_of", "gt", "ge", "lt", "le", "between"] = "exists"
+    op: Literal[
+        "exists", "not_exists", "equals", "one_of", "gt", "ge", "lt", "le", "between", "within_months"
+    ] = "exists"
     value: Any = Field(default=None, description="Argument of the op (none for exists / not_exists).")
 
     @model_validator(mode="before")
@@ -182,7 +198,9 @@ class JsonPathStep(_Step):
     def _shorthand(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        given = [k for k in ("equals", "one_of", "gt", "ge", "lt", "le", "between") if k in data]
+        given = [
+            k for k in ("equals", "one_of", "gt", "ge", "lt", "le", "between", "within_months") if k in data
+        ]
         if "exists" in data:
             given.append("exists")
         if not given:
@@ -215,6 +233,8 @@ class JsonPathStep(_Step):
             raise ValueError(f"op {op} takes no value")
         if op == "one_of" and (not isinstance(v, list) or not v):
             raise ValueError("one_of needs a non-empty list of values")
+        if op == "within_months" and (not _is_number(v) or v <= 0):
+            raise ValueError(f"within_months needs a positive number of months, got {v!r}")
         if op in ("gt", "ge", "lt", "le") and not _is_number(v):
             raise ValueError(f"{op} needs a number, got {v!r}")
         if op == "between":
@@ -309,6 +329,21 @@ class EveryItemStep(_Step):
         return self
 
 
+class AllOfStep(_Step):
+    """Every one of ``steps`` passes: one sentence that states several checks
+    (“故障类型为屏幕碎裂且非人为损坏” is a fault-type check and a damage check)."""
+
+    kind: Literal["all_of"] = "all_of"
+    steps: list[StepSpec] = Field(min_length=1, max_length=20)
+
+    @model_validator(mode="after")
+    def _machine_checks(self) -> AllOfStep:
+        for i, step in enumerate(self.steps):
+            if isinstance(step, (ManualStep, CustomStep)):
+                raise ValueError(f"steps[{i}]: all_of combines built-in checks only (not {step.kind})")
+        return self
+
+
 def _coerce(value: Any) -> Any:
     """Sentences become structured steps before the union is validated."""
     from .sentences import coerce_step
@@ -325,7 +360,8 @@ VerificationStep = Annotated[
     | LengthStep
     | EveryItemStep
     | CustomStep
-    | ManualStep,
+    | ManualStep
+    | AllOfStep,
     Field(discriminator="kind"),
 ]
 
@@ -333,6 +369,7 @@ VerificationStep = Annotated[
 StepSpec = Annotated[VerificationStep, BeforeValidator(_coerce)]
 
 EveryItemStep.model_rebuild()
+AllOfStep.model_rebuild()
 
 STEP_KINDS = (
     "contains",
@@ -344,6 +381,7 @@ STEP_KINDS = (
     "every_item",
     "custom",
     "manual",
+    "all_of",
 )
 
 
@@ -367,4 +405,6 @@ def step_label(step: Any) -> str:
         return f"every item of {step.path}: {step_label(step.step)}"
     if kind == "custom":
         return f"custom check {step.name}"
+    if kind == "all_of":
+        return " and ".join(step_label(s) for s in step.steps)
     return f"manual: {step.description}"

@@ -20,6 +20,7 @@ import re
 import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
@@ -31,6 +32,7 @@ from ..schemas import compile_schema
 from .checks import CheckRegistry, CheckResult
 from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict
 from .steps import (
+    AllOfStep,
     ContainsStep,
     CustomStep,
     EveryItemStep,
@@ -350,6 +352,19 @@ def _build(step: Any) -> _Compiled:
 
     if isinstance(step, CustomStep):
         return _Compiled(step, None, True)
+
+    if isinstance(step, AllOfStep):
+        parts = [_compile(s) for s in step.steps]
+
+        def all_of(subject: _Subject) -> StepVerdict:
+            for part in parts:
+                assert part.run is not None  # built-in checks only (the model refuses others)
+                v = part.run(subject)
+                if not v.passed:
+                    return _verdict(label, kind, False, part.label, v.actual, f"{part.label}: {v.reason}")
+            return _verdict(label, kind, True, label, None, "")
+
+        return _Compiled(step, all_of, False)
     raise TypeError(f"unknown step type {type(step).__name__}")  # pragma: no cover - union is closed
 
 
@@ -366,6 +381,25 @@ def _items(path: JsonPath, step: EveryItemStep, subject: _Subject) -> tuple[list
     if not items and not step.allow_empty:
         return None, f"{step.path} is empty"
     return items, ""
+
+
+def _within_months(actual: Any, months: float) -> str:
+    """Why the date ``actual`` is not within ``months`` months before now ('' when it is)."""
+    if not isinstance(actual, str):
+        return f"is {_shown(actual)!r}, not a date"
+    try:
+        when = datetime.fromisoformat(actual.replace("Z", "+00:00"))
+    except ValueError:
+        return f"is {actual!r}, not an ISO date"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = datetime.now(UTC)
+    elapsed = (now.year - when.year) * 12 + (now.month - when.month) - (1 if now.day < when.day else 0)
+    if when > now:
+        return f"is {actual!r}, a date in the future"
+    if elapsed > months:
+        return f"is {actual!r}, {elapsed} months ago, more than {months:g}"
+    return ""
 
 
 def _json_path_check(step: JsonPathStep, label: str) -> SyncCheck:
@@ -388,6 +422,8 @@ def _json_path_check(step: JsonPathStep, label: str) -> SyncCheck:
                 if any(_json_equal(actual, a) for a in arg)
                 else f"is {_shown(actual)!r}, not one of {arg!r}"
             )
+        if op == "within_months":
+            return _within_months(actual, arg)
         if not _is_number(actual):
             return f"is {_shown(actual)!r}, not a number"
         if op == "gt":

@@ -36,6 +36,9 @@ OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 #: Awaited with each refusal before the call ends (the gateway audits it).
 Deny = Callable[[PermissionDenied], Awaitable[None]]
+#: Awaited with (peer, method, error) for each call refused for its token (the gateway
+#: audits them aggregated per source: :class:`middleware.refusals.RefusalAggregator`).
+Unknown = Callable[[str, str, Unauthenticated], Awaitable[None]]
 
 
 def _contract(request: Any) -> tuple[str, str]:
@@ -95,24 +98,30 @@ _UNLISTED = Rule(Permission.ADMIN)
 
 
 class _Refuse:
-    """Handlers that fail the call with ``error`` through ``@rpc`` (auditing a denial first)."""
+    """Handlers that fail the call with ``error`` through ``@rpc`` (auditing a refusal first)."""
 
-    def __init__(self, error: AgencyError, on_deny: Deny | None) -> None:
+    def __init__(
+        self, error: AgencyError, on_deny: Deny | None, on_unknown: Unknown | None = None, method: str = ""
+    ) -> None:
         self.error = error
         self.on_deny = on_deny
+        self.on_unknown = on_unknown
+        self.method = method
 
-    async def _raise(self) -> None:
+    async def _raise(self, context: grpc.aio.ServicerContext) -> None:
         if isinstance(self.error, PermissionDenied) and self.on_deny is not None:
             await self.on_deny(self.error)
+        if isinstance(self.error, Unauthenticated) and self.on_unknown is not None:
+            await self.on_unknown(context.peer() or "", self.method, self.error)
         raise self.error
 
     @rpc
     async def unary(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await self._raise()
+        await self._raise(context)
 
     @rpc_stream
     async def stream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await self._raise()
+        await self._raise(context)
         yield  # pragma: no cover - makes this an async generator
 
 
@@ -124,9 +133,15 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         token_hashes: ``{sha256_hex_of_token: principal}``; a bare client name gets
             :data:`~middleware.access.DEFAULT_ROLE`.
         on_deny: Awaited with each PERMISSION_DENIED refusal before the call ends (audit).
+        on_unknown: Awaited with each UNAUTHENTICATED refusal (peer, method, error).
     """
 
-    def __init__(self, token_hashes: Mapping[str, Principal | str], on_deny: Deny | None = None) -> None:
+    def __init__(
+        self,
+        token_hashes: Mapping[str, Principal | str],
+        on_deny: Deny | None = None,
+        on_unknown: Unknown | None = None,
+    ) -> None:
         self._clients = {
             h.lower(): p
             if isinstance(p, Principal)
@@ -134,6 +149,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             for h, p in token_hashes.items()
         }
         self._on_deny = on_deny
+        self._on_unknown = on_unknown
 
     async def intercept_service(
         self,
@@ -148,7 +164,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         if principal is None:
-            return _refusing(handler, _Refuse(Unauthenticated(why), None))
+            return _refusing(handler, _Refuse(Unauthenticated(why), None, self._on_unknown, method))
         rule = PERMISSIONS.get(method, _UNLISTED)
         operation = method.lstrip("/").removeprefix("agency.v1.")
         if rule.target is None:

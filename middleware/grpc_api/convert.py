@@ -3,45 +3,73 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from .._model import parse_model
 from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
 from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
-from ..errors import InvalidInput, Problem
+from ..errors import InvalidInput, Problem, ResourceExhausted
 from ..router import RoutingDecision
 from ..tasks import Outcome
 
 __all__ = [
     "contract_from_pb",
     "contract_to_pb",
+    "decision_from_pb",
     "decision_to_pb",
     "dumps",
+    "entry_from_pb",
     "entry_to_pb",
     "loads",
+    "outcome_from_pb",
     "outcome_to_pb",
     "query_from_pb",
     "task_from_pb",
 ]
 
 
+#: The largest message the gateway receives or sends (gRPC's default is 4 MiB).
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
 #: Deeper JSON is refused at the boundary (deep nesting exhausts recursion further in).
 MAX_JSON_DEPTH = 64
 
+#: An escape of a UTF-16 surrogate (``\\ud800``..``\\udfff``): only text holding one needs the
+#: walk that finds lone surrogates (a pair decodes to one character; raw UTF-8 cannot hold one).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+class _NotJson(ValueError):
+    """A value JSON does not have (``NaN``, ``Infinity``) or a lone UTF-16 surrogate."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value (JSON numbers are finite)")
+
 
 def loads(text: str, field: str, *, default: Any = None, want: type | None = None) -> Any:
-    """Parse a ``*_json`` field; bad JSON is an InvalidInput naming the field."""
+    """Parse a ``*_json`` field; bad JSON is an InvalidInput naming the field.
+
+    This is the one place request JSON is decoded. Besides syntax it refuses what JSON
+    does not have but Python's parser lets through: ``NaN``/``Infinity`` (they would be
+    stored as ``null``, so the log would not hold what was sent) and lone UTF-16 surrogates
+    such as ``"\\ud800"`` (no UTF-8 text can hold them: the audit log could not write them).
+    """
     if not text:
         return default
     try:
-        value = json.loads(text)
-    except ValueError as exc:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # _NotJson included
         raise InvalidInput([Problem(field, f"not valid JSON: {exc}")]) from None
     except RecursionError:
         raise InvalidInput([Problem(field, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")]) from None
-    if _too_deep(value):
-        raise InvalidInput([Problem(field, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")])
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    problem = _walk(value, surrogates)
+    if problem:
+        raise InvalidInput([Problem(field, problem)])
     if want is not None and not isinstance(value, want):
         raise InvalidInput(
             [Problem(field, f"must be a JSON {want.__name__ if want is not dict else 'object'}")]
@@ -49,14 +77,38 @@ def loads(text: str, field: str, *, default: Any = None, want: type | None = Non
     return value
 
 
-def _too_deep(value: Any) -> bool:
+def _walk(value: Any, surrogates: bool) -> str:
+    """What is wrong deep in a parsed value ('' = nothing): nesting too deep, or (when
+    ``surrogates``) a string or key holding a lone UTF-16 surrogate."""
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if isinstance(node, (dict, list)):
             if depth > MAX_JSON_DEPTH:
-                return True
-            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+                return f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            if isinstance(node, dict):
+                if surrogates and any(_lone_surrogate(k) for k in node):
+                    return _SURROGATE_PROBLEM
+                stack.extend((child, depth + 1) for child in node.values())
+            else:
+                stack.extend((child, depth + 1) for child in node)
+        elif surrogates and isinstance(node, str) and _lone_surrogate(node):
+            return _SURROGATE_PROBLEM
+        elif isinstance(node, float) and not math.isfinite(node):  # 1e999 parses as inf
+            return "not valid JSON: a number out of range (JSON numbers are finite)"
+    return ""
+
+
+_SURROGATE_PROBLEM = (
+    "not valid JSON: a string holds a lone UTF-16 surrogate (JSON text must be valid Unicode)"
+)
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 
@@ -86,6 +138,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "granularities": list(pb.granularities),
         "metrics": list(pb.metrics),
         "human_review": pb.human_review,
+        "time_critical": pb.time_critical,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -114,6 +167,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         granularities=c.granularities,
         metrics=c.metrics,
         human_review=c.human_review,
+        time_critical=c.time_critical,
     )
 
 
@@ -216,7 +270,7 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
                 for s in o.goal_verdict.steps
             ],
         )
-    return agency_pb2.Outcome(
+    pb = agency_pb2.Outcome(
         task_id=o.task_id,
         trace_id=o.trace_id,
         state=o.state.value,
@@ -244,4 +298,55 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
         pending_json=dumps(o.pending) if o.pending else "",
         audit_index=o.audit_index,
         outcome_json=o.model_dump_json(),
+    )
+    size = pb.ByteSize()
+    if size > MAX_MESSAGE_BYTES:  # the core bounds outcomes (limits.max_outcome_bytes): a net
+        raise ResourceExhausted(
+            f"the outcome of task {o.task_id} is {size} bytes, more than a response may carry "
+            f"({MAX_MESSAGE_BYTES}); lower agency.limits.max_outcome_bytes"
+        )
+    return pb
+
+
+# ------------------------------------------------------- replies, client side
+def entry_from_pb(pb: catalog_pb2.CatalogEntry) -> CatalogEntry:
+    """A catalog entry as the server sent it (the client's side of :func:`entry_to_pb`)."""
+    return CatalogEntry(
+        contract=contract_from_pb(pb.contract),
+        registered_at=pb.registered_at,  # pydantic parses RFC 3339
+        last_heartbeat=pb.last_heartbeat,
+        stale=pb.stale,
+        revision=max(1, pb.revision),
+    )
+
+
+def outcome_from_pb(pb: agency_pb2.Outcome) -> Outcome:
+    """The whole outcome a server sent (it travels as ``outcome_json``)."""
+    return Outcome.model_validate_json(pb.outcome_json)
+
+
+def decision_from_pb(pb: agency_pb2.RoutingDecision) -> RoutingDecision:
+    """A routing decision as the server sent it (the client's side of :func:`decision_to_pb`)."""
+    from ..constraints import Constraints
+    from ..router import Candidate, Rejection
+
+    return RoutingDecision(
+        constraints=Constraints.model_validate(loads(pb.constraints_json, "constraints_json", default={})),
+        chosen=pb.chosen,
+        fallbacks=list(pb.fallbacks),
+        candidates=[
+            Candidate(
+                agent=c.agent,
+                score=c.score,
+                slo_latency_ms=c.slo_latency_ms,
+                success_rate=c.success_rate,
+                load=c.load,
+                samples=c.samples,
+            )
+            for c in pb.candidates
+        ],
+        rejected=[Rejection(agent=r.agent, constraint=r.constraint, reason=r.reason) for r in pb.rejected],
+        rejected_omitted=pb.rejected_omitted,
+        considered=pb.considered,
+        explanation=pb.explanation,
     )

@@ -44,11 +44,13 @@ def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessag
                 "source": pb.metadata.provenance.source,
                 "reliability_score": pb.metadata.provenance.reliability_score,
             },
-            "freshness_ttl": pb.metadata.freshness_ttl,
-            "confidence_score": pb.metadata.confidence_score,
             "intention_trace": list(pb.metadata.intention_trace),
+            "domain": pb.metadata.domain,
         },
     }
+    for optional in ("freshness_ttl", "confidence_score"):  # unset = not given
+        if pb.metadata.HasField(optional):
+            data["metadata"][optional] = getattr(pb.metadata, optional)
     if not pb.HasField("metadata"):
         del data["metadata"]
     for name in ("message_id", "trace_id", "created_at"):
@@ -72,6 +74,7 @@ def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
             freshness_ttl=meta.freshness_ttl,
             confidence_score=meta.confidence_score,
             intention_trace=list(meta.intention_trace),
+            domain=meta.domain,
         ),
         trace_id=m.trace_id,
         created_at=_rfc3339(m.created_at),
@@ -178,7 +181,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
     async def Pull(
         self, request: messages_pb2.PullRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.PullResponse:
-        if not 0 <= request.wait_seconds <= 60:  # (NaN fails this too)
+        if not 0 <= request.wait_seconds <= 60:  # NaN fails this too
             raise InvalidInput([Problem("wait_seconds", "must be between 0 and 60")])
         message_type: Any = request.message_type
         if request.include_read:

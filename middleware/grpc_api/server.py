@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import grpc
@@ -20,21 +21,23 @@ from .._proto.agency.v1 import (
 )
 from ..access import Principal, refusal_record
 from ..config import TlsConfig
-from ..errors import PermissionDenied
+from ..errors import PermissionDenied, Unauthenticated
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
+from ..refusals import RefusalAggregator, source_of
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
 from .auth import TokenAuthInterceptor
 from .catalog_servicer import CatalogServicer
+from .convert import MAX_MESSAGE_BYTES
 from .decode import DecodeGuardInterceptor
 from .goal_servicer import GoalServicer
 from .message_servicer import add_message_service
 from .tls import add_port
 
-__all__ = ["GrpcServer", "build_server"]
+__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
 
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+log = logging.getLogger("agency.grpc")
 
 
 class GrpcServer:
@@ -43,6 +46,7 @@ class GrpcServer:
     Attributes:
         port: The port actually bound (useful with ``host:0``).
         health: The standard health servicer; ``set_serving(False)`` flips it.
+        refusals: Audits calls refused for their token, per source and interval (tokens on).
     """
 
     def __init__(
@@ -51,11 +55,13 @@ class GrpcServer:
         port: int,
         health_servicer: health.aio.HealthServicer,
         services: Sequence[str],
+        refusals: RefusalAggregator | None = None,
     ) -> None:
         self.server = server
         self.port = port
         self.health = health_servicer
         self.services = list(services)
+        self.refusals = refusals
 
     async def start(self) -> None:
         await self.server.start()
@@ -73,6 +79,11 @@ class GrpcServer:
         """Report NOT_SERVING, let in-flight calls finish for ``grace`` seconds, then stop."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.refusals is not None:  # the counts of refusals not yet summed up
+            try:
+                await self.refusals.flush()
+            except Exception:  # the rest of the shutdown must go on (the audit log may be down)
+                log.exception("could not audit the last refused calls' counts")
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
@@ -86,6 +97,7 @@ def build_server(
     token_hashes: Mapping[str, Principal | str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
+    reuse_port: bool = False,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -93,23 +105,38 @@ def build_server(
         tls: Serve TLS (mutual TLS when it requires client certificates); None = plaintext.
         token_hashes: ``{sha256_of_token: principal}`` (a bare client name gets the default
             role); set = every call but health and reflection needs a known bearer token,
-            and the role its method asks for (see :mod:`.auth`); refusals are audited.
+            and the role its method asks for (see :mod:`.auth`); refusals are audited (calls
+            refused for their token once per source and minute, with a count: see
+            :mod:`middleware.refusals`).
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+        reuse_port: Let other processes listen on the same port (SO_REUSEPORT; the kernel
+            splits connections between them). Off by default: a port another process
+            holds is refused (``Unavailable``) instead of silently shared.
+
+    Raises:
+        Unavailable: the address cannot be bound (e.g. another process listens on it).
     """
     chain = list(interceptors)
+    refusals: RefusalAggregator | None = None
     if token_hashes is not None:
 
         async def audit_denial(error: PermissionDenied) -> None:
             await agency.audit.append(refusal_record(error, node=agency.config.node_id))
 
-        chain.append(TokenAuthInterceptor(token_hashes, on_deny=audit_denial))
+        refusals = RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+
+        async def audit_unknown(peer: str, method: str, error: Unauthenticated) -> None:
+            await refusals.refused(source_of(peer), method.lstrip("/").removeprefix("agency.v1."), error)
+
+        chain.append(TokenAuthInterceptor(token_hashes, on_deny=audit_denial, on_unknown=audit_unknown))
     chain.append(DecodeGuardInterceptor(agency.record_rejection))  # innermost
     server = grpc.aio.server(
         interceptors=chain or None,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", int(reuse_port)),  # grpc's default is 1: a taken port "works"
         ],
     )
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
@@ -129,5 +156,5 @@ def build_server(
         [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    port = add_port(server, address, tls)
-    return GrpcServer(server, port, health_servicer, services)
+    port = add_port(server, address, tls, reuse_port=reuse_port)
+    return GrpcServer(server, port, health_servicer, services, refusals)

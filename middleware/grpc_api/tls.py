@@ -16,20 +16,27 @@ import grpc
 
 from ..config import ClientTlsConfig, TlsConfig
 from ..errors import Unavailable
+from .ports import check_port_free
 
 __all__ = ["TlsSettingNames", "add_port", "tls_hint"]
 
 
-def add_port(server: grpc.aio.Server, address: str, tls: TlsConfig | None) -> int:
+def add_port(
+    server: grpc.aio.Server, address: str, tls: TlsConfig | None, *, reuse_port: bool = False
+) -> int:
     """Bind ``server`` to ``address`` (port 0 = any free port) and return the bound port.
 
     Args:
         tls: Serve TLS with this certificate; with ``require_client_cert``, only to clients
             presenting a certificate signed by ``client_ca`` (mTLS). None = plaintext.
+        reuse_port: The server was built to share its port (``grpc.so_reuseport``): do not
+            refuse a port another process holds.
 
     Raises:
-        Unavailable: the address cannot be bound.
+        Unavailable: the address cannot be bound (e.g. another process listens on it).
     """
+    if not reuse_port:
+        check_port_free(address)
     try:
         if tls is None:
             port: int = server.add_insecure_port(address)

@@ -44,10 +44,11 @@ SCHEMA_VIOLATION.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
-from langchain_core.callbacks import BaseCallbackManager
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackManager
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -63,7 +64,15 @@ from ..smf import Provenance
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 
-__all__ = ["DEFAULT_CONFIDENCE", "LangChainAgent", "as_messages", "contract_variables", "wrap_runnable"]
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "LangChainAgent",
+    "as_messages",
+    "contract_variables",
+    "structured_output",
+    "takes_messages",
+    "wrap_runnable",
+]
 
 #: Confidence of a result that reports none (see the module docstring for why 0.8).
 DEFAULT_CONFIDENCE = 0.8
@@ -149,6 +158,7 @@ class LangChainAgent:
         self.config: RunnableConfig = config or {}
         if isinstance(confidence, int | float) and not 0 <= confidence <= 1:
             raise ValueError(f"confidence must be within 0..1, got {confidence}")
+        self.takes_messages = input_mapping is None and takes_messages(runnable)
         if isinstance(input_mapping, Mapping):
             for variable, path in input_mapping.items():
                 try:
@@ -171,7 +181,10 @@ class LangChainAgent:
             ) from None
         value = self.map_input(request)
         handler = self._handler(request)
+        tracker = _ErrorSource() if handler is None else None
         config = self._config(request, handler)
+        if tracker is not None:
+            config["callbacks"] = [*_as_list(config.get("callbacks")), tracker]
         try:
             result = await (
                 self._astream(value, config) if self.stream else self.runnable.ainvoke(value, config)
@@ -182,11 +195,13 @@ class LangChainAgent:
             if isinstance(exc, AgentFailure):
                 raise
             source = handler.last_error[:2] if handler and handler.last_error else None
+            if source is None and tracker is not None:
+                source = tracker.last
             raise failure_from_exception(exc, source=source) from exc
         finally:
             if handler is not None:  # cancelled by the deadline: record what was in flight
                 await handler.finish("unfinished")
-        output = self.map_output(result)
+        output = self.map_output(result, contract)
         return AgentReply(
             output=output,
             confidence_score=self._confidence(result),
@@ -212,6 +227,11 @@ class LangChainAgent:
             value = {var: _first(JsonPath.compile(path).find(content)) for var, path in mapping.items()}
         elif isinstance(mapping, str):
             value = dict(content) if isinstance(content, dict) else {mapping: _text(content)}
+        elif self.takes_messages:
+            state: list[BaseMessage] = [HumanMessage(_human_text(request))]
+            if self.inject_contract:
+                state.insert(0, SystemMessage(variables["contract"]))
+            return {"messages": state}
         elif isinstance(self.runnable, BaseLanguageModel):
             if not isinstance(self.runnable, BaseChatModel):
                 return _text(content)
@@ -227,8 +247,12 @@ class LangChainAgent:
             return {**variables, **value}
         return value  # a message state (LangGraph) carries the contract in its system message
 
-    def map_output(self, result: Any) -> Any:
-        """The JSON output for the runnable's ``result``."""
+    def map_output(self, result: Any, contract: CapabilityContract | None = None) -> Any:
+        """The JSON output for the runnable's ``result``.
+
+        ``contract`` (default: the wrapped one) decides whether an object is expected: when
+        its ``output_schema`` is an object, the default mapping parses structured output.
+        """
         mapping = self.output_mapping
         if callable(mapping) and not isinstance(mapping, str):
             return _jsonable(mapping(result))
@@ -247,6 +271,10 @@ class LangChainAgent:
                     context={"direction": "output"},
                 )
             return _jsonable(picked)
+        if _wants_object((contract or self.contract).output_schema):
+            structured = structured_output(result)
+            if structured is not _NOTHING:
+                return _jsonable(structured)
         if isinstance(result, dict) and _is_message_list(result.get("messages")):
             return _message_text(result["messages"][-1])
         return _jsonable(_plain(result))
@@ -319,11 +347,41 @@ class LangChainAgent:
         return final
 
 
+def takes_messages(runnable: Any) -> bool:
+    """Whether ``runnable`` takes a message state ``{"messages": [...]}`` as its input.
+
+    True for LangGraph graphs over ``MessagesState`` and ``langchain.agents.create_agent``
+    agents (their input schema has ``messages`` and requires nothing else).
+
+    Raises:
+        ValueError: the input needs ``messages`` and other keys: no default mapping can
+            fill those; give ``input_mapping``.
+    """
+    if isinstance(runnable, BaseLanguageModel):
+        return False
+    try:
+        schema = runnable.get_input_jsonschema()
+    except Exception:  # a runnable whose input type has no JSON schema: not a message state
+        return False
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict) or "messages" not in properties:
+        return False
+    others = sorted(set(schema.get("required") or ()) - {"messages"})
+    if others:
+        raise ValueError(
+            f"{runnable.get_name()} takes messages and also requires {others}: give input_mapping "
+            "(a callable returning its whole input)"
+        )
+    return True
+
+
 def as_messages(request: AgentRequest) -> dict[str, list[BaseMessage]]:
-    """An ``input_mapping`` for message-state runnables (LangGraph agents, ``create_react_agent``).
+    """An ``input_mapping`` for message-state runnables (LangGraph graphs, ``create_agent``).
 
     Gives ``{"messages": [SystemMessage(contract text), HumanMessage(content)]}``
-    (a dict content is sent as JSON).
+    (a dict content is sent as JSON). The default mapping does the same for a runnable
+    whose input schema is a message state (:func:`takes_messages`), with the step's
+    instruction before the content.
     """
     return {
         "messages": [
@@ -372,6 +430,109 @@ def _declares_streaming(runnable: Any, depth: int = 0) -> bool:
     if isinstance(steps, Mapping):
         children.extend(steps.values())
     return any(_declares_streaming(child, depth + 1) for child in children)
+
+
+class _Nothing:
+    pass
+
+
+_NOTHING: Any = _Nothing()
+
+
+def _wants_object(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return (
+        kind == "object"
+        or (isinstance(kind, list) and "object" in kind)
+        or (kind is None and "properties" in schema)
+    )
+
+
+def structured_output(result: Any) -> Any:
+    """The structured output in ``result``, by the libraries' conventions, or ``_NOTHING``.
+
+    In order: the ``structured_response`` key of a ``create_agent`` state (its
+    ``response_format``); a pydantic model or a dict result as is; the arguments of the
+    final message's last tool call (``with_structured_output`` by tool calling); the JSON
+    object in the final message's text (a fenced ````json```` block allowed).
+
+    Raises:
+        AgentFailure: SCHEMA_VIOLATION: the final message holds no JSON object.
+    """
+    if isinstance(result, dict):
+        if result.get("structured_response") is not None:
+            return _plain(result["structured_response"])
+        if _is_message_list(result.get("messages")):
+            return _object_in_message(result["messages"][-1])
+        return _NOTHING
+    if isinstance(result, BaseMessage):
+        return _object_in_message(result)
+    return _NOTHING
+
+
+def _object_in_message(message: BaseMessage) -> Any:
+    calls = getattr(message, "tool_calls", None) or []
+    if calls and isinstance(calls[-1].get("args"), dict):
+        return calls[-1]["args"]
+    text = _message_text(message).strip()
+    fenced = re.fullmatch(r"```(?:json|JSON)?\s*(.*?)\s*```", text, flags=re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        preview = text if len(text) <= 120 else text[:119] + "\u2026"
+        raise AgentFailure(
+            FailureType.SCHEMA_VIOLATION,
+            "the contract's output_schema asks for an object but the final message holds no JSON "
+            f"object: {preview!r}",
+            context={"direction": "output"},
+        )
+    return value
+
+
+class _ErrorSource(AsyncCallbackHandler):
+    """Remembers which tool or model raised, when no audit handler does (remote workers)."""
+
+    def __init__(self) -> None:
+        self._names: dict[Any, tuple[str, str]] = {}
+        self.last: tuple[str, str] | None = None
+
+    def _remember(
+        self, run_id: Any, kind: str, serialized: dict[str, Any] | None, kw: dict[str, Any]
+    ) -> None:
+        self._names[run_id] = (kind, str(kw.get("name") or (serialized or {}).get("name") or kind))
+
+    async def on_tool_start(
+        self, serialized: dict[str, Any] | None, input_str: str, *, run_id: Any, **kw: Any
+    ) -> None:
+        self._remember(run_id, "tool", serialized, kw)
+
+    async def on_chat_model_start(
+        self, serialized: dict[str, Any] | None, messages: Any, *, run_id: Any, **kw: Any
+    ) -> None:
+        self._remember(run_id, "model", serialized, kw)
+
+    async def on_llm_start(
+        self, serialized: dict[str, Any] | None, prompts: Any, *, run_id: Any, **kw: Any
+    ) -> None:
+        self._remember(run_id, "model", serialized, kw)
+
+    async def on_tool_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+        self.last = self._names.get(run_id, self.last)
+
+    async def on_llm_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+        self.last = self._names.get(run_id, self.last)
+
+
+def _as_list(callbacks: Any) -> list[Any]:
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, BaseCallbackManager):
+        return list(callbacks.handlers)
+    return list(callbacks)
 
 
 def _text(content: Any) -> str:

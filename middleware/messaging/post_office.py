@@ -61,7 +61,7 @@ from ..errors import (
     Unauthenticated,
     Unavailable,
 )
-from ..smf import SMFMessage
+from ..smf import SMFMessage, freshness_problem
 from .clock import Clock, system_clock
 from .directory import AgentRecord, Directory, MemoryDirectory, RegistrationMode
 from .flows import Flows
@@ -815,6 +815,9 @@ class PostOffice:
                 raise PermissionDenied(
                     f"agent {sender!r} cannot send as {msg.sender!r}: the sender must be the token's agent"
                 )
+            missing_ttl = freshness_problem(msg.metadata)  # a time-critical domain needs a TTL
+            if missing_ttl:
+                raise InvalidInput.single("metadata.freshness_ttl", missing_ttl, what="SMF message")
             self._check_fresh(msg)
             self._ttl(options.ttl)
             bad = options.problems()
@@ -860,9 +863,9 @@ class PostOffice:
                 (0, max_freshness_ttl]) or ``created_at`` (in the future, or stale);
                 ``details["cause"]`` is ``BAD_FRESHNESS``, ``FROM_THE_FUTURE`` or ``STALE``.
         """
-        ttl = msg.metadata.freshness_ttl
+        ttl = msg.metadata.freshness_ttl  # None: no TTL (allowed outside time-critical domains)
         limit = self.config.max_freshness_ttl
-        if not (math.isfinite(ttl) and 0 < ttl <= limit):
+        if ttl is not None and not (math.isfinite(ttl) and 0 < ttl <= limit):
             raise InvalidInput(
                 [Problem("metadata.freshness_ttl", f"must be > 0 and <= {limit:g} seconds, got {ttl!r}")],
                 what="SMF message",
@@ -889,7 +892,7 @@ class PostOffice:
                     Problem(
                         "created_at",
                         f"the message is stale: created {msg.created_at.isoformat()}, fresh for "
-                        f"{ttl:g} s, now {datetime.fromtimestamp(now, UTC).isoformat()}",
+                        f"{ttl or 0:g} s, now {datetime.fromtimestamp(now, UTC).isoformat()}",
                     )
                 ],
                 what="SMF message",
@@ -903,7 +906,11 @@ class PostOffice:
         created = msg.created_at.timestamp()
         lifetime = self.config.default_ttl if ttl is None else ttl
         fresh = msg.metadata.freshness_ttl
-        stale_at = created + fresh + self.config.max_clock_skew if math.isfinite(fresh) else math.inf
+        stale_at = (
+            created + fresh + self.config.max_clock_skew
+            if fresh is not None and math.isfinite(fresh)
+            else math.inf
+        )
         return min(created + lifetime, stale_at)
 
     def _check_size(self, msg: SMFMessage) -> None:

@@ -546,6 +546,7 @@ class Runtime:
                     "provenance": Provenance(source=sender, reliability_score=1.0),
                     "freshness_ttl": self.post_office.config.default_ttl,
                     "confidence_score": 1.0,
+                    "intention_trace": [f"THREAD_{trace_id[-64:]}"],  # the conversation it serves
                 },
                 "trace_id": trace_id[-64:],
                 # the post office's clock: freshness is checked against it

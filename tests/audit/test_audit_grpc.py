@@ -88,6 +88,15 @@ async def test_out_of_range_proofs_are_invalid_argument(audit_gateway) -> None:
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_a_consistency_proof_from_size_0_is_refused(audit_gateway) -> None:
+    _, _, stub = audit_gateway
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.ConsistencyProof(audit_pb2.ConsistencyProofRequest(old_size=0))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    trailers = dict(err.value.trailing_metadata())
+    assert trailers["agency-field"] == "old_size" and "RFC 9162" in (err.value.details() or "")
+
+
 async def test_memory_audit_log_has_no_proofs(grpc_gateway) -> None:
     _, channel, _ = grpc_gateway
     stub = audit_pb2_grpc.AuditServiceStub(channel)

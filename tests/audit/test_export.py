@@ -225,3 +225,19 @@ async def test_logs_of_replicas_on_separate_volumes_export_together(
     assert await asyncio.to_thread(main, argv) == 2
     assert "node node-a is both" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists(), "nothing half-written"
+
+
+async def test_a_partial_bundle_of_a_log_first_closed_empty_verifies(tmp_path: Path) -> None:
+    """The first checkpoint of a log closed empty has size 0: no consistency proof from it
+    (RFC 9162 §2.1.4), and the bundle still verifies."""
+    empty = open_log(tmp_path, "node-a")
+    await empty.close()  # signs a checkpoint of size 0
+    log = open_log(tmp_path, "node-a", checkpoint_every=3)
+    await append_batch(log, 0, 7)
+    await log.close()
+    out = _export(tmp_path, "jsonl", ExportFilter(trace_id="trace-1"))
+    node = json.loads(out.splitlines()[1])
+    assert len(node["checkpoints"]) >= 2 and node["consistency"][0] == []
+    bundle = tmp_path / "b.jsonl"
+    bundle.write_bytes(out)
+    assert verify_path(bundle, key=SIGNER.vkey).ok

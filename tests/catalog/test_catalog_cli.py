@@ -11,7 +11,7 @@ import pytest
 
 from middleware.cli import build_parser
 from middleware.cli.catalog import _main
-from middleware.errors import AgencyError, InvalidInput
+from middleware.errors import AlreadyExists, InvalidInput, NotFound, Unavailable
 from middleware.grpc_api import build_server
 from middleware.memory_catalog import MemoryCatalog
 from middleware.pipeline import Agency
@@ -74,7 +74,7 @@ async def test_register_list_show_deregister_through_a_gateway(address: str, tmp
     assert await run("deregister", "daily_batch_report@2.0.0", "--address", address) == (
         "deregistered daily_batch_report@2.0.0\n"
     )
-    with pytest.raises(AgencyError, match="NOT_FOUND"):
+    with pytest.raises(NotFound):
         await run("show", "daily_batch_report@2.0.0", "--address", address)
 
 
@@ -98,7 +98,7 @@ async def test_gateway_side_problems_come_back_listed(address: str, tmp_path: Pa
     path = tmp_path / "one.yaml"
     path.write_text("name: dup\ncan_do: [a]\n")
     await run("register", str(path), "--address", address)
-    with pytest.raises(AgencyError, match="ALREADY_EXISTS"):
+    with pytest.raises(AlreadyExists):
         await run("register", str(path), "--address", address)
     assert "revision 2" in await run("register", str(path), "--replace", "--address", address)
 
@@ -135,5 +135,5 @@ async def test_the_cli_talks_to_the_shared_redis_catalog_directly(
 
 
 async def test_an_unreachable_gateway_is_a_clear_error() -> None:
-    with pytest.raises(AgencyError, match="is 'agency serve' running"):
+    with pytest.raises(Unavailable, match="is 'agency serve' running"):
         await run("list", "--address", "127.0.0.1:1")

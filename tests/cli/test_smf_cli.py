@@ -115,3 +115,99 @@ def test_smf_validate_as_a_subprocess(tmp_path):
     )
     assert proc.returncode == 1
     assert "❌ intention_trace missing GOAL_X_001 (found: [GOAL_ORDER_001])" in proc.stdout
+
+
+def minimal(**meta):
+    """Only the seed's minimum viable set: provenance and intention_trace."""
+    return {
+        "sender": "greeting_agent",
+        "receiver": "warranty_agent",
+        "content": "请为用户u_789处理屏幕更换申请",
+        "metadata": {
+            "provenance": {"source": "greeting_agent", "reliability_score": 0.98},
+            "intention_trace": ["GOAL_WARRANTY_001"],
+            **meta,
+        },
+    }
+
+
+def test_only_provenance_and_intention_trace_is_valid(tmp_path, capsys):
+    path = write(tmp_path, "min.json", minimal())
+    assert main(["smf", "validate", path, "--now", NOW]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "✅ Valid SMF message"
+
+
+def test_a_message_without_intention_trace_fails(tmp_path, capsys):
+    bad = minimal()
+    del bad["metadata"]["intention_trace"]
+    empty = minimal(intention_trace=[])
+    for data in (bad, empty):
+        path = write(tmp_path, "bad.json", data)
+        assert main(["smf", "validate", path, "--now", NOW, "--format", "json"]) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert ("schema", "metadata.intention_trace") in {(f["code"], f["field"]) for f in doc["findings"]}
+
+
+def test_a_time_critical_domain_requires_a_ttl(tmp_path, capsys):
+    path = write(tmp_path, "quote.json", minimal(domain="logistics"))
+    assert main(["smf", "validate", path, "--now", NOW]) == 1
+    out = capsys.readouterr().out
+    assert "❌ freshness_ttl required in the time-critical domain 'logistics' [ttl-required]" in out
+    # with a TTL it passes; an ordinary domain needs none; the domain list is configurable
+    assert (
+        main(["smf", "validate", write(tmp_path, "ok.json", minimal(domain="logistics", freshness_ttl=120))])
+        == 0
+    )
+    assert main(["smf", "validate", write(tmp_path, "faq.json", minimal(domain="faq"))]) == 0
+    assert (
+        main(
+            [
+                "smf",
+                "validate",
+                write(tmp_path, "faq2.json", minimal(domain="faq")),
+                "--time-critical-domain",
+                "faq",
+            ]
+        )
+        == 1
+    )
+    assert main(["smf", "validate", write(tmp_path, "any.json", minimal()), "--time-critical"]) == 1
+    capsys.readouterr()
+
+
+def test_optional_fields_keep_their_range_checks(tmp_path, capsys):
+    path = write(tmp_path, "bad.json", minimal(freshness_ttl=-1, confidence_score=2, domain="x" * 65))
+    assert main(["smf", "validate", path, "--format", "json"]) == 1
+    fields = {f["field"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert fields == {"metadata.freshness_ttl", "metadata.confidence_score", "metadata.domain"}
+    reliability = minimal()
+    reliability["metadata"]["provenance"]["reliability_score"] = 1.2
+    assert main(["smf", "validate", write(tmp_path, "r.json", reliability)]) == 1
+    capsys.readouterr()
+
+
+def test_smf_validate_console_script_with_file_option(tmp_path):
+    import shutil
+
+    script = shutil.which("smf-validate") or str(
+        __import__("pathlib").Path(sys.executable).with_name("smf-validate")
+    )
+    good = write(tmp_path, "msg.json", minimal())
+    proc = subprocess.run([script, "--file", good], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "✅ Valid SMF message"
+    bad = minimal()
+    del bad["metadata"]["intention_trace"]
+    proc = subprocess.run(
+        [script, "--file", write(tmp_path, "bad.json", bad)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1 and "intention_trace" in proc.stdout
+
+
+def test_the_example_messages(capsys):
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "smf"
+    assert main(["smf", "validate", str(examples / "minimal.json")]) == 0
+    assert main(["smf", "validate", str(examples / "logistics-without-ttl.json")]) == 1
+    assert "[ttl-required]" in capsys.readouterr().out

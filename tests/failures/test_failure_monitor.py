@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from middleware import FailureMonitor, FailureType, MonitorConfig
@@ -82,7 +83,12 @@ async def test_pipeline_flags_the_contract_audits_it_and_the_cli_lists_it(tmp_pa
 
 
 def test_cli_says_so_when_nothing_is_flagged(tmp_path):
+    from middleware.errors import NotFound
+
     out = io.StringIO()
+    with pytest.raises(NotFound, match="no audit log at"):  # a wrong --data-dir is not "nothing flagged"
+        print_review(tmp_path, out=out)
+    (tmp_path / "audit").mkdir()
     assert print_review(tmp_path, out=out) == 0
     assert out.getvalue() == "No contract is flagged for review.\n"
 

@@ -48,16 +48,19 @@ async def test_register_then_get_and_submit_by_id(grpc_gateway):
     outcome = await agency_pb2_grpc.AgencyServiceStub(channel).Submit(
         agency_pb2.SubmitRequest(
             text="My phone bought last week has a shattered screen, I want a replacement.",
-            goal_id="GOAL_KYC_001",
-            input_json=json.dumps({"user_id": "u_789", "device_model": "PhoneX"}),
+            goal_id="GOAL_KYC_001",  # the client gives the goal and the context itself here
+            input_json=json.dumps(
+                {"user_id": "u_789", "device_model": "PhoneX", "fault_type": "screen_shattered"}
+            ),
             steps=[
-                agency_pb2.TaskStep(name="warranty"),
+                agency_pb2.TaskStep(name="order", action="get_order_detail"),
+                agency_pb2.TaskStep(name="warranty", action="warranty_check"),
                 agency_pb2.TaskStep(name="shipping", action="ship_replacement"),
                 agency_pb2.TaskStep(name="reply", action="compose_reply"),
             ],
         )
     )
-    assert outcome.state == "completed"
+    assert outcome.state == "completed", outcome.reason
     whole = json.loads(outcome.outcome_json)
     assert [v["stage"] for v in whole["stage_verdicts"]] == ["kyc"] and whole["failed_stage"] == ""
 

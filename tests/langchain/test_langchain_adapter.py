@@ -295,6 +295,7 @@ async def test_input_is_checked_against_the_contract_before_the_runnable_runs(ag
                     "provenance": {"source": "user", "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         ),

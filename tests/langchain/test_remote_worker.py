@@ -23,13 +23,13 @@ from middleware import (
     Agency,
     AgentRequest,
     FailureType,
-    FileAuditLog,
     MemoryAuditLog,
     NotFound,
     ResolutionKind,
     TaskState,
 )
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from middleware.audit.wal_reader import WalLogReader
 from middleware.errors import AgentFailure, InvalidInput, Unavailable
 from middleware.grpc_api import build_server
 from middleware.langchain import wrap_runnable
@@ -168,6 +168,7 @@ async def test_remote_agent_maps_status_codes(gateway):
                     "provenance": {"source": "user", "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )
@@ -275,7 +276,8 @@ async def test_agency_worker_cli_registers_serves_and_deregisters_on_sigterm(gat
     with pytest.raises(NotFound):
         await agency.catalog.get("warranty_faq@1.0.0")
     # the worker's own audit log holds the chain's inner steps under the gateway's trace id
-    inner = [r for _, r in FileAuditLog(tmp_path / "worker-audit").records() if r.event_type == "agent.step"]
+    reader = WalLogReader(tmp_path / "worker-audit")  # the same verifiable log as the gateway's
+    inner = [r for _, r in reader.records() if r.event_type == "agent.step"]
     assert {r.detail["kind"] for r in inner} == {"llm", "runnable"}
     assert {r.trace_id for r in inner} == {outcome.trace_id}
 
@@ -311,6 +313,7 @@ async def test_a_reply_keeps_its_smf_metadata_across_the_wire(gateway):
                     "provenance": {"source": "user", "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )

@@ -90,6 +90,7 @@ class Agent:
                     "provenance": {"source": self.name, "reliability_score": 0.9},
                     "freshness_ttl": 600,
                     "confidence_score": 0.8,
+                    "intention_trace": ["GOAL_MESSAGING_001"],  # required (the minimum viable set)
                 },
                 "created_at": datetime.fromtimestamp(self.clock(), UTC),
                 **extra,

@@ -8,8 +8,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 
+from middleware.errors import BackendUnavailable
 from middleware.messaging import PostOffice, RedisMailbox, SendOptions
 from middleware.metrics import Metrics
 
@@ -71,11 +71,11 @@ async def test_redis_errors_of_the_mailboxes_are_counted_by_operation() -> None:
     client = Redis(host="127.0.0.1", port=closed_port(), retry=Retry(NoBackoff(), 0))
     mailbox = RedisMailbox(client, prefix="test:closed:", on_redis_error=metrics.redis_error)
     try:
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(BackendUnavailable):
             await mailbox.enqueue("bob", b"x", max_len=10)
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(BackendUnavailable):
             await mailbox.receive("bob", "c1", count=1, visibility_timeout=1)
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(BackendUnavailable):
             await mailbox.size("bob")
 
         def errors(op: str) -> float | None:
@@ -90,7 +90,7 @@ async def test_redis_errors_of_the_mailboxes_are_counted_by_operation() -> None:
         alice = await register(po, "alice")
         await register(po, "bob")
         msg = alice.message("bob")
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(BackendUnavailable):
             await po.send(alice.token, msg, signature=alice.sign(msg))
         assert errors("mailbox.enqueue") == 2 and errors("mailbox.size") == 1
     finally:

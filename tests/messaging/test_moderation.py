@@ -107,6 +107,7 @@ def _message(content: Any) -> Any:
                 "provenance": {"source": "a", "reliability_score": 1},
                 "freshness_ttl": 60,
                 "confidence_score": 1,
+                "intention_trace": ["GOAL_MODERATION"],
             },
         }
     )

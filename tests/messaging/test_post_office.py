@@ -19,6 +19,7 @@ from middleware.messaging import (
     generate_key,
     sign_message,
 )
+from middleware.smf import SMFMessage
 
 from .helpers import VISIBILITY, Agent, Env, register
 
@@ -442,3 +443,22 @@ async def test_bad_receipts_are_refused(env: Env) -> None:
     with pytest.raises(InvalidInput) as err:
         await po.ack(b.token, ["garbage"])
     assert err.value.field == "receipts[0]"
+
+
+async def test_a_time_critical_message_without_a_ttl_is_refused(env: Env) -> None:
+    po = env.office()
+    a, _ = await register(po, "alice"), await register(po, "bob")
+    meta = {"provenance": {"source": "alice", "reliability_score": 0.9}, "intention_trace": ["GOAL_A_001"]}
+    message = {
+        "sender": "alice",
+        "receiver": "bob",
+        "content": "quote",
+        "metadata": {**meta, "domain": "finance"},
+    }
+    with pytest.raises(InvalidInput) as err:
+        await po.send(a.token, message, signature="")
+    assert err.value.field == "metadata.freshness_ttl"
+    assert "time-critical domain 'finance'" in str(err.value)
+    # the minimum viable set alone is enough outside a time-critical domain
+    minimal = SMFMessage.parse({**message, "metadata": meta})
+    await po.send(a.token, minimal, signature=a.sign(minimal))

@@ -17,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.audit import MemoryAuditLog
+from middleware.errors import BackendUnavailable
 from middleware.grpc_api import build_server
 from middleware.messaging import PostOffice, RedisMailbox
 
@@ -76,7 +77,7 @@ async def test_a_subscribe_stream_outlives_a_redis_restart(caplog: pytest.LogCap
             try:
                 await send("after")
                 break
-            except RedisConnectionError:
+            except (RedisConnectionError, BackendUnavailable):
                 assert attempt < 4
         second = await asyncio.wait_for(stream.read(), 10)
         assert second.message.content_json == '"after"'

@@ -196,7 +196,7 @@ def test_keygen_refuses_to_overwrite_and_enroll_refuses_duplicates_and_bad_files
     AgencyDefinition.parse(yaml.safe_load(config.read_text()))  # what serve will read
     assert cli(["messaging", "enroll", "alice", "--dir", folder, "--config", str(config)]) == 2
     assert "already has alice" in capsys.readouterr().err
-    assert cli(["messaging", "enroll", "ghost", "--dir", folder, "--config", str(config)]) == 2
+    assert cli(["messaging", "enroll", "ghost", "--dir", folder, "--config", str(config)]) == 3  # not found
     assert "no credentials of 'ghost'" in capsys.readouterr().err
     loaded = AgentCredentials.load(folder, "alice")
     assert loaded.token_sha256 in config.read_text() and loaded.token not in config.read_text()

@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from middleware.bootstrap import build_agency, build_post_office
 from middleware.catalog import CatalogQuery
 from middleware.config import definition_from
+from middleware.errors import BackendUnavailable
 from middleware.metrics import Metrics
 from middleware.redis_catalog import RedisCatalog
 from middleware.redis_routing_stats import RedisRoutingStats
@@ -46,18 +47,18 @@ async def test_each_redis_backed_store_reports_its_failed_operations(dead_redis:
     catalog = RedisCatalog(dead_redis, prefix="test:dead:", on_redis_error=metrics.redis_error)
     stats = RedisRoutingStats(dead_redis, on_redis_error=metrics.redis_error)
 
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         await tasks.get("t-1")
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         async with tasks.lock("t-1"):
             pass
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         await catalog.get("a@1.0.0")
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         await catalog.all()  # fails inside query: counted once, as the query
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         await stats.finished("a@1.0.0", success=True)
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(BackendUnavailable):
         await stats.snapshot("a@1.0.0")
 
     assert errors(metrics, "task_store.get") == 1
@@ -96,7 +97,10 @@ async def test_build_agency_and_post_office_wire_the_counter(tmp_path) -> None:
             post_office.transport.size("bob"),
             return_exceptions=True,
         )
-        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert all(
+            isinstance(r, BackendUnavailable) and isinstance(r.__cause__, RedisConnectionError)
+            for r in results
+        ), results
         assert errors(metrics, "task_store.get") == 1
         assert errors(metrics, "catalog.query") == 1
         assert errors(metrics, "mailbox.size") == 1

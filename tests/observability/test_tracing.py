@@ -23,13 +23,14 @@ from middleware.grpc_api.channel import open_channel
 from middleware.grpc_api.tracing import TracingClientInterceptor, TracingServerInterceptor
 from middleware.tracing import Tracing
 
-WARRANTY = agency_pb2.SubmitRequest(
-    text="My phone bought last week has a shattered screen, I want a replacement.",
-    goal_id="GOAL_WARRANTY_001",
+WARRANTY = agency_pb2.SubmitRequest(  # the seed's request: greeting_agent anchors the goal
+    text="我上周买的手机屏幕碎了，要换新",
     user_id="u_789",
-    input_json=json.dumps({"user_id": "u_789", "device_model": "PhoneX"}),
+    input_json=json.dumps({"user_id": "u_789", "device": "fp_7f3a"}),
     steps=[
-        agency_pb2.TaskStep(name="warranty"),
+        agency_pb2.TaskStep(name="intake", action="extract_intent"),
+        agency_pb2.TaskStep(name="order", action="get_order_detail"),
+        agency_pb2.TaskStep(name="warranty", action="warranty_check"),
         agency_pb2.TaskStep(name="shipping", action="ship_replacement"),
         agency_pb2.TaskStep(name="reply", action="compose_reply"),
     ],
@@ -94,6 +95,8 @@ async def test_one_trace_per_task_with_the_audit_trace_id(traced_gateway, tracin
     assert task.attributes["agency.state"] == "completed"
     dispatches = [s for s in spans if s.name.startswith("agency.dispatch")]
     assert [s.attributes["agency.agent"] for s in dispatches] == [
+        "greeting_agent@1.0.0",
+        "order_agent@1.0.0",
         "warranty_agent@2.1.0",
         "replacement_shipper@1.0.0",
         "replacement_shipper@1.0.0",
@@ -103,7 +106,7 @@ async def test_one_trace_per_task_with_the_audit_trace_id(traced_gateway, tracin
     ]
     assert all(s.parent.span_id == task.context.span_id for s in dispatches)
     assert [s.status.status_code for s in dispatches].count(StatusCode.ERROR) == 3
-    assert "TOOL_TIMEOUT" in dispatches[1].status.description
+    assert "TOOL_TIMEOUT" in dispatches[3].status.description
     events = [e.name for e in task.events]
     assert events[0] == "task.submitted" and events[-1] == "task.completed"
     assert "goal.verification" in events and events.count("failure.resolution") == 3

@@ -21,6 +21,7 @@ def agent_request(contract: CapabilityContract = ECHO, **kw: Any) -> AgentReques
                 "provenance": {"source": "user", "reliability_score": 1},
                 "freshness_ttl": 60,
                 "confidence_score": 1,
+                "intention_trace": ["GOAL_TEST_001"],
             },
         }
     )

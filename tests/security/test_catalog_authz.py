@@ -443,7 +443,7 @@ async def test_agency_catalog_takes_a_token_file_and_shows_a_refusal(
 ) -> None:
     from middleware.cli import build_parser
     from middleware.cli.catalog import _main
-    from middleware.errors import AgencyError
+    from middleware.errors import PermissionDenied, Unauthenticated
 
     async def catalog(*argv: str) -> str:
         out = io.StringIO()
@@ -463,9 +463,9 @@ async def test_agency_catalog_takes_a_token_file_and_shows_a_refusal(
         "watch", "--include-existing", "--count", "1", "--token-file", str(tmp_path / "web")
     )
     assert json.loads(events.splitlines()[0])["type"] == "existing"
-    with pytest.raises(AgencyError, match=r"PERMISSION_DENIED: client 'web' \(role client\)"):
+    with pytest.raises(PermissionDenied, match=r"client 'web' \(role client\)"):
         await catalog("deregister", "translator@1.0.0", "--token-file", str(tmp_path / "web"))
-    with pytest.raises(AgencyError, match=r"UNAUTHENTICATED: .*--token-file FILE"):
+    with pytest.raises(Unauthenticated, match=r"--token-file FILE"):
         await catalog("list")
 
 

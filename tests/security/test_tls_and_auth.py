@@ -160,7 +160,7 @@ def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
 
 
 def test_health_command_exit_status_when_unreachable(capsys):
-    assert main(["health", "--address", "127.0.0.1:1", "--timeout", "0.5"]) == 1
+    assert main(["health", "--address", "127.0.0.1:1", "--timeout", "0.5"]) == 4  # unavailable
     assert "UNREACHABLE" in capsys.readouterr().out
 
 

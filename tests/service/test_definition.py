@@ -52,7 +52,7 @@ def test_every_problem_is_listed_by_path(tmp_path):
     good = yaml.safe_load(ECOMMERCE.read_text())
     bad = json.loads(json.dumps(good))
     bad["agents"][2]["contract"]["input_schema"] = {"type": "nonsense"}
-    bad["agents"][0]["contract"]["cannot_do"] = ["warranty_claim"]
+    bad["agents"][0]["contract"]["cannot_do"] = ["extract_intent"]
     bad["agents"][1]["factory"] = "middleware.demo:no_such_factory"
     bad["server"]["address"] = "nowhere"
     bad["storage"] = {"backend": "redis"}
@@ -75,7 +75,8 @@ def test_duplicate_agents_and_goals_are_reported(tmp_path):
     good["goals"].append(good["goals"][0])
     with pytest.raises(InvalidInput) as info:
         load_definition(write(tmp_path, good), env={})
-    assert {p.field for p in info.value.problems} == {"agents[5].contract", "goals[1].id"}
+    n = len(good["agents"]) - 1  # the duplicate is the last one
+    assert {p.field for p in info.value.problems} == {f"agents[{n}].contract", "goals[1].id"}
 
 
 def test_yaml_errors_name_the_line_and_missing_files_are_clear(tmp_path):
@@ -104,7 +105,7 @@ def test_environment_overrides_the_file(tmp_path):
 
 def test_config_check_command(tmp_path, capsys):
     assert main(["config", "check", str(ECOMMERCE)]) == 0
-    assert "valid (5 agents, 1 goals" in capsys.readouterr().out
+    assert "valid (9 agents, 1 goal," in capsys.readouterr().out
     bad = write(tmp_path, {"agents": [{"contract": {"name": "x", "can_do": []}, "agent": "os:getcwd"}]})
     assert main(["config", "check", str(bad), "--format", "json"]) == 1
     report = json.loads(capsys.readouterr().out)

@@ -116,7 +116,7 @@ def test_config_check_reports_flow_problems_and_summarises_flows(tmp_path, capsy
     ]
     data["messaging"]["flows"] = ["a > b"]
     assert main(["config", "check", str(write(tmp_path, data))]) == 0
-    assert "2 messaging agents, 1 flows, mailboxes memory" in capsys.readouterr().out
+    assert "2 messaging agents, 1 flow, mailboxes memory" in capsys.readouterr().out
 
 
 async def test_post_office_enrolls_the_agents_and_enforces_the_flows(tmp_path):
@@ -148,6 +148,7 @@ async def test_post_office_enrolls_the_agents_and_enforces_the_flows(tmp_path):
                     "provenance": {"source": sender, "reliability_score": 1},
                     "freshness_ttl": 60,
                     "confidence_score": 1,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )

@@ -65,6 +65,7 @@ class Agent:
                     "provenance": {"source": self.name, "reliability_score": 0.9},
                     "freshness_ttl": 600,
                     "confidence_score": 0.9,
+                    "intention_trace": ["GOAL_TEST_001"],
                 },
             }
         )

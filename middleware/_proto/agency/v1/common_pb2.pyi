@@ -15,16 +15,18 @@ class Provenance(_message.Message):
     def __init__(self, source: _Optional[str] = ..., reliability_score: _Optional[float] = ...) -> None: ...
 
 class SMFMetadata(_message.Message):
-    __slots__ = ("provenance", "freshness_ttl", "confidence_score", "intention_trace")
+    __slots__ = ("provenance", "freshness_ttl", "confidence_score", "intention_trace", "domain")
     PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     FRESHNESS_TTL_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_SCORE_FIELD_NUMBER: _ClassVar[int]
     INTENTION_TRACE_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
     provenance: Provenance
     freshness_ttl: float
     confidence_score: float
     intention_trace: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, provenance: _Optional[_Union[Provenance, _Mapping]] = ..., freshness_ttl: _Optional[float] = ..., confidence_score: _Optional[float] = ..., intention_trace: _Optional[_Iterable[str]] = ...) -> None: ...
+    domain: str
+    def __init__(self, provenance: _Optional[_Union[Provenance, _Mapping]] = ..., freshness_ttl: _Optional[float] = ..., confidence_score: _Optional[float] = ..., intention_trace: _Optional[_Iterable[str]] = ..., domain: _Optional[str] = ...) -> None: ...
 
 class SMFMessage(_message.Message):
     __slots__ = ("message_id", "sender", "receiver", "content_json", "metadata", "trace_id", "created_at")
@@ -45,7 +47,7 @@ class SMFMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., receiver: _Optional[str] = ..., content_json: _Optional[str] = ..., metadata: _Optional[_Union[SMFMetadata, _Mapping]] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CapabilityContract(_message.Message):
-    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint", "regions", "data_residency", "max_data_delay_ms", "time_windows", "granularities", "metrics", "human_review")
+    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint", "regions", "data_residency", "max_data_delay_ms", "time_windows", "granularities", "metrics", "human_review", "time_critical")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +66,7 @@ class CapabilityContract(_message.Message):
     GRANULARITIES_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     HUMAN_REVIEW_FIELD_NUMBER: _ClassVar[int]
+    TIME_CRITICAL_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -82,4 +85,5 @@ class CapabilityContract(_message.Message):
     granularities: _containers.RepeatedScalarFieldContainer[str]
     metrics: _containers.RepeatedScalarFieldContainer[str]
     human_review: bool
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., data_residency: _Optional[_Iterable[str]] = ..., max_data_delay_ms: _Optional[int] = ..., time_windows: _Optional[_Iterable[str]] = ..., granularities: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Iterable[str]] = ..., human_review: _Optional[bool] = ...) -> None: ...
+    time_critical: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., data_residency: _Optional[_Iterable[str]] = ..., max_data_delay_ms: _Optional[int] = ..., time_windows: _Optional[_Iterable[str]] = ..., granularities: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Iterable[str]] = ..., human_review: _Optional[bool] = ..., time_critical: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,39 @@
+"""The options every CLI command that calls a gateway shares, and the client they open."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._client_tls import add_client_tls_options, client_tls
+
+if TYPE_CHECKING:
+    from ..client import AgencyClient
+
+__all__ = ["add_gateway_options", "open_client"]
+
+
+def add_gateway_options(parser: argparse.ArgumentParser) -> None:
+    """``--address``, ``--token-file``, ``--timeout`` and the TLS flags."""
+    parser.add_argument(
+        "--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051"
+    )
+    parser.add_argument(
+        "--token-file", type=Path, help="file holding the bearer token for the gateway (the token alone)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds to wait for the reply (default: no limit)"
+    )
+    add_client_tls_options(parser)
+
+
+def open_client(args: argparse.Namespace) -> AgencyClient:
+    """An :class:`AgencyClient` for the gateway the flags name (call inside the event loop)."""
+    from ..client import AgencyClient
+    from ..config import ServerConfig, read_token
+
+    tls = client_tls(args)
+    token = read_token(args.token_file, field="--token-file") if args.token_file else None
+    address = ServerConfig.from_env(address=args.address).address
+    return AgencyClient(address, tls=tls, token=token, timeout=getattr(args, "timeout", None))

@@ -1,0 +1,234 @@
+"""``agency submit``, ``agency route``, ``agency task get|resume``: tasks on a running gateway.
+
+Each calls the gateway with the public client (:mod:`middleware.client`), with the same
+``--address``/``--token-file``/TLS flags as ``agency catalog``; ``--json`` prints the whole
+reply as JSON. Exit status: 0 completed (or waiting for input), 1 the task failed, was
+rejected or cancelled (or the route was refused), 2 an error, 3 no such task, 4 no gateway answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import InvalidInput
+from ._gateway import add_gateway_options, open_client
+from ._text import plural, truncate
+from .exit_codes import CHECK_FAILED, EXIT_CODES_HELP, OK
+
+_DONE = {"completed", "input_required"}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "submit",
+        help="submit a task to a running gateway and print its outcome",
+        description="Submit a task to a gateway (agency serve) and wait for its outcome: state, the "
+        "agent of each step, goal verdict, failures and resolutions, output.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("text", help="the request, in words")
+    s.add_argument("--goal-id", default="", help="a registered goal to verify (e.g. GOAL_WARRANTY_001)")
+    s.add_argument("--goal", metavar="JSON|@FILE", help="an inline goal assertion")
+    s.add_argument("--input", metavar="JSON|@FILE", help="structured input for the agents (a JSON object)")
+    s.add_argument(
+        "--constraints", metavar="JSON|@FILE", help='explicit constraints, e.g. \'{"action": "x"}\''
+    )
+    s.add_argument(
+        "--step",
+        action="append",
+        default=[],
+        metavar="NAME[:ACTION]",
+        help="a step of a multi-step task, in order (repeatable); ACTION defaults to the text's",
+    )
+    s.add_argument("--user-id", default="", help="who asks (default anonymous)")
+    s.add_argument("--session-id", default="")
+    s.add_argument("--trace-id", default="", help="join this trace")
+    s.add_argument("--task-id", default="", help="choose the task id (default: generated)")
+    _common(s)
+    s.set_defaults(handler=_run, op=_submit)
+
+    r = sub.add_parser(
+        "route",
+        help="ask a gateway's router who would handle a request (runs nothing)",
+        description="A dry run of the router: the constraints extracted from TEXT, the chosen agent, "
+        "the ranked candidates and every rejection with its reason.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("text", help="the request, in words")
+    r.add_argument("--constraints", metavar="JSON|@FILE", help="explicit constraints (a JSON object)")
+    _common(r)
+    r.set_defaults(handler=_run, op=_route)
+
+    t = sub.add_parser("task", help="look at or resume a task on a running gateway")
+    cmds = t.add_subparsers(dest="task_command", metavar="SUBCOMMAND", required=True)
+    g = cmds.add_parser(
+        "get",
+        help="print a task's current outcome",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument("task_id", metavar="TASK_ID")
+    _common(g)
+    g.set_defaults(handler=_run, op=_get)
+    re = cmds.add_parser(
+        "resume",
+        help="answer a task waiting for input (clarification, conflict, human handover)",
+        description="Resume a task in state input_required: --answer OPTION for a clarification or "
+        "a conflict (the option ids are in its pending packet), --decision JSON for a human handover "
+        '({"action": "retry|use_agent|provide_output|abort|cancel", ...}).',
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    re.add_argument("task_id", metavar="TASK_ID")
+    how = re.add_mutually_exclusive_group(required=True)
+    how.add_argument("--answer", help="the chosen option id")
+    how.add_argument("--decision", metavar="JSON|@FILE", help="a human handover decision")
+    _common(re)
+    re.set_defaults(handler=_run, op=_resume)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_gateway_options(p)
+    p.add_argument("--json", action="store_true", help="print the whole reply as JSON")
+
+
+def json_option(value: str | None, flag: str) -> Any:
+    """A JSON flag value: JSON text, or ``@FILE`` holding it; InvalidInput names the flag."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput.single(
+                flag, f"cannot read {value[1:]}: {exc.strerror}", what="option"
+            ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput.single(flag, f"not valid JSON: {exc}", what="option") from None
+    if not isinstance(data, dict):
+        raise InvalidInput.single(flag, "must be a JSON object", what="option")
+    return data
+
+
+def _steps(specs: list[str]) -> list[dict[str, Any]]:
+    steps = []
+    for i, spec in enumerate(specs):
+        name, _, action = spec.partition(":")
+        if not name.strip():
+            raise InvalidInput.single(f"step[{i}]", "give NAME or NAME:ACTION", what="option")
+        steps.append({"name": name.strip(), "action": action.strip()})
+    return steps
+
+
+def _run(args: argparse.Namespace) -> int:
+    async def main() -> int:
+        async with open_client(args) as client:
+            return int(await args.op(client, args, sys.stdout))
+
+    return asyncio.run(main())
+
+
+async def _submit(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    outcome = await client.submit(
+        args.text,
+        goal_id=args.goal_id,
+        goal=json_option(args.goal, "goal"),
+        input=json_option(args.input, "input"),
+        constraints=json_option(args.constraints, "constraints"),
+        steps=_steps(args.step),
+        user_id=args.user_id,
+        session_id=args.session_id,
+        trace_id=args.trace_id,
+        task_id=args.task_id,
+    )
+    return _print_outcome(outcome, args, out)
+
+
+async def _get(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    return _print_outcome(await client.get_task(args.task_id), args, out)
+
+
+async def _resume(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    outcome = await client.resume(
+        args.task_id, answer=args.answer, decision=json_option(args.decision, "decision")
+    )
+    return _print_outcome(outcome, args, out)
+
+
+async def _route(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    decision = await client.route(args.text, json_option(args.constraints, "constraints"))
+    if args.json:
+        out.write(
+            json.dumps({**decision.model_dump(mode="json"), "refused": decision.refused}, indent=2) + "\n"
+        )
+        return CHECK_FAILED if decision.refused else OK
+    c = decision.constraints.model_dump(mode="json", exclude_defaults=True)
+    out.write(f"constraints: {json.dumps(c, ensure_ascii=False)}\n")
+    if decision.refused:
+        out.write("REFUSED: no capability satisfies the request\n")
+    else:
+        out.write(f"chosen: {decision.chosen}\n")
+        if decision.fallbacks:
+            out.write(f"fallbacks: {', '.join(decision.fallbacks)}\n")
+    for cand in decision.candidates:
+        out.write(
+            f"  candidate {cand.agent}  score {cand.score:.3f}  (SLO {cand.slo_latency_ms} ms, "
+            f"success {cand.success_rate:.0%} over {plural(cand.samples, 'dispatch', 'dispatches')}, "
+            f"load {cand.load:g})\n"
+        )
+    for rej in decision.rejected:
+        out.write(f"  rejected  {rej.agent}: {rej.constraint}: {truncate(rej.reason, 100)}\n")
+    if decision.rejected_omitted:
+        out.write(f"  ... and {plural(decision.rejected_omitted, 'more rejection')}\n")
+    if decision.explanation:
+        out.write(f"why: {decision.explanation}\n")
+    return CHECK_FAILED if decision.refused else OK
+
+
+def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    state = str(outcome.state)
+    code = OK if state in _DONE else CHECK_FAILED
+    if args.json:
+        out.write(outcome.model_dump_json(indent=2) + "\n")
+        return code
+    out.write(f"task {outcome.task_id}: {state} ({outcome.a2a_state})\n")
+    out.write(f"trace {outcome.trace_id}\n")
+    for step in outcome.steps:
+        out.write(
+            f"  step {step.name}: {step.agent or '-'} {step.status}, "
+            f"{plural(step.attempts, 'attempt')}, {step.duration_ms:.0f} ms\n"
+        )
+    for f in outcome.failures:
+        out.write(
+            f"  failure {f.type.value} on {f.agent or '-'} (attempt {f.attempt}): {truncate(f.detail, 100)}\n"
+        )
+    for r in outcome.resolutions:
+        out.write(
+            f"  resolution {r.kind.value}{' -> ' + r.agent if r.agent else ''}: {truncate(r.reason, 100)}\n"
+        )
+    verdict = outcome.goal_verdict
+    if verdict is not None:
+        passed = sum(s.passed for s in verdict.steps)
+        out.write(
+            f"goal {verdict.goal_id}: {'passed' if verdict.passed else 'FAILED'} "
+            f"({passed}/{plural(len(verdict.steps), 'check')})\n"
+        )
+    if outcome.reason:
+        out.write(f"reason: {outcome.reason}\n")
+    if outcome.pending:
+        out.write(f"waiting for: {truncate(json.dumps(outcome.pending, ensure_ascii=False), 300)}\n")
+        out.write(f"resume with: agency task resume {outcome.task_id} --answer OPTION (or --decision JSON)\n")
+    if outcome.output is not None:
+        out.write(f"output: {truncate(json.dumps(outcome.output, ensure_ascii=False), 300)}\n")
+    out.write(f"timeline: agency trace show {outcome.trace_id} (on the gateway's data directory)\n")
+    return code

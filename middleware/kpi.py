@@ -1,0 +1,236 @@
+"""The seed's section 4.4 measures, from the audit stream: live and over a period.
+
+Every figure is computed per task at its **first stop** (the first ``task.completed``
+record: the task completed, failed, was rejected, or stopped to wait for a person or
+a clarification), from the records the task wrote up to then:
+
+=========================  ==================================================================
+measure                    definition
+=========================  ==================================================================
+first-contact resolution   tasks that completed at their first stop / tasks handled
+average handling time      mean seconds from ``task.submitted`` to the first stop
+human-transfer rate        tasks with a ``human.handover`` / tasks handled
+intent-drift rate          tasks with an ``INTENT_DRIFT`` failure / tasks handled
+SLA attainment             tasks whose handling time is below the SLA (3 s by default)
+=========================  ==================================================================
+
+:class:`KpiMetrics` exports them to Prometheus as the tasks go (counters, a histogram
+and ratio gauges, fed by :class:`~middleware.metrics.Metrics`); :func:`compute_kpis`
+reads them from an audit log over a period (``agency report``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import Field
+
+from ._model import Model
+from .audit.record import AuditEventType, AuditRecord
+
+__all__ = ["DEFAULT_SLA_SECONDS", "KpiMetrics", "KpiReport", "TaskFigures", "TaskTally", "compute_kpis"]
+
+#: The seed's SLA: a task answered within 3 seconds.
+DEFAULT_SLA_SECONDS = 3.0
+_MAX_OPEN = 100_000  # tasks tracked between submit and first stop (the oldest are dropped)
+_HANDLING_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 900)
+
+
+@dataclass
+class _Open:
+    submitted: datetime
+    handover: bool = False
+    drift: bool = False
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    """One task's figures at its first stop."""
+
+    task_id: str
+    submitted: datetime
+    handling_seconds: float
+    resolved: bool
+    handover: bool
+    drift: bool
+    outcome: str
+
+
+class TaskTally:
+    """Folds audit records into per-task figures (one :class:`TaskFigures` at each first stop)."""
+
+    def __init__(self) -> None:
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+
+    def add(self, record: AuditRecord) -> TaskFigures | None:
+        """Take one record; the task's figures when this record is its first stop."""
+        task_id, kind = record.task_id, record.event_type
+        if not task_id:
+            return None
+        if kind == AuditEventType.TASK_SUBMITTED:
+            self._open[task_id] = _Open(submitted=record.time)
+            if len(self._open) > _MAX_OPEN:
+                self._open.popitem(last=False)
+            return None
+        state = self._open.get(task_id)
+        if state is None:
+            return None
+        if kind == AuditEventType.HUMAN_HANDOVER:
+            state.handover = True
+        elif kind == AuditEventType.FAILURE and record.outcome == "INTENT_DRIFT":
+            state.drift = True
+        elif kind == AuditEventType.TASK_COMPLETED:
+            del self._open[task_id]
+            return TaskFigures(
+                task_id=task_id,
+                submitted=state.submitted,
+                handling_seconds=max(0.0, (record.time - state.submitted).total_seconds()),
+                resolved=record.outcome == "completed",
+                handover=state.handover,
+                drift=state.drift,
+                outcome=record.outcome,
+            )
+        return None
+
+
+class KpiReport(Model):
+    """The measures over a period (``agency report``)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    sla_seconds: float
+    tasks: int = Field(description="Tasks submitted in the period that reached a first stop.")
+    resolved_first_contact: int
+    human_transfers: int
+    intent_drift_tasks: int
+    sla_met: int
+    first_contact_resolution: float | None = Field(description="Share 0..1 (None: no tasks).")
+    average_handling_seconds: float | None
+    human_transfer_rate: float | None
+    intent_drift_rate: float | None
+    sla_attainment: float | None
+    outcomes: dict[str, int] = Field(default_factory=dict, description="Tasks by first-stop outcome.")
+
+
+def _ratio(n: int, d: int) -> float | None:
+    return round(n / d, 4) if d else None
+
+
+def compute_kpis(
+    records: Iterable[AuditRecord],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    sla_seconds: float = DEFAULT_SLA_SECONDS,
+) -> KpiReport:
+    """The measures of the tasks submitted in ``[since, until)`` (records in log order)."""
+    tally = TaskTally()
+    figures: list[TaskFigures] = []
+    for record in records:
+        done = tally.add(record)
+        if done is None:
+            continue
+        if (since is None or done.submitted >= since) and (until is None or done.submitted < until):
+            figures.append(done)
+    n = len(figures)
+    outcomes: dict[str, int] = {}
+    for f in figures:
+        outcomes[f.outcome] = outcomes.get(f.outcome, 0) + 1
+    resolved = sum(f.resolved for f in figures)
+    handovers = sum(f.handover for f in figures)
+    drifts = sum(f.drift for f in figures)
+    sla = sum(f.handling_seconds < sla_seconds for f in figures)
+    return KpiReport(
+        since=since,
+        until=until,
+        sla_seconds=sla_seconds,
+        tasks=n,
+        resolved_first_contact=resolved,
+        human_transfers=handovers,
+        intent_drift_tasks=drifts,
+        sla_met=sla,
+        first_contact_resolution=_ratio(resolved, n),
+        average_handling_seconds=round(sum(f.handling_seconds for f in figures) / n, 4) if n else None,
+        human_transfer_rate=_ratio(handovers, n),
+        intent_drift_rate=_ratio(drifts, n),
+        sla_attainment=_ratio(sla, n),
+        outcomes=outcomes,
+    )
+
+
+class KpiMetrics:
+    """The measures as Prometheus metrics, updated as each task reaches its first stop.
+
+    Args:
+        registry: Where to register (the gateway's :class:`~middleware.metrics.Metrics` registry).
+        sla_seconds: The SLA a task's handling time is compared with.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, sla_seconds: float = DEFAULT_SLA_SECONDS) -> None:
+        self.sla_seconds = sla_seconds
+        self._tally = TaskTally()
+        self._n = self._resolved = self._handover = self._drift = self._sla = 0
+        r = registry
+        self.tasks = Counter("agency_kpi_tasks_total", "Tasks that reached their first stop.", registry=r)
+        self.resolved = Counter(
+            "agency_kpi_first_contact_resolved_total", "Tasks completed at their first stop.", registry=r
+        )
+        self.handovers = Counter(
+            "agency_kpi_human_transfers_total", "Tasks handed over to a person.", registry=r
+        )
+        self.drifts = Counter(
+            "agency_kpi_intent_drift_tasks_total", "Tasks with an INTENT_DRIFT failure.", registry=r
+        )
+        self.sla_met = Counter("agency_kpi_sla_met_total", "Tasks handled within the SLA.", registry=r)
+        self.handling = Histogram(
+            "agency_kpi_handling_seconds",
+            "Handling time: task submitted to its first stop.",
+            buckets=_HANDLING_BUCKETS,
+            registry=r,
+        )
+        self.sla = Gauge("agency_kpi_sla_seconds", "The SLA handling times are compared with.", registry=r)
+        self.sla.set(sla_seconds)
+        self.fcr = Gauge(
+            "agency_kpi_first_contact_resolution_ratio", "First-contact resolution since start.", registry=r
+        )
+        self.aht = Gauge(
+            "agency_kpi_average_handling_seconds", "Average handling time since start.", registry=r
+        )
+        self.transfer_rate = Gauge(
+            "agency_kpi_human_transfer_ratio", "Human-transfer rate since start.", registry=r
+        )
+        self.drift_rate = Gauge("agency_kpi_intent_drift_ratio", "Intent-drift rate since start.", registry=r)
+        self.sla_rate = Gauge("agency_kpi_sla_attainment_ratio", "SLA attainment since start.", registry=r)
+        self._total_seconds = 0.0
+
+    def observe(self, record: AuditRecord) -> None:
+        """Take one audit record (called for every record appended)."""
+        done = self._tally.add(record)
+        if done is None:
+            return
+        self._n += 1
+        self._total_seconds += done.handling_seconds
+        self.tasks.inc()
+        self.handling.observe(done.handling_seconds)
+        if done.resolved:
+            self._resolved += 1
+            self.resolved.inc()
+        if done.handover:
+            self._handover += 1
+            self.handovers.inc()
+        if done.drift:
+            self._drift += 1
+            self.drifts.inc()
+        if done.handling_seconds < self.sla_seconds:
+            self._sla += 1
+            self.sla_met.inc()
+        n = self._n
+        self.fcr.set(self._resolved / n)
+        self.aht.set(self._total_seconds / n)
+        self.transfer_rate.set(self._handover / n)
+        self.drift_rate.set(self._drift / n)
+        self.sla_rate.set(self._sla / n)

@@ -1,0 +1,34 @@
+"""People as members of the agency: who they are, approval gates, escalations to them.
+
+``middleware.people.desk`` (the :class:`~middleware.people.desk.HumanDesk`) routes
+escalations and applies decisions; ``middleware.console`` is the web console on top.
+"""
+
+from .approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
+from .model import (
+    ApprovalGate,
+    ConsoleSettings,
+    Escalation,
+    EscalationRoute,
+    HumansSettings,
+    Person,
+    PersonRef,
+)
+from .store import EscalationStore, MemoryEscalationStore, RedisEscalationStore
+
+__all__ = [
+    "ApprovalGate",
+    "ApprovalGates",
+    "ConsoleSettings",
+    "Escalation",
+    "EscalationRoute",
+    "EscalationStore",
+    "HumansSettings",
+    "MemoryEscalationStore",
+    "Person",
+    "PersonRef",
+    "RedisEscalationStore",
+    "TaskObserver",
+    "approval_expired",
+    "check_approver",
+]

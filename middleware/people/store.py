@@ -1,0 +1,154 @@
+"""Where escalations (and the console's list of recent tasks) live: memory or Redis.
+
+An escalation is claimed once: :meth:`EscalationStore.claim` is atomic (a Python dict under
+one event loop; ``SET NX`` on Redis), so two people answering at once, on one gateway or on
+two replicas, cannot both resume the task. Redis layout (``prefix`` = ``storage.key_prefix``):
+``{prefix}esc:{id}`` the escalation's JSON; ``{prefix}esc-open`` a sorted set of open ids by
+creation time; ``{prefix}esc-task:{task}`` the open escalation of a task;
+``{prefix}esc-claim:{id}`` the claim; ``{prefix}console-tasks`` recent tasks (sorted set by
+update time) with ``{prefix}console-task:{id}`` each summary. Every key carries a TTL.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import orjson
+
+from .model import Escalation
+
+__all__ = ["EscalationStore", "MemoryEscalationStore", "RedisEscalationStore"]
+
+_TTL_S = 7 * 24 * 3600
+_MAX_TASKS = 1000
+
+
+class EscalationStore(Protocol):
+    """Escalations by id, the open one of each task, one-time claims; recent task summaries."""
+
+    async def put(self, esc: Escalation) -> None: ...
+    async def get(self, esc_id: str) -> Escalation | None: ...
+    async def open_for_task(self, task_id: str) -> Escalation | None: ...
+    async def list_open(self) -> list[Escalation]: ...
+    async def claim(self, esc_id: str) -> bool: ...
+    async def release(self, esc_id: str) -> None: ...
+    async def note_task(self, summary: dict[str, Any]) -> None: ...
+    async def recent_tasks(self, limit: int = 200) -> list[dict[str, Any]]: ...
+    async def close(self) -> None: ...
+
+
+class MemoryEscalationStore:
+    """In this process (one gateway)."""
+
+    def __init__(self) -> None:
+        self._esc: dict[str, Escalation] = {}
+        self._claims: set[str] = set()
+        self._tasks: dict[str, dict[str, Any]] = {}
+
+    async def put(self, esc: Escalation) -> None:
+        self._esc[esc.id] = esc.model_copy(deep=True)
+
+    async def get(self, esc_id: str) -> Escalation | None:
+        esc = self._esc.get(esc_id)
+        return esc.model_copy(deep=True) if esc is not None else None
+
+    async def open_for_task(self, task_id: str) -> Escalation | None:
+        for esc in self._esc.values():
+            if esc.task_id == task_id and esc.status == "open":
+                return esc.model_copy(deep=True)
+        return None
+
+    async def list_open(self) -> list[Escalation]:
+        found = [e.model_copy(deep=True) for e in self._esc.values() if e.status == "open"]
+        return sorted(found, key=lambda e: e.created_at)
+
+    async def claim(self, esc_id: str) -> bool:
+        if esc_id in self._claims:
+            return False
+        self._claims.add(esc_id)
+        return True
+
+    async def release(self, esc_id: str) -> None:
+        self._claims.discard(esc_id)
+
+    async def note_task(self, summary: dict[str, Any]) -> None:
+        self._tasks.pop(summary["task_id"], None)
+        self._tasks[summary["task_id"]] = dict(summary)
+        while len(self._tasks) > _MAX_TASKS:
+            self._tasks.pop(next(iter(self._tasks)))
+
+    async def recent_tasks(self, limit: int = 200) -> list[dict[str, Any]]:
+        return [dict(t) for t in reversed(list(self._tasks.values()))][:limit]
+
+    async def close(self) -> None:
+        return None
+
+
+class RedisEscalationStore:
+    """Shared by every gateway replica (``redis.asyncio`` client; the store closes it)."""
+
+    def __init__(self, client: Any, *, prefix: str = "agency:") -> None:
+        self._r = client
+        self._p = prefix
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str = "agency:") -> RedisEscalationStore:
+        import redis.asyncio as aioredis
+
+        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+
+    async def put(self, esc: Escalation) -> None:
+        p = self._p
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(f"{p}esc:{esc.id}", esc.model_dump_json(), ex=_TTL_S)
+        if esc.status == "open":
+            pipe.zadd(f"{p}esc-open", {esc.id: esc.created_at.timestamp()})
+            pipe.set(f"{p}esc-task:{esc.task_id}", esc.id, ex=_TTL_S)
+        else:
+            pipe.zrem(f"{p}esc-open", esc.id)
+            pipe.delete(f"{p}esc-task:{esc.task_id}")
+        await pipe.execute()
+
+    async def get(self, esc_id: str) -> Escalation | None:
+        raw = await self._r.get(f"{self._p}esc:{esc_id}")
+        return Escalation.model_validate_json(raw) if raw else None
+
+    async def open_for_task(self, task_id: str) -> Escalation | None:
+        esc_id = await self._r.get(f"{self._p}esc-task:{task_id}")
+        if not esc_id:
+            return None
+        esc = await self.get(esc_id.decode() if isinstance(esc_id, bytes) else esc_id)
+        return esc if esc is not None and esc.status == "open" else None
+
+    async def list_open(self) -> list[Escalation]:
+        ids = await self._r.zrange(f"{self._p}esc-open", 0, -1)
+        if not ids:
+            return []
+        raws = await self._r.mget([f"{self._p}esc:{i.decode() if isinstance(i, bytes) else i}" for i in ids])
+        found = [Escalation.model_validate_json(r) for r in raws if r]
+        return [e for e in found if e.status == "open"]
+
+    async def claim(self, esc_id: str) -> bool:
+        return bool(await self._r.set(f"{self._p}esc-claim:{esc_id}", "1", nx=True, ex=_TTL_S))
+
+    async def release(self, esc_id: str) -> None:
+        await self._r.delete(f"{self._p}esc-claim:{esc_id}")
+
+    async def note_task(self, summary: dict[str, Any]) -> None:
+        p = self._p
+        pipe = self._r.pipeline(transaction=True)
+        pipe.set(f"{p}console-task:{summary['task_id']}", orjson.dumps(summary), ex=_TTL_S)
+        pipe.zadd(f"{p}console-tasks", {summary["task_id"]: time.time()})
+        pipe.zremrangebyrank(f"{p}console-tasks", 0, -_MAX_TASKS - 1)
+        await pipe.execute()
+
+    async def recent_tasks(self, limit: int = 200) -> list[dict[str, Any]]:
+        ids = await self._r.zrevrange(f"{self._p}console-tasks", 0, limit - 1)
+        if not ids:
+            return []
+        keys = [f"{self._p}console-task:{i.decode() if isinstance(i, bytes) else i}" for i in ids]
+        return [orjson.loads(r) for r in await self._r.mget(keys) if r]
+
+    async def close(self) -> None:
+        await self._r.aclose()

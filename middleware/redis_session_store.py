@@ -1,0 +1,92 @@
+"""Conversation states in Redis, shared by every gateway replica.
+
+Layout (``prefix`` defaults to ``agency:``): ``{prefix}session:{id}`` holds the state
+as JSON with a TTL (24 h by default, restarted on every save);
+``{prefix}session-lock:{id}`` holds the lock token (``SET NX PX``, released by a
+compare-and-delete script, so a replica only releases its own lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .errors import ConcurrentUpdate
+from .sessions import DEFAULT_SESSION_TTL_S, ConversationState
+
+__all__ = ["RedisSessionStore"]
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisSessionStore:
+    """A :class:`~middleware.sessions.SessionStore` on Redis.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client.
+        prefix: Namespace for every key.
+        ttl_s: How long a session's state lives after its last change (default 24 h).
+        lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a session forever.
+        owns_client: Close the client in :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "agency:",
+        ttl_s: float = DEFAULT_SESSION_TTL_S,
+        lock_ttl_s: float = 30.0,
+        poll_s: float = 0.01,
+        owns_client: bool = False,
+    ) -> None:
+        self._redis = client
+        self._prefix = prefix
+        self._ttl_ms = int(ttl_s * 1000)
+        self._lock_ttl_ms = int(lock_ttl_s * 1000)
+        self._poll_s = poll_s
+        self._owns_client = owns_client
+        self._release = client.register_script(_RELEASE)
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RedisSessionStore:
+        """A store on its own connection to ``url`` (closed by :meth:`close`)."""
+        import redis.asyncio as aioredis
+
+        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+
+    def key(self, session_id: str) -> str:
+        """The Redis key of a session's state."""
+        return f"{self._prefix}session:{session_id}"
+
+    async def get(self, session_id: str) -> ConversationState | None:
+        data = await self._redis.get(self.key(session_id))
+        return None if data is None else ConversationState.model_validate_json(data)
+
+    async def save(self, state: ConversationState) -> None:
+        await self._redis.set(self.key(state.session_id), state.model_dump_json(), px=self._ttl_ms)
+
+    @asynccontextmanager
+    async def lock(self, session_id: str, *, wait_s: float = 5.0) -> AsyncIterator[None]:
+        key = f"{self._prefix}session-lock:{session_id}"
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + wait_s
+        while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
+            if time.monotonic() >= deadline:
+                raise ConcurrentUpdate(f"session {session_id} is locked by another task")
+            await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        try:
+            yield
+        finally:
+            await self._release(keys=[key], args=[token])
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._redis.aclose()

@@ -1,0 +1,155 @@
+"""An MCP server's tools as agents behind contracts: real MCP servers (the SDK's MCPServer over
+Streamable HTTP, and ``agency mcp serve`` on stdio) called by the gateway through the SDK client."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.server.mcpserver import MCPServer
+
+from middleware import Agency, FailureType, InvalidInput, TaskState
+from middleware.audit.record import AuditEventType
+from middleware.protocols.common import HttpServer
+from middleware.protocols.mcp_agent import describe_tool, register_mcp_tool
+
+pytestmark = pytest.mark.asyncio
+
+CONTRACT = {
+    "name": "order_lookup",
+    "can_do": ["order_lookup"],
+    "slo_latency_ms": 5000,
+    "input_schema": {"type": "object", "required": ["order_id"]},
+    "output_schema": {"type": "object", "required": ["order_id", "status"]},
+}
+
+
+class OrderServer:
+    """An MCP server with one tool, on Streamable HTTP on port 0."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.mcp = MCPServer("orders")
+
+        @self.mcp.tool(description="Look an order up by id.")
+        def lookup_order(order_id: str) -> dict[str, Any]:
+            self.calls.append(order_id)
+            if order_id == "broken":
+                raise ValueError("order database unreachable")
+            return {"order_id": order_id, "status": "shipped"}
+
+        self.server = HttpServer(self.mcp.streamable_http_app(), "127.0.0.1:0", name="orders")
+        self.url = f"{self.server.url}/mcp"
+
+    def change_tool(self) -> None:
+        """The same tool name, now promising more (a new optional argument)."""
+        self.mcp.remove_tool("lookup_order")
+
+        @self.mcp.tool(description="Look an order up by id, or refund it.")
+        def lookup_order(order_id: str, refund: bool = False) -> dict[str, Any]:
+            self.calls.append(order_id)
+            return {"order_id": order_id, "status": "refunded" if refund else "shipped"}
+
+    async def __aenter__(self) -> OrderServer:
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop()
+
+
+async def lookup(agency: Agency, order_id: str):
+    return await agency.submit(
+        {
+            "text": "look up my order",
+            "constraints": {"action": "order_lookup"},
+            "input": {"order_id": order_id},
+        }
+    )
+
+
+async def test_an_mcp_tool_serves_a_governed_step():
+    agency = Agency()
+    async with OrderServer() as orders:
+        await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
+        out = await lookup(agency, "o-1")
+        broken = await lookup(agency, "broken")
+    assert out.state is TaskState.COMPLETED and out.output == {"order_id": "o-1", "status": "shipped"}
+    assert (
+        broken.failures[0].type is FailureType.TOOL_ERROR
+        and "tool lookup_order failed" in broken.failures[0].detail
+    )
+    assert (await agency.catalog.get("order_lookup@1.0.0")).contract.endpoint == orders.url
+
+
+async def test_an_unreachable_mcp_server_is_tool_unavailable():
+    agency = Agency()
+    async with OrderServer() as orders:
+        await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
+    out = await lookup(agency, "o-1")  # the server is gone
+    assert out.failures[0].type is FailureType.TOOL_UNAVAILABLE
+
+
+async def test_a_changed_tool_definition_is_caught_not_trusted():
+    agency = Agency()
+    async with OrderServer() as orders:
+        await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
+        orders.change_tool()
+        out = await lookup(agency, "o-2")
+    assert out.failures[0].type is FailureType.TOOL_UNAVAILABLE
+    assert "definition changed" in out.failures[0].detail
+    assert orders.calls == []  # the changed tool was never called
+    flags = [r for _, r in agency.audit.records() if r.event_type == AuditEventType.CONTRACT_REVIEW]
+    assert [(f.rule, f.actors.agent) for f in flags] == [("mcp_tool_changed", "order_lookup@1.0.0")]
+
+
+async def test_registration_refuses_a_definition_other_than_the_reviewed_one():
+    agency = Agency()
+    async with OrderServer() as orders:
+        definition, digest = await describe_tool(orders.url, "lookup_order")
+        assert definition["inputSchema"]["required"] == ["order_id"]
+        orders.change_tool()
+        with pytest.raises(InvalidInput) as info:
+            await register_mcp_tool(
+                agency, orders.url, "lookup_order", CONTRACT, tool_sha256=digest, where="m"
+            )
+        with pytest.raises(InvalidInput) as missing:
+            await register_mcp_tool(agency, orders.url, "no_such_tool", CONTRACT)
+    assert info.value.field == "m.tool_sha256"
+    assert missing.value.field == "tool"
+    assert await agency.catalog.all() == []
+
+
+async def test_a_stdio_mcp_server_tool_behind_a_contract(tmp_path: Path):
+    """The gateway's own governed tools, served on stdio by a subprocess, as a capability here."""
+    command = [
+        str(Path(sys.executable).parent / "agency"),
+        "mcp",
+        "serve",
+        "--demo",
+        "--data-dir",
+        str(tmp_path),
+    ]
+    agency = Agency()
+    contract = {"name": "remote_interest", "can_do": ["compound_interest"], "slo_latency_ms": 60_000}
+    await register_mcp_tool(agency, command, "compound_interest", contract)
+    out = await agency.submit({"text": "compound interest", "constraints": {"action": "compound_interest"}})
+    assert out.state is TaskState.COMPLETED, out.failures
+    assert out.output == {"monthly_payment": 0.0}
+
+
+async def test_cli_mcp_tool_prints_the_definition_and_its_pin(capsys):
+    import asyncio
+    import json
+
+    from middleware.cli import main
+
+    async with OrderServer() as orders:
+        assert (
+            await asyncio.to_thread(main, ["mcp", "tool", "--url", orders.url, "--tool", "lookup_order"]) == 0
+        )
+        _, digest = await describe_tool(orders.url, "lookup_order")
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["tool_sha256"] == digest and printed["tool"]["name"] == "lookup_order"
