@@ -3,12 +3,16 @@
 A gateway started with a token file knows each caller as a :class:`Principal`: the client
 name and the :class:`Role` on its token's line. Roles, least privilege first:
 
-* ``client``: every call except writing the catalog and registering goals (submit, route,
-  resume, read tasks, catalog reads and watch, goal reads, audit export and proofs,
-  messaging, whose agents the post office authenticates on its own).
+* ``client``: every call except writing the catalog, registering goals and reading the
+  audit log (submit, route, resume and read its own tasks, catalog reads and watch, goal
+  reads, messaging, whose agents the post office authenticates on its own).
 * ``agent``: as ``client``, plus catalog writes (register, update, heartbeat, deregister)
-  of the contracts whose ``name`` is the client's name, every version of it. An agent
-  cannot take over another agent's name, not even with ``replace``.
+  of the contracts whose ``name`` is the client's name, every version of it, declaring
+  only what an admin granted it (:mod:`middleware.grants`). An agent cannot take over
+  another agent's name, not even with ``replace``.
+* ``auditor``: reads the audit log (AuditService: export, inclusion and consistency
+  proofs, checkpoints) and nothing else but the calls every client may make. Clients and
+  agents may not read the audit log: it holds every client's requests.
 * ``admin``: everything (operators, ``agency catalog``, deployment tooling).
 
 A line without a role gets :data:`DEFAULT_ROLE` (``agent``): see docs/operations.md for
@@ -20,7 +24,7 @@ and the target, and :func:`refusal_record` is what the gateway audits for it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from enum import StrEnum
 
@@ -42,12 +46,16 @@ __all__ = [
     "current_caller",
     "current_principal",
     "refusal_record",
+    "same_name",
 ]
 
 
 class Role(StrEnum):
+    """Every role a token line may name (the one list of roles)."""
+
     CLIENT = "client"
     AGENT = "agent"
+    AUDITOR = "auditor"
     ADMIN = "admin"
 
 
@@ -80,6 +88,8 @@ class Permission(StrEnum):
     """An agent for its own capability name, or an admin."""
     GOAL_WRITE = "goal_write"
     """An admin."""
+    AUDIT_READ = "audit_read"
+    """An auditor or an admin."""
     ADMIN = "admin"
     """An admin (operations no rule names: refused to everyone else)."""
 
@@ -94,11 +104,15 @@ class Principal(Model):
     )
 
     def owns(self, capability: str) -> bool:
-        """Whether ``capability`` (a contract name) is this agent's own name.
+        """Whether ``capability`` (a contract name) is this agent's own name (:func:`same_name`)."""
+        return same_name(self.name, capability)
 
-        Compared as the catalog stores names (stripped, lower-case).
-        """
-        return bool(capability.strip()) and self.name.strip().lower() == capability.strip().lower()
+
+def same_name(a: str, b: str) -> bool:
+    """The one rule for client names, for catalog ownership and task ownership alike:
+    equal once stripped and case-folded (``Bob`` and ``bob`` are one client; a token file
+    naming both is refused). Empty names are no one's."""
+    return bool(a.strip()) and a.strip().casefold() == b.strip().casefold()
 
 
 #: The authenticated client of the call being served (set by the transport for every call,
@@ -124,7 +138,9 @@ def acting_as(principal: Principal) -> Iterator[None]:
     try:
         yield
     finally:
-        _caller.reset(token)
+        # a stream closed from another context: nothing is left to restore there
+        with suppress(ValueError):
+            _caller.reset(token)
 
 
 def authorize_task(principal: Principal | None, owner: str, *, operation: str, task_id: str) -> None:
@@ -135,7 +151,7 @@ def authorize_task(principal: Principal | None, owner: str, *, operation: str, t
     Raises:
         PermissionDenied: naming the client, its role, the operation and the task.
     """
-    if principal is None or not owner or principal.role is Role.ADMIN or principal.name == owner:
+    if principal is None or not owner or principal.role is Role.ADMIN or same_name(principal.name, owner):
         return
     raise PermissionDenied(
         f"client {principal.name!r} (role {principal.role.value}) may not {operation} {task_id}: "
@@ -176,11 +192,15 @@ def authorize(
         return
     if permission is Permission.CATALOG_WRITE and role is Role.AGENT and principal.owns(capability):
         return
+    if permission is Permission.AUDIT_READ and role is Role.AUDITOR:
+        return
     what = f" {target}" if target else ""
     if permission is Permission.CATALOG_WRITE and role is Role.AGENT:
         why = f"an agent writes only contracts named {principal.name.strip().lower()!r}"
     elif permission is Permission.CATALOG_WRITE:
         why = "catalog writes need the agent role (its own contracts) or admin"
+    elif permission is Permission.AUDIT_READ:
+        why = "reading the audit log needs the auditor or admin role"
     else:
         why = "this needs the admin role"
     raise PermissionDenied(

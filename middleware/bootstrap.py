@@ -6,9 +6,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .audit import AuditLog, WalAuditLog, WalOptions
+from .audit.checkpoint import key_inside
 from .audit.open_tasks import close_open_tasks
 from .backends import open_backends
 from .definition import AgencyDefinition
+from .errors import InvalidInput
 from .messaging.directory import Directory, MemoryDirectory
 from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
@@ -33,12 +35,23 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     are called over TLS when the definition has ``workers.tls``.
 
     Raises:
-        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable or not a signer key.
+        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable, not a signer key,
+            writable by others, or inside the audit directory.
+        AuditError: the default key is still under the audit directory (move it, as the
+            message says).
     """
     options = WalOptions(
         on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None,
         checkpoint_interval=definition.audit.checkpoint_interval.total_seconds(),
     )
+    key = definition.audit.checkpoint_key
+    if key is not None and key_inside(key, definition.audit_directory):
+        raise InvalidInput.single(
+            "audit.checkpoint_key",
+            f"{key} is inside the audit directory {definition.audit_directory}: anyone who can copy or "
+            "rewrite the log could re-sign it; keep the key outside it (a secrets path)",
+            what="definition",
+        )
     signer = definition.audit.signer()
     wal = WalAuditLog(definition.audit_directory, definition.agency.node_id, signer=signer, options=options)
     if not wal.recovery.clean:  # a crash: tasks it cut off end in the log now, as interrupted
@@ -75,10 +88,11 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         catalog=catalog,
         router=Router(catalog, stats=stats),
     )
-    if definition.workers.tls is not None:  # remote workers are called over (m)TLS
+    workers_token = definition.workers.token()
+    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
         from .remote_agent import RemoteAgent
 
-        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls)
+        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
         # registers the same contracts from the same file

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 import os
 import re
 import socket
@@ -174,8 +175,23 @@ class TlsConfig(Model):
     key: Path = Field(description="PEM private key of the server.")
     client_ca: Path | None = Field(default=None, description="PEM CA bundle that signs client certificates.")
     require_client_cert: bool = Field(
-        default=False, description="Refuse clients without a certificate signed by client_ca (mTLS)."
+        default=False,
+        description="Refuse clients without a certificate signed by client_ca (mTLS). Default: true "
+        "when client_ca is given (a CA alone would otherwise silently give TLS without client "
+        "certificates); an explicit false with a client_ca is logged as a warning.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mtls_when_a_ca_is_given(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is None:
+            data = {**data, "require_client_cert": True}
+        elif isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is False:
+            logging.getLogger("agency.config").warning(
+                "tls.client_ca is set but require_client_cert is false: clients without a certificate "
+                "are accepted (TLS, not mutual TLS)"
+            )
+        return data
 
     @field_validator("cert", "client_ca")
     @classmethod
@@ -249,13 +265,29 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def unsafe_permissions(path: Path) -> str | None:
+    """Why a secret file (token file, key) must not be trusted, or None: it is group- or
+    world-writable, so anyone on the host could add an admin token or swap the key."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # reading it reports the problem
+    if mode & 0o022:
+        return (
+            f"{path} is group- or world-writable (mode {mode & 0o777:04o}): anyone on the host could "
+            f"change it; run chmod go-w {path} (0600 or 0640 recommended)"
+        )
+    return None
+
+
 def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
     """Read a token file: one ``CLIENT_NAME SHA256_HEX [ROLE]`` per line (``#`` comments).
 
-    ``ROLE`` is ``client``, ``agent`` or ``admin`` (see :mod:`middleware.access`); a line
+    ``ROLE`` is ``client``, ``agent``, ``auditor`` or ``admin`` (see :mod:`middleware.access`); a line
     without one gets :data:`~middleware.access.DEFAULT_ROLE` (``role_given`` false).
     Several lines may name one client (token rotation); one token on two lines must mean
-    the same client and role.
+    the same client and role; two names that differ only in case are refused. A file that
+    is group- or world-writable is refused (anyone on the host could add an admin line).
 
     Returns ``{hash: principal}``. Raises :class:`InvalidInput` naming each bad line
     (``PATH:LINE``).
@@ -263,6 +295,8 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
     from .errors import InvalidInput, Problem
 
     p = Path(path)
+    if (why := unsafe_permissions(p)) is not None:
+        raise InvalidInput([Problem("auth_tokens", why)], what="token file")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
@@ -271,6 +305,7 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
         raise InvalidInput([Problem("auth_tokens", f"{p} is not UTF-8 text")]) from None
     out: dict[str, Principal] = {}
     seen: dict[str, int] = {}
+    names: dict[str, str] = {}
     problems = []
     roles = ", ".join(r.value for r in Role)
     for n, line in enumerate(text.splitlines(), start=1):
@@ -295,6 +330,10 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
             principal = Principal(name=parts[0], role=role)
         else:
             principal = Principal(name=parts[0], role=DEFAULT_ROLE, role_given=False)
+        other = names.setdefault(principal.name.strip().casefold(), principal.name)
+        if other != principal.name:  # one name rule (access.same_name): Bob and bob are one client
+            problems.append(Problem(f"{p}:{n}", f"{principal.name!r} differs from {other!r} only in case"))
+            continue
         earlier = out.get(digest)
         if earlier is not None and (earlier.name, earlier.role) != (principal.name, principal.role):
             problems.append(
@@ -316,6 +355,8 @@ def read_signer_key(path: Path) -> Signer:
     """
     from .audit.checkpoint import Signer
 
+    if (why := unsafe_permissions(path)) is not None:
+        raise ValueError(why)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -413,6 +454,8 @@ def read_token(path: str | os.PathLike[str], *, field: str = "token_file") -> st
         InvalidInput: naming ``field`` (unreadable, empty, or not one token).
     """
     p = Path(path)
+    if (unsafe := unsafe_permissions(p)) is not None:
+        raise InvalidInput.single(field, unsafe, what="token")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

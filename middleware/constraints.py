@@ -33,6 +33,7 @@ from .errors import InvalidInput
 from .versions import checked_range_text
 
 __all__ = [
+    "MAX_TEXT_CHARS",
     "ConstraintExtractor",
     "Constraints",
     "LangChainExtractor",
@@ -214,12 +215,12 @@ DEFAULT_VOCABULARY: dict[str, Any] = {
         "人工审批",
     ],
     "residency_patterns": [
-        r"data\s+(?:must|should|may|can)\s*(?:not|n't)\s+leave\s+(?:the\s+)?(?:region\s+(?:of\s+)?)?{region}",
-        r"data\s+(?:must|should)\s+(?:stay|remain|be kept|reside)\s+(?:with)?in\s+{region}",
-        r"keep\s+(?:the\s+|all\s+)?data\s+in\s+{region}",
-        r"data\s+residency\s+in\s+{region}",
-        r"数据\s*(?:不能|不得|不可以|不可|禁止|不要)\s*(?:离开|流出|出)\s*{region}",
-        r"数据\s*(?:必须|只能|需要)?\s*(?:留在|保存在|存储在|存放在)\s*{region}",
+        r"data\s++(?:must|should|may|can)\s*+(?:not|n't)\s++leave\s++(?:the\s++)?(?:region\s++(?:of\s++)?)?{region}",
+        r"data\s++(?:must|should)\s++(?:stay|remain|be kept|reside)\s++(?:with)?in\s++{region}",
+        r"keep\s++(?:the\s++|all\s++)?data\s++in\s++{region}",
+        r"data\s++residency\s++in\s++{region}",
+        r"数据\s*+(?:不能|不得|不可以|不可|禁止|不要)\s*+(?:离开|流出|出)\s*+{region}",
+        r"数据\s*+(?:(?:必须|只能|需要)\s*+)?(?:留在|保存在|存储在|存放在)\s*+{region}",
     ],
     "residency_home_phrases": [
         "数据不能出境",
@@ -233,15 +234,15 @@ DEFAULT_VOCABULARY: dict[str, Any] = {
     ],
     "home_region": "china",
     "freshness_patterns": [
-        r"(?:delay|latency|lag|staleness)\s+(?:is\s+)?(?:of\s+)?"
-        r"(?:more than|over|above|exceeds?|greater than)\s*{n}\s*{unit}",
-        r"(?:delay|latency|lag)\s+(?:of\s+)?(?:under|below|within|less than|at most|up to|no more than)"
-        r"\s*{n}\s*{unit}",
-        r"(?:no|not)\s+(?:more|older)\s+than\s+{n}\s*{unit}\s+(?:old|stale|late|behind|delayed)",
-        r"(?:at most|within|up to)\s+{n}\s*{unit}\s+(?:old|stale|late|behind|of delay)",
-        r"延迟\s*(?:超过|大于|高于|多于|超出)\s*{n}\s*{unit}",
-        r"延迟\s*(?:不超过|不能超过|不得超过|小于|低于|在)\s*{n}\s*{unit}",
-        r"{n}\s*{unit}\s*(?:以内|之内)的数据",
+        r"(?:delay|latency|lag|staleness)\s++(?:is\s++)?(?:of\s++)?"
+        r"(?:more than|over|above|exceeds?|greater than)\s*+{n}\s*+{unit}",
+        r"(?:delay|latency|lag)\s++(?:of\s++)?(?:under|below|within|less than|at most|up to|no more than)"
+        r"\s*+{n}\s*+{unit}",
+        r"(?:no|not)\s++(?:more|older)\s++than\s++{n}\s*+{unit}\s++(?:old|stale|late|behind|delayed)",
+        r"(?:at most|within|up to)\s++{n}\s*+{unit}\s++(?:old|stale|late|behind|of delay)",
+        r"延迟\s*+(?:超过|大于|高于|多于|超出)\s*+{n}\s*+{unit}",
+        r"延迟\s*+(?:不超过|不能超过|不得超过|小于|低于|在)\s*+{n}\s*+{unit}",
+        r"{n}\s*+{unit}\s*+(?:以内|之内)的数据",
     ],
     "duration_units": {
         "ms": 1,
@@ -328,7 +329,11 @@ _CN_DIGITS = {
     "九": 9,
 }
 _CN_UNITS = {"十": 10, "百": 100, "千": 1000}
-_NUMBER = r"(?P<n>\d+(?:\.\d+)?|[零〇一二两三四五六七八九十百千]+)"
+# Possessive, and only where a number starts: a run of digits is tried once, not once per
+# digit (a text of 10,000 digits was quadratic), and never backtracked into (units do not
+# start with a digit or a numeral, so nothing is lost).
+_NUMERALS = "零〇一二两三四五六七八九十百千"
+_NUMBER = rf"(?<![\d.{_NUMERALS}])(?P<n>\d++(?:\.\d++)?+|[{_NUMERALS}]++)"
 
 
 def _cn_number(text: str) -> float:
@@ -386,6 +391,10 @@ class _Labelled:
         return self._label[m.group(0).lower()] if m else ""
 
 
+#: How much of a request's text the rule-based extractor reads (the rest is ignored).
+MAX_TEXT_CHARS = 8_000
+
+
 class RuleBasedExtractor:
     """Vocabularies → constraints (see :class:`Vocabulary`). English and Chinese by default.
 
@@ -393,6 +402,9 @@ class RuleBasedExtractor:
         vocabulary: The phrases to look for (default :meth:`Vocabulary.default`).
         actions: Shortcut replacing the action vocabulary.
         tags: Shortcut replacing the tag vocabulary.
+        max_text_chars: Only the first this many characters of a text are read (default
+            :data:`MAX_TEXT_CHARS`): what a request requires is stated up front, and the
+            time one extraction takes stays bounded whatever a client sends.
     """
 
     def __init__(
@@ -401,7 +413,11 @@ class RuleBasedExtractor:
         *,
         actions: Mapping[str, Sequence[str]] | None = None,
         tags: Mapping[str, Sequence[str]] | None = None,
+        max_text_chars: int = 0,
     ) -> None:
+        if max_text_chars < 0:
+            raise InvalidInput.single("max_text_chars", "must be 0 (default) or positive", what="extractor")
+        self.max_text_chars = max_text_chars or MAX_TEXT_CHARS
         if vocabulary is None:
             vocab = Vocabulary.default()
         elif isinstance(vocabulary, Vocabulary):
@@ -440,6 +456,7 @@ class RuleBasedExtractor:
 
     def extract_sync(self, text: str) -> Constraints:
         """The same as :meth:`extract`, for callers without an event loop."""
+        text = text[: self.max_text_chars]
         residency, rest = self._residency_of(text)
         best: tuple[int, str] | None = None
         for label, start, end in self._actions.matches(text):

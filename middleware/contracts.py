@@ -16,6 +16,8 @@ from jsonschema.exceptions import SchemaError
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 
 from ._model import Model
+from .errors import InvalidInput
+from .schema_guard import check_schema_bounds
 from .schemas import CompiledSchema, compile_schema
 
 __all__ = ["SEMVER_RE", "CapabilityContract", "check_against_schema", "normalise_label"]
@@ -155,6 +157,10 @@ class CapabilityContract(Model):
     def _schema(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         if info.context and info.context.get("schemas_checked"):
             return v  # re-read from a catalog that checked them at registration
+        try:  # size and patterns first: the meta-schema check itself is costly on a huge schema
+            check_schema_bounds(v, field="$")
+        except InvalidInput as exc:
+            raise ValueError("; ".join(f"{p.field}: {p.reason}" for p in exc.problems)) from None
         try:
             jsonschema.validators.validator_for(v).check_schema(v)
         except SchemaError as exc:

@@ -23,6 +23,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
       - contract: {name: remote_agent, can_do: [translate], endpoint: 10.0.0.7:50061}
     goals:
       - {id: GOAL_WARRANTY_001, description: ..., verification_steps: [...]}
+    grants: {remote_agent: {actions: [translate], endpoints: ["10.0.0.7:50061"]}}
     messaging:
       agents:
         - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
@@ -51,10 +52,11 @@ from ._model import Model
 from .agents import AgentCallable
 from .audit.checkpoint import Signer
 from .audit.retention import parse_age
-from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key
+from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key, read_token
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
+from .grants import AgentGrant
 from .messaging.directory import RegistrationMode
 from .messaging.flows import Flows
 from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
@@ -188,7 +190,8 @@ class AuditSettings(Model):
     checkpoint_key: Path | None = Field(
         default=None,
         description="File holding the Ed25519 signer key of the checkpoints (``PRIVATE+KEY+...`` "
-        "text); it must exist. Default: ``<directory>/keys/<node id>.key``, created on first start.",
+        "text); it must exist and lie outside the audit directory. Default: ``keys/<node id>.key`` "
+        "beside the audit directory (``<server.data_dir>/keys``), created on first start.",
     )
 
     retention: RetentionSettings | None = Field(
@@ -240,6 +243,25 @@ class WorkersSettings(Model):
         description="TLS to every worker: the CA that signs the workers' certificates, and for "
         "workers that require mutual TLS the gateway's client certificate and key. None = plaintext.",
     )
+    token_file: Path | None = Field(
+        default=None,
+        description="File holding the gateway's bearer token for its workers, sent on every call "
+        "(workers started with --gateway-token-file take calls only with it). None = none sent.",
+    )
+
+    @field_validator("token_file")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            try:
+                read_token(v, field="workers.token_file")
+            except InvalidInput as exc:
+                raise ValueError(exc.problems[0].reason) from None
+        return v
+
+    def token(self) -> str | None:
+        """The gateway's token for its workers, or None."""
+        return read_token(self.token_file, field="workers.token_file") if self.token_file else None
 
 
 class MessagingAgent(Model):
@@ -419,6 +441,10 @@ class AgencyDefinition(Model):
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+    grants: dict[str, AgentGrant] = Field(
+        default_factory=dict,
+        description="What each agent token may declare when it registers (see middleware.grants).",
+    )
 
     @property
     def audit_directory(self) -> Path:

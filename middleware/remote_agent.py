@@ -63,6 +63,8 @@ class RemoteAgent:
         tls: Call over TLS (verify the worker with ``ca``; present ``cert``/``key`` to a
             worker requiring mutual TLS). None = plaintext.
         channel: A channel to use instead of opening one (it is then not closed here).
+        token: The gateway's bearer token for its workers (``workers.token_file``), sent
+            on every call: workers started with ``--gateway-token-file`` require it.
     """
 
     def __init__(
@@ -71,21 +73,26 @@ class RemoteAgent:
         *,
         tls: ClientTlsConfig | None = None,
         channel: grpc.aio.Channel | None = None,
+        token: str | None = None,
     ) -> None:
         if not endpoint:
             raise ValueError("a remote agent needs an endpoint (host:port)")
         self.endpoint = endpoint
         self.tls = tls
+        self._token = token
         self._channel = channel
         self._owns_channel = channel is None
         self._stub: worker_pb2_grpc.AgentWorkerStub | None = None
 
     @classmethod
-    def factory(cls, *, tls: ClientTlsConfig | None = None) -> Callable[[CapabilityContract], RemoteAgent]:
-        """What ``AgentRegistry.remote_factory`` takes: a remote agent per contract, all with ``tls``."""
+    def factory(
+        cls, *, tls: ClientTlsConfig | None = None, token: str | None = None
+    ) -> Callable[[CapabilityContract], RemoteAgent]:
+        """What ``AgentRegistry.remote_factory`` takes: a remote agent per contract, all with
+        ``tls`` and the gateway's ``token``."""
 
         def build(contract: CapabilityContract) -> RemoteAgent:
-            return cls(contract.endpoint, tls=tls)
+            return cls(contract.endpoint, tls=tls, token=token)
 
         return build
 
@@ -95,6 +102,12 @@ class RemoteAgent:
                 self._channel = open_channel(self.endpoint, tls=self.tls)
             self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
+
+    def _metadata(self, traceparent: str) -> tuple[tuple[str, str], ...]:
+        metadata = tuple(trace_metadata(traceparent))
+        if self._token:
+            metadata += (("authorization", f"Bearer {self._token}"),)
+        return metadata
 
     async def __call__(self, request: AgentRequest) -> AgentReply:
         """One attempt on the remote agent, within ``request.deadline_ms``."""
@@ -112,7 +125,7 @@ class RemoteAgent:
                     deadline_ms=deadline_ms,
                 ),
                 timeout=deadline_ms / 1000,
-                metadata=trace_metadata(request.traceparent),
+                metadata=self._metadata(request.traceparent),
             )
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, key) from None

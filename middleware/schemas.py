@@ -13,22 +13,54 @@ same format checks (``jsonschema``'s format checker is handed to the native vali
 remote references are never fetched, and a schema or a value the native validator
 cannot handle is checked by ``jsonschema`` alone, so results never depend on which
 path ran. The one difference left: ``pattern`` follows ECMA-262 on the fast path and
-Python's ``re`` in ``jsonschema``; where they disagree on a match the data goes to
-``jsonschema``, which decides.
+RE2 in ``jsonschema``; where they disagree on a match the data goes to ``jsonschema``,
+which decides.
+
+Patterns never backtrack: the native validator uses its linear-time regex engine
+(``RegexOptions``), and ``jsonschema``'s ``pattern``/``patternProperties`` searches
+(which call ``re.search``) are routed to RE2 (:mod:`middleware.safe_regex`) by
+:func:`_linear_patterns_in_jsonschema`. Registered schemas only hold patterns RE2
+accepts (:mod:`middleware.schema_guard`); a pattern RE2 refuses (possible only in a
+schema that did not come through registration, e.g. built in Python by the operator)
+still runs on ``re``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
+import jsonschema._keywords
+import jsonschema._legacy_keywords
+import jsonschema._utils
 import jsonschema_rs
 from jsonschema.protocols import Validator
 
 from .errors import ContractViolation, Problem
+from .safe_regex import compile_linear, linear_error
+
+
+def _search(pattern: str, text: str) -> Any:
+    """``re.search`` for jsonschema's keywords, in linear time when RE2 takes the pattern."""
+    if linear_error(pattern) is None:
+        return compile_linear(pattern, field="pattern").search(text)
+    return re.search(pattern, text)
+
+
+def _linear_patterns_in_jsonschema() -> None:
+    """Make ``jsonschema``'s pattern keywords search with RE2 (they look up ``re.search``
+    in their own modules; nothing else of ``re`` is used there)."""
+    shim = SimpleNamespace(search=_search)
+    for module in (jsonschema._keywords, jsonschema._legacy_keywords, jsonschema._utils):
+        module.re = shim
+
+
+_linear_patterns_in_jsonschema()
 
 __all__ = ["CompiledSchema", "compile_schema"]
 
@@ -104,7 +136,12 @@ def _compile_fast(schema: dict[str, Any], cls: type[Validator]) -> Callable[[Any
     }
     try:
         validator = jsonschema_rs.validator_for(
-            schema, formats=formats, validate_formats=True, ignore_unknown_formats=True, offline=True
+            schema,
+            formats=formats,
+            validate_formats=True,
+            ignore_unknown_formats=True,
+            offline=True,
+            pattern_options=jsonschema_rs.RegexOptions(),  # linear time, never backtracking
         )
     except Exception:  # a schema the native validator cannot compile is still checked, slowly
         return None

@@ -47,6 +47,7 @@ from .errors import InvalidInput, PermissionDenied, Unauthenticated, Unavailable
 from .grpc_api.channel import open_channel
 from .grpc_api.convert import contract_to_pb
 from .grpc_api.decode import DecodeGuardInterceptor
+from .grpc_api.gateway_token import GatewayTokenInterceptor
 from .grpc_api.server import MAX_MESSAGE_BYTES
 from .grpc_api.tls import TlsSettingNames, add_port, tls_hint
 from .grpc_api.worker_servicer import AgentWorkerServicer
@@ -88,6 +89,9 @@ class Worker:
         tls: Serve ``AgentWorker`` over TLS; with ``client_ca`` and ``require_client_cert``
             only to callers (the gateway) presenting a certificate signed by ``client_ca``.
             None = plaintext.
+        gateway_token: Take ``AgentWorker`` calls only with this bearer token (the
+            gateway's ``workers.token_file``); others are UNAUTHENTICATED. None = anyone
+            who reaches the port (or who passes mutual TLS).
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class Worker:
         gateway_tls: ClientTlsConfig | None = None,
         token: str | None = None,
         tls: TlsConfig | None = None,
+        gateway_token: str | None = None,
     ) -> None:
         if contract is None:
             contract = getattr(agent, "contract", None)
@@ -133,6 +138,7 @@ class Worker:
         self.gateway_tls = gateway_tls
         self.tls = tls
         self._token = token
+        self._gateway_token = gateway_token
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -169,8 +175,12 @@ class Worker:
             PermissionDenied: the token may not write this contract (its line names another
                 agent, or has the client role).
         """
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self._gateway_token is not None:  # only the gateway may call (issue 14)
+            interceptors.append(GatewayTokenInterceptor(self._gateway_token))
+        interceptors.append(DecodeGuardInterceptor())  # undecodable requests: INVALID_ARGUMENT
         server = grpc.aio.server(
-            interceptors=[DecodeGuardInterceptor()],  # undecodable requests: INVALID_ARGUMENT
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

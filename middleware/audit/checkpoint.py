@@ -173,6 +173,34 @@ class Signer:
         return cls(name, Ed25519PrivateKey.from_private_bytes(raw[1:]))
 
 
+def default_key_path(root: str | os.PathLike[str], node: str) -> Path:
+    """Where a log's checkpoint key lives by default: ``keys/<node>.key`` *beside* the audit
+    directory ``root`` (``<data_dir>/keys`` for ``<data_dir>/audit``), never under it: whoever
+    can copy or rewrite the audit directory must not also get the key that signs it."""
+    return Path(os.path.abspath(root)).parent / "keys" / f"{node}.key"
+
+
+def legacy_key_path(root: str | os.PathLike[str], node: str) -> Path:
+    """Where releases before issue 14 kept the key: under the audit directory (refused now)."""
+    return Path(root) / "keys" / f"{node}.key"
+
+
+def key_inside(key: str | os.PathLike[str], root: str | os.PathLike[str]) -> bool:
+    """Whether the key file ``key`` is inside the audit directory ``root`` (links resolved)."""
+    k, r = Path(os.path.realpath(key)), Path(os.path.realpath(root))
+    return k == r or r in k.parents
+
+
+def misplaced_key_message(root: str | os.PathLike[str], node: str) -> str:
+    """What an operator must do about a key found under the audit directory."""
+    old, new = legacy_key_path(root, node), default_key_path(root, node)
+    return (
+        f"the checkpoint key {old} is inside the audit directory it signs: anyone who can copy or "
+        f"rewrite the log could re-sign it. Move it out (mkdir -p {new.parent} && mv {old} {new}; "
+        f"chmod 600 {new}), or set audit.checkpoint_key to a secrets path outside {root}, then start again"
+    )
+
+
 def load_or_create_signer(path: str | os.PathLike[str], name: str) -> Signer:
     """Load the signer key at ``path``, or create it there (mode 0600) if absent."""
     p = Path(path)

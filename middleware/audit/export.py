@@ -432,6 +432,19 @@ CSV_COLUMNS = [
 ]  # fmt: skip
 
 
+#: Leading characters that make a spreadsheet read a cell as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` safe to open in a spreadsheet: text starting with ``= + - @``, a tab or a
+    CR gets a leading single quote (OWASP's rule), so it is shown as text, never run as a
+    formula. Other values are unchanged."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _csv(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -445,13 +458,13 @@ def _csv(verdicts, records, flt, summary, progress, total):  # type: ignore[no-u
             buf.seek(0)
             buf.truncate()
             w.writerow(
-                [
+                [csv_cell(cell) for cell in (
                     rec.node, rec.index, o.get("time", ""), o.get("event_type", ""), o.get("outcome", ""),
                     o.get("component", ""), actors.get("user", ""), actors.get("agent", ""),
                     actors.get("session", ""), o.get("task_id", ""), o.get("trace_id", ""),
                     o.get("goal_id", ""), o.get("rule", ""), o.get("event_id", ""),
                     o.get("schema_version", ""), json.dumps(o.get("detail", {}), sort_keys=True),
-                ]
+                )]
             )  # fmt: skip
             yield buf.getvalue().encode()
 

@@ -26,7 +26,14 @@ from pathlib import Path
 from ..errors import AuditError, InvalidInput
 from . import retention
 from ._files import atomic_write, fsync_dir
-from .checkpoint import Checkpoint, Signer, load_or_create_signer
+from .checkpoint import (
+    Checkpoint,
+    Signer,
+    default_key_path,
+    legacy_key_path,
+    load_or_create_signer,
+    misplaced_key_message,
+)
 from .merkle import FileLeafStore, MerkleTree
 from .record import AuditRecord, canonical_json
 from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
@@ -129,12 +136,14 @@ class WalAuditLog:
     Args:
         root: The audit directory; this node's log lives in ``root/<node>``.
         node: This gateway's node id (one log per replica).
-        signer: Checkpoint key; default: loaded from / created at ``root/keys/<node>.key``.
+        signer: Checkpoint key; default: loaded from / created at ``keys/<node>.key`` beside
+            ``root`` (:func:`~middleware.audit.checkpoint.default_key_path`), never under it.
         options: Segment size, checkpoint interval, fsync policy.
 
     Raises:
         AuditCorrupted: the log on disk fails recovery (see ``location`` and ``where``).
-        AuditError: another process holds the log.
+        AuditError: another process holds the log, or (no ``signer``) a key is found under
+            ``root/keys/`` where earlier releases kept it (the message says how to move it).
     """
 
     _fd: int
@@ -165,6 +174,8 @@ class WalAuditLog:
         self.node = node
         self.origin = origin_for(node)
         self._root = Path(root)
+        if signer is None and legacy_key_path(root, node).exists():
+            raise AuditError(misplaced_key_message(root, node))
         self._dir = self._root / node
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self._dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -174,9 +185,7 @@ class WalAuditLog:
             os.close(self._lock_fd)
             raise AuditError(f"audit log {self._dir} is in use by another process") from None
         try:
-            self._signer = signer or load_or_create_signer(
-                self._root / "keys" / f"{node}.key", f"audit-{node}"
-            )
+            self._signer = signer or load_or_create_signer(default_key_path(root, node), f"audit-{node}")
             self._check_vkey()
             # The tree's leaf hashes live in a nameless file beside the log, and only subtrees
             # of 256 leaves and more in memory: ~0.25 B per record instead of 64 B, for a

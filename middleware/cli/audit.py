@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidInput
 from ._progress import Progress, add_progress_option, progress_wanted
 from ._text import plural
-from .exit_codes import NOTHING_FOUND
+from .exit_codes import CHECK_FAILED, NOT_AUTHENTICATED, NOTHING_FOUND, OK
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,7 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "verify",
         help="verify a log directory or an export bundle",
         description="Check CRCs, the hash chain, contiguous indexes, Merkle roots against every signed "
-        "checkpoint and proofs in bundles. Exit status 1 and the first bad record on failure.",
+        "checkpoint and proofs in bundles. Exit status: 0 verified against the pinned --key; 1 a "
+        "failure (the first bad record is named); 3 intact, but no --key was pinned, so who signed "
+        "the checkpoints was NOT checked; 2 bad arguments.",
     )
     where(ve)
     add_progress_option(ve)
@@ -118,8 +120,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rt.add_argument(
         "--signing-key",
         type=Path,
-        help="the log's checkpoint key file (default: <audit dir>/keys/<node>.key, where the gateway "
-        "keeps it)",
+        help="the log's checkpoint key file (default: keys/<node>.key beside the audit directory, "
+        "where the gateway keeps it)",
     )
     rt.set_defaults(handler=_retain)
 
@@ -222,6 +224,12 @@ def _filter_text(flt: Any) -> str:
     return " ".join(f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in given.items())
 
 
+#: ``agency audit verify`` exit codes (see ``exit_codes``; 2 is every command's usage/input error).
+EXIT_VERIFIED = OK  # intact and signed by the pinned --key
+EXIT_FAILED = CHECK_FAILED  # a record, segment, checkpoint or signature does not verify
+EXIT_NOT_AUTHENTICATED = NOT_AUTHENTICATED  # intact, but no --key pinned: who signed it was not checked
+
+
 def _verify(args: argparse.Namespace) -> int:
     from ..audit.verify import verify_path
 
@@ -250,8 +258,11 @@ def _verify(args: argparse.Namespace) -> int:
             ],
             "error": (bad.error if bad else "nothing to verify") if not verdict.ok else "",
         }
+        report["authenticated"] = verdict.ok and bool(args.key)
         print(json.dumps(report, indent=2))
-        return 0 if verdict.ok else 1
+        if not verdict.ok:
+            return EXIT_FAILED
+        return EXIT_VERIFIED if args.key else EXIT_NOT_AUTHENTICATED
     for node in verdict.nodes:
         print(node.describe())
         for w in node.warnings:
@@ -264,16 +275,22 @@ def _verify(args: argparse.Namespace) -> int:
                     + ", ".join(left[:20])
                     + (" ..." if len(left) > 20 else "")
                 )
-    if not args.key:
-        print("     note: no --key given: checked against the key stored with the log, pin the published one")
+    if verdict.ok and not args.key:
+        # the chain is intact, but signed by whatever key sits beside it: anyone who could
+        # rewrite the log could have re-signed it with a key of their own
+        print(
+            "INTACT, AUTHENTICITY NOT CHECKED: the checkpoints were checked against the key stored "
+            "with the log itself; pass the published verifier key with --key to check who signed them",
+        )
+        return EXIT_NOT_AUTHENTICATED
     if verdict.ok:
         print("VERIFIED")
-        return 0
+        return EXIT_VERIFIED
     bad = verdict.first_failure
     print(f"VERIFICATION FAILED: {bad.error if bad else 'nothing to verify'}", file=sys.stderr)
     if bad and bad.where:
         print(f"  first bad record: {bad.where}", file=sys.stderr)
-    return 1
+    return EXIT_FAILED
 
 
 def _open_tasks(directory: Path, key: str | None) -> list[str]:
@@ -359,7 +376,7 @@ def _prove(args: argparse.Namespace) -> int:
 
 
 def _retain(args: argparse.Namespace) -> int:
-    from ..audit.checkpoint import Signer
+    from ..audit.checkpoint import Signer, default_key_path
     from ..audit.retention import parse_age
     from ..audit.verify import find_node_dirs
     from ..audit.wal import WalAuditLog
@@ -375,7 +392,7 @@ def _retain(args: argparse.Namespace) -> int:
         raise InvalidInput.single("path", "no node log here (or none named by --node)", what="audit retain")
     signers = {}
     for d in dirs:  # every key is checked before any log is touched
-        key = args.signing_key or d.parent / "keys" / f"{d.name}.key"
+        key = args.signing_key or default_key_path(d.parent, d.name)
         if not key.is_file():
             raise InvalidInput.single(
                 "signing-key", f"no checkpoint key at {key}: pass the log's key", what="audit retain"

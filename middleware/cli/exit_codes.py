@@ -10,19 +10,31 @@
        record, a data directory or log that does not exist
 4      unavailable: the gateway does not answer (a call found nobody listening, or
        it answered UNAVAILABLE); trying again later may work
+5      not authenticated: ``agency audit verify`` found the log intact but no
+       ``--key`` was pinned, so who signed its checkpoints was not checked
 130    interrupted (Ctrl-C)
 =====  ==========================================================================
 """
 
 from __future__ import annotations
 
-__all__ = ["CHECK_FAILED", "ERROR", "EXIT_CODES_HELP", "INTERRUPTED", "NOTHING_FOUND", "OK", "UNAVAILABLE"]
+__all__ = [
+    "CHECK_FAILED",
+    "ERROR",
+    "EXIT_CODES_HELP",
+    "INTERRUPTED",
+    "NOTHING_FOUND",
+    "NOT_AUTHENTICATED",
+    "OK",
+    "UNAVAILABLE",
+]
 
 OK = 0
 CHECK_FAILED = 1
 ERROR = 2
 NOTHING_FOUND = 3
 UNAVAILABLE = 4
+NOT_AUTHENTICATED = 5
 INTERRUPTED = 130
 
 EXIT_CODES_HELP = """\
@@ -34,5 +46,7 @@ exit status:
   3    nothing found: an id that matches nothing, a filter that selects no record,
        a data directory or log that does not exist
   4    unavailable: the gateway does not answer; trying again later may work
+  5    not authenticated: audit verify found the log intact, but no --key was
+       pinned, so who signed it was not checked
   130  interrupted
 """

@@ -7,7 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -19,6 +19,7 @@ from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
 from ..backend_health import BackendMonitor, redis_monitor
 from ..bootstrap import build_agency, build_post_office, start_webhooks
+from ..caller_limits import CallerLimits
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
@@ -26,6 +27,7 @@ from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
 from ..metrics import Metrics
+from ..schema_guard import SchemaLimits, set_schema_limits
 
 log = logging.getLogger("agency.serve")
 
@@ -174,8 +176,11 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    limits = CallerLimits.from_env()  # per-caller and schema limits (docs/operations.md, Security)
+    set_schema_limits(SchemaLimits.from_env())
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
+        _warn_ungranted(clients, definition.grants)
     metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
@@ -237,6 +242,8 @@ async def serve(
             config.address,
             tls=config.tls,
             token_hashes=clients,
+            grants=definition.grants,
+            limits=limits,
             interceptors=interceptors,
             post_office=post_office,
             reuse_port=config.reuse_port,
@@ -346,6 +353,19 @@ def _log_roles(path: Path | None, clients: dict[str, Principal]) -> None:
             path,
             ", ".join(implicit),
             DEFAULT_ROLE.value,
+        )
+
+
+def _warn_ungranted(clients: dict[str, Principal], grants: Mapping[str, Any]) -> None:
+    """Agents with no grant may register nothing (issue 14): say so at start, by name."""
+    granted = {name.strip().casefold() for name in grants}
+    agents = sorted({p.name for p in clients.values() if p.role is Role.AGENT})
+    ungranted = [name for name in agents if name.strip().casefold() not in granted]
+    if ungranted:
+        log.warning(
+            "agent tokens without a grant may register nothing: %s; add them to the definition's "
+            "grants (actions, tags, endpoints they may declare; docs/operations.md)",
+            ", ".join(ungranted),
         )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ..config import WORKER_TOKEN_VARIABLE, WorkerConfig
+from ..config import WORKER_TOKEN_VARIABLE, WorkerConfig, read_token
 from ..errors import InvalidInput, Problem
 
 #: The flag that sets each field of :class:`WorkerConfig`, for error messages.
@@ -107,6 +107,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="PEM CA of client certificates: only a gateway presenting one gets through (mutual TLS)",
     )
+    serving.add_argument(
+        "--gateway-token-file",
+        type=Path,
+        metavar="FILE",
+        help="file holding the gateway's bearer token for its workers (its workers.token_file): "
+        "calls without it are refused (UNAUTHENTICATED)",
+    )
     p.add_argument(
         "--audit-dir",
         type=Path,
@@ -165,6 +172,9 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
         from ..tracing import Tracing
 
         tracing = Tracing.with_exporter(args.tracing, service_name="agency-worker")
+    gateway_token = None
+    if args.gateway_token_file is not None:
+        gateway_token = read_token(args.gateway_token_file, field="--gateway-token-file")
     worker = Worker(
         agent,
         contract,
@@ -176,6 +186,7 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
         gateway_tls=security.gateway_tls,
         token=security.bearer_token(),
         tls=security.tls,
+        gateway_token=gateway_token,
     )
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(worker.run(stop, ready=ready))

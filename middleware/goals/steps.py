@@ -43,7 +43,10 @@ from pydantic import (
 )
 
 from .._model import Model
+from ..errors import InvalidInput
 from ..jsonpath import JsonPath, JsonPathError
+from ..safe_regex import linear_error
+from ..schema_guard import check_schema_bounds
 
 __all__ = [
     "COMPARISONS",
@@ -144,9 +147,11 @@ class NotContainsStep(_Scoped):
 
 
 class RegexStep(_Scoped):
-    """``pattern`` is found in the output (``re.search``).
+    """``pattern`` is found in the output (a search, as ``re.search``).
 
-    With ``literal: true`` the pattern is user text matched as written (escaped).
+    Patterns run on RE2 (:mod:`middleware.safe_regex`), in time linear in the output:
+    backreferences and lookaround are refused when the goal is read. With
+    ``literal: true`` the pattern is user text matched as written (escaped).
     """
 
     kind: Literal["regex"] = "regex"
@@ -160,10 +165,9 @@ class RegexStep(_Scoped):
     def _compiles(cls, v: str, info: ValidationInfo) -> str:
         if info.data.get("literal"):
             return v
-        try:
-            re.compile(v)
-        except (re.error, OverflowError, RecursionError) as exc:
-            raise ValueError(f"regex does not compile: {exc}") from None
+        why = linear_error(v)
+        if why is not None:
+            raise ValueError(f"regex does not compile: {why}")
         return v
 
     @property
@@ -256,6 +260,10 @@ class JsonSchemaStep(_Scoped):
     @field_validator("schema_")
     @classmethod
     def _valid(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:  # size and patterns first (the schema comes from a client)
+            check_schema_bounds(v, field="$")
+        except InvalidInput as exc:
+            raise ValueError("; ".join(f"{p.field}: {p.reason}" for p in exc.problems)) from None
         try:
             jsonschema.validators.validator_for(v).check_schema(v)
         except SchemaError as exc:

@@ -16,7 +16,6 @@ import asyncio
 import json
 import math
 import operator
-import re
 import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
@@ -28,6 +27,7 @@ from pydantic import BaseModel
 
 from ..errors import InvalidInput, Problem
 from ..jsonpath import JsonPath
+from ..safe_regex import compile_linear
 from ..schemas import compile_schema
 from .checks import CheckRegistry, CheckResult
 from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict
@@ -254,7 +254,7 @@ def _build(step: Any) -> _Compiled:
         return _Compiled(step, contains, False)
 
     if isinstance(step, RegexStep):
-        rx = re.compile(step.effective_pattern, re.IGNORECASE if step.ignore_case else 0)
+        rx = compile_linear(step.effective_pattern, field="pattern", ignore_case=step.ignore_case)
         expected = f"/{step.pattern}/" + (" (literal)" if step.literal else "")
 
         def regex(subject: _Subject) -> StepVerdict:

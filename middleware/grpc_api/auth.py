@@ -60,6 +60,7 @@ class Rule:
 
 
 _CALL = Rule(Permission.CALL)
+_AUDIT = Rule(Permission.AUDIT_READ)  # the audit log holds every client's requests
 
 #: Every method the gateway serves, and what it needs beyond a known token.
 PERMISSIONS: dict[str, Rule] = {
@@ -76,10 +77,10 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.AgencyService/Route": _CALL,
     "/agency.v1.AgencyService/Resume": _CALL,
     "/agency.v1.AgencyService/GetTask": _CALL,
-    "/agency.v1.AuditService/Export": _CALL,
-    "/agency.v1.AuditService/LatestCheckpoint": _CALL,
-    "/agency.v1.AuditService/InclusionProof": _CALL,
-    "/agency.v1.AuditService/ConsistencyProof": _CALL,
+    "/agency.v1.AuditService/Export": _AUDIT,
+    "/agency.v1.AuditService/LatestCheckpoint": _AUDIT,
+    "/agency.v1.AuditService/InclusionProof": _AUDIT,
+    "/agency.v1.AuditService/ConsistencyProof": _AUDIT,
     # the post office authenticates the agents of MessageService itself (agent tokens, flows, ACLs)
     "/agency.v1.MessageService/Send": _CALL,
     "/agency.v1.MessageService/Pull": _CALL,

@@ -13,6 +13,7 @@ from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem, ResourceExhausted
 from ..router import RoutingDecision
+from ..schema_guard import check_schema_text
 from ..tasks import Outcome
 
 __all__ = [
@@ -121,6 +122,9 @@ def dumps(value: Any) -> str:
 
 
 def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract") -> CapabilityContract:
+    # bounded before parsing: a huge schema is refused by its size, not after parsing it
+    check_schema_text(pb.input_schema_json, field=f"{prefix}.input_schema_json")
+    check_schema_text(pb.output_schema_json, field=f"{prefix}.output_schema_json")
     data: dict[str, Any] = {
         "name": pb.name,
         "version": pb.version or "1.0.0",

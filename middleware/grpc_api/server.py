@@ -20,8 +20,10 @@ from .._proto.agency.v1 import (
     goals_pb2_grpc,
 )
 from ..access import Principal, refusal_record
+from ..caller_limits import CallerLimits
 from ..config import TlsConfig
 from ..errors import PermissionDenied, Unauthenticated
+from ..grants import Grants
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from ..refusals import RefusalAggregator, source_of
@@ -98,6 +100,8 @@ def build_server(
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
     reuse_port: bool = False,
+    grants: Grants | None = None,
+    limits: CallerLimits | None = None,
 ) -> GrpcServer:
     """A gRPC server exposing ``agency`` on ``address`` (use port 0 for any free port).
 
@@ -113,17 +117,23 @@ def build_server(
         reuse_port: Let other processes listen on the same port (SO_REUSEPORT; the kernel
             splits connections between them). Off by default: a port another process
             holds is refused (``Unavailable``) instead of silently shared.
+        grants: What each ``agent`` token may declare when it registers (see
+            :mod:`middleware.grants`); with tokens on, an agent without a grant may declare
+            nothing (default: no grants). Unused without tokens.
+        limits: Per-caller limits on Watch streams and catalog writes (see
+            :mod:`middleware.caller_limits`; default
+            :class:`~middleware.caller_limits.CallerLimits`).
 
     Raises:
         Unavailable: the address cannot be bound (e.g. another process listens on it).
     """
     chain = list(interceptors)
     refusals: RefusalAggregator | None = None
+
+    async def audit_denial(error: PermissionDenied) -> None:
+        await agency.audit.append(refusal_record(error, node=agency.config.node_id))
+
     if token_hashes is not None:
-
-        async def audit_denial(error: PermissionDenied) -> None:
-            await agency.audit.append(refusal_record(error, node=agency.config.node_id))
-
         refusals = RefusalAggregator(agency.audit.append, node=agency.config.node_id)
 
         async def audit_unknown(peer: str, method: str, error: Unauthenticated) -> None:
@@ -139,7 +149,8 @@ def build_server(
             ("grpc.so_reuseport", int(reuse_port)),  # grpc's default is 1: a taken port "works"
         ],
     )
-    catalog_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogServicer(agency), server)
+    catalog = CatalogServicer(agency, grants=grants or {}, on_deny=audit_denial, limits=limits)
+    catalog_pb2_grpc.add_CatalogServiceServicer_to_server(catalog, server)
     agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)

@@ -79,6 +79,8 @@ def _problems_trailer(error: InvalidInput) -> str:
         listed.append(item)
         size += length
     return json.dumps(listed, ensure_ascii=True)
+
+
 def _reason_classes() -> dict[str, type[AgencyError]]:
     """Every error class a server may name in ``agency-reason``, by its reason."""
     found: dict[str, type[AgencyError]] = {}

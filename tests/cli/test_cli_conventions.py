@@ -59,7 +59,7 @@ def test_an_export_that_matches_nothing_warns_and_exits_3(data_dir, capsys) -> N
 def test_verify_and_checkpoint_speak_json(data_dir, capsys) -> None:
     root, _ = data_dir
     audit = str(root / "audit")
-    assert main(["audit", "verify", audit, "--json", "--no-progress"]) == 0
+    assert main(["audit", "verify", audit, "--json", "--no-progress"]) == 5  # intact, no --key pinned
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["nodes"][0]["node"] == "n1" and report["nodes"][0]["events"] > 10
     assert main(["audit", "checkpoint", audit, "--json"]) == 0
@@ -82,14 +82,14 @@ def test_old_format_spelling_still_works_hidden(tmp_path, capsys) -> None:
 def test_progress_bars_show_rate_and_time_left(data_dir, capsys) -> None:
     root, _ = data_dir
     audit = str(root / "audit")
-    assert main(["audit", "verify", audit, "--progress"]) == 0
+    assert main(["audit", "verify", audit, "--progress"]) == 5  # intact, no --key pinned
     err = capsys.readouterr().err
     assert "verifying n1" in err and "B/s" in err and "<" in err  # rate, then elapsed<left
     out = root / "bundle.jsonl"
     assert main(["audit", "export", audit, "--progress", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "verifying n1" in err and "exporting" in err and "rec/s" in err
-    assert main(["audit", "verify", audit]) == 0  # stderr is not a terminal here: no bar
+    assert main(["audit", "verify", audit]) == 5  # intact, unpinned; stderr is not a terminal here: no bar
     assert "verifying" not in capsys.readouterr().err
 
 

@@ -85,7 +85,7 @@ async def test_worker_and_gateway_logs_verify_and_join_on_the_trace_id(
             await worker.wait()
         assert await gateway.stop() == 0, gateway.output()
 
-    assert main(["audit", "verify", str(worker_audit)]) == 0  # was: "no audit log segments"
+    assert main(["audit", "verify", str(worker_audit)]) == 5  # intact, unpinned; was: "no audit log segments"
     assert "OK   worker-warranty_faq" in capsys.readouterr().out
     bundle = tmp_path / "joined.jsonl"
     gateway_audit = tmp_path / "g1" / "audit"
@@ -99,4 +99,4 @@ async def test_worker_and_gateway_logs_verify_and_join_on_the_trace_id(
     assert steps and {s["event_type"] for s in steps} == {"agent.step"}
     assert {s["trace_id"] for s in steps} == {outcome.trace_id}
     assert any(x["record"]["event_type"] == "agent.dispatch" for x in records if x["node"] == "g1")
-    assert main(["audit", "verify", str(bundle)]) == 0
+    assert main(["audit", "verify", str(bundle)]) == 5  # intact, no --key pinned

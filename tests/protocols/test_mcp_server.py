@@ -59,7 +59,9 @@ async def test_warranty_case_and_a_single_capability_are_governed_tasks(demo_age
     try:
         async with Client(url) as client:
             done = await client.call_tool("governed_task", warranty_arguments())
-            check = await client.call_tool("warranty_claim", {"user_id": "u_1", "device_model": "PhoneX"})
+            # the warranty agent judges the context the greeting agent extracted (docs/semantics.md)
+            claim = {"user_id": "u_1", "device_model": "PhoneX", "fault_type": "screen_shattered"}
+            check = await client.call_tool("warranty_claim", claim)
             bad = await client.call_tool("warranty_claim", {"user_id": "u_1"})  # no device_model
     finally:
         await server.stop()

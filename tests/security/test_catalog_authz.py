@@ -38,6 +38,7 @@ from middleware.config import ServerConfig, hash_token
 from middleware.contracts import CapabilityContract
 from middleware.demo import build_demo_agency
 from middleware.errors import PermissionDenied
+from middleware.grants import AgentGrant
 from middleware.grpc_api import build_server
 from middleware.grpc_api.auth import PERMISSIONS
 from middleware.grpc_api.channel import open_channel
@@ -52,6 +53,12 @@ TOKEN_FILE = (
     f"web {hash_token(TOKENS['web'])} client\n"
     f"ops {hash_token(TOKENS['ops'])} admin\n"
 )
+
+#: What the agent tokens may declare (issue 14: granted by an admin).
+GRANTS = {
+    name: AgentGrant(actions=["translate"], endpoints=["127.0.0.1", "10.0.0.7:50061"])
+    for name in ("translator", "legacy")
+}
 
 
 def contract(name: str, version: str = "1.0.0", endpoint: str = "") -> catalog_pb2.CapabilityContract:
@@ -85,7 +92,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         return None
 
     agency = await build_demo_agency(Agency(audit=audit, sleep=no_sleep))
-    server = build_server(agency, "127.0.0.1:0", token_hashes=config.token_hashes())
+    server = build_server(agency, "127.0.0.1:0", token_hashes=config.token_hashes(), grants=GRANTS)
     await server.start()
     yield Gateway(agency, audit, f"127.0.0.1:{server.port}")
     await server.stop(0)
@@ -341,7 +348,11 @@ def test_every_served_method_has_a_rule() -> None:
         for method in service.methods
     }
     assert served == set(PERMISSIONS)
-    writes = {m for m, rule in PERMISSIONS.items() if rule.permission is not Permission.CALL}
+    writes = {
+        m
+        for m, rule in PERMISSIONS.items()
+        if rule.permission not in (Permission.CALL, Permission.AUDIT_READ)
+    }
     assert writes == {
         "/agency.v1.CatalogService/Register",
         "/agency.v1.CatalogService/Update",
@@ -353,6 +364,8 @@ def test_every_served_method_has_a_rule() -> None:
         "/agency.v1.MessageService/ReleaseQuarantined",
         "/agency.v1.MessageService/DeleteQuarantined",
     }
+    audit_reads = {m for m, rule in PERMISSIONS.items() if rule.permission is Permission.AUDIT_READ}
+    assert audit_reads == {m for m in served if m.startswith("/agency.v1.AuditService/")}
 
 
 @pytest.mark.parametrize(
@@ -367,6 +380,12 @@ def test_every_served_method_has_a_rule() -> None:
         (Role.AGENT, Permission.CATALOG_WRITE, "translator_v2", False),
         (Role.AGENT, Permission.CATALOG_WRITE, "", False),
         (Role.AGENT, Permission.GOAL_WRITE, "", False),
+        (Role.CLIENT, Permission.AUDIT_READ, "", False),
+        (Role.AGENT, Permission.AUDIT_READ, "", False),
+        (Role.AUDITOR, Permission.AUDIT_READ, "", True),
+        (Role.AUDITOR, Permission.CATALOG_WRITE, "audrey", False),
+        (Role.AUDITOR, Permission.GOAL_WRITE, "", False),
+        (Role.ADMIN, Permission.AUDIT_READ, "", True),
         (Role.AGENT, Permission.ADMIN, "", False),
         (Role.ADMIN, Permission.CATALOG_WRITE, "anything", True),
         (Role.ADMIN, Permission.GOAL_WRITE, "", True),
@@ -404,8 +423,10 @@ async def test_serve_warns_about_lines_without_a_role(
     with caplog.at_level(logging.INFO, logger="agency.serve"):
         assert await serve(config, stop=stop) == 0
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
+    assert len(warnings) == 2
     assert "no role on the lines of legacy, old-worker: they get the 'agent' role" in warnings[0]
+    # and no grant for any agent (issue 14): they may register nothing until an admin grants it
+    assert "agent tokens without a grant may register nothing: legacy, old-worker, translator" in warnings[1]
     info = [r.getMessage() for r in caplog.records if r.getMessage().startswith("bearer tokens from")]
     assert info and "client: web; agent: legacy, old-worker, translator; admin: ops" in info[0]
 
@@ -425,7 +446,7 @@ def test_a_bad_role_stops_serve_and_fails_config_check_naming_the_line(tmp_path:
     assert main([*serve, "--metrics-address", ""]) == 2
     assert not (tmp_path / "d").exists()  # refused before anything was opened
     err = capsys.readouterr().err
-    assert f"{tokens}:6: unknown role 'superuser' (expected client, agent, admin)" in err
+    assert f"{tokens}:6: unknown role 'superuser' (expected client, agent, auditor, admin)" in err
 
     definition = tmp_path / "agency.yaml"
     definition.write_text(f"server:\n  auth_tokens: {tokens}\n")

@@ -154,7 +154,7 @@ def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
         read_token_hashes(bad)
     problems = {p.field: p.reason for p in info.value.problems}
     assert list(problems) == [f"{bad}:1", f"{bad}:3", f"{bad}:4", f"{bad}:5", f"{bad}:7"]
-    assert problems[f"{bad}:4"] == "unknown role 'root' (expected client, agent, admin)"
+    assert problems[f"{bad}:4"] == "unknown role 'root' (expected client, agent, auditor, admin)"
     assert "'CLIENT_NAME SHA256_HEX [ROLE]'" in problems[f"{bad}:5"]
     assert problems[f"{bad}:7"] == "the same token as line 6, for another client or role"
 

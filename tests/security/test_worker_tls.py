@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -56,7 +57,13 @@ async def gateway(tmp_path, pki):
     """Start gateways as ``agency serve`` does, from a definition (``server.tls``, ``workers.tls``)."""
     started: list[tuple[Agency, Any]] = []
 
-    async def start(*, mtls: bool = True, tokens: bool = True, workers_tls: dict[str, Any] | None = None):
+    async def start(
+        *,
+        mtls: bool = True,
+        tokens: bool = True,
+        workers_tls: dict[str, Any] | None = None,
+        workers_token: Path | None = None,
+    ):
         n = len(started)
         server: dict[str, Any] = {"data_dir": str(tmp_path / f"gw{n}")}
         if mtls:
@@ -71,12 +78,20 @@ async def gateway(tmp_path, pki):
             token_file.write_text(f"translator {hash_token(AGENT_TOKEN)}\nops {hash_token(OPS_TOKEN)}\n")
             server["auth_tokens"] = str(token_file)
         data: dict[str, Any] = {"server": server, "agency": {"node_id": f"gw{n}"}}
+        # what the translator's token may declare (issue 14: granted by an admin)
+        data["grants"] = {"translator": {"actions": ["translate"], "endpoints": ["127.0.0.1"]}}
         if workers_tls is not None:
             data["workers"] = {"tls": workers_tls}
+        if workers_token is not None:
+            data.setdefault("workers", {})["token_file"] = str(workers_token)
         definition = definition_from(data, env={})
         agency = await build_agency(definition)
         srv = build_server(
-            agency, "127.0.0.1:0", tls=definition.server.tls, token_hashes=definition.server.token_hashes()
+            agency,
+            "127.0.0.1:0",
+            tls=definition.server.tls,
+            token_hashes=definition.server.token_hashes(),
+            grants=definition.grants,
         )
         await srv.start()
         started.append((agency, srv))
@@ -371,3 +386,44 @@ async def test_agency_worker_command_joins_an_mtls_gateway_with_its_token(gatewa
     assert AGENT_TOKEN not in text + out.decode() + err.decode()
     with pytest.raises(NotFound):  # deregistered on SIGTERM
         await gw.agency.catalog.get("translator@1.0.0")
+
+
+GATEWAY_TO_WORKERS = "gw-to-workers-s3cret"  # the gateway's credential for its workers
+
+
+async def test_a_worker_takes_calls_only_from_its_gateway(gateway, pki, tmp_path):
+    """Issue 14: anyone who reached a worker's port could Invoke it; with --gateway-token-file
+    only the gateway (which sends workers.token_file) gets through."""
+    token_file = tmp_path / "workers.token"
+    token_file.write_text(GATEWAY_TO_WORKERS + "\n")
+    token_file.chmod(0o600)
+    gw = await gateway(mtls=False, workers_token=token_file)
+    worker = Worker(
+        translate, CONTRACT, gateway=gw.address, token=AGENT_TOKEN, gateway_token=GATEWAY_TO_WORKERS
+    )
+    async with worker:
+        async with open_channel(gw.address, token=OPS_TOKEN) as channel:
+            outcome = await agency_pb2_grpc.AgencyServiceStub(channel).Submit(SUBMIT, timeout=10)
+        assert outcome.state == "completed", outcome.reason
+        request = worker_pb2.InvokeRequest(contract_key="translator@1.0.0", text="x", deadline_ms=1000)
+        for token in (None, "guessed", AGENT_TOKEN):  # anyone else, even the agent's own token
+            async with open_channel(worker.endpoint, token=token) as other:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await worker_pb2_grpc.AgentWorkerStub(other).Invoke(request, timeout=5)
+                assert info.value.code() is grpc.StatusCode.UNAUTHENTICATED
+                assert "only from its gateway" in (info.value.details() or "")
+        async with open_channel(worker.endpoint, token=GATEWAY_TO_WORKERS) as gateway_channel:
+            with pytest.raises(grpc.aio.AioRpcError) as info:  # past the token, to the servicer
+                await worker_pb2_grpc.AgentWorkerStub(gateway_channel).Invoke(request, timeout=5)
+            assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # (no SMF message sent)
+
+
+async def test_the_gateway_without_the_workers_token_is_refused_by_such_a_worker(gateway, pki):
+    gw = await gateway(mtls=False)
+    worker = Worker(
+        translate, CONTRACT, gateway=gw.address, token=AGENT_TOKEN, gateway_token=GATEWAY_TO_WORKERS
+    )
+    async with worker:
+        async with open_channel(gw.address, token=OPS_TOKEN) as channel:
+            outcome = await agency_pb2_grpc.AgencyServiceStub(channel).Submit(SUBMIT, timeout=10)
+        assert outcome.state != "completed"

@@ -111,7 +111,7 @@ async def test_tasks_a_crash_cut_off_are_reported_by_verify_and_ended_at_recover
     crash = await asyncio.create_subprocess_exec(sys.executable, "-c", CRASH, str(audit_dir))
     assert await asyncio.wait_for(crash.wait(), 30) == 0
 
-    assert main(["audit", "verify", str(audit_dir)]) == 0  # a fact, not a broken log
+    assert main(["audit", "verify", str(audit_dir)]) == 5  # intact (unpinned key): a fact, not a broken log
     out = capsys.readouterr().out
     assert "1 task(s) left open (began in the log, never ended): t-cut" in out, out
 
@@ -125,7 +125,7 @@ async def test_tasks_a_crash_cut_off_are_reported_by_verify_and_ended_at_recover
     assert [(r.task_id, r.trace_id) for r in cut] == [("t-cut", "tr-t-cut")]
     assert "before the task ended" in cut[0].detail["reason"]
     assert not open_tasks(records)
-    assert main(["audit", "verify", str(audit_dir)]) == 0
+    assert main(["audit", "verify", str(audit_dir)]) == 5  # intact, no --key pinned
     assert "left open" not in capsys.readouterr().out
 
 

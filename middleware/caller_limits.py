@@ -1,0 +1,136 @@
+"""Limits per caller that keep one client or agent from exhausting the gateway.
+
+* **Watch streams**: each stream's backlog is bounded (:attr:`CallerLimits.watch_queue`
+  events and :attr:`CallerLimits.watch_backlog_bytes` bytes); a consumer that falls
+  further behind is dropped: its stream ends with RESOURCE_EXHAUSTED saying so (re-read
+  with Query, then watch again). A caller may hold at most
+  :attr:`CallerLimits.watch_streams` streams at once.
+* **Catalog writes** (Register, Update, Deregister, Heartbeat): a token bucket per
+  caller, :attr:`CallerLimits.catalog_writes_per_second` refilled, bursts of
+  :attr:`CallerLimits.catalog_write_burst`; beyond it, RESOURCE_EXHAUSTED. Admins are
+  not limited (deployment tooling registers whole catalogs at once).
+
+The per-caller limits apply with tokens on (without tokens there is no caller to count
+for); the bounded backlog applies always. ``agency serve`` reads the limits from the
+environment (:meth:`CallerLimits.from_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import Field
+
+from ._model import Model
+from .errors import InvalidInput, ResourceExhausted
+
+__all__ = ["CallerLimits", "StreamCounter", "WriteRateLimiter"]
+
+
+class CallerLimits(Model):
+    """How much of the gateway one caller may hold or use."""
+
+    watch_queue: int = Field(default=256, ge=1, description="Events a Watch stream may fall behind.")
+    watch_backlog_bytes: int = Field(
+        default=4 << 20, ge=1, description="Bytes of events a Watch stream may fall behind."
+    )
+    watch_streams: int = Field(default=8, ge=1, description="Watch streams one caller may hold at once.")
+    catalog_writes_per_second: float = Field(
+        default=10.0, gt=0, description="Catalog writes per second per caller."
+    )
+    catalog_write_burst: int = Field(default=50, ge=1, description="Catalog writes one caller may burst.")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> CallerLimits:
+        """The limits from ``AGENCY_WATCH_QUEUE``, ``AGENCY_WATCH_BACKLOG_BYTES``,
+        ``AGENCY_WATCH_STREAMS_PER_CALLER``,
+        ``AGENCY_CATALOG_WRITES_PER_SECOND`` and ``AGENCY_CATALOG_WRITE_BURST``.
+
+        Raises:
+            InvalidInput: naming the variable whose value is not a positive number.
+        """
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        for field, var in _ENV.items():
+            if env.get(var, "").strip():
+                try:
+                    data[field] = float(env[var]) if field == "catalog_writes_per_second" else int(env[var])
+                except ValueError:
+                    raise InvalidInput.single(var, "must be a positive number", what="limits") from None
+        return cls.parse(data, what="limits")
+
+
+_ENV = {
+    "watch_queue": "AGENCY_WATCH_QUEUE",
+    "watch_backlog_bytes": "AGENCY_WATCH_BACKLOG_BYTES",
+    "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
+    "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
+    "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
+}
+
+
+class StreamCounter:
+    """How many streams each caller holds; refuses one beyond the limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._open: dict[str, int] = {}
+
+    @contextmanager
+    def holding(self, caller: str) -> Iterator[None]:
+        """Count one stream of ``caller`` for the duration of the block.
+
+        Raises:
+            ResourceExhausted: ``caller`` already holds ``limit`` streams.
+        """
+        held = self._open.get(caller, 0)
+        if held >= self.limit:
+            who = f"client {caller!r}" if caller else "this caller"
+            raise ResourceExhausted(
+                f"{who} already holds {held} Watch streams, the most allowed "
+                "(AGENCY_WATCH_STREAMS_PER_CALLER): close one first",
+                details={"client": caller, "limit": self.limit},
+            )
+        self._open[caller] = held + 1
+        try:
+            yield
+        finally:
+            left = self._open[caller] - 1
+            if left:
+                self._open[caller] = left
+            else:
+                del self._open[caller]
+
+
+class WriteRateLimiter:
+    """A token bucket per caller."""
+
+    def __init__(self, per_second: float, burst: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second, self.burst, self.clock = per_second, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)
+
+    def take(self, caller: str, *, operation: str) -> None:
+        """Spend one write of ``caller``.
+
+        Raises:
+            ResourceExhausted: the caller's bucket is empty (retry later).
+        """
+        now = self.clock()
+        tokens, at = self._buckets.get(caller, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_second)
+        if tokens < 1.0:
+            self._buckets[caller] = (tokens, now)
+            who = f"client {caller!r}" if caller else "this caller"
+            raise ResourceExhausted(
+                f"{who} made too many catalog writes ({operation}): at most {self.per_second:g} per "
+                f"second, bursts of {self.burst} (AGENCY_CATALOG_WRITES_PER_SECOND); retry later",
+                details={"client": caller, "operation": operation},
+            )
+        self._buckets[caller] = (tokens - 1.0, now)
+        if len(self._buckets) > 10_000:  # forget full buckets now and then
+            rate, burst = self.per_second, self.burst
+            self._buckets = {c: (t, a) for c, (t, a) in self._buckets.items() if t + (now - a) * rate < burst}
