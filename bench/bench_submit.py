@@ -13,23 +13,27 @@ thread and the disk). The baseline in the same run is the bare servicer's own wo
     python -m bench.bench_submit --audit file
 
 CPU time on a shared machine swings with its load; for a figure that does not, count
-instructions: ``valgrind --tool=cachegrind --cache-sim=no python -m bench.bench_submit
---tasks N --rounds 1`` for two values of N, and divide the difference by the difference in N.
+instructions: ``python -m bench.bench_submit --instructions`` runs this benchmark under
+``valgrind --tool=cachegrind --cache-sim=no`` with ``--tasks 160`` and ``--tasks 800``
+(``--rounds 1``) and divides the difference in instructions by the difference in tasks
+(start-up and warm-up cancel out); it prints the figure against the baseline and target.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.bench_gateway import ECHO_CONTRACT, ECHO_GOAL, BareServicer, request_for
-from middleware import Agency
+from middleware import Agency, event_loop
 from middleware.audit import AuditRecord, WalAuditLog
+from middleware.audit.record import PlainRecord, record_bytes
 from middleware.grpc_api.agency_servicer import AgencyServicer
 from middleware.metrics import MeteredAuditLog, Metrics
 
@@ -44,6 +48,13 @@ class SerialisingLog:
         record.canonical()
         self._size += 1
         return self._size
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        for record in records:
+            record_bytes(record)
+        first = self._size + 1
+        self._size += len(records)
+        return range(first, self._size + 1)
 
     def records(self) -> Iterator[tuple[int, AuditRecord]]:
         return iter(())
@@ -91,6 +102,47 @@ def show(name: str, per_call: list[float]) -> None:
     )
 
 
+BASELINE_INSTRUCTIONS = 4.19e6
+"""Instructions per governed Submit on main before issue 18 (6d014d9, asyncio loop), measured
+with ``--instructions`` on the same machine."""
+TARGET_INSTRUCTIONS = 1.6e6
+
+
+def count_instructions(tasks: int) -> int:
+    """Instructions of one ``--tasks N --rounds 1`` run under cachegrind."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="bench-submit-vg-") as tmp:
+        out = subprocess.run(
+            [
+                "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={tmp}/cg.out",
+                sys.executable, "-m", "bench.bench_submit", "--tasks", str(tasks), "--rounds", "1",
+            ],
+            capture_output=True, text=True, check=True, env=os.environ,
+        )  # fmt: skip
+    match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def instructions() -> int:
+    from middleware.event_loop import loop_name
+
+    low, high = 160, 800
+    per_task = (count_instructions(high) - count_instructions(low)) / (high - low)
+    print(
+        f"instructions per governed Submit in process (valgrind, {loop_name()}): {per_task / 1e6:.2f} M "
+        f"= {per_task / BASELINE_INSTRUCTIONS:.2f}x the baseline {BASELINE_INSTRUCTIONS / 1e6:.2f} M "
+        f"(target <= {TARGET_INSTRUCTIONS / 1e6:.1f} M: "
+        f"{'met' if per_task <= TARGET_INSTRUCTIONS else 'MISSED'})"
+    )
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     request, context = request_for(args.size), _Context()
     bare = BareServicer()
@@ -117,6 +169,7 @@ async def run(args: argparse.Namespace) -> int:
                 raise RuntimeError(f"task ended {outcome.state}: {outcome.reason}")
 
         await rounds(submit, 200, 1, args.concurrency)  # warm-up: caches, compiled schemas
+        gc.freeze()  # as agency serve does after start-up
         show("governed", await rounds(submit, args.tasks, args.rounds, args.concurrency))
         await agency.close()
     return 0
@@ -134,7 +187,15 @@ def main() -> int:
         default="serialise",
         help="serialise = canonical bytes only (default); file = the write-ahead log on disk",
     )
-    return asyncio.run(run(p.parse_args()))
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions per task under valgrind (two runs) instead of measuring CPU time",
+    )
+    args = p.parse_args()
+    if args.instructions:
+        return instructions()
+    return event_loop.run(run(args))
 
 
 if __name__ == "__main__":

@@ -444,7 +444,10 @@ def demo_agents() -> dict[str, Any]:
         "replacement_shipper@1.0.0": ScriptedAgent(Hang(), name="replacement_shipper"),
         "express_shipper@1.0.0": ScriptedAgent(_express, name="express_shipper"),
         "reply_agent@1.0.0": ScriptedAgent(_reply, name="reply_agent"),
-        "financial_calculator@1.0.0": ScriptedAgent({"monthly_payment": 0.0}, name="financial_calculator"),
+        # finance is a time-critical domain: its answers carry a TTL (docs/semantics.md)
+        "financial_calculator@1.0.0": ScriptedAgent(
+            AgentReply(output={"monthly_payment": 0.0}, freshness_ttl=300), name="financial_calculator"
+        ),
     }
 
 

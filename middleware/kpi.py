@@ -60,6 +60,17 @@ class TaskFigures:
     outcome: str
 
 
+#: The records a task's KPI figures are folded from (every other record is skipped at once).
+_KPI_EVENTS = frozenset(
+    {
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.HUMAN_HANDOVER,
+        AuditEventType.FAILURE,
+        AuditEventType.TASK_COMPLETED,
+    }
+)
+
+
 class TaskTally:
     """Folds audit records into per-task figures (one :class:`TaskFigures` at each first stop)."""
 
@@ -68,11 +79,15 @@ class TaskTally:
 
     def add(self, record: AuditRecord) -> TaskFigures | None:
         """Take one record; the task's figures when this record is its first stop."""
-        task_id, kind = record.task_id, record.event_type
+        return self.add_fields(record.task_id, record.event_type, record.time, record.outcome)
+
+    def add_fields(self, task_id: str, kind: str, time: datetime, outcome: str) -> TaskFigures | None:
+        """:meth:`add` from a record's task id, event type, time and outcome (plain records
+        on the hot path are not built into models for this)."""
         if not task_id:
             return None
         if kind == AuditEventType.TASK_SUBMITTED:
-            self._open[task_id] = _Open(submitted=record.time)
+            self._open[task_id] = _Open(submitted=time)
             if len(self._open) > _MAX_OPEN:
                 self._open.popitem(last=False)
             return None
@@ -81,18 +96,18 @@ class TaskTally:
             return None
         if kind == AuditEventType.HUMAN_HANDOVER:
             state.handover = True
-        elif kind == AuditEventType.FAILURE and record.outcome == "INTENT_DRIFT":
+        elif kind == AuditEventType.FAILURE and outcome == "INTENT_DRIFT":
             state.drift = True
         elif kind == AuditEventType.TASK_COMPLETED:
             del self._open[task_id]
             return TaskFigures(
                 task_id=task_id,
                 submitted=state.submitted,
-                handling_seconds=max(0.0, (record.time - state.submitted).total_seconds()),
-                resolved=record.outcome == "completed",
+                handling_seconds=max(0.0, (time - state.submitted).total_seconds()),
+                resolved=outcome == "completed",
                 handover=state.handover,
                 drift=state.drift,
-                outcome=record.outcome,
+                outcome=outcome,
             )
         return None
 
@@ -209,7 +224,13 @@ class KpiMetrics:
 
     def observe(self, record: AuditRecord) -> None:
         """Take one audit record (called for every record appended)."""
-        done = self._tally.add(record)
+        self.observe_fields(record.task_id, record.event_type, record.time, record.outcome)
+
+    def observe_fields(self, task_id: str, kind: str, time: datetime, outcome: str) -> None:
+        """:meth:`observe` from a record's task id, event type, time and outcome."""
+        if kind not in _KPI_EVENTS:
+            return
+        done = self._tally.add_fields(task_id, kind, time, outcome)
         if done is None:
             return
         self._n += 1

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .audit.log import AuditLog
-from .audit.record import AuditEventType, AuditRecord
+from .audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
 from .kpi import DEFAULT_SLA_SECONDS, KpiMetrics
 
 __all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics", "is_smf_failure", "refusal_reason"]
@@ -215,40 +215,80 @@ class Metrics:
 
     def observe(self, record: AuditRecord) -> None:
         """Update the metrics one audit record implies."""
-        kind = record.event_type
-        if kind not in _OBSERVED:  # most records (transitions, dispatches ...) imply nothing more
-            return
-        d = record.detail
+        if record.event_type in _OBSERVED:  # most records (transitions ...) imply nothing more
+            self._observe(record, record.event_type, record.outcome, record.actors.agent, record.detail)
+
+    def appended_batch(self, records: Sequence[AuditRecord | PlainRecord], seconds: float) -> None:
+        """Count a batch of audit records that took ``seconds`` until durable (one latency
+        observation for the batch, one counter update per event type)."""
+        self.audit_append_latency.observe(seconds)
+        counts: dict[str, int] = {}
+        for record in records:
+            kind, outcome, agent, detail = _fields(record)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind in _OBSERVED:
+                self._observe(record, kind, outcome, agent, detail)
+            self.kpis.observe_fields(*_kpi_fields(record))
+        for kind, n in counts.items():
+            self._child(self.audit_appends, kind).inc(n)
+
+    def _observe(
+        self, record: AuditRecord | PlainRecord, kind: str, outcome: str, agent: str, d: dict[str, Any]
+    ) -> None:
         if kind == AuditEventType.TASK_COMPLETED:
-            self._child(self.tasks, record.outcome).inc()
+            self._child(self.tasks, outcome).inc()
         elif kind == AuditEventType.ROUTING_DECISION:
             self._child(self.routing, "chosen").inc()
         elif kind == AuditEventType.ROUTING_REFUSED:
             self._child(self.routing, "refused").inc()
         elif kind == AuditEventType.FAILURE:
-            self._child(self.failures, record.outcome, record.actors.agent or "-").inc()
+            self._child(self.failures, outcome, agent or "-").inc()
         elif kind == AuditEventType.RESOLUTION:
-            self._child(self.resolutions, record.outcome).inc()
+            self._child(self.resolutions, outcome).inc()
         elif kind == AuditEventType.VERIFICATION:
-            self._child(self.verifications, "passed" if record.outcome == "passed" else "failed").inc()
-        elif kind == AuditEventType.MESSAGE_REJECTED:
-            if is_smf_failure(record):
+            self._child(self.verifications, "passed" if outcome == "passed" else "failed").inc()
+        elif kind == AuditEventType.MESSAGE_REJECTED:  # rare: the plain form is validated here
+            view = record_view(record)
+            if is_smf_failure(view):
                 self.smf_errors.inc()
             else:
-                self._child(self.requests_refused, refusal_reason(record)).inc(_count(record))
-        elif kind == AuditEventType.CATALOG_CHANGE and record.outcome == "refused":
-            self._child(self.requests_refused, refusal_reason(record)).inc(_count(record))
+                self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
+        elif kind == AuditEventType.CATALOG_CHANGE and outcome == "refused":
+            view = record_view(record)
+            self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
         elif kind == AuditEventType.CONTRACT_REVIEW:
-            flagged = 0 if record.outcome == "cleared" else 1
-            self.contract_review.labels(
-                agent=record.actors.agent or "-", type=d.get("failure_type", "-")
-            ).set(flagged)
+            flagged = 0 if outcome == "cleared" else 1
+            self.contract_review.labels(agent=agent or "-", type=d.get("failure_type", "-")).set(flagged)
         elif kind == AuditEventType.CIRCUIT_CHANGE:
-            self.breaker_state.labels(agent=record.actors.agent or "-").set(
-                BREAKER_STATES.get(record.outcome, 0)
-            )
+            self.breaker_state.labels(agent=agent or "-").set(BREAKER_STATES.get(outcome, 0))
         elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
-            self._child(self.dispatch_latency, record.actors.agent or "-").observe(d["duration_ms"] / 1000)
+            self._child(self.dispatch_latency, agent or "-").observe(d["duration_ms"] / 1000)
+
+
+_TRACKED = frozenset(
+    {
+        AuditEventType.MESSAGE_REJECTED,
+        AuditEventType.CATALOG_CHANGE,
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.TASK_COMPLETED,
+    }
+)
+
+
+def _kpi_fields(record: AuditRecord | PlainRecord) -> tuple[str, str, datetime, str]:
+    """(task id, event type, time, outcome) of a record in either form, for the KPIs."""
+    if isinstance(record, AuditRecord):
+        return record.task_id, record.event_type, record.time, record.outcome
+    at = record["time"]
+    when = at if isinstance(at, datetime) else datetime.fromisoformat(at)
+    return record["task_id"], record["event_type"], when, record["outcome"]
+
+
+def _fields(record: AuditRecord | PlainRecord) -> tuple[str, str, str, dict[str, Any]]:
+    """(event type, outcome, agent, detail) of a record in either form."""
+    if isinstance(record, AuditRecord):
+        return record.event_type, record.outcome, record.actors.agent, record.detail
+    return record["event_type"], record["outcome"], record["actors"]["agent"], record["detail"]
 
 
 #: Rules of SMF validation failures (an SMF message between agents that does not validate).
@@ -285,6 +325,29 @@ def _count(record: AuditRecord) -> int:
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
 
 
+def _log_refusal(record: AuditRecord | PlainRecord) -> None:
+    """Log an SMF message between agents that failed validation at ERROR (what the alert is
+    for), a refused client request at INFO (invalid input) or WARNING (auth, permission)."""
+    view = record_view(record)
+    if view.event_type == AuditEventType.CATALOG_CHANGE and view.outcome != "refused":
+        return
+    if view.event_type == AuditEventType.MESSAGE_REJECTED and is_smf_failure(view):
+        log.error(
+            "SMF validation failed: %s",
+            "; ".join(view.detail.get("problems", [])) or view.detail.get("why") or "invalid message",
+            extra={"trace_id": view.trace_id, "event": view.event_type},
+        )
+        return
+    reason = refusal_reason(view)
+    log.log(
+        logging.INFO if reason == "invalid_input" else logging.WARNING,
+        "request refused (%s): %s",
+        reason,
+        "; ".join(view.detail.get("problems", [])) or view.detail.get("why") or "refused",
+        extra={"trace_id": view.trace_id, "event": view.event_type},
+    )
+
+
 class MeteredAuditLog:
     """An :class:`AuditLog` that updates :class:`Metrics` for every record it appends to
     ``inner``, and logs SMF validation failures at ERROR, refused client requests at INFO
@@ -304,32 +367,33 @@ class MeteredAuditLog:
         index = await self.inner.append(record)
         self.metrics.appended(record, time.perf_counter() - started)
         self._track_task(record)
-        if record.event_type == AuditEventType.MESSAGE_REJECTED and is_smf_failure(record):
-            log.error(
-                "SMF validation failed: %s",
-                "; ".join(record.detail.get("problems", [])) or record.detail.get("why") or "invalid message",
-                extra={"trace_id": record.trace_id, "event": record.event_type},
-            )
-        elif record.event_type == AuditEventType.MESSAGE_REJECTED or (
-            record.event_type == AuditEventType.CATALOG_CHANGE and record.outcome == "refused"
-        ):
-            reason = refusal_reason(record)
-            log.log(
-                logging.INFO if reason == "invalid_input" else logging.WARNING,
-                "request refused (%s): %s",
-                reason,
-                "; ".join(record.detail.get("problems", [])) or record.detail.get("why") or "refused",
-                extra={"trace_id": record.trace_id, "event": record.event_type},
-            )
         return index
 
-    def _track_task(self, record: AuditRecord) -> None:
-        if record.event_type == AuditEventType.TASK_SUBMITTED and record.task_id:
-            self._started[record.task_id] = record.time
-        elif record.event_type == AuditEventType.TASK_COMPLETED:
-            started = self._started.pop(record.task_id, None)
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        started = time.perf_counter()
+        indexes = await self.inner.append_batch(records)
+        self.metrics.appended_batch(records, time.perf_counter() - started)
+        for record in records:
+            self._track_task(record)
+        return indexes
+
+    def _track_task(self, record: AuditRecord | PlainRecord) -> None:
+        if isinstance(record, AuditRecord):
+            kind, task_id = record.event_type, record.task_id
+        else:
+            kind, task_id = record["event_type"], record["task_id"]
+        if kind not in _TRACKED:
+            return
+        if kind in (AuditEventType.MESSAGE_REJECTED, AuditEventType.CATALOG_CHANGE):
+            _log_refusal(record)
+            return
+        at = record.time if isinstance(record, AuditRecord) else datetime.fromisoformat(record["time"])
+        if kind == AuditEventType.TASK_SUBMITTED and task_id:
+            self._started[task_id] = at
+        elif kind == AuditEventType.TASK_COMPLETED:
+            started = self._started.pop(task_id, None)
             if started is not None:
-                self.metrics.task_latency.observe((record.time - started).total_seconds())
+                self.metrics.task_latency.observe((at - started).total_seconds())
 
     def records(self) -> Iterator[tuple[int, AuditRecord]]:
         return self.inner.records()

@@ -51,6 +51,7 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
+from .task_journal import TaskJournal
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -72,24 +73,16 @@ Sleeper = Callable[[float], Awaitable[None]]
 log = logging.getLogger("agency.pipeline")
 
 
-#: Records after which a task waits until everything it has logged is durable.
+#: Records after which a task waits until everything it has logged is durable: before
+#: anything leaves the gateway (a dispatch to an agent, an outcome). Acceptance is not one:
+#: nothing leaves between it and the next barrier, which makes it durable too.
 _DURABLE_BARRIERS = frozenset(
     {
-        AuditEventType.TASK_SUBMITTED,
         AuditEventType.DISPATCH,
         AuditEventType.TASK_COMPLETED,
         AuditEventType.TASK_INTERRUPTED,
     }
 )
-
-
-def _results(done: list[asyncio.Future[int]]) -> list[int]:
-    """The results of finished futures; raises the first failure, as ``gather`` would,
-    having marked every failure retrieved (as ``gather`` does)."""
-    for f in done:
-        if not f.cancelled():
-            f.exception()
-    return [f.result() for f in done]
 
 
 #: Problems one rejection record lists (a request with thousands of bad fields is one record).
@@ -169,7 +162,7 @@ class Agency:
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
-        self._unflushed: dict[str, list[asyncio.Future[int]]] = {}  # task id -> appends not yet awaited
+        self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
@@ -729,9 +722,12 @@ class Agency:
         return outcome
 
     async def _tell_humans(self, what: str, run: TaskRecord) -> None:
-        """Tell the human desk (if any); its trouble never changes the task's course."""
+        """Tell the human desk (if any); its trouble never changes the task's course. What the
+        desk shows a person leaves the gateway: the task's records before it are made durable
+        first (the same rule as before a dispatch)."""
         if self.humans is None:
             return
+        await self._flush_audit(run)
         try:
             await getattr(self.humans, what)(run)
         except Exception:  # logged here; the task goes on (its state is in the task store)
@@ -834,6 +830,7 @@ class Agency:
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
+            await self._flush_audit(run)  # contract reviews the monitor recorded, if any
         run.updated_at = utcnow()
         await self.tasks.save(run)
         if run.request.session_id:
@@ -908,48 +905,34 @@ class Agency:
     ) -> None:
         """Append a record of this task's progress.
 
-        Records are handed to the log in order but awaited in groups: the task waits
-        for durability only at a barrier (before an agent is dispatched, when the task
-        ends, and when the segment returns), so one group commit covers several steps
-        and nothing leaves the gateway — a dispatch or an outcome — before the records
-        that precede it are on disk.
+        Records are collected in the task's journal and handed to the log as one batch at
+        a barrier (before an agent is dispatched, when the task ends, and when the
+        segment returns), so one group commit covers several steps and nothing leaves the
+        gateway — a dispatch or an outcome — before the records that precede it are on disk.
         """
-        record = self._new_record(
-            event_type,
-            outcome=outcome,
-            detail=detail,
-            agent=agent,
-            rule=rule,
-            task_id=run.request.task_id,
-            trace_id=run.trace_id,
-            goal_id=run.goal.id if run.goal else "",
-            user=run.request.user_id,
-            session=run.request.session_id,
-        )
-        pending = self._unflushed.setdefault(run.request.task_id, [])
-        if event_type not in _DURABLE_BARRIERS:
-            pending.append(asyncio.ensure_future(self.audit.append(record)))  # stages in call order
-            return
-        if pending:
-            await asyncio.sleep(0)  # let the handed-over appends stage first, in order
-        # The barrier record is appended in this task's context (observers such as tracing
-        # attach context here); once it is durable, everything staged before it is too.
-        run.last_index = max(run.last_index, await self.audit.append(record))
-        await self._flush_audit(run)
+        journal = self._journals.get(run.request.task_id)
+        if journal is None:
+            journal = self._journals[run.request.task_id] = TaskJournal(
+                self.audit,
+                node=self.config.node_id,
+                task_id=run.request.task_id,
+                trace_id=run.trace_id,
+                goal_id=run.goal.id if run.goal else "",
+                user=run.request.user_id,
+                session=run.request.session_id,
+            )
+        journal.add(event_type, outcome, detail, agent=agent, rule=rule)
+        if event_type in _DURABLE_BARRIERS:
+            await self._flush_audit(run)
 
     async def _flush_audit(self, run: TaskRecord) -> None:
-        """Wait until every record this task has handed to the log is durable."""
-        pending = self._unflushed.pop(run.request.task_id, None)
-        if not pending:
-            return
-        if all(f.done() for f in pending):
-            # The usual case after a barrier (a later record is durable, so these are, and
-            # their appends have returned): their results without another gather round.
-            indexes = _results(pending)
-        else:
-            # shielded: a goal timeout must not cancel appends already handed over
-            indexes = await asyncio.shield(asyncio.gather(*pending))
-        run.last_index = max(run.last_index, *indexes)
+        """Hand this task's pending records to the log as one batch and wait until durable.
+
+        The batch is appended in this task's context (observers such as tracing attach
+        context here)."""
+        journal = self._journals.pop(run.request.task_id, None)
+        if journal is not None:
+            run.last_index = max(run.last_index, await journal.flush())
 
     async def _record(
         self,

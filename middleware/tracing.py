@@ -33,11 +33,11 @@ import contextlib
 import re
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .audit.log import AuditLog
-from .audit.record import AuditEventType, AuditRecord
+from .audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
 from .errors import FailedPrecondition
 
 if TYPE_CHECKING:
@@ -260,11 +260,36 @@ class TracingAuditLog:
             logging.getLogger("agency.tracing").exception("tracing failed for %s", record.event_type)
         return index
 
+    def on_task_record(self, record: PlainRecord) -> None:
+        """A task's record was recorded (not yet durable: it reaches the log at the task's next
+        barrier). ``task.submitted`` starts the task's span here, in the task's context, so
+        whatever the task does before its first barrier (routing, remote hops) runs under it."""
+        if record["event_type"] != E.TASK_SUBMITTED or not record["task_id"]:
+            return
+        try:
+            view = record_view(record)
+            self._start_task(view, int(view.time.timestamp() * 1e9))
+        except Exception:  # tracing must never break governance
+            import logging
+
+            logging.getLogger("agency.tracing").exception("tracing failed for %s", record["event_type"])
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        indexes = await self.inner.append_batch(records)
+        for record in records:
+            try:
+                self._observe(record_view(record))
+            except Exception:  # tracing must never break governance
+                import logging
+
+                logging.getLogger("agency.tracing").exception("tracing failed for a batch record")
+        return indexes
+
     def _observe(self, record: AuditRecord) -> None:
         assert otel_trace is not None and otel_context is not None
         kind, task = record.event_type, record.task_id
         at = int(record.time.timestamp() * 1e9)
-        if kind == E.TASK_SUBMITTED and task:
+        if kind == E.TASK_SUBMITTED and task and task not in self._tasks:  # else: on_task_record did
             self._start_task(record, at)
         entry = self._tasks.get(task)
         if entry is None:

@@ -14,12 +14,12 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 from ..errors import AuditCorrupted
-from .record import AuditRecord, canonical_json
+from .record import AuditRecord, PlainRecord, canonical_json
 
 GENESIS = "0" * 64
 
@@ -76,19 +76,30 @@ class FileAuditLog:
             yield lineno, prev, AuditRecord.model_validate(entry["record"])
 
     async def append(self, record: AuditRecord) -> int:
+        return (await self.append_batch([record]))[0]
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        """Append ``records`` as consecutive lines with one write and one fsync."""
         async with self._lock:
-            body = canonical_json(record.model_dump(mode="json"))  # the form _scan re-derives
-            index = self._index + 1
-            digest = _chain(self._last_hash, body)
-            line = (
-                b'{"crc":%d,"hash":"%s","index":%d,"prev":"%s","record":'
-                % (zlib.crc32(body), digest.encode(), index, self._last_hash.encode())
-                + body
-                + b"}\n"
-            )
-            await asyncio.to_thread(self._write, line)
-            self._index, self._last_hash = index, digest
-            return index
+            index, last = self._index, self._last_hash
+            lines: list[bytes] = []
+            for record in records:
+                plain = record.model_dump(mode="json") if isinstance(record, AuditRecord) else record
+                body = canonical_json(plain)  # the form _scan re-derives
+                index += 1
+                digest = _chain(last, body)
+                lines.append(
+                    b'{"crc":%d,"hash":"%s","index":%d,"prev":"%s","record":'
+                    % (zlib.crc32(body), digest.encode(), index, last.encode())
+                    + body
+                    + b"}\n"
+                )
+                last = digest
+            first = self._index + 1
+            if lines:
+                await asyncio.to_thread(self._write, b"".join(lines))
+            self._index, self._last_hash = index, last
+            return range(first, index + 1)
 
     def _write(self, line: bytes) -> None:
         if self._fh is None:

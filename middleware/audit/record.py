@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from pydantic import Field
+from pydantic_core import to_jsonable_python
 
 from .._model import Model
 from ..smf import new_id, utcnow
@@ -19,8 +20,12 @@ __all__ = [
     "Actors",
     "AuditEventType",
     "AuditRecord",
+    "PlainRecord",
     "canonical_json",
     "fast_canonical_json",
+    "plain_record",
+    "record_bytes",
+    "record_view",
 ]
 
 AUDIT_SCHEMA_VERSION = 1
@@ -95,6 +100,74 @@ class AuditRecord(Model):
         return fast_canonical_json(self.model_dump(mode="json"))
 
 
+PlainRecord = dict[str, Any]
+"""An audit record as plain data: exactly ``AuditRecord.model_dump(mode="json")`` (every
+field, ``time`` as pydantic writes it). Built by code (``plain_record``), never from a client
+or an agent, so it is not validated again; its canonical bytes are the same as those of the
+``AuditRecord`` it validates to (tested)."""
+
+
+def plain_record(
+    event_type: str,
+    *,
+    node: str,
+    outcome: str = "",
+    detail: dict[str, Any] | None = None,
+    component: str = "gateway",
+    user: str = "",
+    agent: str = "",
+    session: str = "",
+    task_id: str = "",
+    trace_id: str = "",
+    goal_id: str = "",
+    rule: str = "",
+) -> PlainRecord:
+    """A new record as plain data (the hot path's form: no model built, no validation).
+
+    Same fields and defaults as ``AuditRecord``; ``time`` is now, in pydantic's JSON form.
+    """
+    return {
+        "event_id": new_id("evt"),
+        "event_type": event_type,
+        "time": _utc_text(utcnow()),
+        "component": component,
+        "node": node,
+        "actors": {"user": user, "agent": agent, "session": session},
+        "task_id": task_id,
+        "trace_id": trace_id,
+        "goal_id": goal_id,
+        "rule": rule,
+        "outcome": outcome,
+        "detail": detail if detail is not None else {},
+        "schema_version": AUDIT_SCHEMA_VERSION,
+    }
+
+
+def _utc_text(now: datetime) -> str:
+    """``now`` (UTC) as pydantic's JSON mode writes it: ISO 8601 with ``Z``."""
+    return now.isoformat().replace("+00:00", "Z")
+
+
+def record_bytes(record: AuditRecord | PlainRecord) -> bytes:
+    """The canonical bytes of a record in either form (what the log stores and hashes)."""
+    if isinstance(record, AuditRecord):
+        return record.canonical()
+    return fast_canonical_json(record)
+
+
+def record_view(record: AuditRecord | PlainRecord) -> AuditRecord:
+    """``record`` as an ``AuditRecord`` (validates a plain record: for readers off the hot path)."""
+    return record if isinstance(record, AuditRecord) else AuditRecord.model_validate(record)
+
+
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
+def _jsonable(value: Any) -> Any:
+    """What orjson does not write itself, in pydantic's JSON form (datetimes with ``Z`` ...)."""
+    return to_jsonable_python(value)
+
+
 def fast_canonical_json(value: Any) -> bytes:
     """Canonical JSON via orjson: sorted keys, compact, UTF-8 (non-ASCII kept, not escaped).
 
@@ -103,7 +176,7 @@ def fast_canonical_json(value: Any) -> bytes:
     bytes are deterministic for a given record and are stored exactly as hashed.
     """
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, default=_jsonable, option=_OPTIONS)
     except TypeError:
         return canonical_json(value)
 
@@ -113,4 +186,6 @@ def canonical_json(value: Any) -> bytes:
 
     The form ``FileAuditLog`` writes and re-derives when it checks its file: keep it stable.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
+    ).encode()

@@ -17,7 +17,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -35,7 +35,7 @@ from .checkpoint import (
     misplaced_key_message,
 )
 from .merkle import FileLeafStore, MerkleTree
-from .record import AuditRecord, canonical_json
+from .record import AuditRecord, PlainRecord, canonical_json, record_bytes
 from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
 from .segment import (
     CHECKPOINT,
@@ -127,7 +127,9 @@ class WalOptions:
             raise InvalidInput.single("recovery_workers", "must be at least 1", what="audit log options")
 
 
-_Item = tuple[bytes, asyncio.AbstractEventLoop, "asyncio.Future[int]"]
+_Item = tuple[list[bytes], asyncio.AbstractEventLoop, "asyncio.Future[int]"]
+"""One hand-over: the payloads of one ``append`` / ``append_batch`` (none: a checkpoint
+request), the loop of its caller, and its one future (resolved with the first index)."""
 
 
 class WalAuditLog:
@@ -149,7 +151,6 @@ class WalAuditLog:
     _fd: int
     _offset: int
     _synced: int
-    _dirty: bool
     _last_sync: float
     _pending_cp: Checkpoint | None
     _published_at: float
@@ -201,11 +202,19 @@ class WalAuditLog:
             raise
         self._cv = threading.Condition()
         self._queue: list[_Item] = []
-        self._staged: dict[asyncio.AbstractEventLoop, list[tuple[bytes, asyncio.Future[int]]]] = {}
+        self._staged: dict[asyncio.AbstractEventLoop, list[tuple[list[bytes], asyncio.Future[int]]]] = {}
         self._closing = False
         self._closed = False
         self._failed: BaseException | None = None
         self._close_error: BaseException | None = None
+        # The syncer: fdatasyncs what the writer has written and acknowledges it, while the
+        # writer frames, hashes and writes the next batch (BATCH policy).
+        self._scv = threading.Condition()
+        self._sync_queue: list[list[tuple[_Item, int]]] = []
+        self._sync_posted = self._sync_done = 0
+        self._sync_stop = False
+        self._syncer = threading.Thread(target=self._run_syncer, name=f"audit-sync-{node}", daemon=True)
+        self._syncer.start()
         self._writer = threading.Thread(target=self._run, name=f"audit-wal-{node}", daemon=True)
         self._writer.start()
 
@@ -234,9 +243,28 @@ class WalAuditLog:
             AuditError: the log is closed or a write/fsync failed (the log then refuses
                 every further append: after a failed fsync the page cache cannot be trusted).
         """
-        payload = record.canonical()
-        if len(payload) > MAX_PAYLOAD:
-            raise InvalidInput.single("record", f"larger than {MAX_PAYLOAD} bytes", what="audit record")
+        return await self._stage([record_bytes(record)])
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        """Write ``records`` (consecutive indexes, in order); returns their indexes once all are
+        on disk. One hand-over and one future for the batch; each record is its own event frame
+        and Merkle leaf, as if appended alone.
+
+        Raises:
+            InvalidInput: a record is larger than the frame limit (nothing of the batch is written).
+            AuditError: as ``append``.
+        """
+        if not records:
+            return range(self._state.size + 1, self._state.size + 1)
+        first = await self._stage([record_bytes(r) for r in records])
+        return range(first, first + len(records))
+
+    def _stage(self, payloads: list[bytes]) -> asyncio.Future[int]:
+        """Stage ``payloads`` for this loop turn's hand-over (synchronously: call order is log
+        order); the future gets the first one's index once all are durable."""
+        for payload in payloads:
+            if len(payload) > MAX_PAYLOAD:
+                raise InvalidInput.single("record", f"larger than {MAX_PAYLOAD} bytes", what="audit record")
         if self._failed is not None:
             raise AuditError(f"audit log failed earlier: {self._failed}")
         if self._closing:
@@ -248,8 +276,8 @@ class WalAuditLog:
             # Every appender woken in this loop turn joins the same hand-over: one batch.
             staged = self._staged[loop] = []
             loop.call_soon(self._hand_over, loop)
-        staged.append((payload, fut))
-        return await fut
+        staged.append((payloads, fut))
+        return fut
 
     def records(self) -> Iterator[tuple[int, AuditRecord]]:
         """Every durable record, in index order, re-read (and re-checked) from disk."""
@@ -328,7 +356,7 @@ class WalAuditLog:
         """Sign a checkpoint now (after everything appended so far) and return it."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[int] = loop.create_future()
-        self._enqueue([(b"", loop, fut)])  # empty payload marker: checkpoint request
+        self._enqueue([([], loop, fut)])  # no payloads: a checkpoint request
         await fut
         cp = self.latest_checkpoint()
         assert cp is not None
@@ -364,7 +392,67 @@ class WalAuditLog:
             self._queue.extend(items)
             self._cv.notify()
 
+    @property
+    def _dirty(self) -> bool:
+        """Written and not yet fdatasynced."""
+        return self._offset > self._synced
+
+    def _run_syncer(self) -> None:
+        """Make what the writer wrote durable and acknowledge it, batch after batch: one
+        fdatasync covers every batch posted while the previous one ran."""
+        while True:
+            with self._scv:
+                while not self._sync_queue and not self._sync_stop:
+                    self._scv.wait()
+                if not self._sync_queue:
+                    return
+                posted, self._sync_queue = self._sync_queue, []
+            acks = [ack for batch in posted for ack in batch]
+            if self._failed is not None:
+                _resolve(
+                    [item for item, _ in acks], error=AuditError(f"audit log failed earlier: {self._failed}")
+                )
+            else:
+                try:
+                    self._sync()
+                except Exception as exc:  # after a failed fsync nothing later can be trusted
+                    self._failed = exc
+                    _resolve([item for item, _ in acks], error=AuditError(f"audit write failed: {exc}"))
+                else:
+                    if self._unsigned_since is None and self._state.size > max(self._checkpointed, 0):
+                        self._unsigned_since = time.monotonic()  # durable and not yet signed
+                        with self._cv:
+                            self._cv.notify()  # the idle writer now has a deadline to keep
+                    _resolve_ok(acks)
+            with self._scv:
+                self._sync_done += len(posted)
+                self._scv.notify_all()
+
+    def _post_sync(self, acks: list[tuple[_Item, int]]) -> None:
+        with self._scv:
+            self._sync_queue.append(acks)
+            self._sync_posted += 1
+            self._scv.notify_all()
+
+    def _drain(self) -> None:
+        """Wait until the syncer has synced (or failed) everything posted to it."""
+        with self._scv:
+            while self._sync_done != self._sync_posted:
+                self._scv.wait()
+
+    def _stop_syncer(self) -> None:
+        with self._scv:
+            self._sync_stop = True
+            self._scv.notify_all()
+        self._syncer.join()
+
     def _run(self) -> None:
+        try:
+            self._run_writer()
+        finally:
+            self._stop_syncer()
+
+    def _run_writer(self) -> None:
         interval = self.options.fsync is FsyncPolicy.INTERVAL
         while True:
             with self._cv:
@@ -397,6 +485,7 @@ class WalAuditLog:
                     _resolve(batch, error=AuditError(f"audit write failed: {exc}"))
             if closing:
                 try:
+                    self._drain()
                     self._finish()
                 except Exception as exc:
                     self._close_error = exc
@@ -414,14 +503,14 @@ class WalAuditLog:
         chain, index = st.chain, st.size
         payloads: list[bytes] = []
         for item in batch:
-            payload = item[0]
-            if not payload:
+            given = item[0]
+            if not given:
                 want_checkpoint = True
                 cp_acks.append((item, 0))
                 continue
-            index += 1
-            payloads.append(payload)
-            acks.append((item, index))
+            acks.append((item, index + 1))
+            index += len(given)
+            payloads.extend(given)
         if payloads:
             frames, leaves, chain = encode_events(st.size + 1, synced, now, chain, payloads)
             parts.append(frames)
@@ -436,14 +525,29 @@ class WalAuditLog:
             parts.append(self._checkpoint_frame(synced))
         if parts:
             self._write(b"".join(parts))
-            if self.options.fsync is FsyncPolicy.BATCH:
-                self._sync()
+        publish = self._pending_cp is not None and (
+            cp_acks or on_time or time.monotonic() - self._published_at >= PUBLISH_INTERVAL
+        )
+        if (
+            self.options.fsync is FsyncPolicy.BATCH
+            and parts
+            and not publish
+            and not cp_acks
+            and self._offset < self.options.segment_bytes
+        ):
+            # The usual case: the syncer makes it durable and acknowledges it while this
+            # thread goes on framing and hashing the next batch.
+            self._post_sync(acks)
+            return
+        self._drain()
+        if self._failed is not None:
+            raise self._failed
+        if parts and self.options.fsync is FsyncPolicy.BATCH:
+            self._sync()
         if self._unsigned_since is None and st.size > max(self._checkpointed, 0):
             self._unsigned_since = time.monotonic()  # durable (BATCH) and not yet signed
         _resolve_ok(acks)
-        if self._pending_cp is not None and (
-            cp_acks or on_time or time.monotonic() - self._published_at >= PUBLISH_INTERVAL
-        ):
+        if publish:
             self._publish_checkpoint()
         _resolve_ok(cp_acks)
         if self._offset >= self.options.segment_bytes:
@@ -477,16 +581,15 @@ class WalAuditLog:
             n = os.write(self._fd, view)
             view = view[n:]
         self._offset += len(data)
-        self._dirty = True
         self._visible = (self._segment_path, self._offset)
 
     def _sync(self) -> None:
+        target = self._offset  # the writer may write more meanwhile: only this much is covered
         started = time.perf_counter()
         os.fdatasync(self._fd)
         if self.options.on_sync is not None:
             self.options.on_sync(time.perf_counter() - started)
-        self._synced = self._offset
-        self._dirty = False
+        self._synced = target
         self._last_sync = time.monotonic()
 
     def _rotate(self) -> None:
@@ -548,7 +651,6 @@ class WalAuditLog:
 
     def _open_for_append(self) -> None:
         self._offset = self._synced = 0
-        self._dirty = False
         self._last_sync = time.monotonic()
         self._pending_cp = None
         self._published_at = float("-inf")  # the first checkpoint is published at once

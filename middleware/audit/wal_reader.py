@@ -7,12 +7,12 @@ time order, without taking the writer's lock or needing the signing key.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import AuditError
 from .export import iter_records
-from .record import AuditRecord
+from .record import AuditRecord, PlainRecord
 
 __all__ = ["WalLogReader", "is_wal_directory"]
 
@@ -52,6 +52,9 @@ class WalLogReader:
             yield rec.index, AuditRecord.model_validate_json(rec.raw)
 
     async def append(self, record: AuditRecord) -> int:
+        raise AuditError("this is a read-only view of the audit log")
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
         raise AuditError("this is a read-only view of the audit log")
 
     async def close(self) -> None:

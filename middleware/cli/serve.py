@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from ..caller_limits import CallerLimits
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
+from ..event_loop import loop_name
+from ..event_loop import run as run_loop
 from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
@@ -75,6 +78,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="share the port with other processes listening on it (SO_REUSEPORT; the kernel splits "
         "connections between them); without it a port already taken is refused (exit code 2)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="run N gateway processes on the address (they share the port with SO_REUSEPORT; each is "
+        "its own audit node NODE-w1..NODE-wN; needs Redis storage); SIGTERM drains them all",
     )
     p.add_argument(
         "--tracing",
@@ -157,7 +166,13 @@ def _run(args: argparse.Namespace) -> int:
         definition = load_definition(args.config, overrides=_overrides(args))
     else:
         definition = definition_from(overrides=_overrides(args), source="server configuration")
-    return asyncio.run(serve(definition.server, definition=definition, demo=args.demo))
+    if args.workers is not None:
+        from .serve_workers import run_workers
+
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        return run_workers(args.workers, definition, argv, explicit_sharing=definition.server.reuse_port)
+    log.info("event loop: %s", loop_name())
+    return run_loop(serve(definition.server, definition=definition, demo=args.demo))
 
 
 async def serve(

@@ -48,7 +48,7 @@ from ..agents import AgentRequest
 from ..contracts import CapabilityContract, normalise_label
 from ..errors import AgentFailure, InvalidInput, Problem, Unavailable
 from ..pipeline import Agency
-from .common import definition_hash, flag_for_review
+from .common import definition_hash, flag_for_review, remote_reply
 
 __all__ = ["A2AAgent", "check_card", "fetch_card", "register_a2a_agent"]
 
@@ -247,12 +247,20 @@ class A2AAgent:
         except httpx.HTTPError as exc:
             raise AgentFailure("TOOL_UNAVAILABLE", f"{exc}", cause=exc) from None
         if isinstance(task, Message):
-            return _output(list(task.parts))
+            return remote_reply(_output(list(task.parts)), _meta(task.metadata), where="message.metadata")
         assert task is not None
         state = task.status.state
         if state == TaskState.TASK_STATE_COMPLETED:
             parts = [p for a in task.artifacts for p in a.parts] or list(task.status.message.parts)
-            return _output(parts)
+            # the TTL the remote offers (artifact metadata "freshness_ttl"), which an answer in a
+            # time-critical domain needs (docs/semantics.md)
+            if task.artifacts:
+                return remote_reply(
+                    _output(parts), _meta(task.artifacts[0].metadata), where="artifacts[0].metadata"
+                )
+            return remote_reply(
+                _output(parts), _meta(task.status.message.metadata), where="status.message.metadata"
+            )
         kind, what = _TERMINAL_FAILURES.get(state, ("TOOL_ERROR", f"ended as {TaskState.Name(state)}"))
         said = " ".join(get_text_parts(list(task.status.message.parts)))
         raise AgentFailure(
@@ -280,6 +288,14 @@ def _json_safe(data: dict[str, Any]) -> dict[str, Any]:
 
     safe: dict[str, Any] = json.loads(json.dumps(data, default=str))
     return safe
+
+
+def _meta(struct: Any) -> dict[str, Any]:
+    """A protobuf Struct (metadata) as a dict."""
+    from google.protobuf.json_format import MessageToDict
+
+    meta: dict[str, Any] = MessageToDict(struct)
+    return meta
 
 
 def _output(parts: list[Part]) -> Any:

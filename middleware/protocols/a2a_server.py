@@ -68,7 +68,7 @@ from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unau
 from ..pipeline import Agency
 from ..tasks import Outcome
 from ..tasks import TaskState as AgencyState
-from .common import Callers, outcome_data, outcome_text, task_request
+from .common import FRESHNESS_TTL, Callers, answer_ttl, outcome_data, outcome_text, task_request
 from .watch import TaskWatch
 
 __all__ = [
@@ -432,10 +432,14 @@ async def _report(outcome: Outcome, updater: TaskUpdater) -> None:
     data = outcome_data(outcome)
     if outcome.state is AgencyState.COMPLETED:
         output = outcome.output
+        meta: dict[str, Any] = {"trace_id": outcome.trace_id, "goal_id": outcome.goal_id}
+        ttl = answer_ttl(outcome)
+        if ttl is not None:  # a caller in a time-critical domain needs it (docs/semantics.md)
+            meta[FRESHNESS_TTL] = ttl
         await updater.add_artifact(
             [new_data_part(output) if output is not None else new_text_part("")],
             name="output",
-            metadata={"trace_id": outcome.trace_id, "goal_id": outcome.goal_id},
+            metadata=meta,
         )
     parts: list[Part] = [new_text_part(outcome_text(outcome)), new_data_part(data)]
     await updater.update_status(

@@ -18,20 +18,34 @@ from typing import Any
 import uvicorn
 
 from ..access import DEFAULT_ROLE, Principal
-from ..errors import InvalidInput, Unauthenticated
+from ..agents import MAX_FRESHNESS_TTL, AgentReply
+from ..errors import AgentFailure, InvalidInput, Unauthenticated
 from ..pipeline import Agency
+from ..smf import utcnow
 from ..tasks import Outcome, TaskRequest, TaskState
 
 __all__ = [
+    "FRESHNESS_TTL",
+    "GOVERNANCE_META",
     "REQUEST_FIELDS",
     "Callers",
     "HttpServer",
+    "answer_ttl",
     "definition_hash",
     "flag_for_review",
     "outcome_data",
     "outcome_text",
+    "remote_reply",
     "task_request",
 ]
+
+#: The MCP ``_meta`` key under which a caller names goal, session, trace (keys of
+#: ``REQUEST_FIELDS``) and a governed result carries its task, trace and TTL.
+GOVERNANCE_META = "agency/governance"
+
+#: The key under which an answer's remaining freshness (seconds) travels: A2A artifact
+#: metadata, MCP ``_meta["agency/governance"]``.
+FRESHNESS_TTL = "freshness_ttl"
 
 #: The task request fields a protocol caller may set (through A2A metadata or MCP ``_meta``).
 REQUEST_FIELDS = frozenset(
@@ -189,6 +203,42 @@ def outcome_data(outcome: Outcome) -> dict[str, Any]:
         for f in dumped["failures"]
     ]
     return data
+
+
+def answer_ttl(outcome: Outcome) -> float | None:
+    """Seconds the completed output stays fresh from now (its step's TTL), or None (no expiry).
+
+    A caller in a time-critical domain (finance, logistics) needs it: an answer there without
+    a TTL is refused (docs/semantics.md)."""
+    done = [s for s in outcome.steps if s.status == "completed"]
+    if not done or done[-1].fresh_until is None:
+        return None
+    return max(0.0, (done[-1].fresh_until - utcnow()).total_seconds())
+
+
+def remote_reply(output: Any, meta: Mapping[str, Any] | None, *, where: str) -> Any:
+    """A remote agent's answer as an SMF reply: ``output`` with the TTL the remote offers in
+    ``meta`` (``freshness_ttl``, seconds), or ``output`` alone when it offers none.
+
+    Raises:
+        AgentFailure: SCHEMA_VIOLATION naming ``where``.freshness_ttl when the TTL is not a
+            number of seconds from 0 to ten years.
+    """
+    ttl = (meta or {}).get(FRESHNESS_TTL)
+    if ttl is None:
+        return output
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not 0 <= ttl <= MAX_FRESHNESS_TTL
+        or ttl != ttl  # NaN
+    ):
+        raise AgentFailure(
+            "SCHEMA_VIOLATION",
+            f"{where}.{FRESHNESS_TTL}: must be seconds from 0 to {MAX_FRESHNESS_TTL:.0f}, not {ttl!r}",
+            context={"field": f"{where}.{FRESHNESS_TTL}"},
+        )
+    return AgentReply(output=output, freshness_ttl=float(ttl))
 
 
 class HttpServer:

@@ -30,7 +30,7 @@ from ..agents import AgentRequest
 from ..contracts import CapabilityContract
 from ..errors import AgentFailure, InvalidInput, Unavailable
 from ..pipeline import Agency
-from .common import definition_hash, flag_for_review
+from .common import GOVERNANCE_META, definition_hash, flag_for_review, remote_reply
 
 __all__ = ["MCPToolAgent", "describe_tool", "register_mcp_tool", "tool_definition"]
 
@@ -178,7 +178,12 @@ class MCPToolAgent:
             raise AgentFailure(
                 "TOOL_ERROR", f"tool {self.tool} failed: {said}", context={"mcp_tool": self.tool}
             )
-        return _output(result)
+        # the TTL the server offers (a governed Agency server does: _meta "agency/governance"),
+        # which an answer in a time-critical domain needs (docs/semantics.md)
+        meta = (result.meta or {}).get(GOVERNANCE_META)
+        return remote_reply(
+            _output(result), meta if isinstance(meta, dict) else None, where=f"_meta.{GOVERNANCE_META}"
+        )
 
     async def _changed(self, digest: str) -> None:
         if not self._flagged and self._on_change is not None:

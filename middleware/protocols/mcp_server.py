@@ -40,14 +40,20 @@ from ..contracts import CapabilityContract
 from ..errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
 from ..pipeline import Agency
 from ..tasks import Outcome, TaskState
-from .common import Callers, outcome_data, outcome_text, task_request
+from .common import (
+    FRESHNESS_TTL,
+    GOVERNANCE_META,
+    Callers,
+    answer_ttl,
+    outcome_data,
+    outcome_text,
+    task_request,
+)
 
 __all__ = ["GOVERNANCE_META", "build_mcp_http_app", "build_mcp_server", "serve_stdio"]
 
 log = logging.getLogger("agency.mcp")
 
-#: The ``_meta`` key under which a caller names goal, session, trace (keys of ``REQUEST_FIELDS``).
-GOVERNANCE_META = "agency/governance"
 GOVERNED_TASK = "governed_task"
 RESUME_TASK = "resume_task"
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -147,10 +153,14 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     data = outcome_data(outcome)
     if outcome.state is TaskState.COMPLETED:
         output = outcome.output
+        governance: dict[str, Any] = {"task_id": outcome.task_id, "trace_id": outcome.trace_id}
+        ttl = answer_ttl(outcome)
+        if ttl is not None:  # a caller in a time-critical domain needs it (docs/semantics.md)
+            governance[FRESHNESS_TTL] = ttl
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(output, ensure_ascii=False, default=str))],
             structured_content=output if isinstance(output, dict) else {"output": output},
-            meta={GOVERNANCE_META: {"task_id": outcome.task_id, "trace_id": outcome.trace_id}},
+            meta={GOVERNANCE_META: governance},
         )
     text = outcome_text(outcome)
     if outcome.state is TaskState.INPUT_REQUIRED:
@@ -251,7 +261,11 @@ def build_mcp_server(
         try:
             principal = principal_of(ctx)
             if principal is not None:
-                authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
+                try:
+                    authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
+                except PermissionDenied as exc:  # the binding's own check: audited here, as gRPC's
+                    await agency.audit.append(refusal_record(exc, node=agency.config.node_id))
+                    raise
             client = principal.name if principal is not None else local_client
             arguments = dict(params.arguments or {})
             governance = dict((params.meta or {}).get(GOVERNANCE_META) or {})  # type: ignore[call-overload]
@@ -287,8 +301,9 @@ def build_mcp_server(
         except InvalidInput as exc:
             await agency.record_rejection(exc, component="mcp")
             return _error(exc)
-        except PermissionDenied as exc:  # e.g. another client's task: audited as gRPC refusals are
-            await agency.audit.append(refusal_record(exc, node=agency.config.node_id))
+        except PermissionDenied as exc:
+            # another client's task or session: the core audited the refusal (with the task's
+            # ids), as for gRPC; auditing it again here would record one refusal twice
             return _error(exc)
         except AgencyError as exc:  # not found, not waiting ...
             return _error(exc)

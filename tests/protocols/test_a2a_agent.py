@@ -47,6 +47,7 @@ class QuoteExecutor(AgentExecutor):
 
     def __init__(self) -> None:
         self.mode = "quote"
+        self.ttl: Any = None  # set: the artifact's metadata offers this freshness_ttl
         self.seen: list[dict[str, Any]] = []
         self.release = asyncio.Event()
 
@@ -68,7 +69,10 @@ class QuoteExecutor(AgentExecutor):
             await updater.reject(updater.new_agent_message([new_text_part("not my job")]))
             return
         symbol = get_data_parts(list(context.message.parts))[0]["symbol"]
-        await updater.add_artifact([new_data_part({"symbol": symbol, "price": 101.5})], name="quote")
+        meta = {"freshness_ttl": self.ttl} if self.ttl is not None else None
+        await updater.add_artifact(
+            [new_data_part({"symbol": symbol, "price": 101.5})], name="quote", metadata=meta
+        )
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -152,6 +156,28 @@ async def test_a_remote_a2a_agent_serves_a_governed_step():
     )
     entry = await agency.catalog.get("quote_agent@1.0.0")
     assert entry.contract.endpoint == remote.url and entry.contract.cannot_do == ["stock_prediction"]
+
+
+async def test_a_time_critical_answer_keeps_the_ttl_the_remote_offers():
+    """Finance is time-critical (docs/semantics.md): the remote's answer needs a TTL, which the
+    adapter takes from the artifact's metadata; it never invents one."""
+    agency = Agency()
+    finance = {**CONTRACT, "tags": ["finance"]}
+    async with RemoteAgent() as remote:
+        agent = await register_a2a_agent(agency, remote.url, finance)
+        remote.executor.ttl = 60
+        fresh = await quote(agency)
+        remote.executor.ttl = None
+        bare = await quote(agency)
+        remote.executor.ttl = -5
+        bad = await quote(agency)
+        await agent.aclose()
+    assert fresh.state is AgencyState.COMPLETED, fresh.failures
+    assert fresh.steps[0].fresh_until is not None and fresh.steps[0].fresh_until > fresh.steps[0].started_at
+    assert bare.failures[0].type is FailureType.SCHEMA_VIOLATION
+    assert "metadata.freshness_ttl" in bare.failures[0].detail and "finance" in bare.failures[0].detail
+    assert bad.failures[0].type is FailureType.SCHEMA_VIOLATION
+    assert "artifacts[0].metadata.freshness_ttl" in bad.failures[0].detail
 
 
 @pytest.mark.parametrize(

@@ -180,6 +180,18 @@ async def test_streaming_tells_each_pipeline_state_then_the_final_one(demo_agenc
     assert working[:3] == ["routing", "dispatched", "verifying"]
 
 
+async def test_a_time_critical_answer_tells_its_ttl_in_the_artifact_metadata(demo_agency):
+    """Finance is time-critical (docs/semantics.md): a remote caller needs the answer's TTL."""
+    server, url = await serve(demo_agency)
+    try:
+        task = final_task(await send(url, message("compound interest on 1000 at 5%")))
+    finally:
+        await server.stop()
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    ttl = dict(task.artifacts[0].metadata)["freshness_ttl"]
+    assert 0 < ttl <= 300  # the demo's financial_calculator answers with a 300 s TTL
+
+
 async def test_a_bad_metadata_key_is_refused_naming_the_field(demo_agency):
     server, url = await serve(demo_agency)
     try:

@@ -4,6 +4,7 @@ Streamable HTTP, and ``agency mcp serve`` on stdio) called by the gateway throug
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,41 @@ async def test_a_stdio_mcp_server_tool_behind_a_contract(tmp_path: Path):
     out = await agency.submit({"text": "compound interest", "constraints": {"action": "compound_interest"}})
     assert out.state is TaskState.COMPLETED, out.failures
     assert out.output == {"monthly_payment": 0.0}
+
+
+async def test_a_time_critical_answer_keeps_the_ttl_the_mcp_server_offers(tmp_path: Path):
+    """Finance is time-critical (docs/semantics.md): a governed MCP server offers the answer's
+    TTL in _meta["agency/governance"] and the adapter keeps it; a server that offers none
+    gets no invented one (the answer is refused naming the field)."""
+    command = [
+        str(Path(sys.executable).parent / "agency"),
+        "mcp",
+        "serve",
+        "--demo",
+        "--data-dir",
+        str(tmp_path),
+    ]
+    agency = Agency()
+    contract = {
+        "name": "remote_interest",
+        "tags": ["finance"],
+        "can_do": ["compound_interest"],
+        "slo_latency_ms": 60_000,
+    }
+    await register_mcp_tool(agency, command, "compound_interest", contract)
+    out = await agency.submit({"text": "compound interest", "constraints": {"action": "compound_interest"}})
+    assert out.state is TaskState.COMPLETED, out.failures
+    step = out.steps[0]
+    # the demo's finance answer is fresh for 300 s; what is left of it when the server answered
+    assert step.fresh_until is not None and step.finished_at is not None
+    assert step.started_at < step.fresh_until <= step.finished_at + timedelta(seconds=300)
+
+    bare = Agency()
+    async with OrderServer() as orders:
+        await register_mcp_tool(bare, orders.url, "lookup_order", {**CONTRACT, "tags": ["finance"]})
+        refused = await lookup(bare, "o-1")
+    assert refused.failures[0].type is FailureType.SCHEMA_VIOLATION
+    assert "metadata.freshness_ttl" in refused.failures[0].detail
 
 
 async def test_cli_mcp_tool_prints_the_definition_and_its_pin(capsys):

@@ -1,0 +1,79 @@
+"""A task's audit records between two durability barriers, handed to the log as one batch.
+
+The pipeline appends every governed step of a task to the audit log, but it needs each
+step to be *durable* only at a barrier: before an agent is dispatched, when the task
+ends, when a segment of it returns. A ``TaskJournal`` collects the records between two
+barriers as plain data (``audit.record.plain_record``: no model is built or validated —
+these records are written by the gateway itself; what came from a client or an agent was
+validated where it came in) and hands them to the log with one ``append_batch`` at the
+barrier: one hand-over and one wait instead of one per record. Each record stays its own
+entry (its own frame and Merkle leaf in the write-ahead log), in the order it was added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .audit.log import AuditLog
+from .audit.record import PlainRecord, plain_record
+
+__all__ = ["TaskJournal"]
+
+
+class TaskJournal:
+    """The records of one task not yet handed to the audit log.
+
+    Args:
+        log: Where the records go.
+        node: The gateway's node id (each record's ``node``).
+        task_id, trace_id, goal_id, user, session: What every record of the task carries.
+    """
+
+    __slots__ = ("_common", "_log", "_observer", "_pending")
+
+    def __init__(
+        self, log: AuditLog, *, node: str, task_id: str, trace_id: str, goal_id: str, user: str, session: str
+    ) -> None:
+        self._log = log
+        self._common = (node, task_id, trace_id, goal_id, user, session)
+        self._pending: list[PlainRecord] = []
+        # an observer that wants records as they are recorded (tracing: the task's span)
+        self._observer: Callable[[PlainRecord], None] | None = getattr(log, "on_task_record", None)
+
+    def add(
+        self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
+    ) -> None:
+        """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
+        node, task_id, trace_id, goal_id, user, session = self._common
+        record = plain_record(
+            event_type,
+            node=node,
+            outcome=outcome,
+            detail=detail,
+            agent=agent,
+            rule=rule,
+            task_id=task_id,
+            trace_id=trace_id,
+            goal_id=goal_id,
+            user=user,
+            session=session,
+        )
+        self._pending.append(record)
+        if self._observer is not None:
+            self._observer(record)
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    async def flush(self) -> int:
+        """Hand every pending record to the log as one batch and wait until it is durable.
+
+        Returns:
+            The index of the last record (0 if there was nothing to hand over).
+        """
+        if not self._pending:
+            return 0
+        batch, self._pending = self._pending, []  # handed over: a cancelled wait does not re-send
+        indexes = await self._log.append_batch(batch)
+        return indexes[-1] if indexes else 0
