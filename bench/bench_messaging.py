@@ -8,6 +8,9 @@ Run: ``python -m bench.bench_messaging [--redis-url URL] [--messages N]``
    (target: >= 50% of raw throughput).
 3. For information: the whole post office path (token, SMF validation, Ed25519
    sign + verify, audit record per message, dedupe check) over both transports.
+4. Webhook delivery throughput: messages waiting in a mailbox pushed by the webhook
+   dispatcher (pull, HMAC-signed POST over HTTP/1.1 keep-alive, ack) to a minimal HTTP
+   receiver running in its own process (so its cost is not counted here).
 
 Redis keys live under a unique ``bench:`` prefix and are deleted at the end (no SCAN).
 """
@@ -16,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import statistics
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import redis.asyncio as aioredis
 
@@ -150,6 +157,7 @@ async def bench_post_office(transport: MailboxTransport, name: str, total: int) 
                     "provenance": {"source": "bench-a", "reliability_score": 1.0},
                     "freshness_ttl": 60,
                     "confidence_score": 1.0,
+                    "intention_trace": ["GOAL_BENCH"],
                 },
             }
         )
@@ -161,6 +169,93 @@ async def bench_post_office(transport: MailboxTransport, name: str, total: int) 
     return await run_cycles(name, total, 1, cycle)
 
 
+async def _serve_webhook_receiver(port: int) -> None:
+    """A minimal HTTP/1.1 receiver: answers every POST 204, keeps connections open."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+async def bench_webhooks(total: int, concurrency: int) -> Result:
+    from middleware.messaging.webhooks import WebhookDispatcher, WebhookSettings
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    receiver = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.bench_messaging", "--serve-webhook", str(port)
+    )
+    po = PostOffice(audit=MemoryAuditLog(), config=PostOfficeConfig(mailbox_max=BIG))
+    ka = generate_key()
+    ta = await po.register("bench-a", public_key_b64(ka))
+    await po.register("bench-b", public_key_b64(generate_key()))
+    for _ in range(total):
+        msg = SMFMessage.parse(
+            {
+                "sender": "bench-a",
+                "receiver": "bench-b",
+                "content": "x" * 200,
+                "metadata": {
+                    "provenance": {"source": "bench-a", "reliability_score": 1.0},
+                    "freshness_ttl": 600,
+                    "confidence_score": 1.0,
+                    "intention_trace": ["GOAL_BENCH"],
+                },
+            }
+        )
+        await po.send(ta, msg, signature=sign_message(ka, msg))
+    with tempfile.TemporaryDirectory() as tmp:
+        secret = Path(tmp) / "secret"
+        secret.write_text("bench-secret")
+        hook = WebhookSettings(
+            url=f"http://127.0.0.1:{port}/hook",
+            secret_file=secret,
+            concurrency=concurrency,
+            initial_backoff=0.01,
+        )
+        for _ in range(200):  # the receiver process is starting
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            await asyncio.sleep(0.05)
+        all_delivered = asyncio.Event()
+        delivered = 0
+
+        def on_attempt(agent: str, outcome: str) -> None:
+            nonlocal delivered
+            delivered += outcome == "delivered"
+            if delivered >= total:
+                all_delivered.set()
+
+        dispatcher = WebhookDispatcher(po, {"bench-b": [hook]}, poll=0.05, on_attempt=on_attempt)
+        started, cpu0 = time.perf_counter(), time.process_time()
+        await dispatcher.start()
+        try:
+            await asyncio.wait_for(all_delivered.wait(), 600)
+        finally:
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+            await dispatcher.stop()
+            receiver.terminate()
+            await receiver.wait()
+    per = elapsed / total
+    return Result(f"webhooks, {concurrency} in flight", total, elapsed, cpu, [per] * 2)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,7 +265,12 @@ async def main() -> None:
     parser.add_argument(
         "--redis-messages", type=int, default=6_000, help="messages per Redis measurement (raw and ours each)"
     )
+    parser.add_argument("--webhook-messages", type=int, default=3_000, help="messages pushed to webhooks")
+    parser.add_argument("--serve-webhook", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_webhook:  # the receiver process of the webhook measurement
+        await _serve_webhook_receiver(args.serve_webhook)
+        return
 
     print("send -> deliver -> ack, one asyncio loop (one core); latency = one batch cycle;")
     print("cpu = messages per CPU-second of this process (robust when other processes share the cores)")
@@ -192,6 +292,10 @@ async def main() -> None:
     finally:
         await redis_box.purge()
         await r.aclose()
+
+    print("\n[webhook delivery: pull, HMAC-signed POST, ack; receiver in another process] for information")
+    for concurrency in (1, 16):
+        print((await bench_webhooks(args.webhook_messages, concurrency)).row().split("  p50")[0])
 
     worst_memory = min(res.cpu_rate for res in memory)
     ratios = [ours.rate / raw.rate for raw, ours in redis_pairs]

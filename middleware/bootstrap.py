@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 from .audit import AuditLog, WalAuditLog, WalOptions
 from .audit.checkpoint import key_inside
 from .audit.open_tasks import close_open_tasks
 from .backends import open_backends
 from .definition import AgencyDefinition
 from .errors import InvalidInput
+from .messaging.directory import Directory, MemoryDirectory
+from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
 from .messaging.memory_mailbox import MemoryMailbox
+from .messaging.moderation import MemoryBoard, QuarantineBoard
 from .messaging.post_office import PostOffice
+from .messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from .metrics import MeteredAuditLog, Metrics
 from .pipeline import Agency
 from .router import Router
 
-__all__ = ["build_agency", "build_post_office"]
+if TYPE_CHECKING:
+    from .messaging.webhooks import WebhookDispatcher
+
+__all__ = ["build_agency", "build_post_office", "start_webhooks"]
 
 
 async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
@@ -96,26 +106,58 @@ async def build_post_office(
     definition: AgencyDefinition, *, audit: AuditLog, metrics: Metrics | None = None
 ) -> PostOffice:
     """The post office behind ``MessageService``: the definition's messaging agents enrolled,
-    its communication flows enforced, mailboxes in Redis (under ``storage.key_prefix``, shared
+    its communication flows, topic ACLs and rate limits enforced (rate-limit buckets next to
+    the mailboxes), mailboxes in Redis (under ``storage.key_prefix``, shared
     by replicas) or in memory (see :attr:`AgencyDefinition.mailbox_backend`).
 
     The caller closes it with ``await post_office.transport.close()``.
     """
     messaging = definition.messaging
     transport: MailboxTransport
+    buckets: BucketStore = MemoryBuckets()
+    subscriptions: SubscriptionStore = MemorySubscriptions()
+    directory: Directory = MemoryDirectory()
+    board: QuarantineBoard = MemoryBoard()
     if definition.mailbox_backend == "redis":
+        from .messaging.directory import RedisDirectory
+        from .messaging.limits import RedisBuckets
+        from .messaging.moderation import RedisBoard
         from .messaging.redis_mailbox import RedisMailbox
+        from .messaging.subscriptions import RedisSubscriptions
 
-        transport = RedisMailbox.from_url(
-            definition.storage.redis_url,
-            prefix=definition.storage.key_prefix,
-            on_redis_error=metrics.redis_error if metrics is not None else None,
+        on_redis_error = metrics.redis_error if metrics is not None else None
+        mailboxes = RedisMailbox.from_url(
+            definition.storage.redis_url, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
         )
+        # rate-limit buckets next to the mailboxes: every replica draws from the same ones
+        buckets = RedisBuckets(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        # topic subscriptions too: made through one replica, known to all, kept across restarts
+        subscriptions = RedisSubscriptions(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        # and the agents registered through the RPC: their tokens work on every replica
+        directory = RedisDirectory(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        board = RedisBoard(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        transport = mailboxes
     else:
         transport = MemoryMailbox()
     post_office = PostOffice(
         transport,
         audit=audit,
+        acl=messaging.acl.build(),
+        subscriptions=subscriptions,
+        directory=directory,
+        registration=messaging.registration.mode,
+        moderation=messaging.moderation.rules(),
+        board=board,
+        reports_to_quarantine=messaging.moderation.reports_to_quarantine,
+        limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,
         on_depth=metrics.set_mailbox_depth if metrics is not None else None,
@@ -125,3 +167,45 @@ async def build_post_office(
             agent.name, agent.public_key, agent.token_sha256, description=agent.description
         )
     return post_office
+
+
+async def start_webhooks(
+    definition: AgencyDefinition,
+    post_office: PostOffice,
+    *,
+    metrics: Metrics | None = None,
+    health: Callable[[str, bool], Awaitable[None]] | None = None,
+) -> WebhookDispatcher | None:
+    """Start pushing the messages of the definition's agents that have ``webhooks`` (None when
+    none has). This gateway consumes their mailboxes as ``webhook@<node id>``.
+
+    Args:
+        health: Called with ``("agency.webhooks/<agent>", serving)`` when an agent's webhook
+            starts or stops failing (the health detail).
+
+    Raises:
+        InvalidInput: a webhook's ``secret_file`` cannot be read.
+    """
+    from .messaging.webhooks import WebhookDispatcher
+
+    hooks = {a.name: a.webhooks for a in definition.messaging.agents if a.webhooks}
+    if not hooks:
+        return None
+
+    async def on_failing(agent: str, failing: bool) -> None:
+        if metrics is not None:
+            metrics.set_webhook_failing(agent, failing)
+        if health is not None:
+            await health(f"agency.webhooks/{agent}", not failing)
+
+    dispatcher = WebhookDispatcher(
+        post_office,
+        hooks,
+        consumer=f"webhook@{definition.agency.node_id}",
+        on_attempt=metrics.webhook_attempt if metrics is not None else None,
+        on_failing=on_failing,
+    )
+    for agent in hooks:  # every webhook starts healthy
+        await on_failing(agent, False)
+    await dispatcher.start()
+    return dispatcher

@@ -57,9 +57,13 @@ from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
 from .grants import AgentGrant
+from .messaging.directory import RegistrationMode
 from .messaging.flows import Flows
-from .messaging.identity import AGENT_NAME_PATTERN, parse_public_key
+from .messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
+from .messaging.limits import RateLimitSettings
+from .messaging.moderation import ModerationSettings
 from .messaging.post_office import PostOfficeConfig
+from .messaging.webhooks import WebhookSettings
 from .people.model import HumansSettings
 from .protocol_settings import ProtocolSettings
 
@@ -273,6 +277,11 @@ class MessagingAgent(Model):
     handoff_reminder: str | None = Field(
         default=None, description="System note when a conversation is handed to it ({agent} = its name)."
     )
+    webhooks: list[WebhookSettings] = Field(
+        default_factory=list,
+        description="Push its messages to these URLs instead of waiting for pulls (first whose topics "
+        "match; one without topics takes the rest). See docs/messaging.md 'Webhooks'.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -299,6 +308,16 @@ class MessagingAgent(Model):
         return v
 
 
+class RegistrationSettings(Model):
+    """``messaging.registration``: who may register an agent through the RPC."""
+
+    mode: RegistrationMode = Field(
+        default="closed",
+        description="closed: the definition file only; open: any caller; admin: a caller with the "
+        "admin role; approval: anyone, active once an admin approves (ApproveAgent).",
+    )
+
+
 class MessagingSettings(Model):
     """Agent-to-agent messaging: who has a mailbox, who may message whom, where mailboxes live."""
 
@@ -318,6 +337,22 @@ class MessagingSettings(Model):
     delivery: PostOfficeConfig = Field(
         default_factory=PostOfficeConfig, description="TTLs, visibility timeout, retries, size limits."
     )
+    acl: AclSettings = Field(
+        default_factory=AclSettings, description="Who may publish and subscribe to which topics."
+    )
+    registration: RegistrationSettings = Field(
+        default_factory=lambda: RegistrationSettings(),
+        description="Whether agents may register themselves through MessageService.Register.",
+    )
+    moderation: ModerationSettings = Field(
+        default_factory=ModerationSettings,
+        description="Rules that hold messages on the quarantine board (deny phrases, spam marks, reports).",
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings,
+        description="Message rate limits per sender, per recipient and per topic (token buckets; "
+        "in Redis, shared by replicas, when the mailboxes are).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> MessagingSettings:
@@ -335,6 +370,14 @@ class MessagingSettings(Model):
                         f"agents[{i}].token_sha256", f"the same token as agents[{tokens[agent.token_sha256]}]"
                     )
                 )
+        known = set(names) | {"*"}
+        for i, rule in enumerate(self.acl.topics):
+            for role in ("publishers", "subscribers"):
+                for j, member in enumerate(getattr(rule, role)):
+                    if member not in known:
+                        problems.append(
+                            Problem(f"acl.topics[{i}].{role}[{j}]", f"no messaging agent {member!r}")
+                        )
         if self.flows is not None:
             try:
                 self.build_flows()

@@ -137,6 +137,15 @@ class Metrics:
         self.redis_errors = Counter(
             "agency_redis_errors_total", "Errors talking to Redis, by operation.", ["operation"], registry=r
         )
+        self.webhook_deliveries = Counter(
+            "agency_webhook_deliveries_total",
+            "Webhook delivery attempts, by agent and outcome (delivered, failed, dead_lettered).",
+            ["agent", "outcome"],
+            registry=r,
+        )
+        self.webhook_failing = Gauge(
+            "agency_webhook_failing", "1 while an agent's webhook keeps failing.", ["agent"], registry=r
+        )
         self.background_errors = Counter(
             "agency_background_errors_total",
             "Failed rounds of background loops (keep-alive, monitor, retention ...), by loop; "
@@ -191,6 +200,14 @@ class Metrics:
     def redis_error(self, operation: str) -> None:
         """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""
         self.redis_errors.labels(operation=operation).inc()
+
+    def webhook_attempt(self, agent: str, outcome: str) -> None:
+        """Count one webhook delivery attempt (the webhook dispatcher's ``on_attempt`` hook)."""
+        self.webhook_deliveries.labels(agent=agent, outcome=outcome).inc()
+
+    def set_webhook_failing(self, agent: str, failing: bool) -> None:
+        """Whether ``agent``'s webhook is failing now."""
+        self.webhook_failing.labels(agent=agent).set(1 if failing else 0)
 
     def set_mailbox_depth(self, mailbox: str, depth: int) -> None:
         """Record a mailbox's live messages (the post office's ``on_depth`` hook)."""

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "middleware.cli.worker",
     "middleware.cli.tasks",
     "middleware.cli.protocols",
+    "middleware.cli.messaging",
 ]
 
 

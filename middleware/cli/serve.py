@@ -19,7 +19,7 @@ from prometheus_client import start_http_server
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
 from ..backend_health import BackendMonitor, redis_monitor
-from ..bootstrap import build_agency, build_post_office
+from ..bootstrap import build_agency, build_post_office, start_webhooks
 from ..caller_limits import CallerLimits
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 from ..definition import AgencyDefinition
@@ -202,6 +202,7 @@ async def serve(
     interceptors: list[grpc.aio.ServerInterceptor] = []
     tracing = None
     post_office = None
+    webhooks = None
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
     metrics_server = None
@@ -270,6 +271,9 @@ async def serve(
             protocols = Protocols(agency, definition.protocols, token_hashes=clients)
             await protocols.start()
         await server.start()
+        webhooks = await start_webhooks(  # push delivery for agents with webhooks
+            definition, post_office, metrics=metrics, health=lambda name, ok: _health_detail(server, name, ok)
+        )
         # Everything built so far lives as long as the gateway: keep it out of the cyclic
         # collector's scans (measured: GC time per benchmark run 0.24 -> 0.08 s, p99 72 -> ~45 ms).
         gc.freeze()
@@ -317,6 +321,8 @@ async def serve(
         if monitor is not None:
             steps.append(("backend monitor", monitor.stop))
         steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))
+        if webhooks is not None:
+            steps.append(("webhook delivery", webhooks.stop))
         if post_office is not None:
             steps.append(("mailboxes", post_office.transport.close))
         steps.append(("agents, audit log and task store", agency.close))
@@ -386,3 +392,11 @@ def _start_metrics(address: str, metrics: Metrics) -> WSGIServer:
         raise Unavailable(f"cannot serve metrics on {address}: {exc}") from None
     print(f"agency: metrics on http://{host}:{server.server_port}/metrics", flush=True)
     return server
+
+
+async def _health_detail(server: Any, name: str, serving: bool) -> None:
+    """Report one health detail (``agency.webhooks/<agent>``) without touching the overall status."""
+    from grpc_health.v1 import health_pb2
+
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    await server.health.set(name, status)

@@ -86,6 +86,14 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.MessageService/Pull": _CALL,
     "/agency.v1.MessageService/Ack": _CALL,
     "/agency.v1.MessageService/Subscribe": _CALL,
+    "/agency.v1.MessageService/Register": _CALL,  # the post office applies messaging.registration.mode
+    "/agency.v1.MessageService/Deregister": _CALL,  # the agent itself, or an admin (checked there)
+    "/agency.v1.MessageService/ApproveAgent": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/FindAgents": _CALL,
+    "/agency.v1.MessageService/Report": _CALL,
+    "/agency.v1.MessageService/ListQuarantine": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/ReleaseQuarantined": Rule(Permission.ADMIN),
+    "/agency.v1.MessageService/DeleteQuarantined": Rule(Permission.ADMIN),
 }
 _UNLISTED = Rule(Permission.ADMIN)
 

@@ -8,22 +8,27 @@
   broadcast delivery; at-least-once with ack, dedupe, TTL, dead letters.
 - :mod:`.mailbox` — the transport interface; :mod:`.memory_mailbox` (embedded
   default) and :mod:`.redis_mailbox` (Redis Streams with consumer groups).
-- :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, rate limits.
+- :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, a per-agent rate limit;
+  :mod:`.limits` — rate limits per sender, recipient and topic (shared on Redis).
 """
 
 from .clock import Clock, ManualClock, system_clock
 from .conversation import Conversation
 from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
 from .identity import (
+    AclSettings,
     IdentityRegistry,
     RateLimiter,
     Registration,
+    SendOptions,
     TopicACL,
+    TopicRule,
     generate_key,
     public_key_b64,
     sign_message,
     signing_bytes,
 )
+from .limits import LimitRule, MemoryBuckets, RateLimits, RateLimitSettings, RedisBuckets
 from .mailbox import Batch, DeadLetter, Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
 from .post_office import (
@@ -37,11 +42,13 @@ from .post_office import (
     SendResult,
 )
 from .redis_mailbox import RedisMailbox
-from .runtime import ChildResult, ChildRun, Runtime, Turn, TurnContext
+from .runtime import ChildResult, ChildRun, Runtime, SubAgentEvent, Turn, TurnContext
+from .subscriptions import MemorySubscriptions, RedisSubscriptions, SubscriptionStore
 
 __all__ = [
     "BROADCAST",
     "BROADCAST_TOPIC",
+    "AclSettings",
     "AgentHandle",
     "Batch",
     "ChildResult",
@@ -56,21 +63,32 @@ __all__ = [
     "Flows",
     "Handoff",
     "IdentityRegistry",
+    "LimitRule",
     "MailboxTransport",
     "ManualClock",
+    "MemoryBuckets",
     "MemoryMailbox",
+    "MemorySubscriptions",
     "PostOffice",
     "PostOfficeConfig",
+    "RateLimitSettings",
     "RateLimiter",
+    "RateLimits",
     "Received",
+    "RedisBuckets",
     "RedisMailbox",
+    "RedisSubscriptions",
     "Registration",
     "Runtime",
     "SendMessage",
+    "SendOptions",
     "SendResult",
+    "SubAgentEvent",
+    "SubscriptionStore",
     "ToolCall",
     "ToolSpec",
     "TopicACL",
+    "TopicRule",
     "Turn",
     "TurnContext",
     "generate_key",

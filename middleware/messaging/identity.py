@@ -3,8 +3,10 @@
 - :class:`IdentityRegistry` registers an agent with its Ed25519 public key and issues
   a bearer token. The token is returned once (:class:`Registration`) and only its
   SHA-256 is kept; every call presents it (``Unauthenticated`` otherwise).
-- Messages are signed by the sender over :func:`signing_bytes` (the canonical JSON
-  of the SMF message) and verified on receipt with the registered key.
+- Messages are signed by the sender over :func:`signing_bytes`: the canonical JSON of
+  the SMF message *and* of every delivery field that changes what the receiver does
+  (:class:`SendOptions`: kind, topic, TTL, ``trigger_turn``, params), verified on send
+  and again on receipt with the registered key.
 - :class:`TopicACL` says who may publish to and subscribe to which topics.
 - :class:`RateLimiter` is a per-agent token bucket; an empty bucket raises
   ``ResourceExhausted`` with ``retry_after_ms``.
@@ -16,14 +18,19 @@ import base64
 import binascii
 import fnmatch
 import hashlib
+import math
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import Field
 
+from .._model import Model
 from ..audit.record import canonical_json
 from ..errors import (
     AlreadyExists,
@@ -38,12 +45,16 @@ from .clock import Clock, system_clock
 
 __all__ = [
     "AGENT_NAME_PATTERN",
+    "CONTENT_TYPE_PATTERN",
     "TOPIC_PATTERN",
+    "AclSettings",
     "AgentIdentity",
     "IdentityRegistry",
     "RateLimiter",
     "Registration",
+    "SendOptions",
     "TopicACL",
+    "TopicRule",
     "check_topic",
     "generate_key",
     "parse_public_key",
@@ -56,6 +67,10 @@ __all__ = [
 AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _NAME = AGENT_NAME_PATTERN
 _TOKEN_HASH = re.compile(r"^[0-9a-f]{64}$")
+#: A MIME type: ``type/subtype``, optionally ``+suffix`` and ``; parameters``.
+CONTENT_TYPE_PATTERN = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}(\s*;[ -~]{0,60})?$"
+)
 #: Topic names are ``domain.action`` (lower case, dot-separated, at least two parts).
 TOPIC_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)+$")
 
@@ -73,9 +88,70 @@ def check_topic(topic: str, *, field_name: str = "topic") -> str:
     return topic
 
 
-def signing_bytes(message: SMFMessage) -> bytes:
-    """The exact bytes a sender signs: the canonical JSON of the whole SMF message."""
-    return canonical_json(message.model_dump(mode="json"))
+@dataclass(frozen=True)
+class SendOptions:
+    """How a message travels, as the sender signs it (every field changes what the receiver does).
+
+    Attributes:
+        kind: ``direct``, ``topic`` or ``broadcast``.
+        topic: The topic of a ``topic`` message (else empty).
+        ttl: Seconds the message lives after its ``created_at``; None = the post office's
+            default TTL (the expiry is then computed by the receiving post office from its
+            own configuration, never read from the transport).
+        trigger_turn: Wake the recipient (start a turn) rather than only queue the message.
+        params: Extra tool parameters (a JSON object).
+        content_type: The MIME type of the content, so the receiver knows how to read it
+            (``application/json``, ``text/plain``, ``application/vnd.acme.order+json`` ...).
+        correlation_id: Threads a conversation: replies carry the id of what they answer.
+    """
+
+    kind: Literal["direct", "topic", "broadcast"] = "direct"
+    topic: str = ""
+    ttl: float | None = None
+    trigger_turn: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+    content_type: str = "application/json"
+    correlation_id: str = ""
+
+    def signed(self) -> dict[str, Any]:
+        """The JSON object these options contribute to :func:`signing_bytes`."""
+        ttl = self.ttl
+        if ttl is not None and math.isfinite(ttl) and float(ttl).is_integer():
+            ttl = int(ttl)  # 300 and 300.0 sign the same (a proto double arrives as 300.0)
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "ttl": ttl,
+            "trigger_turn": bool(self.trigger_turn),
+            "params": dict(self.params),
+            "content_type": self.content_type,
+            "correlation_id": self.correlation_id,
+        }
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What is wrong with ``content_type`` and ``correlation_id``: ``(field, reason)`` pairs."""
+        out = []
+        if not CONTENT_TYPE_PATTERN.match(self.content_type or ""):
+            out.append(
+                (
+                    "content_type",
+                    "required: the MIME type of the content, type/subtype such as application/json "
+                    "or text/plain (at most 127 characters)",
+                )
+            )
+        if len(self.correlation_id) > 128 or not all(c.isprintable() for c in self.correlation_id):
+            out.append(("correlation_id", "at most 128 printable characters"))
+        return out
+
+
+def signing_bytes(message: SMFMessage, options: SendOptions | None = None) -> bytes:
+    """The exact bytes a sender signs.
+
+    The canonical JSON (sorted keys, compact, UTF-8) of ``{"message": <SMF message>, "kind",
+    "topic", "ttl", "trigger_turn", "params", "content_type", "correlation_id"}``,
+    so that neither the message nor how it is to be handled can be altered in transit.
+    """
+    return canonical_json({"message": message.model_dump(mode="json"), **(options or SendOptions()).signed()})
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -89,9 +165,13 @@ def public_key_b64(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     return base64.b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
 
 
-def sign_message(key: Ed25519PrivateKey, message: SMFMessage) -> str:
-    """Sign ``message`` with the sender's key; returns the base64 signature."""
-    return base64.b64encode(key.sign(signing_bytes(message))).decode()
+def sign_message(key: Ed25519PrivateKey, message: SMFMessage, options: SendOptions | None = None) -> str:
+    """Sign ``message`` and how it travels (``options``) with the sender's key; returns base64.
+
+    The options must be those the message is sent with (kind, topic, TTL, ``trigger_turn``,
+    params), else the post office refuses the signature.
+    """
+    return base64.b64encode(key.sign(signing_bytes(message, options))).decode()
 
 
 @dataclass(frozen=True)
@@ -178,6 +258,24 @@ class IdentityRegistry:
         self._agents[name] = AgentIdentity(name, key, digest, description)
         self._by_hash[digest] = name
 
+    def load(self, name: str, public_key: str | bytes, token_sha256: str, *, description: str = "") -> None:
+        """Know ``name`` (from the agent directory): add it, or refresh its key and token hash."""
+        self.remove(name)
+        key = parse_public_key(public_key)
+        digest = token_sha256.lower()
+        self._agents[name] = AgentIdentity(name, key, digest, description)
+        self._by_hash[digest] = name
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (its token stops working here at once)."""
+        ident = self._agents.pop(name, None)
+        if ident is not None:
+            self._by_hash.pop(ident.token_hash, None)
+
+    def name_for(self, token_sha256: str) -> str | None:
+        """The agent whose token has this SHA-256, if known here."""
+        return self._by_hash.get(token_sha256)
+
     def rotate_token(self, name: str) -> Registration:
         """Issue a new token for ``name``; the old one stops working at once."""
         ident = self.get(name)
@@ -212,13 +310,15 @@ class IdentityRegistry:
     def names(self) -> list[str]:
         return sorted(self._agents)
 
-    def verify(self, message: SMFMessage, signature: str) -> bool:
-        """Whether ``signature`` is ``message.sender``'s signature over ``message``."""
+    def verify(self, message: SMFMessage, signature: str, options: SendOptions | None = None) -> bool:
+        """Whether ``signature`` is ``message.sender``'s signature over ``message`` and ``options``."""
         ident = self._agents.get(message.sender)
         if ident is None or not signature:
             return False
         try:
-            ident.public_key.verify(base64.b64decode(signature, validate=True), signing_bytes(message))
+            ident.public_key.verify(
+                base64.b64decode(signature, validate=True), signing_bytes(message, options)
+            )
         except (InvalidSignature, ValueError, binascii.Error):
             return False
         return True
@@ -276,6 +376,34 @@ class TopicACL:
         """Raises: PermissionDenied when ``agent`` may not subscribe to ``topic``."""
         if not self.may_subscribe(agent, topic):
             raise PermissionDenied(f"agent {agent!r} may not subscribe to topic {topic!r}")
+
+
+class TopicRule(Model):
+    """One topic ACL rule of the definition file (``messaging.acl.topics[i]``)."""
+
+    pattern: str = Field(min_length=1, max_length=256, description="fnmatch pattern of topics: billing.*")
+    publishers: list[str] = Field(default_factory=list, description="Agents that may publish ('*': all).")
+    subscribers: list[str] = Field(default_factory=list, description="Agents that may subscribe ('*': all).")
+
+
+class AclSettings(Model):
+    """Topic ACLs (``messaging.acl``): the first rule whose pattern matches a topic decides.
+
+    Broadcasts are governed by the topic ``system.broadcast``; direct messages by the
+    communication flows (``messaging.flows``).
+    """
+
+    default_open: bool = Field(
+        default=True, description="A topic no rule matches is open to every agent (else closed)."
+    )
+    topics: list[TopicRule] = Field(default_factory=list, description="Rules, first match decides.")
+
+    def build(self) -> TopicACL:
+        """The :class:`TopicACL` these settings describe."""
+        acl = TopicACL(default_open=self.default_open)
+        for rule in self.topics:
+            acl.allow(rule.pattern, publishers=rule.publishers, subscribers=rule.subscribers)
+        return acl
 
 
 class RateLimiter:

@@ -115,6 +115,17 @@ class MailboxTransport(Protocol):
         """
         ...
 
+    async def release(self, mailbox: str, deliveries: Sequence[Delivery]) -> None:
+        """Give entries handed out by :meth:`receive` back at once, as if never handed out
+        this time (their delivery count is what it was before): a filtered pull that took
+        entries it does not want."""
+        ...
+
+    async def browse(self, mailbox: str, *, after: str = "", count: int = 100) -> list[Delivery]:
+        """Up to ``count`` live entries after entry ``after`` (oldest first), read-only: nothing
+        is handed out. ``delivery_count`` is how often each was handed out (0: unread)."""
+        ...
+
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:
         """Which of ``message_ids`` were acknowledged as processed (and not yet forgotten)."""
         ...

@@ -151,9 +151,7 @@ class MemoryMailbox:
         entries = box.entries
         done = 0
         for entry_id in entry_ids:
-            entry = entries.get(entry_id)
-            if entry is not None and entry.deliveries:
-                del entries[entry_id]
+            if entries.pop(entry_id, None) is not None:  # handed out, or seen by browsing
                 done += 1
         if processed:
             marks = box.processed
@@ -165,6 +163,26 @@ class MemoryMailbox:
                 for key in [k for k, v in marks.items() if v <= now]:
                     del marks[key]
         return done
+
+    async def release(self, mailbox: str, deliveries: Sequence[Delivery]) -> None:
+        box = self._box(mailbox)
+        for delivery in reversed(deliveries):
+            entry = box.entries.get(delivery.entry_id)
+            if entry is None or not entry.deliveries:
+                continue
+            entry.deliveries -= 1
+            entry.deadline = 0.0  # its heap item is stale now
+            box.ready.appendleft(delivery.entry_id)
+
+    async def browse(self, mailbox: str, *, after: str = "", count: int = 100) -> list[Delivery]:
+        start = int(after) if after.isdigit() else 0
+        out = []
+        for entry_id, entry in self._box(mailbox).entries.items():
+            if int(entry_id) > start:
+                out.append(Delivery(entry_id, entry.data, entry.deliveries))
+                if len(out) >= count:
+                    break
+        return out
 
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:
         marks = self._box(mailbox).processed

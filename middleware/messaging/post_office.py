@@ -11,39 +11,85 @@ Every agent has a mailbox named after it. Three ways to address a message:
   but the sender (ACL topic ``system.broadcast``).
 
 On the way in: the token is authenticated, the SMF message validated, the sender
-must be the token's agent, the rate limit is charged, the payload size is checked,
-the Ed25519 signature verified, then the message is enqueued and audited
-(``message.accepted``). Refusals are audited too (``message.rejected`` /
-``message.forged``).
+must be the token's agent, the message must be fresh (``created_at`` not beyond the
+allowed clock skew in the future, its ``freshness_ttl`` a finite positive number of
+seconds that has not run out), the rate limits are charged (per sender, recipient,
+topic), the payload size is checked, the Ed25519 signature verified (over the message
+*and* how it travels: kind, topic, TTL, ``trigger_turn``, params), then the message is
+enqueued and audited (``message.accepted``). Refusals are audited too
+(``message.rejected`` / ``message.forged``).
 
 On the way out (:meth:`PostOffice.pull`): delivery is at-least-once. A pulled
 message not acknowledged within the visibility timeout is handed out again; after
 ``max_deliveries`` hand-outs it goes to the dead-letter list with the reason. An
-expired message (TTL) is dropped and recorded. The signature is verified again on
-receipt (the transport is not trusted). Messages whose id was already acknowledged
+expired message (TTL, or content no longer fresh) is dropped and recorded. The
+signature is verified again on receipt, and the message must be addressed to the
+mailbox it was found in (the transport is not trusted). Messages whose id was already acknowledged
 in this mailbox are skipped (dedupe), so a redelivery has no second effect.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fnmatch
+import hashlib
 import logging
+import math
+import random
+import secrets
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from .._model import Model
+from ..access import Principal, Role
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
-from ..errors import AgencyError, InvalidInput, NotFound, PermissionDenied, ResourceExhausted
+from ..errors import (
+    AgencyError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Problem,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
 from ..smf import SMFMessage, freshness_problem
 from .clock import Clock, system_clock
+from .directory import AgentRecord, Directory, MemoryDirectory, RegistrationMode
 from .flows import Flows
-from .identity import IdentityRegistry, RateLimiter, TopicACL, check_topic
-from .mailbox import Delivery, MailboxTransport
+from .identity import (
+    AGENT_NAME_PATTERN,
+    TOPIC_PATTERN,
+    IdentityRegistry,
+    RateLimiter,
+    SendOptions,
+    TopicACL,
+    check_topic,
+    parse_public_key,
+    signing_bytes,
+)
+from .limits import RateLimits
+from .mailbox import Batch, Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
+from .moderation import (
+    MESSAGE_DELETED,
+    MESSAGE_QUARANTINED,
+    MESSAGE_RELEASED,
+    MESSAGE_REPORTED,
+    MemoryBoard,
+    ModerationRule,
+    QuarantineBoard,
+    Quarantined,
+)
+from .subscriptions import MemorySubscriptions, SubscriptionStore
 
 __all__ = [
     "BROADCAST",
@@ -87,6 +133,33 @@ class PostOfficeConfig(Model):
         default=86400.0, gt=0, description="Seconds an acknowledged message id is remembered for dedupe."
     )
     require_signatures: bool = Field(default=True, description="Refuse messages without a valid signature.")
+    max_clock_skew: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Seconds a sender's clock may be ahead of (created_at in the future) or behind "
+        "the post office's before its messages are refused as from the future or stale.",
+    )
+    trace_link: str = Field(
+        default="agency trace show {trace_id}",
+        max_length=512,
+        description="Returned with every send: where to follow the message ({trace_id}, {message_id}), "
+        "e.g. https://console.example.com/trace/{trace_id}.",
+    )
+    max_freshness_ttl: float = Field(
+        default=365 * 86400.0,
+        gt=0,
+        description="Longest freshness_ttl a message may declare (0, infinite and NaN are refused).",
+    )
+
+    @field_validator("trace_link")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        try:
+            v.format(trace_id="t", message_id="m")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"a template with only {{trace_id}} and {{message_id}}: {exc!r}") from None
+        return v
 
 
 class Envelope(Model):
@@ -99,6 +172,24 @@ class Envelope(Model):
     expires_at: float = Field(description="Epoch seconds after which the message is dropped.")
     trigger_turn: bool = False
     params: dict[str, Any] = Field(default_factory=dict)
+    ttl: float | None = Field(
+        default=None, description="The TTL the sender signed (None: the post office's default)."
+    )
+    content_type: str = "application/json"
+    correlation_id: str = ""
+    message_hash: str = Field(default="", description="Hex SHA-256 of the signed bytes.")
+
+    def options(self) -> SendOptions:
+        """How the message travels, as its sender signed it."""
+        return SendOptions(
+            kind=self.kind,
+            topic=self.topic,
+            ttl=self.ttl,
+            trigger_turn=self.trigger_turn,
+            params=self.params,
+            content_type=self.content_type,
+            correlation_id=self.correlation_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,6 +202,9 @@ class SendResult:
 
     message_id: str
     recipients: tuple[str, ...]
+    message_hash: str = ""  #: hex SHA-256 of what the sender signed (computed by the post office)
+    trace_link: str = ""  #: where to follow the message (``delivery.trace_link`` filled in)
+    quarantined: str = ""  #: why moderation held it on the quarantine board (then no recipient got it)
 
     @property
     def copies(self) -> int:
@@ -129,6 +223,23 @@ class Received:
     delivery_count: int
     expires_at: float
     params: Mapping[str, Any] = field(default_factory=dict)
+    signature: str = ""  #: the sender's, over the message and :meth:`options`
+    ttl: float | None = None  #: the TTL the sender signed (None: the default)
+    content_type: str = "application/json"  #: the MIME type of ``message.content``
+    correlation_id: str = ""  #: the conversation it belongs to
+    message_hash: str = ""  #: hex SHA-256 of the signed bytes (recompute to check)
+
+    def options(self) -> SendOptions:
+        """How the message travelled, as its sender signed it (to verify ``signature``)."""
+        return SendOptions(
+            kind=self.kind,
+            topic=self.topic,
+            ttl=self.ttl,
+            trigger_turn=self.trigger_turn,
+            params=self.params,
+            content_type=self.content_type,
+            correlation_id=self.correlation_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -144,6 +255,52 @@ def _receipt(entry_id: str, message_id: str) -> str:
     return f"{entry_id}|{message_id}"
 
 
+MessageType = Literal["", "private", "public"]
+
+
+def _check_message_type(message_type: str) -> None:
+    if message_type not in ("", "private", "public"):
+        raise InvalidInput.single(
+            "message_type",
+            f"{message_type!r}: private (direct messages), public (topic and broadcast) or empty",
+        )
+
+
+def _of_type(envelope: Envelope, message_type: str) -> bool:
+    if not message_type:
+        return True
+    return (envelope.kind == "direct") == (message_type == "private")
+
+
+def _received(delivery: Delivery, envelope: Envelope, expires_at: float) -> Received:
+    msg = envelope.message
+    return Received(
+        receipt=_receipt(delivery.entry_id, msg.message_id),
+        message=msg,
+        kind=envelope.kind,
+        topic=envelope.topic,
+        trigger_turn=envelope.trigger_turn,
+        delivery_count=delivery.delivery_count,
+        expires_at=expires_at,
+        params=envelope.params,
+        signature=envelope.signature,
+        ttl=envelope.ttl,
+        content_type=envelope.content_type,
+        correlation_id=envelope.correlation_id,
+        message_hash=envelope.message_hash,
+    )
+
+
+def _addressee(envelope: Envelope) -> str:
+    """The receiver a message of this kind must name: the mailbox's agent (checked by the
+    caller), the topic, or ``"*"``."""
+    if envelope.kind == "topic":
+        return envelope.topic
+    if envelope.kind == "broadcast":
+        return BROADCAST
+    return envelope.message.receiver
+
+
 class PostOffice:
     """Authenticated, signed, audited mailboxes, topics and broadcast over one transport.
 
@@ -153,8 +310,20 @@ class PostOffice:
         audit: Where every message and refusal is recorded (default: in memory).
         acl: Topic publish/subscribe rules (default: every topic open).
         rate_limiter: Per-agent token bucket charged on every send (default: none).
+        limits: Rate limits per sender, recipient and topic (the definition's
+            ``messaging.rate_limits``; shared by replicas when its store is Redis).
         flows: When given, point-to-point messages must follow a declared flow.
         flows_exempt: Senders the flows do not bind (the runtime's completion watcher).
+        subscriptions: Who subscribes to which topic (default: this process;
+            :class:`~.subscriptions.RedisSubscriptions` shares them between replicas).
+        directory: Agents that registered through :meth:`register_agent` (default: this
+            process; :class:`~.directory.RedisDirectory` shares them between replicas).
+        registration: Who may register: ``closed`` (default: the definition file only),
+            ``open``, ``admin`` (a caller with the admin role) or ``approval`` (pending until
+            an admin approves).
+        moderation: Rules that hold a message on the quarantine ``board`` instead of
+            delivering it (see :mod:`.moderation`); ``reports_to_quarantine`` distinct
+            reporting agents quarantine a message too (0: reports are only recorded).
         config: Delivery knobs.
         clock: Epoch seconds; TTLs and expiry use it.
         on_drift: Metric hook called with ``(topic, sender)`` on topic drift.
@@ -177,8 +346,15 @@ class PostOffice:
         audit: AuditLog | None = None,
         acl: TopicACL | None = None,
         rate_limiter: RateLimiter | None = None,
+        limits: RateLimits | None = None,
         flows: Flows | None = None,
         flows_exempt: Sequence[str] = (),
+        subscriptions: SubscriptionStore | None = None,
+        directory: Directory | None = None,
+        registration: RegistrationMode = "closed",
+        moderation: Sequence[ModerationRule] = (),
+        board: QuarantineBoard | None = None,
+        reports_to_quarantine: int = 0,
         config: PostOfficeConfig | None = None,
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
@@ -190,13 +366,21 @@ class PostOffice:
         self.audit: AuditLog = audit or MemoryAuditLog()
         self.acl = acl or TopicACL()
         self.rate_limiter = rate_limiter
+        self.limits = limits
         self.flows = flows
         self.flows_exempt = set(flows_exempt)
         self.config = config or PostOfficeConfig()
         self.on_drift = on_drift
         self.on_depth = on_depth
         self.drift: Counter[str] = Counter()  #: topic -> messages published with no subscriber
-        self._subscribers: dict[str, set[str]] = {}
+        self.subscriptions: SubscriptionStore = subscriptions or MemorySubscriptions()
+        self.directory: Directory = directory or MemoryDirectory()
+        self.registration: RegistrationMode = registration
+        self._registered: dict[str, AgentRecord] = {}  # agents known here from the directory
+        self._seen: dict[str, float] = {}  # agent -> last seen (written to the directory each second)
+        self.moderation = list(moderation)
+        self.board: QuarantineBoard = board or MemoryBoard()
+        self.reports_to_quarantine = reports_to_quarantine
         self.on_delivered: list[Callable[[str, bool], None]] = []
 
     # ------------------------------------------------------------------ identity
@@ -214,26 +398,280 @@ class PostOffice:
         self.identity.enroll(name, public_key, token_sha256, description=description)
         await self._audit(AuditEventType.AGENT_REGISTERED, "enrolled", name, {"description": description})
 
+    async def authenticate(self, token: str | None) -> str:
+        """The agent a token belongs to: enrolled here, or registered through any replica.
+
+        An agent from the directory is checked against it on every call, so a deregistration
+        through another replica takes effect at once. Marks the agent as seen.
+
+        Raises:
+            Unauthenticated: no token, an unknown or revoked one, or an agent awaiting approval.
+        """
+        if not token:
+            raise Unauthenticated("no agent token presented")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        name = self.identity.name_for(digest)
+        if name is None or name in self._registered:
+            record = await self.directory.by_token(digest)
+            if record is None:
+                if name is not None:  # deregistered through another replica
+                    self._forget(name)
+                raise Unauthenticated("unknown or revoked agent token")
+            if record.status != "active":
+                raise Unauthenticated(f"agent {record.name!r} is registered but awaits an admin's approval")
+            self._know(record)
+            name = record.name
+        await self._touch(name)
+        return name
+
+    async def _touch(self, name: str) -> None:
+        now = self.clock()
+        if now - self._seen.get(name, -1e18) >= 1.0:  # one directory write per agent and second
+            self._seen[name] = now
+            await self.directory.touch(name, now)
+
+    def _know(self, record: AgentRecord) -> None:
+        known = self._registered.get(record.name)
+        if (
+            known is None
+            or known.token_sha256 != record.token_sha256
+            or known.public_key != record.public_key
+        ):
+            self.identity.load(
+                record.name, record.public_key, record.token_sha256, description=record.description
+            )
+        self._registered[record.name] = record
+
+    def _forget(self, name: str) -> None:
+        self._registered.pop(name, None)
+        self.identity.remove(name)
+
+    async def knows(self, name: str) -> bool:
+        """Whether ``name`` is an agent (enrolled here, or active in the directory); loads its key."""
+        if name in self.identity and name not in self._registered:
+            return True
+        record = await self.directory.get(name)
+        if record is None or record.status != "active":
+            if name in self._registered:
+                self._forget(name)
+            return False
+        self._know(record)
+        return True
+
+    async def agent_names(self) -> list[str]:
+        """Every agent: enrolled here, and active in the directory."""
+        names = {n for n in self.identity.names() if n not in self._registered}
+        names.update(r.name for r in await self.directory.all() if r.status == "active")
+        return sorted(names)
+
+    def _check_declared(self, sender: str, topic: str) -> None:
+        record = self._registered.get(sender)
+        if (
+            record is not None
+            and record.publishes
+            and not any(fnmatch.fnmatchcase(topic, pattern) for pattern in record.publishes)
+        ):
+            raise PermissionDenied(
+                f"agent {sender!r} declared it publishes to {', '.join(record.publishes)}, not {topic!r}"
+            )
+
+    # ------------------------------------------------------------------ registration
+    async def register_agent(
+        self,
+        name: str,
+        public_key: str,
+        *,
+        description: str = "",
+        publishes: Sequence[str] = (),
+        subscribes: Sequence[str] = (),
+        caller: Principal | None = None,
+    ) -> tuple[AgentRecord, str]:
+        """Register an agent (``MessageService.Register``): returns its record and its token,
+        shown this once (only the SHA-256 is kept). Its topics are declared now: it may only
+        publish to ``publishes`` (patterns) when it names any, and is subscribed to ``subscribes``.
+
+        Raises:
+            FailedPrecondition: registration is closed. PermissionDenied: ``admin`` mode and the
+                caller is not an admin, or a topic the ACLs refuse. InvalidInput: a bad name,
+                key, description or topic. AlreadyExists: the name is taken.
+        """
+        who = caller.name if caller is not None else ""
+        detail: dict[str, Any] = {"mode": self.registration, "registered_by": who}
+        try:
+            if self.registration == "closed":
+                raise FailedPrecondition(
+                    "registration is closed: agents are enrolled in the definition file "
+                    "(messaging.registration.mode: open | admin | approval opens it)"
+                )
+            if self.registration == "admin" and (caller is None or caller.role is not Role.ADMIN):
+                raise PermissionDenied(
+                    "registration needs the gateway's admin role (messaging.registration.mode: admin)"
+                )
+            problems = []
+            if not AGENT_NAME_PATTERN.match(name or ""):
+                problems.append(Problem("name", "1-128 characters: letters, digits and _ . : - (not first)"))
+            try:
+                parse_public_key(public_key)
+            except InvalidInput as exc:
+                problems += exc.problems
+            if len(description) > 2000:
+                problems.append(Problem("description", "at most 2000 characters"))
+            for field_name, topics in (("publishes", publishes), ("subscribes", subscribes)):
+                for i, topic in enumerate(topics):
+                    pattern = topic.replace("*", "x")  # publishes may be patterns: billing.*
+                    if not TOPIC_PATTERN.match(pattern if field_name == "publishes" else topic):
+                        problems.append(
+                            Problem(f"{field_name}[{i}]", f"{topic!r} is not a domain.action topic")
+                        )
+            if problems:
+                raise InvalidInput(problems, what="registration")
+            for topic in subscribes:
+                self.acl.check_subscribe(name, topic)
+            if name in self.identity and name not in self._registered:
+                raise AlreadyExists(f"agent {name!r} is already enrolled (definition file)")
+            token = "agt_" + secrets.token_urlsafe(32)
+            record = AgentRecord(
+                name=name,
+                description=description,
+                public_key=public_key,
+                token_sha256=hashlib.sha256(token.encode()).hexdigest(),
+                publishes=list(publishes),
+                subscribes=list(subscribes),
+                status="pending" if self.registration == "approval" else "active",
+                registered_at=self.clock(),
+                registered_by=who,
+            )
+            if not await self.directory.add(record):
+                raise AlreadyExists(f"agent {name!r} is already registered")
+        except AgencyError as exc:
+            await self._audit(AuditEventType.AGENT_REGISTERED, "refused", name[:128], detail, exc)
+            raise
+        for topic in subscribes:
+            await self.subscriptions.add(topic, name)
+        await self._audit(
+            AuditEventType.AGENT_REGISTERED,
+            record.status if record.status == "pending" else "registered",
+            name,
+            {
+                **detail,
+                "description": description,
+                "publishes": record.publishes,
+                "subscribes": record.subscribes,
+            },
+        )
+        return record, token
+
+    async def approve_agent(self, name: str, *, caller: Principal | None = None) -> AgentRecord:
+        """Let a pending agent in (an admin's decision).
+
+        Raises:
+            PermissionDenied: the caller is not an admin. NotFound: no such registration.
+        """
+        if caller is None or caller.role is not Role.ADMIN:
+            raise PermissionDenied("approving a registration needs the gateway's admin role")
+        record = await self.directory.get(name)
+        if record is None:
+            raise NotFound(f"no registered agent {name!r}")
+        if record.status != "active":
+            record = record.model_copy(update={"status": "active"})
+            await self.directory.put(record)
+            await self._audit(AuditEventType.AGENT_REGISTERED, "approved", name, {"approved_by": caller.name})
+        return record
+
+    async def deregister_agent(
+        self, name: str, *, token: str | None = None, caller: Principal | None = None
+    ) -> bool:
+        """Remove a registered agent: its token stops working on every replica, its topic
+        subscriptions go. The agent itself (its token) or an admin may do it.
+
+        Raises:
+            Unauthenticated / PermissionDenied: neither the agent nor an admin.
+            FailedPrecondition: the agent is enrolled by the definition file.
+        """
+        admin = caller is not None and caller.role is Role.ADMIN
+        if not admin:
+            me = await self.authenticate(token)
+            name = name or me
+            if name != me:
+                raise PermissionDenied(f"agent {me!r} may deregister itself only, not {name!r}")
+        if name in self.identity and name not in self._registered:
+            raise FailedPrecondition(f"agent {name!r} is enrolled by the definition file: remove it there")
+        record = await self.directory.remove(name)
+        self._forget(name)
+        if record is None:
+            return False
+        for topic, members in (await self.subscriptions.all()).items():
+            if name in members:
+                await self.subscriptions.remove(topic, name)
+        await self._audit(
+            AuditEventType.AGENT_REGISTERED,
+            "deregistered",
+            name,
+            {"by": caller.name if caller is not None else name},
+        )
+        return True
+
+    async def find_agents(
+        self, capability: str = "", *, topic: str = "", include_pending: bool = False
+    ) -> list[tuple[AgentRecord, float | None]]:
+        """Agents whose name and description contain every word of ``capability``
+        (case-insensitive) and, with ``topic``, that publish or subscribe to it; with when each
+        was last seen (None: never). Agents of the definition file are included."""
+        records = {r.name: r for r in await self.directory.all() if include_pending or r.status == "active"}
+        for name in self.identity.names():
+            if name not in records and name not in self._registered:
+                ident = self.identity.get(name)
+                records[name] = AgentRecord(
+                    name=name,
+                    description=ident.description,
+                    public_key="",
+                    token_sha256=ident.token_hash,
+                    registered_at=0.0,
+                    registered_by="definition",
+                )
+        subscribed = await self.subscriptions.all()
+        words = capability.lower().split()
+        found = []
+        for record in records.values():
+            text = f"{record.name} {record.description}".lower()
+            if any(w not in text for w in words):
+                continue
+            if topic:
+                topics = set(record.publishes) | {t for t, m in subscribed.items() if record.name in m}
+                if not any(fnmatch.fnmatchcase(topic, t) for t in topics):
+                    continue
+            found.append(record)
+        seen = await self.directory.last_seen([r.name for r in found])
+        return [(r, seen.get(r.name)) for r in sorted(found, key=lambda r: r.name)]
+
     # ------------------------------------------------------------------ topics
     async def subscribe(self, token: str | None, topic: str) -> None:
         """Subscribe the token's agent to ``topic`` (ACL-checked, audited)."""
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         check_topic(topic)
         try:
             self.acl.check_subscribe(agent, topic)
         except PermissionDenied as exc:
             await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "refused", agent, {"topic": topic}, exc)
             raise
-        self._subscribers.setdefault(topic, set()).add(agent)
+        await self.subscriptions.add(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "subscribed", agent, {"topic": topic})
 
     async def unsubscribe(self, token: str | None, topic: str) -> None:
-        agent = self.identity.authenticate(token)
-        self._subscribers.get(topic, set()).discard(agent)
+        agent = await self.authenticate(token)
+        await self.subscriptions.remove(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "unsubscribed", agent, {"topic": topic})
 
-    def subscribers(self, topic: str) -> list[str]:
-        return sorted(self._subscribers.get(topic, ()))
+    async def subscribers(self, topic: str) -> list[str]:
+        """The agents subscribed to ``topic`` (on every replica, with a shared store)."""
+        return sorted(await self.subscriptions.members(topic))
+
+    async def orphan_topics(self, published: Sequence[str] | None = None) -> list[str]:
+        """Topics published to (``published``; default: every topic that drifted here) that
+        have no subscriber now, in the shared view: what an orphan-topic check alerts on."""
+        topics = self.drift.keys() if published is None else published
+        current = await self.subscriptions.all()
+        return sorted(t for t in topics if not current.get(t))
 
     # ------------------------------------------------------------------ sending
     async def send(
@@ -245,26 +683,35 @@ class PostOffice:
         ttl: float | None = None,
         trigger_turn: bool = False,
         params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """Send ``message`` to the mailbox of ``message.receiver``.
+
+        ``content_type`` (the MIME type of the content) and ``correlation_id`` (the
+        conversation it belongs to) travel with it and are signed with the rest.
 
         Raises:
             Unauthenticated: bad token. InvalidInput: bad message, TTL or oversized payload.
             PermissionDenied: impersonation, bad signature, or no communication flow.
             NotFound: unknown receiver. ResourceExhausted: rate limit or full mailbox.
         """
-        sender, msg = await self._admit(token, message, signature, "direct")
-        try:
-            if msg.receiver not in self.identity:
+        options = SendOptions(
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            params=dict(params or {}),
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
+
+        async def route(sender: str, msg: SMFMessage) -> None:
+            if not await self.knows(msg.receiver):
                 raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
             if self.flows is not None and sender not in self.flows_exempt:
                 self.flows.check(sender, msg.receiver)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "direct")
-            raise
-        return await self._deliver(
-            sender, msg, signature, "direct", "", [msg.receiver], ttl, trigger_turn, params
-        )
+
+        sender, msg = await self._admit(token, message, signature, options, route)
+        return await self._deliver(sender, msg, signature, options, [msg.receiver])
 
     async def publish(
         self,
@@ -275,6 +722,8 @@ class PostOffice:
         signature: str = "",
         ttl: float | None = None,
         trigger_turn: bool = False,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """Publish to ``topic`` (``message.receiver`` must be the topic): a copy per subscriber.
 
@@ -282,17 +731,25 @@ class PostOffice:
         ``drift`` counter, ``on_drift`` hook); the result then has zero copies.
         """
         check_topic(topic)
-        sender, msg = await self._admit(token, message, signature, "topic")
-        try:
+        options = SendOptions(
+            kind="topic",
+            topic=topic,
+            ttl=ttl,
+            trigger_turn=trigger_turn,
+            content_type=content_type,
+            correlation_id=correlation_id,
+        )
+
+        async def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != topic:
                 raise InvalidInput.single(
                     "receiver", f"a message published to {topic!r} must name it as receiver"
                 )
             self.acl.check_publish(sender, topic)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "topic", topic)
-            raise
-        recipients = sorted(self._subscribers.get(topic, set()) - {sender})
+            self._check_declared(sender, topic)
+
+        sender, msg = await self._admit(token, message, signature, options, route)
+        recipients = sorted(await self.subscriptions.members(topic) - {sender})
         if not recipients:
             self.drift[topic] += 1
             if self.on_drift is not None:
@@ -305,9 +762,7 @@ class PostOffice:
                 trace_id=msg.trace_id,
                 rule="topic subscribers",
             )
-        return await self._deliver(
-            sender, msg, signature, "topic", topic, recipients, ttl, trigger_turn, None
-        )
+        return await self._deliver(sender, msg, signature, options, recipients)
 
     async def broadcast(
         self,
@@ -316,25 +771,37 @@ class PostOffice:
         *,
         signature: str = "",
         ttl: float | None = None,
+        content_type: str = "application/json",
+        correlation_id: str = "",
     ) -> SendResult:
         """A copy to every registered agent except the sender (``message.receiver`` = ``"*"``)."""
-        sender, msg = await self._admit(token, message, signature, "broadcast")
-        try:
+        options = SendOptions(
+            kind="broadcast", ttl=ttl, content_type=content_type, correlation_id=correlation_id
+        )
+
+        async def route(sender: str, msg: SMFMessage) -> None:
             if msg.receiver != BROADCAST:
                 raise InvalidInput.single("receiver", f"a broadcast names {BROADCAST!r} as receiver")
             self.acl.check_publish(sender, BROADCAST_TOPIC)
-        except AgencyError as exc:
-            await self._reject(sender, msg, exc, "broadcast")
-            raise
-        recipients = [a for a in self.identity.names() if a != sender]
-        return await self._deliver(sender, msg, signature, "broadcast", "", recipients, ttl, False, None)
+
+        sender, msg = await self._admit(token, message, signature, options, route)
+        recipients = [a for a in await self.agent_names() if a != sender]
+        return await self._deliver(sender, msg, signature, options, recipients)
 
     async def _admit(
-        self, token: str | None, message: SMFMessage | Mapping[str, Any] | str, signature: str, kind: Kind
+        self,
+        token: str | None,
+        message: SMFMessage | Mapping[str, Any] | str,
+        signature: str,
+        options: SendOptions,
+        route: Callable[[str, SMFMessage], Awaitable[None]],
     ) -> tuple[str, SMFMessage]:
-        """Authenticate, validate, rate-limit, size-check and verify; audit any refusal."""
+        """Authenticate, validate, check freshness and size, ``route`` (may this sender reach
+        that receiver: flows, ACLs), charge the rate limits, verify the signature; audit any
+        refusal. What is refused before the rate limits costs no token."""
+        kind = options.kind
         try:
-            sender = self.identity.authenticate(token)
+            sender = await self.authenticate(token)
         except AgencyError as exc:
             await self._audit(AuditEventType.MESSAGE_REJECTED, "refused", "", {"kind": kind}, exc)
             raise
@@ -351,13 +818,27 @@ class PostOffice:
             missing_ttl = freshness_problem(msg.metadata)  # a time-critical domain needs a TTL
             if missing_ttl:
                 raise InvalidInput.single("metadata.freshness_ttl", missing_ttl, what="SMF message")
+            self._check_fresh(msg)
+            self._ttl(options.ttl)
+            bad = options.problems()
+            if bad:
+                raise InvalidInput([Problem(f, r) for f, r in bad], what="send request")
+            self._check_size(msg)
+            await route(sender, msg)
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(sender)
-            self._check_size(msg)
+            if self.limits is not None:
+                await self.limits.charge(
+                    sender=sender,
+                    recipients=[msg.receiver] if kind == "direct" else (),
+                    topic=options.topic or (BROADCAST_TOPIC if kind == "broadcast" else ""),
+                )
         except AgencyError as exc:
-            await self._reject(sender, msg, exc, kind)
+            await self._reject(sender, msg, exc, kind, options.topic)
             raise
-        if (signature or self.config.require_signatures) and not self.identity.verify(msg, signature):
+        if (signature or self.config.require_signatures) and not self.identity.verify(
+            msg, signature, options
+        ):
             forged = PermissionDenied(
                 f"the signature of message {msg.message_id!r} does not verify "
                 f"with {sender!r}'s registered key",
@@ -373,6 +854,64 @@ class PostOffice:
             )
             raise forged
         return sender, msg
+
+    def _check_fresh(self, msg: SMFMessage) -> None:
+        """Refuse a message from the future (beyond the clock skew), or whose content is stale.
+
+        Raises:
+            InvalidInput: on ``metadata.freshness_ttl`` (not a finite number in
+                (0, max_freshness_ttl]) or ``created_at`` (in the future, or stale);
+                ``details["cause"]`` is ``BAD_FRESHNESS``, ``FROM_THE_FUTURE`` or ``STALE``.
+        """
+        ttl = msg.metadata.freshness_ttl  # None: no TTL (allowed outside time-critical domains)
+        limit = self.config.max_freshness_ttl
+        if ttl is not None and not (math.isfinite(ttl) and 0 < ttl <= limit):
+            raise InvalidInput(
+                [Problem("metadata.freshness_ttl", f"must be > 0 and <= {limit:g} seconds, got {ttl!r}")],
+                what="SMF message",
+                details={"cause": "BAD_FRESHNESS"},
+            )
+        now = self.clock()
+        skew = self.config.max_clock_skew
+        ahead = msg.created_at.timestamp() - now
+        if ahead > skew:
+            raise InvalidInput(
+                [
+                    Problem(
+                        "created_at",
+                        f"{msg.created_at.isoformat()} is {ahead:.0f} s in the future, more than the "
+                        f"allowed clock skew of {skew:g} s",
+                    )
+                ],
+                what="SMF message",
+                details={"cause": "FROM_THE_FUTURE"},
+            )
+        if msg.is_stale(datetime.fromtimestamp(now - skew, UTC)):
+            raise InvalidInput(
+                [
+                    Problem(
+                        "created_at",
+                        f"the message is stale: created {msg.created_at.isoformat()}, fresh for "
+                        f"{ttl or 0:g} s, now {datetime.fromtimestamp(now, UTC).isoformat()}",
+                    )
+                ],
+                what="SMF message",
+                details={"cause": "STALE"},
+            )
+
+    def _expiry(self, msg: SMFMessage, ttl: float | None) -> float:
+        """When a message is dropped: its TTL after ``created_at``, or when its content goes
+        stale (with the clock skew's tolerance), whichever comes first. Computed from what the
+        sender signed and this post office's settings, never read from the transport."""
+        created = msg.created_at.timestamp()
+        lifetime = self.config.default_ttl if ttl is None else ttl
+        fresh = msg.metadata.freshness_ttl
+        stale_at = (
+            created + fresh + self.config.max_clock_skew
+            if fresh is not None and math.isfinite(fresh)
+            else math.inf
+        )
+        return min(created + lifetime, stale_at)
 
     def _check_size(self, msg: SMFMessage) -> None:
         size = len(canonical_json(msg.content))
@@ -398,24 +937,28 @@ class PostOffice:
         sender: str,
         msg: SMFMessage,
         signature: str,
-        kind: Kind,
-        topic: str,
+        options: SendOptions,
         recipients: Sequence[str],
-        ttl: float | None,
-        trigger_turn: bool,
-        params: Mapping[str, Any] | None,
     ) -> SendResult:
+        kind, topic, trigger_turn = options.kind, options.topic, options.trigger_turn
         try:
             envelope = Envelope(
                 message=msg,
                 signature=signature,
                 kind=kind,
                 topic=topic,
-                expires_at=self.clock() + self._ttl(ttl),
+                expires_at=self._expiry(msg, self._ttl(options.ttl)),
                 trigger_turn=trigger_turn,
-                params=dict(params or {}),
+                params=dict(options.params),
+                ttl=options.ttl,
+                content_type=options.content_type,
+                correlation_id=options.correlation_id,
+                message_hash=hashlib.sha256(signing_bytes(msg, options)).hexdigest(),
             )
             data = envelope.model_dump_json().encode()
+            held = self._moderate(sender, msg)
+            if held is not None:
+                return await self._quarantine(sender, msg, envelope, list(recipients), *held)
             if kind == "direct":
                 await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
         except AgencyError as exc:
@@ -451,6 +994,9 @@ class PostOffice:
                 "recipients": delivered,
                 "trigger_turn": trigger_turn,
                 "expires_at": envelope.expires_at,
+                "message_hash": envelope.message_hash,
+                "content_type": envelope.content_type,
+                "correlation_id": envelope.correlation_id,
             },
             trace_id=msg.trace_id,
         )
@@ -458,7 +1004,142 @@ class PostOffice:
             for recipient in delivered:
                 callback(recipient, trigger_turn)
         await self._report_depth(delivered)
-        return SendResult(msg.message_id, tuple(delivered))
+        link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
+        return SendResult(msg.message_id, tuple(delivered), envelope.message_hash, link)
+
+    def _moderate(self, sender: str, msg: SMFMessage) -> tuple[str, str] | None:
+        """``(rule, reason)`` of the first moderation rule that holds the message, or None."""
+        now = self.clock()
+        for rule in self.moderation:
+            reason = rule.check(sender, msg, now)
+            if reason:
+                return rule.name, reason
+        return None
+
+    async def _quarantine(
+        self, sender: str, msg: SMFMessage, envelope: Envelope, recipients: list[str], rule: str, reason: str
+    ) -> SendResult:
+        await self.board.hold(
+            Quarantined(
+                message_id=msg.message_id,
+                sender=sender,
+                reason=reason,
+                rule=rule,
+                at=self.clock(),
+                recipients=recipients,
+                envelope=envelope.model_dump_json(),
+            )
+        )
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            sender,
+            {"message_id": msg.message_id, "reason": reason, "recipients": recipients, "stage": "send"},
+            trace_id=msg.trace_id,
+            rule=rule,
+        )
+        link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
+        return SendResult(msg.message_id, (), envelope.message_hash, link, quarantined=reason)
+
+    async def report(self, token: str | None, message_id: str, reason: str = "") -> tuple[int, bool]:
+        """An agent reports a message it received (spam, abuse ...): audited; when
+        ``reports_to_quarantine`` distinct agents have reported it, it is quarantined (copies
+        not yet pulled are held back at pull). Returns (distinct reporters, quarantined).
+
+        Raises:
+            Unauthenticated: bad token. InvalidInput: no message id, or a reason over 1000 characters.
+        """
+        agent = await self.authenticate(token)
+        if not message_id or len(message_id) > 128:
+            raise InvalidInput.single("message_id", "the id of the message reported (1-128 characters)")
+        if len(reason) > 1000:
+            raise InvalidInput.single("reason", "at most 1000 characters")
+        count = await self.board.report(message_id, agent)
+        await self._audit(
+            MESSAGE_REPORTED,
+            "reported",
+            agent,
+            {"message_id": message_id, "reason": reason, "reporters": count},
+        )
+        threshold = self.reports_to_quarantine
+        if not threshold or count < threshold or await self.board.get(message_id) is not None:
+            return count, await self.board.get(message_id) is not None
+        await self.board.hold(
+            Quarantined(
+                message_id=message_id,
+                sender="",
+                reason=f"reported by {count} agents",
+                rule="reports",
+                at=self.clock(),
+            )
+        )
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            agent,
+            {"message_id": message_id, "reason": f"reported by {count} agents", "stage": "report"},
+            rule="reports",
+        )
+        return count, True
+
+    @staticmethod
+    def _moderator(caller: Principal | None, what: str) -> str:
+        if caller is None or caller.role is not Role.ADMIN:
+            raise PermissionDenied(f"{what} needs a person with the gateway's admin role")
+        return caller.name
+
+    async def quarantine(self, *, caller: Principal | None, limit: int = 100) -> list[Quarantined]:
+        """The quarantine board, oldest first (a person with the admin role)."""
+        self._moderator(caller, "reading the quarantine board")
+        return await self.board.items(limit)
+
+    async def release(self, message_id: str, *, caller: Principal | None) -> list[str]:
+        """Deliver a quarantined message to the recipients it was meant for; returns them.
+
+        Raises:
+            PermissionDenied: not an admin. NotFound: not on the board.
+        """
+        who = self._moderator(caller, "releasing a quarantined message")
+        item = await self.board.take(message_id)
+        if item is None:
+            raise NotFound(f"message {message_id!r} is not in quarantine")
+        delivered = []
+        if item.envelope:
+            for recipient in item.recipients:
+                try:
+                    await self.transport.enqueue(
+                        recipient, item.envelope.encode(), max_len=self.config.mailbox_max
+                    )
+                except ResourceExhausted:
+                    continue
+                delivered.append(recipient)
+        await self._audit(
+            MESSAGE_RELEASED,
+            "released",
+            item.sender,
+            {"message_id": message_id, "by": who, "recipients": delivered, "reason": item.reason},
+            rule=item.rule,
+        )
+        await self._report_depth(delivered)
+        return delivered
+
+    async def delete_quarantined(self, message_id: str, *, caller: Principal | None) -> None:
+        """Drop a quarantined message for good (audited with who decided).
+
+        Raises:
+            PermissionDenied: not an admin. NotFound: not on the board.
+        """
+        who = self._moderator(caller, "deleting a quarantined message")
+        item = await self.board.take(message_id)
+        if item is None:
+            raise NotFound(f"message {message_id!r} is not in quarantine")
+        await self._audit(
+            MESSAGE_DELETED,
+            "deleted",
+            item.sender,
+            {"message_id": message_id, "by": who, "reason": item.reason},
+            rule=item.rule,
+        )
 
     async def _reject(
         self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""
@@ -474,24 +1155,113 @@ class PostOffice:
 
     # ------------------------------------------------------------------ receiving
     async def pull(
-        self, token: str | None, *, max_messages: int = 10, wait: float = 0.0, consumer: str | None = None
+        self,
+        token: str | None,
+        *,
+        max_messages: int = 10,
+        wait: float = 0.0,
+        consumer: str | None = None,
+        message_type: MessageType = "",
     ) -> list[Received]:
         """Up to ``max_messages`` messages from the token's agent's mailbox.
 
         Args:
             wait: Seconds to wait for a message when the mailbox is empty.
             consumer: This consumer's name (several processes may serve one agent).
+            message_type: ``private`` (direct messages) or ``public`` (topic and broadcast
+                copies) only; messages of the other type stay in the mailbox, untouched.
         """
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
+        return await self.pull_as(
+            agent, max_messages=max_messages, wait=wait, consumer=consumer, message_type=message_type
+        )
+
+    async def pull_as(
+        self,
+        agent: str,
+        *,
+        max_messages: int = 10,
+        wait: float = 0.0,
+        consumer: str | None = None,
+        message_type: MessageType = "",
+    ) -> list[Received]:
+        """:meth:`pull` for ``agent`` without a token: for the gateway's own consumers (webhook
+        delivery), never for a caller's request."""
         if not 1 <= max_messages <= 1000:
             raise InvalidInput.single("max_messages", "must be between 1 and 1000")
-        batch = await self.transport.receive(
-            agent,
-            consumer or agent,
-            count=max_messages,
-            visibility_timeout=self.config.visibility_timeout,
-            block=wait,
-        )
+        _check_message_type(message_type)
+        out: list[Received] = []
+        kept_back: list[Delivery] = []
+        try:
+            for round_ in range(10):  # a filtered pull reads on past messages of the other type
+                batch = await self.transport.receive(
+                    agent,
+                    consumer or agent,
+                    count=max_messages - len(out),
+                    visibility_timeout=self.config.visibility_timeout,
+                    block=wait if round_ == 0 else 0.0,
+                )
+                out += await self._handle(agent, batch, message_type, kept_back)
+                if not message_type or len(out) >= max_messages or not (batch.deliveries or batch.lost):
+                    break
+        finally:
+            if kept_back:  # not taken: visible again at once, delivery counts as they were
+                await self.transport.release(agent, kept_back)
+        return out
+
+    async def browse(
+        self,
+        token: str | None,
+        *,
+        max_messages: int = 10,
+        cursor: str = "",
+        message_type: MessageType = "",
+    ) -> tuple[list[Received], str]:
+        """Read the token's agent's mailbox without taking anything (``include_read``): every
+        live message after ``cursor``, read (handed out, not yet acknowledged) or not, oldest
+        first; ``delivery_count`` 0 means unread. Returns the messages and the cursor of the
+        next page ("" at the end). Receipts may be acknowledged (that removes the message).
+        Expired messages and messages that fail their checks are left out (``pull`` drops them).
+        """
+        agent = await self.authenticate(token)
+        if not 1 <= max_messages <= 1000:
+            raise InvalidInput.single("max_messages", "must be between 1 and 1000")
+        _check_message_type(message_type)
+        if len(cursor) > 64:
+            raise InvalidInput.single("cursor", "not a cursor from a previous page")
+        now = self.clock()
+        out: list[Received] = []
+        last = cursor
+        while len(out) < max_messages:
+            page = await self.transport.browse(agent, after=last, count=max_messages - len(out))
+            if not page:
+                return out, ""
+            for delivery in page:
+                last = delivery.entry_id
+                try:
+                    envelope = Envelope.model_validate_json(delivery.data)
+                except ValidationError:
+                    continue
+                msg = envelope.message
+                if (
+                    not _of_type(envelope, message_type)
+                    or self._expiry(msg, envelope.ttl) <= now
+                    or msg.receiver != _addressee(envelope)
+                    or (envelope.kind == "direct" and msg.receiver != agent)
+                ):
+                    continue
+                await self.knows(msg.sender)
+                if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
+                    msg, envelope.signature, envelope.options()
+                ):
+                    continue
+                out.append(_received(delivery, envelope, self._expiry(msg, envelope.ttl)))
+        more = await self.transport.browse(agent, after=last, count=1)
+        return out, last if more else ""
+
+    async def _handle(
+        self, agent: str, batch: Batch, message_type: MessageType, kept_back: list[Delivery]
+    ) -> list[Received]:
         for entry_id in batch.lost:
             await self._audit(
                 AuditEventType.MESSAGE_LOST,
@@ -510,15 +1280,19 @@ class PostOffice:
             if envelope is None:
                 continue
             msg = envelope.message
-            if envelope.expires_at <= now:
+            expires_at = self._expiry(msg, envelope.ttl)
+            if expires_at <= now:
                 await self.transport.ack(agent, [delivery.entry_id])
                 await self._audit(
                     AuditEventType.MESSAGE_EXPIRED,
                     "expired",
                     agent,
-                    {"message_id": msg.message_id, "sender": msg.sender, "expired_at": envelope.expires_at},
+                    {"message_id": msg.message_id, "sender": msg.sender, "expired_at": expires_at},
                     trace_id=msg.trace_id,
                 )
+                continue
+            if not _of_type(envelope, message_type):
+                kept_back.append(delivery)
                 continue
             if delivery.delivery_count > self.config.max_deliveries:
                 reason = f"not acknowledged after {delivery.delivery_count - 1} deliveries"
@@ -530,9 +1304,17 @@ class PostOffice:
             if candidates
             else set()
         )
+        held = (
+            await self.board.is_held([e.message.message_id for _, e in candidates])
+            if candidates and self.reports_to_quarantine
+            else set()
+        )
         out: list[Received] = []
         for delivery, envelope in candidates:
             msg = envelope.message
+            if msg.message_id in held:  # quarantined by reports: keep this copy on the board
+                await self._hold_copy(agent, delivery, envelope)
+                continue
             if msg.message_id in seen:
                 await self.transport.ack(agent, [delivery.entry_id])
                 await self._audit(
@@ -543,8 +1325,29 @@ class PostOffice:
                     trace_id=msg.trace_id,
                 )
                 continue
+            addressed_to = _addressee(envelope)
+            if msg.receiver != addressed_to or (envelope.kind == "direct" and msg.receiver != agent):
+                await self._audit(
+                    AuditEventType.MESSAGE_FORGED,
+                    "refused",
+                    agent,
+                    {
+                        "message_id": msg.message_id,
+                        "claimed_sender": msg.sender,
+                        "receiver": msg.receiver,
+                        "mailbox": agent,
+                        "stage": "receive",
+                        "cause": "MISADDRESSED",
+                    },
+                    trace_id=msg.trace_id,
+                )
+                await self._dead_letter(
+                    agent, delivery, f"addressed to {msg.receiver!r}, found in {agent!r}'s mailbox", msg
+                )
+                continue
+            await self.knows(msg.sender)  # its key, when it registered through another replica
             if (envelope.signature or self.config.require_signatures) and not self.identity.verify(
-                msg, envelope.signature
+                msg, envelope.signature, envelope.options()
             ):
                 await self._audit(
                     AuditEventType.MESSAGE_FORGED,
@@ -555,21 +1358,79 @@ class PostOffice:
                 )
                 await self._dead_letter(agent, delivery, "signature does not verify", msg)
                 continue
-            out.append(
-                Received(
-                    receipt=_receipt(delivery.entry_id, msg.message_id),
-                    message=msg,
-                    kind=envelope.kind,
-                    topic=envelope.topic,
-                    trigger_turn=envelope.trigger_turn,
-                    delivery_count=delivery.delivery_count,
-                    expires_at=envelope.expires_at,
-                    params=envelope.params,
-                )
-            )
+            out.append(_received(delivery, envelope, self._expiry(msg, envelope.ttl)))
         if batch.lost or len(out) < len(batch.deliveries):  # some were dropped (expired, dead, dupes)
             await self._report_depth([agent])
         return out
+
+    async def stream(
+        self,
+        token: str | None,
+        *,
+        batch: int = 10,
+        consumer: str | None = None,
+        poll: float = 1.0,
+        max_backoff: float = 5.0,
+    ) -> AsyncIterator[Received]:
+        """The token's agent's mailbox as an endless stream (what ``Subscribe`` serves).
+
+        A backend error (Redis down, a connection reset: the transport's
+        ``transient_errors``, or :class:`~middleware.errors.Unavailable`) does not end the
+        stream: it is logged once per outage (and counted by the transport's
+        ``on_redis_error`` hook), and pulling resumes with exponential backoff and jitter
+        (50 ms doubling up to ``max_backoff``) until the backend is back.
+
+        Raises:
+            Unauthenticated: at once, for a bad token (not on the first pull).
+        """
+        agent = await self.authenticate(token)
+        transient: tuple[type[BaseException], ...] = (
+            Unavailable,
+            *getattr(self.transport, "transient_errors", ()),
+        )
+        delay = 0.0
+        failing_since: float | None = None
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                got = await self.pull(token, max_messages=batch, wait=poll, consumer=consumer)
+            except transient as exc:
+                if failing_since is None:
+                    failing_since = loop.time()
+                    log.warning(
+                        "mailbox %r: backend error, retrying with backoff until it is back: %s", agent, exc
+                    )
+                delay = min(max_backoff, max(0.05, delay * 2))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                continue
+            if failing_since is not None:
+                log.warning("mailbox %r: backend back after %.1f s", agent, loop.time() - failing_since)
+                failing_since, delay = None, 0.0
+            for received in got:
+                yield received
+
+    async def _hold_copy(self, agent: str, delivery: Delivery, envelope: Envelope) -> None:
+        msg = envelope.message
+        item = await self.board.get(msg.message_id)
+        if item is not None:
+            await self.board.hold(
+                item.model_copy(
+                    update={
+                        "sender": item.sender or msg.sender,
+                        "envelope": item.envelope or delivery.data.decode(),
+                        "recipients": sorted({*item.recipients, agent}),
+                    }
+                )
+            )
+        await self.transport.ack(agent, [delivery.entry_id])
+        await self._audit(
+            MESSAGE_QUARANTINED,
+            "held",
+            msg.sender,
+            {"message_id": msg.message_id, "recipient": agent, "stage": "pull"},
+            trace_id=msg.trace_id,
+            rule="reports",
+        )
 
     async def _open(self, agent: str, delivery: Delivery) -> Envelope | None:
         try:
@@ -597,7 +1458,11 @@ class PostOffice:
 
         Their ids are remembered (``processed_ttl``) so redelivered copies are skipped.
         """
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
+        return await self.ack_as(agent, receipts)
+
+    async def ack_as(self, agent: str, receipts: Sequence[str]) -> int:
+        """:meth:`ack` for ``agent`` without a token (the gateway's own consumers)."""
         entry_ids: list[str] = []
         message_ids: list[str] = []
         for i, receipt in enumerate(receipts):
@@ -615,9 +1480,30 @@ class PostOffice:
         await self._report_depth([agent])
         return done
 
+    async def dead_letter_received(self, agent: str, received: Received, reason: str) -> None:
+        """Move a message handed out by :meth:`pull_as` to ``agent``'s dead-letter list, with
+        ``reason`` (audited ``message.dead_lettered``); used by the gateway's own consumers."""
+        entry_id = received.receipt.partition("|")[0]
+        envelope = Envelope(
+            message=received.message,
+            signature=received.signature,
+            kind=received.kind,
+            topic=received.topic,
+            expires_at=received.expires_at,
+            trigger_turn=received.trigger_turn,
+            params=dict(received.params),
+            ttl=received.ttl,
+            content_type=received.content_type,
+            correlation_id=received.correlation_id,
+            message_hash=received.message_hash,
+        )
+        delivery = Delivery(entry_id, envelope.model_dump_json().encode(), received.delivery_count)
+        await self._dead_letter(agent, delivery, reason, received.message)
+        await self._report_depth([agent])
+
     async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
         """The token's agent's dead-letter list, oldest first."""
-        agent = self.identity.authenticate(token)
+        agent = await self.authenticate(token)
         out = []
         for dead in await self.transport.dead_letters(agent, limit=limit):
             try:
@@ -644,7 +1530,7 @@ class PostOffice:
     # ------------------------------------------------------------------ audit
     async def _audit(
         self,
-        event: AuditEventType,
+        event: AuditEventType | str,
         outcome: str,
         agent: str,
         detail: dict[str, Any],

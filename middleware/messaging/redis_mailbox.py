@@ -15,6 +15,8 @@ Layout (every key under ``prefix``)::
   there and ``block`` is set, one plain ``XREADGROUP BLOCK`` follows.
 - ``ack`` is one pipeline: ``XACK`` + ``XDEL`` (so ``XLEN`` counts live entries and
   the bound holds) + ``ZADD`` of the processed ids.
+- A long wait (``Pull(wait_seconds=60)``) blocks in slices of ``BLOCK_SLICE_SECONDS``, so it
+  never outlasts the client's socket timeout (5 s by default in redis-py >= 6).
 
 Redis is transport, not the record of truth: stream ids never appear in the audit
 log as sequence numbers (a failover can un-acknowledge entries).
@@ -23,10 +25,10 @@ log as sequence numbers (a failover can un-acknowledge entries).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from ..errors import ResourceExhausted
 from ..redis_errors import RedisErrorHook, redis_operation
@@ -36,6 +38,8 @@ from .mailbox import Batch, DeadLetter, Delivery
 __all__ = ["RedisMailbox"]
 
 GROUP = "agency"
+#: Longest single XREADGROUP BLOCK: well under any socket timeout a client is given.
+BLOCK_SLICE_SECONDS = 2.0
 
 _ENQUEUE = """
 local n = redis.call('XLEN', KEYS[1])
@@ -93,6 +97,9 @@ class RedisMailbox:
         owns_client: Close ``client`` in :meth:`close` (set by :meth:`from_url`).
     """
 
+    #: Errors a caller may retry after (the Redis server is down or restarting).
+    transient_errors: ClassVar[tuple[type[BaseException], ...]] = (RedisError, OSError)
+
     def __init__(
         self,
         client: Redis,
@@ -112,7 +119,17 @@ class RedisMailbox:
         self._enqueue = client.register_script(_ENQUEUE)
         self._receive = client.register_script(_RECEIVE)
         self._groups: set[str] = set()
+        pool_kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+        socket_timeout = pool_kwargs.get("socket_timeout") or pool_kwargs.get("orig_socket_timeout")
+        self._block_slice = (
+            min(BLOCK_SLICE_SECONDS, float(socket_timeout) / 2) if socket_timeout else BLOCK_SLICE_SECONDS
+        )
         self._touched: set[str] = set()  # mailboxes this instance used (for purge)
+
+    @property
+    def client(self) -> Redis:
+        """The Redis client (other post-office state, e.g. rate-limit buckets, shares it)."""
+        return self._r
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisMailbox:
@@ -172,9 +189,14 @@ class RedisMailbox:
             reply = await self._receive(keys=[key], args=[GROUP, consumer, idle_ms, count])
         out, lost = reply
         deliveries = [Delivery(_s(i), bytes(d), int(n)) for i, d, n in out]
-        if not deliveries and not lost and block > 0:
+        remaining = block
+        while not deliveries and not lost and remaining > 0:
+            # in slices shorter than the client's socket timeout (redis-py >= 6 defaults to 5 s):
+            # a long wait must not end in a read timeout
+            wait = min(remaining, self._block_slice)
+            remaining -= wait
             resp: Any = await self._r.xreadgroup(
-                GROUP, consumer, {key: ">"}, count=count, block=max(int(block * 1000), 1)
+                GROUP, consumer, {key: ">"}, count=count, block=max(int(wait * 1000), 1)
             )
             for _, entries in resp or []:
                 for entry_id, fields in entries:
@@ -204,7 +226,43 @@ class RedisMailbox:
         if not entry_ids and not processed:
             return 0
         results = await pipe.execute()
-        return int(results[0]) if entry_ids else 0
+        return int(results[1]) if entry_ids else 0  # XDEL: live entries removed (read or browsed)
+
+    @redis_operation("mailbox.release")
+    async def release(self, mailbox: str, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        key = self._key(mailbox)
+        pipe = self._r.pipeline(transaction=False)
+        for d in deliveries:  # idle "forever": the next XAUTOCLAIM takes it, counting it back to d's
+            pipe.xclaim(
+                key,
+                GROUP,
+                "released",
+                min_idle_time=0,
+                message_ids=[d.entry_id],
+                idle=10**12,
+                retrycount=max(d.delivery_count - 1, 0),
+                justid=True,
+            )
+        await pipe.execute()
+
+    @redis_operation("mailbox.browse")
+    async def browse(self, mailbox: str, *, after: str = "", count: int = 100) -> list[Delivery]:
+        key = self._key(mailbox)
+        rows: Any = await self._r.xrange(key, min=f"({after}" if after else "-", count=count)
+        if not rows:
+            return []
+        counts: dict[str, int] = {}
+        try:
+            pending: Any = await self._r.xpending_range(
+                key, GROUP, min=_s(rows[0][0]), max=_s(rows[-1][0]), count=len(rows)
+            )
+            counts = {_s(p["message_id"]): int(p["times_delivered"]) for p in pending}
+        except ResponseError as exc:  # no group yet: nothing was ever handed out
+            if "NOGROUP" not in str(exc):
+                raise
+        return [Delivery(_s(i), bytes(f[b"d"]), counts.get(_s(i), 0)) for i, f in rows if f and b"d" in f]
 
     @redis_operation("mailbox.seen")
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:

@@ -33,9 +33,10 @@ import contextlib
 import inspect
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -46,10 +47,13 @@ from ..errors import AgencyError, DeadlineExceeded, FailedPrecondition, NotFound
 from ..smf import Provenance, SMFMessage, new_id
 from .conversation import Conversation
 from .flows import AgentHandle, Flows, Handoff, SendMessage
-from .identity import generate_key, public_key_b64, sign_message
+from .identity import SendOptions, generate_key, public_key_b64, sign_message
 from .post_office import PostOffice, Received
 
-__all__ = ["ChildResult", "ChildRun", "Runtime", "Turn", "TurnContext"]
+__all__ = ["STREAM_BUFFER", "ChildResult", "ChildRun", "Runtime", "SubAgentEvent", "Turn", "TurnContext"]
+
+#: Events of a streamed ``send_message`` that may wait for a slow reader (then the oldest go).
+STREAM_BUFFER = 1000
 
 #: The completion watcher posts as ``runtime.watcher:<id>`` (one per runtime; exempt from the flows).
 WATCHER = "runtime.watcher"
@@ -87,6 +91,28 @@ class Turn:
     additional_instructions: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)
     chain: tuple[str, ...] = ()
+    events: Callable[[SubAgentEvent], None] | None = None  #: where ``ctx.emit`` goes (a streaming caller)
+
+
+@dataclass(frozen=True)
+class SubAgentEvent:
+    """An intermediate event of an agent answering a ``send_message`` (see
+    :meth:`TurnContext.send_message_stream`).
+
+    Attributes:
+        agent: Whose turn it came from (the recipient, or an agent *it* asked in turn).
+        run_id: That turn's id; ``parent_run_id`` its caller's.
+        kind: ``turn_started``, what the agent passed to :meth:`TurnContext.emit`
+            (``progress``, ``tool_call``, ``partial`` ...), ``turn_finished``, and last
+            ``final`` (``data``: the answer) or ``error`` (``data``: the error's text).
+        data: The event's payload.
+    """
+
+    agent: str
+    run_id: str
+    parent_run_id: str | None
+    kind: str
+    data: Any = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +187,65 @@ class TurnContext:
     ) -> Any:
         """Ask ``recipient``: it runs a full turn; its final output is returned."""
         assert self.turn is not None
-        return await self._rt._send_message(self.turn, recipient, message, additional_instructions, params)
+        return await self._rt._send_message(
+            self.turn, recipient, message, additional_instructions, params, self.turn.events
+        )
+
+    async def send_message_stream(
+        self, recipient: str, message: str, *, additional_instructions: str = "", **params: Any
+    ) -> AsyncIterator[SubAgentEvent]:
+        """Ask ``recipient`` and receive its intermediate events as they happen.
+
+        Yields ``turn_started``, every event the recipient (or an agent it asks in turn)
+        passes to :meth:`emit`, ``turn_finished``, and last ``final`` with the answer. The
+        same rules as :meth:`send_message` apply (flows, one call in flight per thread and
+        recipient, no cycles); if the recipient fails, an ``error`` event comes last and the
+        error is raised. At most :data:`STREAM_BUFFER` events wait for a slow reader; beyond
+        that the oldest are dropped and the ``final`` event's ``data`` is preceded by a
+        ``dropped`` event saying how many.
+        """
+        assert self.turn is not None
+        turn = self.turn
+        queue: asyncio.Queue[SubAgentEvent] = asyncio.Queue()
+        dropped = 0
+
+        def sink(event: SubAgentEvent) -> None:
+            nonlocal dropped
+            if queue.qsize() >= STREAM_BUFFER:
+                queue.get_nowait()
+                dropped += 1
+            queue.put_nowait(event)
+
+        call = asyncio.ensure_future(
+            self._rt._send_message(turn, recipient, message, additional_instructions, params, sink)
+        )
+        try:
+            while not (call.done() and queue.empty()):
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, call}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            if dropped:
+                yield SubAgentEvent(recipient, "", turn.run_id, "dropped", dropped)
+            error = call.exception()
+            if error is not None:
+                yield SubAgentEvent(recipient, "", turn.run_id, "error", str(error))
+                raise error
+            yield SubAgentEvent(recipient, "", turn.run_id, "final", call.result())
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
+
+    def emit(self, kind: str, data: Any = None) -> None:
+        """Report an intermediate event (progress, a tool call, a partial answer) to a caller
+        streaming this turn (:meth:`send_message_stream`); a no-op when nobody streams it."""
+        turn = self.turn
+        if turn is not None and turn.events is not None:
+            turn.events(SubAgentEvent(turn.agent, turn.run_id, turn.parent_run_id, kind, data))
 
     async def handoff(self, recipient: str) -> None:
         """Hand the conversation to ``recipient`` once this turn ends."""
@@ -264,6 +348,7 @@ class Runtime:
         chain: tuple[str, ...] = (),
         additional_instructions: str = "",
         params: Mapping[str, Any] | None = None,
+        events: Callable[[SubAgentEvent], None] | None = None,
     ) -> tuple[Any, TurnContext]:
         ctx = TurnContext(self, host.name)
         turn = Turn(
@@ -279,9 +364,12 @@ class Runtime:
             additional_instructions=additional_instructions,
             params=dict(params or {}),
             chain=(*chain, host.name),
+            events=events,
         )
         ctx.turn = turn
         base = {"run_id": turn.run_id, "parent_run_id": parent_run_id, "thread_id": thread_id}
+        if events is not None:
+            ctx.emit("turn_started", {"input": _jsonable(input), "sender": sender})
         try:
             result = host.fn(turn)
             if inspect.isawaitable(result):
@@ -290,6 +378,7 @@ class Runtime:
             outcome = "shut_down" if isinstance(exc, asyncio.CancelledError) else "errored"
             await self._audit(AuditEventType.AGENT_TURN, outcome, host.name, {**base, "error": repr(exc)})
             raise
+        ctx.emit("turn_finished")
         if inbox:
             await self.post_office.ack(host.token, [r.receipt for r in inbox])
         await self._audit(
@@ -406,6 +495,7 @@ class Runtime:
         message: str,
         additional_instructions: str,
         params: Mapping[str, Any],
+        events: Callable[[SubAgentEvent], None] | None = None,
     ) -> Any:
         await self._check_edge(turn, recipient, "send_message")
         edge = self.flows.edge(turn.agent, recipient)
@@ -440,6 +530,7 @@ class Runtime:
                 chain=turn.chain,
                 additional_instructions=call.additional_instructions,
                 params=call.params,
+                events=events,
             )
             reply = self._smf(recipient, turn.agent, _jsonable(output), turn.thread_id)
             await self._audit_message(reply, "send_message.reply", turn.run_id, {})
@@ -458,6 +549,8 @@ class Runtime:
                     "intention_trace": [f"THREAD_{trace_id[-64:]}"],  # the conversation it serves
                 },
                 "trace_id": trace_id[-64:],
+                # the post office's clock: freshness is checked against it
+                "created_at": datetime.fromtimestamp(self.post_office.clock(), UTC),
             },
             what="SMF message",
         )
@@ -499,7 +592,10 @@ class Runtime:
         self._host(recipient)  # the recipient must run here
         msg = self._smf(sender, recipient, content, new_id("trc"))
         result = await self.post_office.send(
-            sender_host.token, msg, signature=sign_message(sender_host.key, msg), trigger_turn=trigger_turn
+            sender_host.token,
+            msg,
+            signature=sign_message(sender_host.key, msg, SendOptions(trigger_turn=trigger_turn)),
+            trigger_turn=trigger_turn,
         )
         return result.message_id  # a trigger_turn wakes the recipient through _delivered
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from middleware.messaging import ManualClock, MemoryMailbox, RedisMailbox
+from middleware.messaging import ManualClock, MemoryMailbox, RedisMailbox, RedisSubscriptions
 
 from .helpers import Env
 
@@ -19,5 +19,7 @@ async def env(request: pytest.FixtureRequest, redis_client: Any, redis_prefix: s
         yield Env("memory", MemoryMailbox(clock=clock), clock)
         return
     transport = RedisMailbox(redis_client, prefix=redis_prefix, clock=clock)
-    yield Env("redis", transport, clock)
+    yield Env("redis", transport, clock, subscriptions=RedisSubscriptions(redis_client, prefix=redis_prefix))
     await transport.purge()
+    async for key in redis_client.scan_iter(match=redis_prefix + "*"):  # subscriptions, buckets
+        await redis_client.delete(key)

@@ -5,17 +5,22 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from middleware.audit import MemoryAuditLog
 from middleware.audit.record import AuditRecord
 from middleware.messaging import (
+    Clock,
     ManualClock,
     PostOffice,
     PostOfficeConfig,
+    SendOptions,
+    SubscriptionStore,
     generate_key,
     public_key_b64,
     sign_message,
+    system_clock,
 )
 from middleware.messaging.mailbox import MailboxTransport
 from middleware.smf import SMFMessage
@@ -34,9 +39,11 @@ class Env:
     transport: MailboxTransport
     clock: ManualClock
     audit: MemoryAuditLog = field(default_factory=MemoryAuditLog)
+    subscriptions: SubscriptionStore | None = None  #: Redis: shared, as replicas have them
 
     def office(self, **kwargs: Any) -> PostOffice:
         config = kwargs.pop("config", None) or PostOfficeConfig(visibility_timeout=VISIBILITY)
+        kwargs.setdefault("subscriptions", self.subscriptions)
         return PostOffice(self.transport, audit=self.audit, clock=self.clock, config=config, **kwargs)
 
     async def after_visibility(self, pull: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
@@ -71,6 +78,7 @@ class Agent:
     name: str
     token: str
     key: Any
+    clock: Clock = system_clock  #: the post office's: messages are created at its "now"
 
     def message(self, receiver: str, content: Any = "hello", **extra: Any) -> SMFMessage:
         return SMFMessage.parse(
@@ -84,15 +92,16 @@ class Agent:
                     "confidence_score": 0.8,
                     "intention_trace": ["GOAL_MESSAGING_001"],  # required (the minimum viable set)
                 },
+                "created_at": datetime.fromtimestamp(self.clock(), UTC),
                 **extra,
             }
         )
 
-    def sign(self, message: SMFMessage) -> str:
-        return sign_message(self.key, message)
+    def sign(self, message: SMFMessage, options: SendOptions | None = None) -> str:
+        return sign_message(self.key, message, options)
 
 
 async def register(office: PostOffice, name: str, description: str = "") -> Agent:
     key = generate_key()
     token = await office.register(name, public_key_b64(key), description=description)
-    return Agent(name, token, key)
+    return Agent(name, token, key, office.clock)

@@ -14,7 +14,14 @@ from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.grpc_api import build_server
 from middleware.grpc_api.message_servicer import smf_from_pb, smf_to_pb
-from middleware.messaging import PostOffice, PostOfficeConfig, RateLimiter, generate_key, sign_message
+from middleware.messaging import (
+    PostOffice,
+    PostOfficeConfig,
+    RateLimiter,
+    SendOptions,
+    generate_key,
+    sign_message,
+)
 
 from .helpers import Agent, Env, register
 
@@ -39,7 +46,15 @@ def auth(agent: Agent) -> tuple[tuple[str, str], ...]:
 
 def send_request(agent: Agent, receiver: str, content: Any, **kw: Any) -> messages_pb2.SendMessageRequest:
     msg = agent.message(receiver, content)
-    return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=agent.sign(msg), **kw)
+    options = SendOptions(
+        kind="broadcast" if kw.get("broadcast") else "topic" if kw.get("topic") else "direct",
+        topic=kw.get("topic", ""),
+        ttl=kw.get("ttl_seconds"),
+        trigger_turn=kw.get("trigger_turn", False),
+        params=json.loads(kw["params_json"]) if kw.get("params_json") else {},
+    )
+    kw.setdefault("content_type", "application/json")
+    return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=agent.sign(msg, options), **kw)
 
 
 async def test_send_pull_ack_over_grpc(env: Env, gateway: Any) -> None:
@@ -54,7 +69,9 @@ async def test_send_pull_ack_over_grpc(env: Env, gateway: Any) -> None:
     assert json.loads(got.message.content_json) == {"task": "review"}
     assert got.delivery_count == 1 and json.loads(got.params_json) == {"priority": "high"}
     # The message survives the round trip bit for bit: its signature still verifies.
-    assert po.identity.verify(smf_from_pb(got.message), req.signature)
+    assert got.signature == req.signature
+    signed = SendOptions(params={"priority": "high"})
+    assert po.identity.verify(smf_from_pb(got.message), got.signature, signed)
     ack = await stub.Ack(messages_pb2.AckRequest(receipts=[got.receipt]), metadata=auth(b))
     assert ack.acknowledged == 1
     assert not (await stub.Pull(messages_pb2.PullRequest(), metadata=auth(b))).messages
@@ -70,7 +87,7 @@ async def test_errors_map_to_status_codes_with_reasons(env: Env, gateway: Any) -
 
     msg = a.message("bob", "pay 10")
     forged = messages_pb2.SendMessageRequest(
-        message=smf_to_pb(msg), signature=sign_message(generate_key(), msg)
+        message=smf_to_pb(msg), signature=sign_message(generate_key(), msg), content_type="text/plain"
     )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Send(forged, metadata=auth(a))
@@ -82,7 +99,9 @@ async def test_errors_map_to_status_codes_with_reasons(env: Env, gateway: Any) -
     trailers = dict(err.value.trailing_metadata() or ())
     assert trailers["agency-field"] == "content" and "sha256" in err.value.details()
 
-    for _ in range(3):  # burst 5: the forged and the oversized sends were charged too
+    # burst 5: the forged send was charged (the limit comes before the costly signature check),
+    # the oversized one was not (refused before the limits)
+    for _ in range(4):
         await stub.Send(send_request(a, "bob", "hi"), metadata=auth(a))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Send(send_request(a, "bob", "hi"), metadata=auth(a))
@@ -96,7 +115,7 @@ async def test_subscribe_streams_topic_copies_and_reports_drift(env: Env, gatewa
     stream = stub.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=auth(sub))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
-    while not po.subscribers("task.execute"):  # the subscription is registered server-side
+    while not await po.subscribers("task.execute"):  # the subscription is registered server-side
         assert loop.time() < deadline, "subscription never registered"
         await asyncio.sleep(0.01)
 

@@ -10,7 +10,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from middleware.errors import BackendUnavailable
-from middleware.messaging import PostOffice, RedisMailbox
+from middleware.messaging import PostOffice, RedisMailbox, SendOptions
 from middleware.metrics import Metrics
 
 from .helpers import Env, register
@@ -39,11 +39,11 @@ async def test_mailbox_depth_goes_up_on_send_and_down_on_ack(env: Env) -> None:
     assert depth(metrics, "bob") == 1
 
     msg = alice.message("*", "all hands")
-    await po.broadcast(alice.token, msg, signature=alice.sign(msg))
+    await po.broadcast(alice.token, msg, signature=alice.sign(msg, SendOptions(kind="broadcast")))
     assert depth(metrics, "bob") == 2 and depth(metrics, "carol") == 1  # every copy's mailbox
 
     msg = alice.message("carol", "soon stale")
-    await po.send(alice.token, msg, signature=alice.sign(msg), ttl=1)
+    await po.send(alice.token, msg, signature=alice.sign(msg, SendOptions(ttl=1)), ttl=1)
     assert depth(metrics, "carol") == 2
     env.clock.advance(2)  # the 1 s TTL ran out; the broadcast copy (default TTL 1 h) did not
     got = await po.pull(carol.token, max_messages=5)

@@ -14,6 +14,7 @@ from middleware.messaging import (
     Flows,
     PostOfficeConfig,
     RateLimiter,
+    SendOptions,
     TopicACL,
     generate_key,
     sign_message,
@@ -31,7 +32,12 @@ async def test_point_to_point_roundtrip_is_audited_and_acked(env: Env) -> None:
     po = env.office()
     a, b = await register(po, "alice"), await register(po, "bob")
     msg = a.message("bob", {"task": "review", "id": 7})
-    result = await po.send(a.token, msg, signature=a.sign(msg), params={"priority": "high"})
+    result = await po.send(
+        a.token,
+        msg,
+        signature=a.sign(msg, SendOptions(params={"priority": "high"})),
+        params={"priority": "high"},
+    )
     assert result.recipients == ("bob",)
 
     got = await po.pull(b.token)
@@ -110,10 +116,11 @@ async def test_after_max_deliveries_a_message_goes_to_the_dead_letter_list_with_
 async def test_an_expired_message_is_dropped_and_recorded(env: Env) -> None:
     po = env.office()
     a, b = await register(po, "alice"), await register(po, "bob")
-    old, fresh = a.message("bob", "stale"), a.message("bob", "fresh")
-    await po.send(a.token, old, signature=a.sign(old), ttl=10)
+    old = a.message("bob", "stale")
+    await po.send(a.token, old, signature=a.sign(old, SendOptions(ttl=10)), ttl=10)
     env.clock.advance(11)
-    await po.send(a.token, fresh, signature=a.sign(fresh), ttl=10)
+    fresh = a.message("bob", "fresh")  # the TTL counts from created_at
+    await po.send(a.token, fresh, signature=a.sign(fresh, SendOptions(ttl=10)), ttl=10)
 
     got = await po.pull(b.token)
     assert [r.message.content for r in got] == ["fresh"]
@@ -128,7 +135,7 @@ async def test_ttl_must_be_positive_and_bounded(env: Env) -> None:
     msg = a.message("bob")
     for bad in (0, -1, 101):
         with pytest.raises(InvalidInput) as err:
-            await po.send(a.token, msg, signature=a.sign(msg), ttl=bad)
+            await po.send(a.token, msg, signature=a.sign(msg, SendOptions(ttl=bad)), ttl=bad)
         assert err.value.field == "ttl"
 
 
@@ -225,7 +232,7 @@ async def test_agents_enrolled_with_an_out_of_band_token_hash_authenticate_with_
     key = generate_key()
     await po.enroll("alice", public_key_b64(key), hash_token("alice-secret").upper(), description="d")
     b = await register(po, "bob")
-    msg = Agent("alice", "alice-secret", key).message("bob")
+    msg = Agent("alice", "alice-secret", key, env.clock).message("bob")
     assert (await po.send("alice-secret", msg, signature=sign_message(key, msg))).recipients == ("bob",)
     assert (await po.pull(b.token))[0].message.message_id == msg.message_id
     with pytest.raises(AlreadyExists):  # the name is taken
@@ -253,7 +260,12 @@ async def test_topics_give_each_subscriber_its_own_copy(env: Env) -> None:
     await po.subscribe(s1.token, "task.execute")
     await po.subscribe(s2.token, "task.execute")
     msg = pub.message("task.execute", {"action": "generate_image"})
-    result = await po.publish(pub.token, "task.execute", msg, signature=pub.sign(msg))
+    result = await po.publish(
+        pub.token,
+        "task.execute",
+        msg,
+        signature=pub.sign(msg, SendOptions(kind="topic", topic="task.execute")),
+    )
     assert sorted(result.recipients) == ["exec-1", "exec-2"]
     for sub in (s1, s2):
         (got,) = await po.pull(sub.token)
@@ -271,7 +283,12 @@ async def test_a_full_subscriber_mailbox_does_not_cost_the_others_their_copy(env
     first = pub.message("exec-1", "fills exec-1")
     await po.send(pub.token, first, signature=pub.sign(first))
     msg = pub.message("task.execute", "for everyone")
-    result = await po.publish(pub.token, "task.execute", msg, signature=pub.sign(msg))
+    result = await po.publish(
+        pub.token,
+        "task.execute",
+        msg,
+        signature=pub.sign(msg, SendOptions(kind="topic", topic="task.execute")),
+    )
     assert result.recipients == ("exec-2",)
     skipped = [
         r for r in env.events(AuditEventType.MESSAGE_REJECTED) if r.detail.get("recipient") == "exec-1"
@@ -286,7 +303,12 @@ async def test_publishing_to_a_topic_nobody_subscribes_to_is_reported_as_drift(e
     sub = await register(po, "executor")
     await po.subscribe(sub.token, "task.execute")
     msg = pub.message("task.execute.v2")
-    result = await po.publish(pub.token, "task.execute.v2", msg, signature=pub.sign(msg))
+    result = await po.publish(
+        pub.token,
+        "task.execute.v2",
+        msg,
+        signature=pub.sign(msg, SendOptions(kind="topic", topic="task.execute.v2")),
+    )
     assert result.copies == 0
     assert drifted == [("task.execute.v2", "planner")] and po.drift["task.execute.v2"] == 1
     (record,) = env.events(AuditEventType.TOPIC_DRIFT)
@@ -316,11 +338,21 @@ async def test_topic_acls_decide_who_may_publish_and_subscribe(env: Env) -> None
     await po.subscribe(auditor.token, "finance.review")
     msg = intern.message("finance.review")
     with pytest.raises(PermissionDenied):
-        await po.publish(intern.token, "finance.review", msg, signature=intern.sign(msg))
+        await po.publish(
+            intern.token,
+            "finance.review",
+            msg,
+            signature=intern.sign(msg, SendOptions(kind="topic", topic="finance.review")),
+        )
     msg = cfo.message("finance.review", "Q3 numbers")
-    assert (await po.publish(cfo.token, "finance.review", msg, signature=cfo.sign(msg))).recipients == (
-        "auditor",
-    )
+    assert (
+        await po.publish(
+            cfo.token,
+            "finance.review",
+            msg,
+            signature=cfo.sign(msg, SendOptions(kind="topic", topic="finance.review")),
+        )
+    ).recipients == ("auditor",)
     refused = [
         r for r in env.events(AuditEventType.MESSAGE_REJECTED) if r.detail.get("topic") == "finance.review"
     ]
@@ -331,7 +363,11 @@ async def test_broadcast_reaches_every_agent_but_the_sender(env: Env) -> None:
     po = env.office()
     ops, x, y = await register(po, "ops"), await register(po, "x"), await register(po, "y")
     msg = ops.message(BROADCAST, "maintenance at 02:00")
-    assert sorted((await po.broadcast(ops.token, msg, signature=ops.sign(msg))).recipients) == ["x", "y"]
+    assert sorted(
+        (
+            await po.broadcast(ops.token, msg, signature=ops.sign(msg, SendOptions(kind="broadcast")))
+        ).recipients
+    ) == ["x", "y"]
     for agent in (x, y):
         (got,) = await po.pull(agent.token)
         assert got.kind == "broadcast" and got.message.content == "maintenance at 02:00"

@@ -55,3 +55,19 @@ async def test_a_killed_consumer_process_loses_nothing(redis_client: Any, redis_
         assert await po.mailbox_size("bob") == 0
     finally:
         await transport.purge()
+
+
+async def test_a_long_wait_outlasts_the_clients_socket_timeout(redis_prefix: str) -> None:
+    """Pull(wait_seconds=...) longer than the Redis client's socket timeout is not an error."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(
+        os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"), socket_timeout=0.5
+    )
+    mailbox = RedisMailbox(client, prefix=redis_prefix)
+    try:
+        batch = await mailbox.receive("bob", "bob", count=1, visibility_timeout=30, block=1.2)
+        assert batch.deliveries == [] and batch.lost == []
+    finally:
+        await mailbox.purge()
+        await client.aclose()

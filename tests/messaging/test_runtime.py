@@ -10,7 +10,7 @@ import pytest
 from middleware._model import Model
 from middleware.audit.record import AuditEventType
 from middleware.errors import DeadlineExceeded, FailedPrecondition, InvalidInput, PermissionDenied
-from middleware.messaging import Flows, Handoff, Runtime, SendMessage, Turn
+from middleware.messaging import Flows, Handoff, Runtime, SendMessage, SendOptions, Turn
 
 from .helpers import Env, register
 
@@ -352,6 +352,11 @@ async def test_a_wake_from_outside_the_runtime_starts_a_turn_and_a_notify_does_n
         await rt.wait_idle("worker")
         assert seen == []
         job = outsider.message("worker", "please start")
-        await po.send(outsider.token, job, signature=outsider.sign(job), trigger_turn=True)
+        await po.send(
+            outsider.token,
+            job,
+            signature=outsider.sign(job, SendOptions(trigger_turn=True)),
+            trigger_turn=True,
+        )
         await rt.wait_idle("worker")
     assert seen == [["just so you know", "please start"]]

@@ -359,6 +359,10 @@ def test_every_served_method_has_a_rule() -> None:
         "/agency.v1.CatalogService/Deregister",
         "/agency.v1.CatalogService/Heartbeat",
         "/agency.v1.GoalService/RegisterGoal",
+        "/agency.v1.MessageService/ApproveAgent",  # admins approve agent registrations
+        "/agency.v1.MessageService/ListQuarantine",  # and decide about quarantined messages
+        "/agency.v1.MessageService/ReleaseQuarantined",
+        "/agency.v1.MessageService/DeleteQuarantined",
     }
     audit_reads = {m for m, rule in PERMISSIONS.items() if rule.permission is Permission.AUDIT_READ}
     assert audit_reads == {m for m in served if m.startswith("/agency.v1.AuditService/")}

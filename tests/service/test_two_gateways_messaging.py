@@ -23,12 +23,12 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from gateway_processes import GatewayProcess, start_gateways
+from gateway_processes import GatewayProcess, start_gateway, start_gateways
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.config import hash_token
 from middleware.grpc_api.message_servicer import smf_to_pb
-from middleware.messaging import generate_key, public_key_b64, sign_message
+from middleware.messaging import SendOptions, generate_key, public_key_b64, sign_message
 from middleware.smf import SMFMessage
 
 pytestmark = pytest.mark.timeout(90)
@@ -48,7 +48,14 @@ class Agent:
     def auth(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
 
-    def send_request(self, receiver: str, content: Any) -> messages_pb2.SendMessageRequest:
+    def publish_request(self, topic: str, content: Any) -> messages_pb2.SendMessageRequest:
+        request = self.send_request(topic, content, SendOptions(kind="topic", topic=topic))
+        request.topic = topic
+        return request
+
+    def send_request(
+        self, receiver: str, content: Any, options: SendOptions | None = None
+    ) -> messages_pb2.SendMessageRequest:
         msg = SMFMessage.parse(
             {
                 "sender": self.name,
@@ -62,7 +69,11 @@ class Agent:
                 },
             }
         )
-        return messages_pb2.SendMessageRequest(message=smf_to_pb(msg), signature=sign_message(self.key, msg))
+        return messages_pb2.SendMessageRequest(
+            message=smf_to_pb(msg),
+            signature=sign_message(self.key, msg, options),
+            content_type="application/json",
+        )
 
 
 @dataclass
@@ -91,9 +102,10 @@ class Gateway:
 @pytest.fixture
 async def gateways(
     tmp_path: Path, redis_client: Any, redis_prefix: str
-) -> AsyncIterator[tuple[Gateway, Gateway, Agent, Agent]]:
+) -> AsyncIterator[tuple[Gateway, Gateway, Agent, Agent, Agent]]:
     alice = Agent("alice", f"tok-{uuid.uuid4().hex}", generate_key())
     bob = Agent("bob", f"tok-{uuid.uuid4().hex}", generate_key())
+    carol = Agent("carol", f"tok-{uuid.uuid4().hex}", generate_key())
     definition = tmp_path / "agency.yaml"
     definition.write_text(
         yaml.safe_dump(
@@ -108,10 +120,13 @@ async def gateways(
                             "public_key": public_key_b64(a.key),
                             "token_sha256": hash_token(a.token),
                         }
-                        for a in (alice, bob)
+                        for a in (alice, bob, carol)
                     ],
-                    "flows": ["alice > bob"],
+                    "flows": ["alice > bob", "carol > bob"],
+                    "registration": {"mode": "open"},
                     "delivery": {"visibility_timeout": VISIBILITY},
+                    # carol may send 3 messages, then one per 100 s: whichever gateway she uses
+                    "rate_limits": {"sender": [{"match": "carol", "rate": 0.01, "burst": 3}]},
                 },
             }
         )
@@ -121,7 +136,7 @@ async def gateways(
     try:
         for gw in gws:
             assert "mailboxes: redis" in gw.process.output()
-        yield gws[0], gws[1], alice, bob
+        yield gws[0], gws[1], alice, bob, carol
     finally:
         for gw in gws:
             await gw.channel.close()
@@ -134,7 +149,7 @@ async def gateways(
 
 
 async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(gateways) -> None:
-    gw1, gw2, alice, bob = gateways
+    gw1, gw2, alice, bob, _ = gateways
     bob_pull = messages_pb2.PullRequest
 
     # One message, sent through gateway 1, is in the shared mailbox: gateway 2 hands it out ...
@@ -188,7 +203,7 @@ async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(
 
 
 async def test_an_unacknowledged_message_is_redelivered_by_the_other_gateway(gateways) -> None:
-    gw1, gw2, alice, bob = gateways
+    gw1, gw2, alice, bob, _ = gateways
     sent = await gw1.messages.Send(alice.send_request("bob", "pay invoice 7"), metadata=alice.auth)
     got = await gw1.messages.Pull(
         messages_pb2.PullRequest(wait_seconds=5, consumer="bob@gw-1"), metadata=bob.auth
@@ -216,3 +231,82 @@ async def test_an_unacknowledged_message_is_redelivered_by_the_other_gateway(gat
         reply = await gw.messages.Pull(messages_pb2.PullRequest(consumer=f"bob@{gw.name}"), metadata=bob.auth)
         assert not reply.messages
     assert json.loads(redelivered.message.content_json) == "pay invoice 7"
+
+
+async def test_rate_limits_are_shared_by_the_gateways(gateways) -> None:
+    gw1, gw2, _, bob, carol = gateways
+    for gw in (gw1, gw2, gw1):  # the burst of 3, spread over both gateways
+        await gw.messages.Send(carol.send_request("bob", "status"), metadata=carol.auth)
+    for gw in (gw2, gw1):  # then each gateway refuses her: they share one bucket in Redis
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await gw.messages.Send(carol.send_request("bob", "status"), metadata=carol.auth)
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        trailers = dict(err.value.trailing_metadata() or ())
+        assert int(str(trailers["agency-retry-after-ms"])) > 1000
+    got = await gw2.messages.Pull(
+        messages_pb2.PullRequest(max_messages=10, wait_seconds=5), metadata=bob.auth
+    )
+    assert len(got.messages) == 3
+
+
+async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_after_a_restart(
+    gateways, tmp_path: Path, redis_client: Any, redis_prefix: str
+) -> None:
+    gw1, gw2, alice, bob, _ = gateways
+    # bob subscribes through gateway 1 (and reads his mailbox through that stream)
+    stream = gw1.messages.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=bob.auth)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while not await redis_client.sismember(f"{redis_prefix}subs:task.execute", "bob"):
+        assert loop.time() < deadline, "the subscription never reached the shared store"
+        await asyncio.sleep(0.02)
+
+    # published through gateway 2, which never saw the Subscribe call: bob gets his copy
+    sent = await gw2.messages.Send(alice.publish_request("task.execute", {"n": 1}), metadata=alice.auth)
+    assert list(sent.recipients) == ["bob"]
+    copy = await asyncio.wait_for(stream.read(), 10)
+    assert copy.kind == "topic" and copy.message.message_id == sent.message_id
+    await gw1.messages.Ack(messages_pb2.AckRequest(receipts=[copy.receipt]), metadata=bob.auth)
+    stream.cancel()  # the subscription outlives the stream
+
+    # a restarted gateway still knows it (the subscription is in Redis, not in a process)
+    assert await gw2.process.stop() == 0
+    restarted = await start_gateway(tmp_path / "agency.yaml", "gw-3", tmp_path)
+    try:
+        async with grpc.aio.insecure_channel(restarted.address) as channel:
+            messages = messages_pb2_grpc.MessageServiceStub(channel)
+            again = await messages.Send(alice.publish_request("task.execute", {"n": 2}), metadata=alice.auth)
+            assert list(again.recipients) == ["bob"]
+            drifted = await messages.Send(
+                alice.publish_request("task.execute.v2", {"n": 3}), metadata=alice.auth
+            )
+            assert list(drifted.recipients) == []  # nobody subscribes there: drift, as before
+    finally:
+        assert await restarted.stop() == 0, restarted.output()
+
+
+async def test_an_agent_registered_through_one_gateway_works_through_the_other_until_deregistered(
+    gateways,
+) -> None:
+    from middleware.errors import Unauthenticated
+    from middleware.messaging_client import MessagingClient, register_agent
+
+    gw1, gw2, alice, _, _ = gateways
+    creds, info = await register_agent(
+        "newcomer", gw1.process.address, description="Checks invoices", subscribes=["invoice.new"]
+    )
+    assert info.status == "active"
+    # the flows bind direct messages to the file's agents; a registered agent is reached by topic
+    sent = await gw2.messages.Send(alice.publish_request("invoice.new", "invoice 7"), metadata=alice.auth)
+    assert list(sent.recipients) == ["newcomer"]
+    async with (
+        MessagingClient(creds, gw2.process.address) as on_two,
+        MessagingClient(creds, gw1.process.address) as on_one,
+    ):
+        (got,) = await on_two.pull(wait=5)
+        assert got.message.content == "invoice 7"
+        (found,) = await on_one.find_agents("invoices")
+        assert found.name == "newcomer" and found.last_seen is not None
+        assert await on_one.deregister() is True
+        with pytest.raises(Unauthenticated):
+            await on_two.pull()

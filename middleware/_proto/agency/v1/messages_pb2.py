@@ -25,29 +25,61 @@ _sym_db = _symbol_database.Default()
 from middleware._proto.agency.v1 import common_pb2 as agency_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61gency/v1/messages.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\"\xc6\x01\n\x12SendMessageRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x11\n\tbroadcast\x18\x04 \x01(\x08\x12\x18\n\x0bttl_seconds\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0ctrigger_turn\x18\x06 \x01(\x08\x12\x13\n\x0bparams_json\x18\x07 \x01(\tB\x0e\n\x0c_ttl_seconds\"=\n\x13SendMessageResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x12\n\nrecipients\x18\x02 \x03(\t\"K\n\x0bPullRequest\x12\x14\n\x0cmax_messages\x18\x01 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\"\xbe\x01\n\x0fReceivedMessage\x12\x0f\n\x07receipt\x18\x01 \x01(\t\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x14\n\x0ctrigger_turn\x18\x05 \x01(\x08\x12\x16\n\x0e\x64\x65livery_count\x18\x06 \x01(\x05\x12\x12\n\nexpires_at\x18\x07 \x01(\x01\x12\x13\n\x0bparams_json\x18\x08 \x01(\t\"<\n\x0cPullResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agency.v1.ReceivedMessage\"\x1e\n\nAckRequest\x12\x10\n\x08receipts\x18\x01 \x03(\t\"#\n\x0b\x41\x63kResponse\x12\x14\n\x0c\x61\x63knowledged\x18\x01 \x01(\x05\"C\n\x10SubscribeRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x05\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t2\x8e\x02\n\x0eMessageService\x12\x45\n\x04Send\x12\x1d.agency.v1.SendMessageRequest\x1a\x1e.agency.v1.SendMessageResponse\x12\x37\n\x04Pull\x12\x16.agency.v1.PullRequest\x1a\x17.agency.v1.PullResponse\x12\x34\n\x03\x41\x63k\x12\x15.agency.v1.AckRequest\x1a\x16.agency.v1.AckResponse\x12\x46\n\tSubscribe\x12\x1b.agency.v1.SubscribeRequest\x1a\x1a.agency.v1.ReceivedMessage0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61gency/v1/messages.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\":\n\x14ReportMessageRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"?\n\x15ReportMessageResponse\x12\x11\n\treporters\x18\x01 \x01(\x05\x12\x13\n\x0bquarantined\x18\x02 \x01(\x08\"&\n\x15ListQuarantineRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\"\x9e\x01\n\x12QuarantinedMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0c\n\x04rule\x18\x04 \x01(\t\x12\n\n\x02\x61t\x18\x05 \x01(\x01\x12\x12\n\nrecipients\x18\x06 \x03(\t\x12&\n\x07message\x18\x07 \x01(\x0b\x32\x15.agency.v1.SMFMessage\"I\n\x16ListQuarantineResponse\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.agency.v1.QuarantinedMessage\"(\n\x12QuarantineDecision\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"0\n\x1aReleaseQuarantinedResponse\x12\x12\n\nrecipients\x18\x01 \x03(\t\"\x1b\n\x19\x44\x65leteQuarantinedResponse\"t\n\x14RegisterAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x12\n\npublic_key\x18\x03 \x01(\t\x12\x11\n\tpublishes\x18\x04 \x03(\t\x12\x12\n\nsubscribes\x18\x05 \x03(\t\"K\n\x15RegisterAgentResponse\x12#\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x14.agency.v1.AgentInfo\x12\r\n\x05token\x18\x02 \x01(\t\"\xa6\x01\n\tAgentInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x11\n\tpublishes\x18\x03 \x03(\t\x12\x12\n\nsubscribes\x18\x04 \x03(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x15\n\rregistered_by\x18\x06 \x01(\t\x12\x15\n\rregistered_at\x18\x07 \x01(\x01\x12\x11\n\tlast_seen\x18\x08 \x01(\x01\"&\n\x16\x44\x65registerAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x17\x44\x65registerAgentResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\"#\n\x13\x41pproveAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"O\n\x11\x46indAgentsRequest\x12\x12\n\ncapability\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x17\n\x0finclude_pending\x18\x03 \x01(\x08\":\n\x12\x46indAgentsResponse\x12$\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x14.agency.v1.AgentInfo\"\xf4\x01\n\x12SendMessageRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x11\n\tbroadcast\x18\x04 \x01(\x08\x12\x18\n\x0bttl_seconds\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0ctrigger_turn\x18\x06 \x01(\x08\x12\x13\n\x0bparams_json\x18\x07 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x08 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\t \x01(\tB\x0e\n\x0c_ttl_seconds\"|\n\x13SendMessageResponse\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x12\n\nrecipients\x18\x02 \x03(\t\x12\x14\n\x0cmessage_hash\x18\x03 \x01(\t\x12\x12\n\ntrace_link\x18\x04 \x01(\t\x12\x13\n\x0bquarantined\x18\x05 \x01(\t\"\x87\x01\n\x0bPullRequest\x12\x14\n\x0cmax_messages\x18\x01 \x01(\x05\x12\x14\n\x0cwait_seconds\x18\x02 \x01(\x01\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t\x12\x14\n\x0cinclude_read\x18\x04 \x01(\x08\x12\x14\n\x0cmessage_type\x18\x05 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x06 \x01(\t\"\xbf\x02\n\x0fReceivedMessage\x12\x0f\n\x07receipt\x18\x01 \x01(\t\x12&\n\x07message\x18\x02 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x14\n\x0ctrigger_turn\x18\x05 \x01(\x08\x12\x16\n\x0e\x64\x65livery_count\x18\x06 \x01(\x05\x12\x12\n\nexpires_at\x18\x07 \x01(\x01\x12\x13\n\x0bparams_json\x18\x08 \x01(\t\x12\x11\n\tsignature\x18\t \x01(\t\x12\x18\n\x0bttl_seconds\x18\n \x01(\x01H\x00\x88\x01\x01\x12\x14\n\x0c\x63ontent_type\x18\x0b \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x0c \x01(\t\x12\x14\n\x0cmessage_hash\x18\r \x01(\tB\x0e\n\x0c_ttl_seconds\"Q\n\x0cPullResponse\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.agency.v1.ReceivedMessage\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t\"\x1e\n\nAckRequest\x12\x10\n\x08receipts\x18\x01 \x03(\t\"#\n\x0b\x41\x63kResponse\x12\x14\n\x0c\x61\x63knowledged\x18\x01 \x01(\x05\"C\n\x10SubscribeRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x05\x12\x10\n\x08\x63onsumer\x18\x03 \x01(\t2\x9d\x07\n\x0eMessageService\x12\x45\n\x04Send\x12\x1d.agency.v1.SendMessageRequest\x1a\x1e.agency.v1.SendMessageResponse\x12\x37\n\x04Pull\x12\x16.agency.v1.PullRequest\x1a\x17.agency.v1.PullResponse\x12\x34\n\x03\x41\x63k\x12\x15.agency.v1.AckRequest\x1a\x16.agency.v1.AckResponse\x12\x46\n\tSubscribe\x12\x1b.agency.v1.SubscribeRequest\x1a\x1a.agency.v1.ReceivedMessage0\x01\x12M\n\x08Register\x12\x1f.agency.v1.RegisterAgentRequest\x1a .agency.v1.RegisterAgentResponse\x12S\n\nDeregister\x12!.agency.v1.DeregisterAgentRequest\x1a\".agency.v1.DeregisterAgentResponse\x12\x44\n\x0c\x41pproveAgent\x12\x1e.agency.v1.ApproveAgentRequest\x1a\x14.agency.v1.AgentInfo\x12I\n\nFindAgents\x12\x1c.agency.v1.FindAgentsRequest\x1a\x1d.agency.v1.FindAgentsResponse\x12K\n\x06Report\x12\x1f.agency.v1.ReportMessageRequest\x1a .agency.v1.ReportMessageResponse\x12U\n\x0eListQuarantine\x12 .agency.v1.ListQuarantineRequest\x1a!.agency.v1.ListQuarantineResponse\x12Z\n\x12ReleaseQuarantined\x12\x1d.agency.v1.QuarantineDecision\x1a%.agency.v1.ReleaseQuarantinedResponse\x12X\n\x11\x44\x65leteQuarantined\x12\x1d.agency.v1.QuarantineDecision\x1a$.agency.v1.DeleteQuarantinedResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agency.v1.messages_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SENDMESSAGEREQUEST']._serialized_start=64
-  _globals['_SENDMESSAGEREQUEST']._serialized_end=262
-  _globals['_SENDMESSAGERESPONSE']._serialized_start=264
-  _globals['_SENDMESSAGERESPONSE']._serialized_end=325
-  _globals['_PULLREQUEST']._serialized_start=327
-  _globals['_PULLREQUEST']._serialized_end=402
-  _globals['_RECEIVEDMESSAGE']._serialized_start=405
-  _globals['_RECEIVEDMESSAGE']._serialized_end=595
-  _globals['_PULLRESPONSE']._serialized_start=597
-  _globals['_PULLRESPONSE']._serialized_end=657
-  _globals['_ACKREQUEST']._serialized_start=659
-  _globals['_ACKREQUEST']._serialized_end=689
-  _globals['_ACKRESPONSE']._serialized_start=691
-  _globals['_ACKRESPONSE']._serialized_end=726
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=728
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=795
-  _globals['_MESSAGESERVICE']._serialized_start=798
-  _globals['_MESSAGESERVICE']._serialized_end=1068
+  _globals['_REPORTMESSAGEREQUEST']._serialized_start=63
+  _globals['_REPORTMESSAGEREQUEST']._serialized_end=121
+  _globals['_REPORTMESSAGERESPONSE']._serialized_start=123
+  _globals['_REPORTMESSAGERESPONSE']._serialized_end=186
+  _globals['_LISTQUARANTINEREQUEST']._serialized_start=188
+  _globals['_LISTQUARANTINEREQUEST']._serialized_end=226
+  _globals['_QUARANTINEDMESSAGE']._serialized_start=229
+  _globals['_QUARANTINEDMESSAGE']._serialized_end=387
+  _globals['_LISTQUARANTINERESPONSE']._serialized_start=389
+  _globals['_LISTQUARANTINERESPONSE']._serialized_end=462
+  _globals['_QUARANTINEDECISION']._serialized_start=464
+  _globals['_QUARANTINEDECISION']._serialized_end=504
+  _globals['_RELEASEQUARANTINEDRESPONSE']._serialized_start=506
+  _globals['_RELEASEQUARANTINEDRESPONSE']._serialized_end=554
+  _globals['_DELETEQUARANTINEDRESPONSE']._serialized_start=556
+  _globals['_DELETEQUARANTINEDRESPONSE']._serialized_end=583
+  _globals['_REGISTERAGENTREQUEST']._serialized_start=585
+  _globals['_REGISTERAGENTREQUEST']._serialized_end=701
+  _globals['_REGISTERAGENTRESPONSE']._serialized_start=703
+  _globals['_REGISTERAGENTRESPONSE']._serialized_end=778
+  _globals['_AGENTINFO']._serialized_start=781
+  _globals['_AGENTINFO']._serialized_end=947
+  _globals['_DEREGISTERAGENTREQUEST']._serialized_start=949
+  _globals['_DEREGISTERAGENTREQUEST']._serialized_end=987
+  _globals['_DEREGISTERAGENTRESPONSE']._serialized_start=989
+  _globals['_DEREGISTERAGENTRESPONSE']._serialized_end=1031
+  _globals['_APPROVEAGENTREQUEST']._serialized_start=1033
+  _globals['_APPROVEAGENTREQUEST']._serialized_end=1068
+  _globals['_FINDAGENTSREQUEST']._serialized_start=1070
+  _globals['_FINDAGENTSREQUEST']._serialized_end=1149
+  _globals['_FINDAGENTSRESPONSE']._serialized_start=1151
+  _globals['_FINDAGENTSRESPONSE']._serialized_end=1209
+  _globals['_SENDMESSAGEREQUEST']._serialized_start=1212
+  _globals['_SENDMESSAGEREQUEST']._serialized_end=1456
+  _globals['_SENDMESSAGERESPONSE']._serialized_start=1458
+  _globals['_SENDMESSAGERESPONSE']._serialized_end=1582
+  _globals['_PULLREQUEST']._serialized_start=1585
+  _globals['_PULLREQUEST']._serialized_end=1720
+  _globals['_RECEIVEDMESSAGE']._serialized_start=1723
+  _globals['_RECEIVEDMESSAGE']._serialized_end=2042
+  _globals['_PULLRESPONSE']._serialized_start=2044
+  _globals['_PULLRESPONSE']._serialized_end=2125
+  _globals['_ACKREQUEST']._serialized_start=2127
+  _globals['_ACKREQUEST']._serialized_end=2157
+  _globals['_ACKRESPONSE']._serialized_start=2159
+  _globals['_ACKRESPONSE']._serialized_end=2194
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=2196
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=2263
+  _globals['_MESSAGESERVICE']._serialized_start=2266
+  _globals['_MESSAGESERVICE']._serialized_end=3191
 # @@protoc_insertion_point(module_scope)

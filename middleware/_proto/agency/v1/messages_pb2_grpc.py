@@ -29,10 +29,15 @@ class MessageServiceStub:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     def __init__(self, channel):
@@ -61,16 +66,61 @@ class MessageServiceStub:
                 request_serializer=agency_dot_v1_dot_messages__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_messages__pb2.ReceivedMessage.FromString,
                 _registered_method=True)
+        self.Register = channel.unary_unary(
+                '/agency.v1.MessageService/Register',
+                request_serializer=agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.FromString,
+                _registered_method=True)
+        self.Deregister = channel.unary_unary(
+                '/agency.v1.MessageService/Deregister',
+                request_serializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.FromString,
+                _registered_method=True)
+        self.ApproveAgent = channel.unary_unary(
+                '/agency.v1.MessageService/ApproveAgent',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.AgentInfo.FromString,
+                _registered_method=True)
+        self.FindAgents = channel.unary_unary(
+                '/agency.v1.MessageService/FindAgents',
+                request_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
+                _registered_method=True)
+        self.Report = channel.unary_unary(
+                '/agency.v1.MessageService/Report',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ReportMessageRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ReportMessageResponse.FromString,
+                _registered_method=True)
+        self.ListQuarantine = channel.unary_unary(
+                '/agency.v1.MessageService/ListQuarantine',
+                request_serializer=agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.FromString,
+                _registered_method=True)
+        self.ReleaseQuarantined = channel.unary_unary(
+                '/agency.v1.MessageService/ReleaseQuarantined',
+                request_serializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.FromString,
+                _registered_method=True)
+        self.DeleteQuarantined = channel.unary_unary(
+                '/agency.v1.MessageService/DeleteQuarantined',
+                request_serializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.FromString,
+                _registered_method=True)
 
 
 class MessageServiceServicer:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     def Send(self, request, context):
@@ -103,6 +153,63 @@ class MessageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Register(self, request, context):
+        """Registration and discovery (needs messaging.registration.mode other than closed):
+        an agent reports its name, what it can do and its Ed25519 public key, and declares its
+        topics; the token comes back once (only its SHA-256 is kept). No agent token needed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Deregister(self, request, context):
+        """Remove a registered agent (its token stops working on every replica): the agent itself
+        (its token in the metadata) or a caller with the gateway's admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveAgent(self, request, context):
+        """Let a pending registration in (mode approval): the gateway's admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindAgents(self, request, context):
+        """Find agents by capability (words of their name and description) and/or topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Report(self, request, context):
+        """Moderation. An agent reports a message it received (audited; enough distinct reporters
+        quarantine it). The board and its decisions belong to a person with the admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuarantine(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseQuarantined(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteQuarantined(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +233,46 @@ def add_MessageServiceServicer_to_server(servicer, server):
                     request_deserializer=agency_dot_v1_dot_messages__pb2.SubscribeRequest.FromString,
                     response_serializer=agency_dot_v1_dot_messages__pb2.ReceivedMessage.SerializeToString,
             ),
+            'Register': grpc.unary_unary_rpc_method_handler(
+                    servicer.Register,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.SerializeToString,
+            ),
+            'Deregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deregister,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.SerializeToString,
+            ),
+            'ApproveAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveAgent,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.AgentInfo.SerializeToString,
+            ),
+            'FindAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindAgents,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.FindAgentsRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.FindAgentsResponse.SerializeToString,
+            ),
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ReportMessageRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ReportMessageResponse.SerializeToString,
+            ),
+            'ListQuarantine': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuarantine,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.SerializeToString,
+            ),
+            'ReleaseQuarantined': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseQuarantined,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.SerializeToString,
+            ),
+            'DeleteQuarantined': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteQuarantined,
+                    request_deserializer=agency_dot_v1_dot_messages__pb2.QuarantineDecision.FromString,
+                    response_serializer=agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agency.v1.MessageService', rpc_method_handlers)
@@ -138,10 +285,15 @@ class MessageService:
     """Agent-to-agent messaging through the post office (mailboxes, topics, broadcast).
 
     Every call is made by a registered agent and carries its token in the request
-    metadata: `authorization: Bearer <token>` (or `agency-token: <token>`); without a
-    valid one the call fails with UNAUTHENTICATED. Messages are signed by the sender:
-    `signature` is the base64 Ed25519 signature over the canonical JSON of the SMF
-    message (sorted keys, compact separators, UTF-8; `created_at` as RFC 3339 UTC).
+    metadata: `agency-token: <token>` (or `authorization: Bearer <token>` when the gateway
+    does not require client tokens of its own); without a valid one the call fails with
+    UNAUTHENTICATED. Messages are signed by the sender: `signature` is the base64 Ed25519
+    signature over the canonical JSON (sorted keys, compact separators, UTF-8; `created_at`
+    as RFC 3339 UTC) of
+    {"message": <SMF message>, "kind": "direct"|"topic"|"broadcast", "topic": <topic or "">,
+    "ttl": <ttl_seconds or null>, "trigger_turn": <bool>, "params": <params object or {}>,
+    "content_type": <content_type>, "correlation_id": <correlation_id or "">},
+    so nothing that changes what the receiver does can be altered in transit.
     """
 
     @staticmethod
@@ -242,6 +394,222 @@ class MessageService:
             '/agency.v1.MessageService/Subscribe',
             agency_dot_v1_dot_messages__pb2.SubscribeRequest.SerializeToString,
             agency_dot_v1_dot_messages__pb2.ReceivedMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Register(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Register',
+            agency_dot_v1_dot_messages__pb2.RegisterAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.RegisterAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Deregister',
+            agency_dot_v1_dot_messages__pb2.DeregisterAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.DeregisterAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ApproveAgent',
+            agency_dot_v1_dot_messages__pb2.ApproveAgentRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.AgentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindAgents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/FindAgents',
+            agency_dot_v1_dot_messages__pb2.FindAgentsRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.FindAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/Report',
+            agency_dot_v1_dot_messages__pb2.ReportMessageRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ReportMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuarantine(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ListQuarantine',
+            agency_dot_v1_dot_messages__pb2.ListQuarantineRequest.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ListQuarantineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseQuarantined(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/ReleaseQuarantined',
+            agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.ReleaseQuarantinedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteQuarantined(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.MessageService/DeleteQuarantined',
+            agency_dot_v1_dot_messages__pb2.QuarantineDecision.SerializeToString,
+            agency_dot_v1_dot_messages__pb2.DeleteQuarantinedResponse.FromString,
             options,
             channel_credentials,
             insecure,

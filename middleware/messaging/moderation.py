@@ -1,0 +1,292 @@
+"""Moderation: explicit rules move a message to a quarantine board instead of delivering it.
+
+Rules are pluggable (:class:`ModerationRule`: ``check(sender, message, now) -> reason | None``);
+the built-ins, set in the definition file's ``messaging.moderation``, are deliberately narrow
+(the design warns that over-blocking costs more than the spam it stops):
+
+- :class:`DenyPhrases` — whole-word, case-insensitive phrases in the text of the content
+  (``"wire the money"`` matches "Please WIRE the money!" but not "rewire the money-box").
+  Literal phrases, never client-supplied regular expressions (linear time).
+- :class:`RepeatedContent` — spam mark: the same sender sending the same content more than
+  ``max_repeats`` times within ``window_seconds``.
+- Reports: ``reports_to_quarantine`` agents (distinct) reporting one message
+  (``MessageService.Report``) quarantine it; copies not yet pulled are held back at pull.
+
+A quarantined message waits on the board (:class:`QuarantineBoard`, in Redis when the
+mailboxes are) until a person with the admin role releases it (delivered to the recipients it
+was meant for) or deletes it. Every step is audited: ``message.quarantined``,
+``message.reported``, ``message.released``, ``message.deleted``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import deque
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import Field, field_validator
+from redis.asyncio import Redis
+
+from .._model import Model
+from ..audit.record import canonical_json
+from ..redis_errors import RedisErrorHook, redis_operation
+from ..smf import SMFMessage
+
+__all__ = [
+    "MESSAGE_DELETED",
+    "MESSAGE_QUARANTINED",
+    "MESSAGE_RELEASED",
+    "MESSAGE_REPORTED",
+    "DenyPhrases",
+    "MemoryBoard",
+    "ModerationRule",
+    "ModerationSettings",
+    "QuarantineBoard",
+    "Quarantined",
+    "RedisBoard",
+    "RepeatedContent",
+    "content_text",
+]
+
+MESSAGE_QUARANTINED = "message.quarantined"
+MESSAGE_REPORTED = "message.reported"
+MESSAGE_RELEASED = "message.released"
+MESSAGE_DELETED = "message.deleted"
+
+
+def content_text(content: Any) -> str:
+    """Every string in ``content`` (keys and values of JSON objects too), joined by newlines."""
+    out: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                out.append(str(k))
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(content)
+    return "\n".join(out)
+
+
+@runtime_checkable
+class ModerationRule(Protocol):
+    """A rule: the reason to quarantine ``message`` from ``sender`` (None: let it through)."""
+
+    name: str
+
+    def check(self, sender: str, message: SMFMessage, now: float) -> str | None: ...
+
+
+class DenyPhrases:
+    """Quarantine content containing one of ``phrases`` as whole words, case-insensitively."""
+
+    name = "deny_phrases"
+
+    def __init__(self, phrases: list[str]) -> None:
+        self.phrases = [p for p in phrases if p.strip()]
+        # one linear-time alternation of escaped literals, bounded by word boundaries
+        body = "|".join(re.escape(" ".join(p.lower().split())).replace(r"\ ", r"\s+") for p in self.phrases)
+        self._pattern = re.compile(rf"(?<!\w)(?:{body})(?!\w)") if body else None
+
+    def check(self, sender: str, message: SMFMessage, now: float) -> str | None:
+        if self._pattern is None:
+            return None
+        found = self._pattern.search(content_text(message.content).lower())
+        return f"denied phrase {found.group(0)!r}" if found else None
+
+
+class RepeatedContent:
+    """Spam mark: one sender sending the same content more than ``max_repeats`` times within
+    ``window`` seconds (counted in this process)."""
+
+    name = "repeated_content"
+
+    def __init__(self, max_repeats: int, window: float) -> None:
+        self.max_repeats = max_repeats
+        self.window = window
+        self._seen: dict[tuple[str, str], deque[float]] = {}
+
+    def check(self, sender: str, message: SMFMessage, now: float) -> str | None:
+        digest = hashlib.sha256(canonical_json(message.content)).hexdigest()
+        times = self._seen.setdefault((sender, digest), deque())
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        times.append(now)
+        if len(self._seen) > 100_000:  # bounded memory: forget the oldest keys
+            for key in list(self._seen)[:10_000]:
+                del self._seen[key]
+        if len(times) > self.max_repeats:
+            return f"spam: the same content {len(times)} times in {self.window:g} s"
+        return None
+
+
+class RepeatSettings(Model):
+    max_repeats: int = Field(ge=1, description="Identical messages allowed per window.")
+    window_seconds: float = Field(gt=0, le=86400)
+
+
+class ModerationSettings(Model):
+    """``messaging.moderation``: explicit rules; nothing is moderated by default."""
+
+    deny_phrases: list[str] = Field(
+        default_factory=list, description="Whole-word, case-insensitive phrases that quarantine a message."
+    )
+    repeated_content: RepeatSettings | None = Field(
+        default=None, description="Quarantine the same content from one sender beyond this rate."
+    )
+    reports_to_quarantine: int = Field(
+        default=0, ge=0, description="Distinct agents reporting a message that quarantine it (0: off)."
+    )
+
+    @field_validator("deny_phrases")
+    @classmethod
+    def _phrases(cls, v: list[str]) -> list[str]:
+        for i, phrase in enumerate(v):
+            if not phrase.strip() or len(phrase) > 200:
+                raise ValueError(f"item {i}: a phrase of 1-200 characters")
+        return v
+
+    def rules(self) -> list[ModerationRule]:
+        out: list[ModerationRule] = []
+        if self.deny_phrases:
+            out.append(DenyPhrases(self.deny_phrases))
+        if self.repeated_content is not None:
+            out.append(
+                RepeatedContent(self.repeated_content.max_repeats, self.repeated_content.window_seconds)
+            )
+        return out
+
+
+class Quarantined(Model):
+    """A message on the quarantine board."""
+
+    message_id: str
+    sender: str
+    reason: str
+    rule: str
+    at: float
+    recipients: list[str] = Field(
+        default_factory=list, description="Who it was meant for (release sends it)."
+    )
+    envelope: str = Field(
+        default="",
+        description="The envelope as stored in a mailbox (JSON); empty when quarantined by "
+        "reports after every copy was delivered.",
+    )
+    status: Literal["held"] = "held"
+
+
+@runtime_checkable
+class QuarantineBoard(Protocol):
+    async def hold(self, item: Quarantined) -> None: ...
+
+    async def get(self, message_id: str) -> Quarantined | None: ...
+
+    async def take(self, message_id: str) -> Quarantined | None:
+        """Remove and return it (release or delete)."""
+        ...
+
+    async def items(self, limit: int = 100) -> list[Quarantined]: ...
+
+    async def is_held(self, message_ids: list[str]) -> set[str]: ...
+
+    async def report(self, message_id: str, reporter: str) -> int:
+        """Record a report; how many distinct agents reported the message."""
+        ...
+
+
+class MemoryBoard:
+    def __init__(self) -> None:
+        self._items: dict[str, Quarantined] = {}
+        self._reports: dict[str, set[str]] = {}
+        self._held_ids: set[str] = set()
+
+    async def hold(self, item: Quarantined) -> None:
+        self._items[item.message_id] = item
+        self._held_ids.add(item.message_id)
+
+    async def get(self, message_id: str) -> Quarantined | None:
+        return self._items.get(message_id)
+
+    async def take(self, message_id: str) -> Quarantined | None:
+        self._held_ids.discard(message_id)
+        return self._items.pop(message_id, None)
+
+    async def items(self, limit: int = 100) -> list[Quarantined]:
+        return sorted(self._items.values(), key=lambda q: q.at)[:limit]
+
+    async def is_held(self, message_ids: list[str]) -> set[str]:
+        return {m for m in message_ids if m in self._held_ids}
+
+    async def report(self, message_id: str, reporter: str) -> int:
+        reporters = self._reports.setdefault(message_id, set())
+        reporters.add(reporter)
+        return len(reporters)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisBoard:
+    """The board in Redis (``{prefix}quarantine`` hash, ``{prefix}quarantine:reports:{id}`` sets)."""
+
+    def __init__(
+        self, client: Redis, *, prefix: str = "agency:", on_redis_error: RedisErrorHook | None = None
+    ):
+        self._r = client
+        self.on_redis_error = on_redis_error
+        self._board = f"{prefix}quarantine"
+        self._prefix = prefix
+
+    @redis_operation("quarantine.hold")
+    async def hold(self, item: Quarantined) -> None:
+        await self._r.hset(self._board, item.message_id, item.model_dump_json())
+
+    @redis_operation("quarantine.get")
+    async def get(self, message_id: str) -> Quarantined | None:
+        raw = await self._r.hget(self._board, message_id)
+        return Quarantined.model_validate_json(raw) if raw else None
+
+    @redis_operation("quarantine.take")
+    async def take(self, message_id: str) -> Quarantined | None:
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hget(self._board, message_id)
+        pipe.hdel(self._board, message_id)
+        raw, _ = await pipe.execute()
+        return Quarantined.model_validate_json(raw) if raw else None
+
+    @redis_operation("quarantine.items")
+    async def items(self, limit: int = 100) -> list[Quarantined]:
+        raw = await self._r.hgetall(self._board)
+        return sorted((Quarantined.model_validate_json(v) for v in raw.values()), key=lambda q: q.at)[:limit]
+
+    @redis_operation("quarantine.is_held")
+    async def is_held(self, message_ids: list[str]) -> set[str]:
+        if not message_ids:
+            return set()
+        found = await self._r.hmget(self._board, message_ids)
+        return {m for m, v in zip(message_ids, found, strict=True) if v is not None}
+
+    @redis_operation("quarantine.report")
+    async def report(self, message_id: str, reporter: str) -> int:
+        key = f"{self._prefix}quarantine:reports:{message_id}"
+        pipe = self._r.pipeline(transaction=True)
+        pipe.sadd(key, reporter)
+        pipe.expire(key, 7 * 86400)
+        pipe.scard(key)
+        _, _, count = await pipe.execute()
+        return int(count)
+
+
+def quarantine_json(item: Quarantined) -> str:
+    """The board entry as a client sees it (no envelope internals beyond the message)."""
+    envelope = json.loads(item.envelope)
+    return json.dumps({**item.model_dump(exclude={"envelope"}), "message": envelope.get("message")})
