@@ -9,12 +9,12 @@ handed on, so the log's ordering guarantee (records take their place in call ord
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ..audit import AuditLog, AuditRecord
-from ..audit.record import AuditEventType
+from ..audit.record import AuditEventType, PlainRecord
 from ..pipeline import Agency
 
 __all__ = ["TaskWatch"]
@@ -54,11 +54,26 @@ class TaskWatch:
     def location(self) -> str:
         return self.inner.location
 
+    def _tell(self, event_type: str, task_id: str, detail: dict[str, Any], node: str) -> None:
+        if event_type == AuditEventType.STATE_TRANSITION and task_id in self._watchers:
+            for queue in self._watchers[task_id]:
+                queue.put_nowait({**detail, "node": node})
+
     async def append(self, record: AuditRecord) -> int:
-        if record.event_type == AuditEventType.STATE_TRANSITION and record.task_id in self._watchers:
-            for queue in self._watchers[record.task_id]:
-                queue.put_nowait({**record.detail, "node": record.node})
+        self._tell(record.event_type, record.task_id, record.detail, record.node)
         return await self.inner.append(record)
+
+    def on_task_record(self, record: PlainRecord) -> None:
+        """A task's record as the pipeline's journal records it (before its barrier): the
+        transition is told now, as it happens, not when the batch reaches the log."""
+        self._tell(record["event_type"], record["task_id"], record["detail"], record["node"])
+        inner = getattr(self.inner, "on_task_record", None)
+        if inner is not None:
+            inner(record)
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        """Hand a journal's batch on (its transitions were told by :meth:`on_task_record`)."""
+        return await self.inner.append_batch(records)
 
     def records(self) -> Iterator[tuple[int, AuditRecord]]:
         return self.inner.records()
