@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from gateway_processes import start_gateway, write_definition
 
 from middleware import Agency
 from middleware.access import HumanRole, Principal, Role
@@ -29,9 +31,12 @@ from middleware.messaging.moderation import (
     RedisBoard,
 )
 from middleware.messaging.redis_mailbox import RedisMailbox
+from middleware.messaging_client import AgentCredentials, MessagingClient
 from middleware.people import Person, RedisEscalationStore
 from middleware.people.desk import HumanDesk
 from middleware.smf import SMFMessage
+
+from . import cases
 
 TOKENS = {
     "mo": "tok-mo-moderator-0001",
@@ -315,3 +320,41 @@ async def test_with_redis_a_message_held_on_one_replica_is_decided_on_the_other(
     finally:
         async for k in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(k)
+
+
+async def test_a_served_gateway_escalates_a_held_message_to_its_console(tmp_path: Path) -> None:
+    """``agency serve`` wires it: an agent's message held by the definition's moderation is
+    released by a moderator in the served console and then pulled by its recipient."""
+    shop, bank = AgentCredentials.generate("shop"), AgentCredentials.generate("bank")
+    spec = cases.definition()
+    spec["humans"]["people"].append(
+        {"name": "mo", "roles": ["moderator"], "token_sha256": hash_token(TOKENS["mo"])}
+    )
+    spec["messaging"] = {
+        "agents": [shop.enrollment(), bank.enrollment()],
+        "moderation": {"deny_phrases": ["wire the money"]},
+    }
+    config = write_definition(tmp_path / "agency.json", spec)
+    gw = await start_gateway(config, "moderation-node", tmp_path, pythonpath=[Path(__file__).parent])
+    try:
+        console = re.search(r"operator console on (http://[\d.]+:\d+)", gw.output())
+        assert console, gw.output()
+        async with MessagingClient(shop, gw.address) as sender, MessagingClient(bank, gw.address) as receiver:
+            sent = await sender.send("bank", {"note": PHRASE_TEXT})
+            assert sent.recipients == ()
+            async with httpx.AsyncClient(base_url=console.group(1)) as c:
+                token = await sign_in(c, "mo")
+                inbox = (await c.get("/inbox")).text
+                esc_id = re.search(r'href="/inbox/(esc_[^"]+)"', inbox)
+                assert esc_id and "deny_phrases" in inbox, inbox
+                page = (await c.get(f"/inbox/{esc_id.group(1)}")).text
+                assert "Matched phrase <b>wire the money</b>" in page and "account 7" not in page
+                r = await c.post(
+                    f"/inbox/{esc_id.group(1)}/decide",
+                    data={"csrf": token, "choice": "release", "note": "checked with the bank"},
+                )
+                assert r.status_code == 303, r.text
+            (got,) = await receiver.pull(wait=5)
+            assert got.message.message_id == sent.message_id
+    finally:
+        assert await gw.stop() == 0, gw.output()
