@@ -29,6 +29,7 @@ from middleware.messaging.moderation import (
     MemoryBoard,
     QuarantineBoard,
     RedisBoard,
+    RepeatedContent,
 )
 from middleware.messaging.redis_mailbox import RedisMailbox
 from middleware.messaging_client import AgentCredentials, MessagingClient
@@ -107,13 +108,18 @@ class Replica:
 
 
 async def replica(
-    *, board: QuarantineBoard | None = None, transport: Any = None, store: Any = None, reports: int = 2
+    *,
+    board: QuarantineBoard | None = None,
+    transport: Any = None,
+    store: Any = None,
+    reports: int = 2,
+    rules: list[Any] | None = None,
 ) -> Replica:
     agency = Agency()
     po = PostOffice(
         transport,
         audit=agency.audit,
-        moderation=[DenyPhrases(["wire the money"])],
+        moderation=rules if rules is not None else [DenyPhrases(["wire the money"])],
         board=board or MemoryBoard(),
         reports_to_quarantine=reports,
     )
@@ -358,3 +364,14 @@ async def test_a_served_gateway_escalates_a_held_message_to_its_console(tmp_path
             assert got.message.message_id == sent.message_id
     finally:
         assert await gw.stop() == 0, gw.output()
+
+
+async def test_the_same_notice_to_every_moderator_is_not_held_as_spam() -> None:
+    strict = await replica(rules=[DenyPhrases(["wire the money"]), RepeatedContent(1, 3600)])
+    shop, _ = await enrol(strict.po, "shop"), await enrol(strict.po, "bank")
+    await send(strict.po, shop, "bank", {"note": PHRASE_TEXT})
+    (esc,) = await strict.desk.inbox(strict.desk.people["mo"])
+    for who in ("mo", "rita", "dora"):  # the same notice content to three people
+        (notice,) = await strict.po.pull(TOKENS[who])
+        assert notice.message.content["escalation_id"] == esc.id
+    assert [q.message_id for q in await strict.po.board.items()] == [esc.held_message]
