@@ -375,3 +375,17 @@ async def test_the_same_notice_to_every_moderator_is_not_held_as_spam() -> None:
         (notice,) = await strict.po.pull(TOKENS[who])
         assert notice.message.content["escalation_id"] == esc.id
     assert [q.message_id for q in await strict.po.board.items()] == [esc.held_message]
+
+
+async def test_a_message_taken_off_the_board_meanwhile_is_refused_not_reopened(one: Replica) -> None:
+    shop, bank = await enrol(one.po, "shop"), await enrol(one.po, "bank")
+    held = await send(one.po, shop, "bank", {"note": PHRASE_TEXT})
+    (esc,) = await one.desk.inbox(one.desk.people["mo"])
+    assert await one.po.board.take(held.message_id) is not None  # e.g. a decision racing this one
+    async with client(one.desk) as c:
+        token = await sign_in(c, "mo")
+        r = await c.post(f"/inbox/{esc.id}/decide", data={"csrf": token, "choice": "release"})
+        assert r.status_code == 409 and "no longer on the quarantine board" in r.text
+    assert (await one.desk.store.get(esc.id)).status == "closed"  # type: ignore[union-attr]
+    assert await one.desk.inbox(one.desk.people["mo"]) == [] and await one.po.pull(bank.token) == []
+    assert audit(one.agency, MESSAGE_RELEASED) == []
