@@ -64,14 +64,17 @@ class HumanRole(StrEnum):
 
     ``operator`` answers clarifications and handovers; ``approver`` decides approval gates;
     ``compliance_officer`` receives POLICY_VIOLATION escalations (without the quarantined
-    content); ``quarantine_reviewer`` may also see what was quarantined; ``auditor`` reads
-    the audit pages only.
+    content); ``quarantine_reviewer`` may also see what was quarantined; ``moderator``
+    releases or deletes messages the post office's moderation held on the quarantine board
+    (it sees their content only when it also holds ``quarantine_reviewer``); ``auditor``
+    reads the audit pages only.
     """
 
     OPERATOR = "operator"
     APPROVER = "approver"
     COMPLIANCE_OFFICER = "compliance_officer"
     QUARANTINE_REVIEWER = "quarantine_reviewer"
+    MODERATOR = "moderator"
     AUDITOR = "auditor"
 
 

@@ -13,9 +13,12 @@ the built-ins, set in the definition file's ``messaging.moderation``, are delibe
   (``MessageService.Report``) quarantine it; copies not yet pulled are held back at pull.
 
 A quarantined message waits on the board (:class:`QuarantineBoard`, in Redis when the
-mailboxes are) until a person with the admin role releases it (delivered to the recipients it
-was meant for) or deletes it. Every step is audited: ``message.quarantined``,
-``message.reported``, ``message.released``, ``message.deleted``.
+mailboxes are) until a caller with the gateway's admin role (``MessageService``) or a person
+with the ``moderator`` human role (the operator console's inbox, through the human desk)
+releases it (delivered to the recipients it was meant for) or deletes it. Each held item
+carries its evidence (the matched phrase, the reports with their reasons). Every step is
+audited: ``message.quarantined``, ``message.reported``, ``message.released``,
+``message.deleted``.
 """
 
 from __future__ import annotations
@@ -101,6 +104,17 @@ class DenyPhrases:
         found = self._pattern.search(content_text(message.content).lower())
         return f"denied phrase {found.group(0)!r}" if found else None
 
+    def evidence(self, sender: str, message: SMFMessage) -> dict[str, Any]:
+        """What matched (shown to the moderator): ``{"phrase": ..., "matched": ...}``."""
+        if self._pattern is None:
+            return {}
+        found = self._pattern.search(content_text(message.content).lower())
+        if found is None:
+            return {}
+        said = " ".join(found.group(0).split())
+        phrase = next((p for p in self.phrases if " ".join(p.lower().split()) == said), said)
+        return {"phrase": phrase, "matched": found.group(0)}
+
 
 class RepeatedContent:
     """Spam mark: one sender sending the same content more than ``max_repeats`` times within
@@ -180,6 +194,10 @@ class Quarantined(Model):
         description="The envelope as stored in a mailbox (JSON); empty when quarantined by "
         "reports after every copy was delivered.",
     )
+    evidence: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Why, in detail: the matched phrase, the reports (reporter -> reason) ...",
+    )
     status: Literal["held"] = "held"
 
 
@@ -197,15 +215,19 @@ class QuarantineBoard(Protocol):
 
     async def is_held(self, message_ids: list[str]) -> set[str]: ...
 
-    async def report(self, message_id: str, reporter: str) -> int:
+    async def report(self, message_id: str, reporter: str, reason: str = "") -> int:
         """Record a report; how many distinct agents reported the message."""
+        ...
+
+    async def reports(self, message_id: str) -> dict[str, str]:
+        """The reports of a message: reporter -> reason (the latest of each reporter)."""
         ...
 
 
 class MemoryBoard:
     def __init__(self) -> None:
         self._items: dict[str, Quarantined] = {}
-        self._reports: dict[str, set[str]] = {}
+        self._reports: dict[str, dict[str, str]] = {}
         self._held_ids: set[str] = set()
 
     async def hold(self, item: Quarantined) -> None:
@@ -225,10 +247,13 @@ class MemoryBoard:
     async def is_held(self, message_ids: list[str]) -> set[str]:
         return {m for m in message_ids if m in self._held_ids}
 
-    async def report(self, message_id: str, reporter: str) -> int:
-        reporters = self._reports.setdefault(message_id, set())
-        reporters.add(reporter)
+    async def report(self, message_id: str, reporter: str, reason: str = "") -> int:
+        reporters = self._reports.setdefault(message_id, {})
+        reporters[reporter] = reason
         return len(reporters)
+
+    async def reports(self, message_id: str) -> dict[str, str]:
+        return dict(self._reports.get(message_id, {}))
 
 
 def _s(value: Any) -> str:
@@ -236,7 +261,8 @@ def _s(value: Any) -> str:
 
 
 class RedisBoard:
-    """The board in Redis (``{prefix}quarantine`` hash, ``{prefix}quarantine:reports:{id}`` sets)."""
+    """The board in Redis (``{prefix}quarantine`` hash; ``{prefix}quarantine:reports:{id}``
+    hashes of reporter -> reason)."""
 
     def __init__(
         self, client: Redis, *, prefix: str = "agency:", on_redis_error: RedisErrorHook | None = None
@@ -276,14 +302,19 @@ class RedisBoard:
         return {m for m, v in zip(message_ids, found, strict=True) if v is not None}
 
     @redis_operation("quarantine.report")
-    async def report(self, message_id: str, reporter: str) -> int:
+    async def report(self, message_id: str, reporter: str, reason: str = "") -> int:
         key = f"{self._prefix}quarantine:reports:{message_id}"
         pipe = self._r.pipeline(transaction=True)
-        pipe.sadd(key, reporter)
+        pipe.hset(key, reporter, reason)
         pipe.expire(key, 7 * 86400)
-        pipe.scard(key)
+        pipe.hlen(key)
         _, _, count = await pipe.execute()
         return int(count)
+
+    @redis_operation("quarantine.reports")
+    async def reports(self, message_id: str) -> dict[str, str]:
+        raw = await self._r.hgetall(f"{self._prefix}quarantine:reports:{message_id}")
+        return {_s(k): _s(v) for k, v in raw.items()}
 
 
 def quarantine_json(item: Quarantined) -> str:

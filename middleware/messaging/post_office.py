@@ -46,7 +46,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from .._model import Model
-from ..access import Principal, Role
+from ..access import HumanRole, Principal, Role
 from ..audit import AuditLog, AuditRecord, MemoryAuditLog
 from ..audit.record import Actors, AuditEventType, canonical_json
 from ..errors import (
@@ -336,6 +336,12 @@ class PostOffice:
     Attributes:
         on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
             enqueued (the runtime uses one to wake agents it hosts).
+        on_quarantined: Coroutines run with each item moderation puts on the board (the
+            human desk turns it into a ``quarantine`` escalation for the moderators).
+        on_moderated: Coroutines run with ``(message_id, "released" | "deleted", by)`` after
+            each decision on the board (the desk closes that escalation).
+        moderation_exempt: Senders moderation never holds (the desk's escalation notices:
+            the same notice to many moderators is no spam).
     """
 
     def __init__(
@@ -382,6 +388,9 @@ class PostOffice:
         self.board: QuarantineBoard = board or MemoryBoard()
         self.reports_to_quarantine = reports_to_quarantine
         self.on_delivered: list[Callable[[str, bool], None]] = []
+        self.on_quarantined: list[Callable[[Quarantined], Awaitable[None]]] = []
+        self.on_moderated: list[Callable[[str, str, str], Awaitable[None]]] = []
+        self.moderation_exempt: set[str] = set()
 
     # ------------------------------------------------------------------ identity
     async def register(self, name: str, public_key: str | bytes, *, description: str = "") -> str:
@@ -958,7 +967,8 @@ class PostOffice:
             data = envelope.model_dump_json().encode()
             held = self._moderate(sender, msg)
             if held is not None:
-                return await self._quarantine(sender, msg, envelope, list(recipients), *held)
+                rule, reason, evidence = held
+                return await self._quarantine(sender, msg, envelope, list(recipients), rule, reason, evidence)
             if kind == "direct":
                 await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
         except AgencyError as exc:
@@ -1007,29 +1017,41 @@ class PostOffice:
         link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
         return SendResult(msg.message_id, tuple(delivered), envelope.message_hash, link)
 
-    def _moderate(self, sender: str, msg: SMFMessage) -> tuple[str, str] | None:
-        """``(rule, reason)`` of the first moderation rule that holds the message, or None."""
+    def _moderate(self, sender: str, msg: SMFMessage) -> tuple[str, str, dict[str, Any]] | None:
+        """``(rule, reason, evidence)`` of the first moderation rule that holds the message,
+        or None. A rule with an ``evidence(sender, message)`` method says what matched."""
+        if sender in self.moderation_exempt:
+            return None
         now = self.clock()
         for rule in self.moderation:
             reason = rule.check(sender, msg, now)
             if reason:
-                return rule.name, reason
+                explain = getattr(rule, "evidence", None)
+                evidence = explain(sender, msg) if callable(explain) else {}
+                return rule.name, reason, dict(evidence)
         return None
 
     async def _quarantine(
-        self, sender: str, msg: SMFMessage, envelope: Envelope, recipients: list[str], rule: str, reason: str
+        self,
+        sender: str,
+        msg: SMFMessage,
+        envelope: Envelope,
+        recipients: list[str],
+        rule: str,
+        reason: str,
+        evidence: dict[str, Any],
     ) -> SendResult:
-        await self.board.hold(
-            Quarantined(
-                message_id=msg.message_id,
-                sender=sender,
-                reason=reason,
-                rule=rule,
-                at=self.clock(),
-                recipients=recipients,
-                envelope=envelope.model_dump_json(),
-            )
+        item = Quarantined(
+            message_id=msg.message_id,
+            sender=sender,
+            reason=reason,
+            rule=rule,
+            at=self.clock(),
+            recipients=recipients,
+            envelope=envelope.model_dump_json(),
+            evidence=evidence,
         )
+        await self.board.hold(item)
         await self._audit(
             MESSAGE_QUARANTINED,
             "held",
@@ -1038,6 +1060,7 @@ class PostOffice:
             trace_id=msg.trace_id,
             rule=rule,
         )
+        await self._held(item)
         link = self.config.trace_link.format(trace_id=msg.trace_id, message_id=msg.message_id)
         return SendResult(msg.message_id, (), envelope.message_hash, link, quarantined=reason)
 
@@ -1054,7 +1077,7 @@ class PostOffice:
             raise InvalidInput.single("message_id", "the id of the message reported (1-128 characters)")
         if len(reason) > 1000:
             raise InvalidInput.single("reason", "at most 1000 characters")
-        count = await self.board.report(message_id, agent)
+        count = await self.board.report(message_id, agent, reason)
         await self._audit(
             MESSAGE_REPORTED,
             "reported",
@@ -1064,15 +1087,15 @@ class PostOffice:
         threshold = self.reports_to_quarantine
         if not threshold or count < threshold or await self.board.get(message_id) is not None:
             return count, await self.board.get(message_id) is not None
-        await self.board.hold(
-            Quarantined(
-                message_id=message_id,
-                sender="",
-                reason=f"reported by {count} agents",
-                rule="reports",
-                at=self.clock(),
-            )
+        item = Quarantined(
+            message_id=message_id,
+            sender="",
+            reason=f"reported by {count} agents",
+            rule="reports",
+            at=self.clock(),
+            evidence={"reports": await self.board.reports(message_id)},
         )
+        await self.board.hold(item)
         await self._audit(
             MESSAGE_QUARANTINED,
             "held",
@@ -1080,26 +1103,69 @@ class PostOffice:
             {"message_id": message_id, "reason": f"reported by {count} agents", "stage": "report"},
             rule="reports",
         )
+        await self._held(item)
         return count, True
 
+    async def _held(self, item: Quarantined) -> None:
+        """Tell ``on_quarantined`` (the human desk): a failure there never undoes the hold."""
+        for hook in self.on_quarantined:
+            try:
+                await hook(item)
+            except Exception:  # the item is on the board, listed by Quarantine for an admin
+                log.exception("quarantine hook for message %s", item.message_id)
+
+    async def _moderated(self, message_id: str, decision: str, by: str) -> None:
+        for hook in self.on_moderated:
+            try:
+                await hook(message_id, decision, by)
+            except Exception:
+                log.exception("moderation hook for message %s", message_id)
+
     @staticmethod
-    def _moderator(caller: Principal | None, what: str) -> str:
+    def _moderator(
+        caller: Principal | None, what: str, person: str = "", roles: Sequence[HumanRole] = ()
+    ) -> tuple[str, str]:
+        """``(who, role)`` deciding on the board: a person (console) with the moderator role,
+        or a gRPC caller with the admin role."""
+        if person:
+            if HumanRole.MODERATOR not in roles:
+                have = ", ".join(r.value for r in roles) or "none"
+                raise PermissionDenied(
+                    f"{what} needs the moderator role ({person} has the roles {have})",
+                    details={"person": person, "needed": [HumanRole.MODERATOR.value]},
+                )
+            return person, HumanRole.MODERATOR.value
         if caller is None or caller.role is not Role.ADMIN:
-            raise PermissionDenied(f"{what} needs a person with the gateway's admin role")
-        return caller.name
+            raise PermissionDenied(
+                f"{what} needs a person with the gateway's admin role "
+                "(or the moderator role, in the operator console)"
+            )
+        return caller.name, Role.ADMIN.value
 
     async def quarantine(self, *, caller: Principal | None, limit: int = 100) -> list[Quarantined]:
         """The quarantine board, oldest first (a person with the admin role)."""
-        self._moderator(caller, "reading the quarantine board")
+        self._moderator(caller, "reading the quarantine board")  # people read it in their inbox
         return await self.board.items(limit)
 
-    async def release(self, message_id: str, *, caller: Principal | None) -> list[str]:
+    async def release(
+        self,
+        message_id: str,
+        *,
+        caller: Principal | None = None,
+        person: str = "",
+        roles: Sequence[HumanRole] = (),
+        note: str = "",
+    ) -> list[str]:
         """Deliver a quarantined message to the recipients it was meant for; returns them.
 
+        Decided by ``caller`` (gRPC, the admin role) or by ``person`` holding ``roles``
+        (the operator console, the moderator role); ``note`` is their reason, audited.
+
         Raises:
-            PermissionDenied: not an admin. NotFound: not on the board.
+            PermissionDenied: neither an admin nor a moderator. NotFound: not on the board
+            (never held, or already released or deleted: the board takes an item once).
         """
-        who = self._moderator(caller, "releasing a quarantined message")
+        who, role = self._moderator(caller, "releasing a quarantined message", person, roles)
         item = await self.board.take(message_id)
         if item is None:
             raise NotFound(f"message {message_id!r} is not in quarantine")
@@ -1117,19 +1183,35 @@ class PostOffice:
             MESSAGE_RELEASED,
             "released",
             item.sender,
-            {"message_id": message_id, "by": who, "recipients": delivered, "reason": item.reason},
+            {
+                "message_id": message_id,
+                "by": who,
+                "role": role,
+                "note": note,
+                "recipients": delivered,
+                "reason": item.reason,
+            },
             rule=item.rule,
         )
         await self._report_depth(delivered)
+        await self._moderated(message_id, "released", who)
         return delivered
 
-    async def delete_quarantined(self, message_id: str, *, caller: Principal | None) -> None:
-        """Drop a quarantined message for good (audited with who decided).
+    async def delete_quarantined(
+        self,
+        message_id: str,
+        *,
+        caller: Principal | None = None,
+        person: str = "",
+        roles: Sequence[HumanRole] = (),
+        note: str = "",
+    ) -> None:
+        """Drop a quarantined message for good (audited with who decided, role and reason).
 
         Raises:
-            PermissionDenied: not an admin. NotFound: not on the board.
+            PermissionDenied: neither an admin nor a moderator. NotFound: not on the board.
         """
-        who = self._moderator(caller, "deleting a quarantined message")
+        who, role = self._moderator(caller, "deleting a quarantined message", person, roles)
         item = await self.board.take(message_id)
         if item is None:
             raise NotFound(f"message {message_id!r} is not in quarantine")
@@ -1137,9 +1219,10 @@ class PostOffice:
             MESSAGE_DELETED,
             "deleted",
             item.sender,
-            {"message_id": message_id, "by": who, "reason": item.reason},
+            {"message_id": message_id, "by": who, "role": role, "note": note, "reason": item.reason},
             rule=item.rule,
         )
+        await self._moderated(message_id, "deleted", who)
 
     async def _reject(
         self, sender: str, msg: SMFMessage, exc: AgencyError, kind: Kind, topic: str = ""

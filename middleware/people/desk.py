@@ -6,6 +6,10 @@ person (a clarification, a conflict, a handover, an approval) or whose output wa
 quarantined becomes an :class:`~middleware.people.model.Escalation`: routed to people by
 their routes and roles, stored (memory or Redis, shared by replicas), posted to each
 person's mailbox in the post office (``human:<name>``), and shown in their console inbox.
+A message the post office's moderation holds on its quarantine board becomes a
+``quarantine`` escalation too (``task_id`` ``message:<id>``), routed to the people with the
+``moderator`` role (or a route), decided ``release`` or ``delete`` through the same post
+office operations as ``MessageService.ReleaseQuarantined`` / ``DeleteQuarantined``.
 
 :meth:`HumanDesk.decide` is the one way a person's answer goes in: it checks the person
 may decide, that the escalation is still open (its id is a one-time decision id, claimed
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -30,11 +35,12 @@ from ..errors import AgencyError, FailedPrecondition, InvalidInput, NotFound, Pe
 from ..metrics import Metrics
 from ..smf import Provenance, SMFMessage, SMFMetadata, utcnow
 from ..tasks import Outcome, TaskRecord, TaskState
-from .model import ESCALATION_KINDS, Escalation, Person
+from .model import ESCALATION_KINDS, MESSAGE_SUBJECT, Escalation, Person
 from .store import EscalationStore, MemoryEscalationStore
 
 if TYPE_CHECKING:
     from ..definition import AgencyDefinition
+    from ..messaging.moderation import Quarantined
     from ..messaging.post_office import PostOffice
     from ..pipeline import Agency
 
@@ -163,6 +169,9 @@ class HumanDesk:
                 DESK_SENDER, public_key_b64(self._desk_key), description="escalations for people"
             )
         post_office.flows_exempt.add(DESK_SENDER)
+        post_office.moderation_exempt.add(DESK_SENDER)  # one notice to many moderators is no spam
+        post_office.on_quarantined.append(self.message_held)
+        post_office.on_moderated.append(self.message_decided)
 
     # ---------------------------------------------------------------- observer
     async def task_started(self, run: TaskRecord) -> None:
@@ -223,18 +232,79 @@ class HumanDesk:
         )
         if failure_type == "POLICY_VIOLATION":
             esc.deciders = _DECIDERS["quarantine"]
+        self._route(esc)
+        return esc
+
+    def _route(self, esc: Escalation) -> None:
         for person in self.people.values():
             why = self._why(person, esc)
             if why:
                 esc.assignees.append(person.name)
                 esc.routing.append(f"{person.name}: {why}")
-        return esc
+
+    # ------------------------------------------------------- held messages
+    async def message_held(self, item: Quarantined) -> None:
+        """A message the post office's moderation held: a ``quarantine`` escalation for the
+        people with the ``moderator`` role (or whose routes match it), with the rule that
+        fired and its evidence — never the content (read from the board when shown)."""
+        if item.sender == DESK_SENDER:  # the desk's own notices never escalate
+            return
+        subject = MESSAGE_SUBJECT + item.message_id
+        if await self.store.open_for_task(subject) is not None:
+            return
+        trace_id = ""
+        if item.envelope:
+            with contextlib.suppress(ValueError, AttributeError):
+                trace_id = str(json.loads(item.envelope).get("message", {}).get("trace_id", ""))
+        sender = item.sender or "an agent"
+        esc = Escalation(
+            task_id=subject,
+            trace_id=trace_id,
+            kind="quarantine",
+            agent=item.sender,
+            tags=["message", item.rule],
+            summary=f"message from {sender} held by moderation (rule {item.rule}: {item.reason})"[:500],
+            pending={
+                "source": "message",
+                "message_id": item.message_id,
+                "rule": item.rule,
+                "reason": item.reason,
+                "sender": item.sender,
+                "recipients": list(item.recipients),
+                "evidence": dict(item.evidence),
+                "decisions": ["release", "delete"],
+            },
+            deciders=[HumanRole.MODERATOR],
+        )
+        self._route(esc)
+        await self.store.put(esc)
+        await self._record(
+            "human.escalation",
+            "routed" if esc.assignees else "unrouted",
+            esc,
+            {"assignees": esc.assignees, "routing": esc.routing, "kind": esc.kind, "rule": item.rule},
+        )
+        await self._notify(esc)
+        await self._count()
+
+    async def message_decided(self, message_id: str, decision: str, by: str) -> None:
+        """A held message was released or deleted (e.g. over gRPC by an admin): its open
+        escalation closes, so a later decision in the console is refused as already taken."""
+        esc = await self.store.open_for_task(MESSAGE_SUBJECT + message_id)
+        if esc is None or not await self.store.claim(esc.id):
+            return  # decided in the console (already answered), or by a concurrent decision
+        esc.status, esc.decided_by, esc.decision = "closed", by, decision
+        esc.reason, esc.decided_at = f"{decision} by {by} (MessageService)", utcnow()
+        await self.store.put(esc)
+        await self._count()
 
     @staticmethod
     def _why(person: Person, esc: Escalation) -> str:
         for route in person.routes:
             if route.matches(esc):
                 return f"route ({route.describe()})"
+        if esc.held_message:
+            return "role moderator decides held messages" if person.has(HumanRole.MODERATOR) else ""
         if esc.kind == "approval" and person.has(*esc.deciders):
             return f"role {next(r for r in person.roles if r in esc.deciders).value} may approve"
         if esc.failure_type == "POLICY_VIOLATION" and person.has(HumanRole.COMPLIANCE_OFFICER):
@@ -263,7 +333,13 @@ class HumanDesk:
                     "kind": esc.kind,
                     "task_id": esc.task_id,
                     "failure_type": esc.failure_type,
-                    "summary": esc.summary if esc.kind != "quarantine" else "an output was quarantined",
+                    "summary": esc.summary
+                    if esc.kind != "quarantine"
+                    else (
+                        "a message was held by moderation"
+                        if esc.held_message
+                        else "an output was quarantined"
+                    ),
                     "console": f"/inbox/{esc.id}",
                 },
                 metadata=SMFMetadata(
@@ -301,11 +377,22 @@ class HumanDesk:
         esc = await self.store.get(esc_id)
         if esc is None:
             raise NotFound(f"no escalation {esc_id!r}")
-        return self.redact(esc, person)
+        shown = self.redact(esc, person)
+        if esc.held_message and not shown.pending.get("redacted") and self.post_office is not None:
+            item = await self.post_office.board.get(esc.held_message)  # still held: its content
+            if item is not None and item.envelope:
+                message = json.loads(item.envelope).get("message") or {}
+                shown.pending["message"] = {k: message.get(k) for k in ("sender", "receiver", "content")}
+        return shown
 
     @staticmethod
     def redact(esc: Escalation, person: Person) -> Escalation:
-        """POLICY_VIOLATION escalations without what was blocked, unless the person may see it."""
+        """POLICY_VIOLATION escalations without what was blocked, unless the person may see it;
+        a held message's content is only ever added for those who may see it (the same rule)."""
+        if esc.held_message:
+            if person.has(HumanRole.QUARANTINE_REVIEWER):
+                return esc
+            return esc.model_copy(update={"pending": {**esc.pending, "redacted": True}})
         if esc.failure_type != "POLICY_VIOLATION" or person.has(HumanRole.QUARANTINE_REVIEWER):
             return esc
         pending = dict(esc.pending)
@@ -365,7 +452,9 @@ class HumanDesk:
         await self.store.put(esc)  # closed before the task moves: its next stop opens a new one
         try:
             outcome = None
-            if esc.kind != "quarantine":
+            if esc.held_message:
+                await self._moderate(esc, person, choice, note)
+            elif esc.kind != "quarantine":
                 outcome = await self.agency.resume(
                     esc.task_id, answer=answer, decision=decision, person=person.ref()
                 )
@@ -387,8 +476,31 @@ class HumanDesk:
         await self._count()
         return outcome
 
+    async def _moderate(self, esc: Escalation, person: Person, choice: str, note: str) -> None:
+        """Release or delete a held message through the post office (the gRPC RPCs' path)."""
+        po = self.post_office
+        if po is None:
+            raise FailedPrecondition("no post office is attached to the desk: nothing to release or delete")
+        try:
+            if choice == "release":
+                await po.release(esc.held_message, person=person.name, roles=person.roles, note=note)
+            else:
+                await po.delete_quarantined(
+                    esc.held_message, person=person.name, roles=person.roles, note=note
+                )
+        except NotFound:  # taken off the board by another decision (an admin over gRPC)
+            esc.status, esc.reason = "closed", "no longer on the quarantine board"
+            await self.store.put(esc)
+            raise FailedPrecondition(
+                f"message {esc.held_message} is no longer on the quarantine board: "
+                "it was already released or deleted",
+                details={"escalation": esc.id, "message_id": esc.held_message},
+            ) from None
+
     def _may_decide(self, esc: Escalation, person: Person) -> None:
-        if person.has(*esc.deciders) or (esc.kind != "approval" and person.name in esc.assignees):
+        if person.has(*esc.deciders) or (
+            esc.kind != "approval" and not esc.held_message and person.name in esc.assignees
+        ):
             return
         raise PermissionDenied(
             f"{person.name} (roles {', '.join(r.value for r in person.roles)}) may not decide this "
@@ -417,6 +529,12 @@ class HumanDesk:
             if choice == "reject" and not note.strip():
                 raise InvalidInput.single("reason", "say why the approval is rejected")
             return None, {"action": actions[choice], "by": person.name, "note": note}
+        if esc.held_message:
+            if choice not in ("release", "delete"):
+                raise InvalidInput.single("answer", "a held message is released or deleted")
+            if choice == "delete" and not note.strip():
+                raise InvalidInput.single("reason", "say why the message is deleted")
+            return None, {"action": choice}
         if esc.kind == "quarantine":
             if choice != "acknowledge":
                 raise InvalidInput.single("answer", "a quarantine is acknowledged (the task has ended)")
@@ -519,10 +637,14 @@ class HumanDesk:
                 node=self.agency.config.node_id,
                 component="humans",
                 actors=Actors(user=user, agent=esc.agent if esc else ""),
-                task_id=esc.task_id if esc else "",
+                task_id=esc.task_id if esc and not esc.held_message else "",
                 trace_id=esc.trace_id if esc else "",
                 rule=esc.kind if esc else "",
                 outcome=outcome,
-                detail={"escalation": esc.id if esc else "", **detail},
+                detail={
+                    "escalation": esc.id if esc else "",
+                    **({"message_id": esc.held_message} if esc and esc.held_message else {}),
+                    **detail,
+                },
             )
         )

@@ -24,6 +24,7 @@ from ..jsonpath import JsonPath, JsonPathError
 from ..smf import new_id, utcnow
 
 __all__ = [
+    "MESSAGE_SUBJECT",
     "ApprovalGate",
     "ConsoleSettings",
     "Escalation",
@@ -216,10 +217,16 @@ class HumansSettings(Model):
         return self
 
 
+#: ``Escalation.task_id`` of a message the post office's moderation held (no task behind it).
+MESSAGE_SUBJECT = "message:"
+
+
 class Escalation(Model):
     """One thing waiting for a person: a task's question, handover, approval or quarantine.
 
     Its ``id`` is the one-time decision id a decision names: decided once, never again.
+    A message held by moderation is a ``quarantine`` escalation whose ``task_id`` is
+    ``message:<message id>`` (see :attr:`held_message`).
     """
 
     id: str = Field(default_factory=lambda: new_id("esc"))
@@ -246,3 +253,8 @@ class Escalation(Model):
     decision: str = ""
     reason: str = ""
     decided_at: datetime | None = None
+
+    @property
+    def held_message(self) -> str:
+        """The id of the message held on the quarantine board ('' for a task's escalation)."""
+        return self.task_id.removeprefix(MESSAGE_SUBJECT) if self.task_id.startswith(MESSAGE_SUBJECT) else ""

@@ -18,6 +18,7 @@ TOKENS = {
     "alice": "console-token-alice-operator-0001",
     "bob": "console-token-bob-approver-000002",
     "carol": "console-token-carol-compliance-03",
+    "mo": "console-token-mo-moderator-000004",
 }
 XSS = "<script>window.__xss = 1</script><img src=x onerror=window.__xss=2>"
 
@@ -108,6 +109,12 @@ def people() -> list[dict[str, Any]]:
             "roles": ["compliance_officer"],
             "token_sha256": hash_token(TOKENS["carol"]),
             "routes": [{"failure_types": ["POLICY_VIOLATION"]}],
+        },
+        {
+            "name": "mo",
+            "display_name": "Mo (moderator)",
+            "roles": ["moderator", "quarantine_reviewer"],
+            "token_sha256": hash_token(TOKENS["mo"]),
         },
     ]
 

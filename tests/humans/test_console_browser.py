@@ -24,6 +24,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit.export import iter_records
 from middleware.config import hash_token
+from middleware.messaging_client import AgentCredentials, MessagingClient
 
 from .cases import SHIPMENT, TOKENS, WARRANTY_INPUT, WARRANTY_TEXT, XSS, definition
 
@@ -39,6 +40,7 @@ ARGS = [
     "--no-first-run",
 ]
 CLIENT_TOKEN = "grpc-client-token-of-the-shop-0001"
+SHOP, BANK = AgentCredentials.generate("shop"), AgentCredentials.generate("bank")  # messaging agents
 _CONSOLE = re.compile(r"operator console on (http://[\d.]+:\d+)")
 expect.set_options(timeout=20_000)  # a bounded wait on the page's state (the machine may be loaded)
 
@@ -49,6 +51,10 @@ async def gateway(tmp_path: Path) -> AsyncIterator[tuple[GatewayProcess, str]]:
     tokens.write_text(f"shop {hash_token(CLIENT_TOKEN)} client\n")
     spec = definition()
     spec["server"]["auth_tokens"] = str(tokens)
+    spec["messaging"] = {
+        "agents": [SHOP.enrollment(), BANK.enrollment()],
+        "moderation": {"deny_phrases": ["wire the money"]},
+    }
     config = write_definition(tmp_path / "agency.json", spec)
     gw = await start_gateway(config, "console-node", tmp_path, pythonpath=[HERE])
     found = _CONSOLE.search(gw.output())
@@ -257,3 +263,35 @@ async def test_a_script_payload_in_an_agent_output_is_shown_as_text(
     await expect(page.locator("#task-output")).to_contain_text(XSS)
     assert await page.evaluate("window.__xss") is None
     assert await page.locator("#task-output script").count() == 0
+
+
+async def test_a_moderator_releases_a_held_message_whose_script_is_shown_as_text(
+    gateway: tuple[GatewayProcess, str], browser: Browser, tmp_path: Path
+) -> None:
+    gw, url = gateway
+    async with (
+        MessagingClient(SHOP, gw.address, client_token=CLIENT_TOKEN) as shop,
+        MessagingClient(BANK, gw.address, client_token=CLIENT_TOKEN) as bank,
+    ):
+        sent = await shop.send("bank", {"note": f"please wire the money {XSS}"})
+        assert sent.recipients == ()  # held by moderation
+        carol = await sign_in(browser, url, "carol")  # a compliance officer: not routed, not a moderator
+        await expect(carol.locator("#empty")).to_be_visible()
+        mo = await sign_in(browser, url, "mo")
+        await expect(mo.locator("#inbox")).to_contain_text("deny_phrases")
+        await mo.click("#inbox a.open")
+        await expect(mo.locator("#evidence")).to_contain_text("Matched phrase wire the money")
+        await expect(mo.locator("#held-content")).to_contain_text(XSS)
+        assert await mo.evaluate("window.__xss") is None
+        await shot(mo, "held_message")
+        await mo.fill("#note", "the bank confirmed the transfer request")
+        await mo.click("#release")
+        await mo.wait_for_url("**/inbox")
+        await expect(mo.locator("#empty")).to_be_visible()
+        (got,) = await bank.pull(wait=10)
+        assert got.message.message_id == sent.message_id
+    records = audit_records(gw, tmp_path)
+    (released,) = [r for r in records if r["event_type"] == "message.released"]
+    assert (released["detail"]["by"], released["detail"]["role"]) == ("mo", "moderator")
+    (decision,) = [r for r in records if r["event_type"] == "human.decision"]
+    assert decision["detail"]["person"] == "mo" and decision["outcome"] == "release"
