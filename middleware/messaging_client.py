@@ -46,19 +46,12 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from ._proto.agency.v1 import messages_pb2, messages_pb2_grpc
+from .client._errors import error_from_rpc
 from .config import ClientTlsConfig, hash_token
 from .errors import (
-    AgencyError,
     AlreadyExists,
-    DeadlineExceeded,
-    FailedPrecondition,
     InvalidInput,
     NotFound,
-    PermissionDenied,
-    Problem,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
 )
 from .grpc_api.channel import open_channel
 from .grpc_api.message_servicer import smf_from_pb, smf_to_pb
@@ -71,49 +64,12 @@ __all__ = [
     "AgentCredentials",
     "AgentInfo",
     "MessagingClient",
-    "error_from_rpc",
+    "error_from_rpc",  # the one mapping of failed calls to the library's errors (client package)
     "register_agent",
 ]
 
 #: Where the client looks for the gateway without an address: ``$AGENCY_ADDRESS`` or this.
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-
-_CODES: dict[grpc.StatusCode, type[AgencyError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidInput,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-}
-
-
-def error_from_rpc(exc: grpc.aio.AioRpcError) -> AgencyError:
-    """The :class:`~middleware.errors.AgencyError` a failed call stands for.
-
-    ``INVALID_ARGUMENT`` becomes :class:`InvalidInput` with the server's problems (from the
-    ``agency-problems`` trailer); the ``agency-retry-after-ms`` trailer becomes
-    ``details["retry_after_ms"]``; ``agency-reason`` is kept in ``details["reason"]``.
-    """
-    trailers = {k: v for k, v in (exc.trailing_metadata() or ()) if isinstance(v, str)}
-    details: dict[str, Any] = {"grpc_status": exc.code().name}
-    if "agency-reason" in trailers:
-        details["reason"] = trailers["agency-reason"]
-    if trailers.get("agency-retry-after-ms", "").isdigit():
-        details["retry_after_ms"] = int(trailers["agency-retry-after-ms"])
-    text = exc.details() or exc.code().name
-    cls = _CODES.get(exc.code(), AgencyError)
-    if cls is InvalidInput:
-        try:
-            problems = [Problem(p["field"], p["reason"]) for p in json.loads(trailers["agency-problems"])]
-        except (KeyError, ValueError, TypeError):
-            problems = [Problem("", text)]
-        return InvalidInput(problems, what="request", details=details)
-    return cls(text, details=details)
-
 
 @dataclass(frozen=True)
 class AgentCredentials:
