@@ -1,8 +1,11 @@
-"""Small text helpers for CLI output: counted nouns and truncation with an ellipsis."""
+"""Small text helpers for CLI output: counted nouns, truncation with an ellipsis, and the
+one ``--json`` option of commands that print a report."""
 
 from __future__ import annotations
 
-__all__ = ["ELLIPSIS", "plural", "truncate"]
+import argparse
+
+__all__ = ["ELLIPSIS", "add_json_option", "plural", "truncate"]
 
 ELLIPSIS = "\u2026"
 
@@ -17,3 +20,17 @@ def truncate(text: str, limit: int) -> str:
     if limit < 1:
         raise ValueError("limit must be at least 1")
     return text if len(text) <= limit else text[: limit - 1] + ELLIPSIS
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json`` (``args.format == "json"``), and the old ``--format text|json`` spelling,
+    hidden, kept for one release."""
+    parser.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        default="text",
+        help="print JSON instead of text",
+    )
+    parser.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..access import Role
 from ..config import load_definition
 from ..errors import InvalidInput
-from ._text import plural
+from ._text import add_json_option, plural
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,16 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Exit code 0 when valid, 1 when not.",
     )
     check.add_argument("file", type=Path, help="the definition file")
-    check.add_argument(
-        "--json",
-        dest="format",
-        action="store_const",
-        const="json",
-        default="text",
-        help="print JSON instead of text",
-    )
-    # the old spelling, kept hidden for one release
-    check.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+    add_json_option(check)
     check.set_defaults(handler=_check)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..contracts import CapabilityContract
 from ..findings import Finding, load_documents, render_json, render_text
+from ._text import add_json_option
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,16 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="contracts (a list, {contracts: [...]}, or an agency definition file) "
         "giving the SLO of target_capabilities",
     )
-    lint.add_argument(
-        "--json",
-        dest="format",
-        action="store_const",
-        const="json",
-        default="text",
-        help="print JSON instead of text",
-    )
-    # the old spelling, kept hidden for one release
-    lint.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+    add_json_option(lint)
     lint.add_argument("--strict", action="store_true", help="warnings fail the lint too")
     lint.set_defaults(handler=_lint)
 

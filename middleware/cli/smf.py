@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..findings import Finding, load_documents, render_json, render_text
+from ._text import add_json_option
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,16 +57,7 @@ def _options(v: argparse.ArgumentParser) -> None:
     )
     v.add_argument("--now", metavar="TIME", help="judge freshness at this RFC 3339 time (default: now)")
     v.add_argument("--allow-stale", action="store_true", help="report stale messages as warnings")
-    v.add_argument(
-        "--json",
-        dest="format",
-        action="store_const",
-        const="json",
-        default="text",
-        help="print JSON instead of text",
-    )
-    # the old spelling, kept hidden for one release
-    v.add_argument("--format", choices=["text", "json"], default="text", help=argparse.SUPPRESS)
+    add_json_option(v)
     v.add_argument("--strict", action="store_true", help="warnings fail the validation too")
     v.add_argument(
         "--time-critical-domain",
