@@ -28,9 +28,9 @@ class Pki:
     ca_cert: x509.Certificate | None = None
 
     def issue(self, name: str) -> tuple[Path, Path]:
-        """A server certificate (and its key) from the CA, issued for ``name`` only (its one
-        DNS name): what a worker serving agent ``name`` presents when the gateway binds
-        workers to their agents (``workers.tls.verify_agent_identity``)."""
+        """A server certificate (and its key) from the CA, issued for ``name`` (its one DNS
+        name) at 127.0.0.1: what a worker serving agent ``name`` on this host presents when the
+        gateway binds workers to their agents (``workers.tls.verify_agent_identity``)."""
         assert self.directory is not None and self.ca_key is not None and self.ca_cert is not None
         key, cert = _leaf(self.ca_key, self.ca_cert, name, server=True, names=[name])
         return _write(self.directory, f"issued-{name}", key, cert)
@@ -103,6 +103,7 @@ def _leaf(
     )
     if server:
         alt: list[x509.GeneralName] = [x509.DNSName(n) for n in names or ()]
+        alt.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
         if names is None:
             alt = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
         builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
