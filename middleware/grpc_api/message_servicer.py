@@ -329,16 +329,19 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         token = token_from(context)
         with calling_from(source_of(context.peer() or ""), "MessageService/Subscribe"):
             await self._po.authenticate(token)  # refuse at once, not on the first pull
-        for i, topic in enumerate(request.topics):
-            try:
-                await self._po.subscribe(token, topic)
-            except InvalidInput as exc:
-                raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
-        stream = self._po.stream(
-            token, batch=request.batch or 10, consumer=request.consumer or None, poll=SUBSCRIBE_POLL_SECONDS
-        )
-        async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
-            yield received_to_pb(received)
+            for i, topic in enumerate(request.topics):
+                try:
+                    await self._po.subscribe(token, topic)
+                except InvalidInput as exc:
+                    raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
+            stream = self._po.stream(
+                token,
+                batch=request.batch or 10,
+                consumer=request.consumer or None,
+                poll=SUBSCRIBE_POLL_SECONDS,
+            )
+            async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
+                yield received_to_pb(received)
 
 
 def agent_info(record: AgentRecord, last_seen: float | None = None) -> messages_pb2.AgentInfo:
