@@ -43,6 +43,7 @@ __all__ = [
     "ServerConfig",
     "TlsConfig",
     "WorkerConfig",
+    "WorkersTlsConfig",
     "definition_from",
     "env_layer",
     "hash_token",
@@ -255,6 +256,59 @@ class ClientTlsConfig(Model):
             return p.read_bytes() if p else None
 
         return rd(self.ca), rd(self.cert), rd(self.key)
+
+
+_CERT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
+
+
+class WorkersTlsConfig(ClientTlsConfig):
+    """TLS from the gateway to its remote workers (the definition's ``workers.tls``).
+
+    With ``verify_agent_identity`` (the default) each worker is bound to its agent: the
+    gateway calls the worker of agent ``translator`` expecting a certificate issued for the
+    name ``translator`` (or ``identities["translator"]``), whatever address the contract
+    registered; a worker presenting another name (another agent's certificate) fails the
+    handshake, and the attempt is ``TOOL_UNAVAILABLE``.
+    """
+
+    verify_agent_identity: bool = Field(
+        default=True,
+        description="Require each worker's certificate to be issued for its agent's name (or the "
+        "name in identities): a worker cannot answer for another agent. false = any certificate "
+        "from the CA (for the address called, or server_name) will do.",
+    )
+    identities: dict[str, str] = Field(
+        default_factory=dict,
+        description="Agent name -> the name its worker's certificate carries, when it is not the "
+        "agent's name (e.g. translator: translator.workers.example.com).",
+    )
+
+    @field_validator("identities")
+    @classmethod
+    def _names(cls, v: dict[str, str]) -> dict[str, str]:
+        for agent, name in v.items():
+            if not _CERT_NAME.match(name):
+                raise ValueError(
+                    f"identities.{agent}: {name[:64]!r} is not a certificate name "
+                    "(letters, digits, '.', '-', '_'; at most 253 characters)"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _one_name_or_each_its_own(self) -> WorkersTlsConfig:
+        if self.verify_agent_identity and self.server_name:
+            raise ValueError(
+                "server_name gives every worker one name, so no worker would be bound to its agent: "
+                "drop it (each worker's certificate then names its agent, or the name in identities), "
+                "or set verify_agent_identity: false"
+            )
+        return self
+
+    def identity(self, agent: str) -> str:
+        """The name the certificate of ``agent``'s worker must carry; ``""`` = not checked."""
+        if not self.verify_agent_identity:
+            return ""
+        return self.identities.get(agent, agent)
 
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -535,6 +589,7 @@ ENV_VARIABLES: dict[str, str] = {
     "AGENCY_WORKERS_TLS_CERT": "workers.tls.cert",
     "AGENCY_WORKERS_TLS_KEY": "workers.tls.key",
     "AGENCY_WORKERS_TLS_SERVER_NAME": "workers.tls.server_name",
+    "AGENCY_WORKERS_TLS_VERIFY_AGENT_IDENTITY": "workers.tls.verify_agent_identity",
     "AGENCY_NODE_ID": "agency.node_id",
     "AGENCY_STORAGE": "storage.backend",
     "AGENCY_REDIS_URL": "storage.redis_url",  # and storage.backend: redis, unless AGENCY_STORAGE says

@@ -52,7 +52,7 @@ from ._model import Model
 from .agents import AgentCallable
 from .audit.checkpoint import Signer
 from .audit.retention import parse_age
-from .config import AgencyConfig, ClientTlsConfig, ServerConfig, read_signer_key, read_token
+from .config import AgencyConfig, ServerConfig, WorkersTlsConfig, read_signer_key, read_token
 from .contracts import CapabilityContract
 from .errors import InvalidInput, Problem
 from .goals import GoalAssertion
@@ -238,10 +238,11 @@ class AuditSettings(Model):
 class WorkersSettings(Model):
     """How the gateway calls its remote workers (``agency worker``, contracts with an endpoint)."""
 
-    tls: ClientTlsConfig | None = Field(
+    tls: WorkersTlsConfig | None = Field(
         default=None,
         description="TLS to every worker: the CA that signs the workers' certificates, and for "
-        "workers that require mutual TLS the gateway's client certificate and key. None = plaintext.",
+        "workers that require mutual TLS the gateway's client certificate and key; each worker's "
+        "certificate must be issued for its agent's name (verify_agent_identity). None = plaintext.",
     )
     token_file: Path | None = Field(
         default=None,

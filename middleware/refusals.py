@@ -17,12 +17,19 @@ the error's reason (``UNAUTHENTICATED``); ``detail`` holds ``source``, ``operati
 (the first one refused in the interval), ``why``, ``count``, ``interval_s`` and
 ``first_at``. At most ``max_sources`` sources are tracked at once: past that, every
 open interval is summed up and the table starts again, so memory stays bounded.
+
+The post office refuses ``MessageService`` calls for their *agent* token itself (the
+gateway's token check only knows client tokens); it reports them to the same aggregator.
+The transport names the call's source and operation with :func:`calling_from` (the core
+does not see the peer); a call made in process is from ``local``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,9 +37,29 @@ from .audit.record import AuditEventType, AuditRecord
 from .errors import AgencyError
 from .smf import utcnow
 
-__all__ = ["RefusalAggregator", "source_of"]
+__all__ = ["RefusalAggregator", "calling_from", "current_call", "source_of"]
 
 Append = Callable[[AuditRecord], Awaitable[int]]
+
+#: The source and operation of the call being served (set by the transport).
+_call: ContextVar[tuple[str, str] | None] = ContextVar("agency_refusal_source", default=None)
+
+
+@contextmanager
+def calling_from(source: str, operation: str) -> Iterator[None]:
+    """Within the block, :func:`current_call` is ``(source, operation)``."""
+    token = _call.set((source, operation))
+    try:
+        yield
+    finally:
+        with suppress(ValueError):  # a stream closed from another context
+            _call.reset(token)
+
+
+def current_call(operation: str) -> tuple[str, str]:
+    """The ``(source, operation)`` of the call being served; ``("local", operation)`` for a
+    call made in process."""
+    return _call.get() or ("local", operation)
 
 
 def source_of(peer: str) -> str:

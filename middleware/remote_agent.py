@@ -19,6 +19,12 @@ gRPC metadata, so the worker continues the task's trace (see ``middleware.tracin
 With ``tls`` (the definition's ``workers.tls``) the call goes over TLS, and with a client
 certificate over mutual TLS. A failed handshake is TOOL_UNAVAILABLE like any unreachable
 worker, its detail naming the likely TLS cause and the ``workers.tls`` field to set.
+
+With an ``identity`` (``workers.tls.verify_agent_identity``, the default with TLS) the worker
+is bound to its agent: its certificate must be issued for that name (the channel's
+``grpc.ssl_target_name_override``), whatever address the contract registered. A worker
+presenting another name -- another agent's certificate -- fails the handshake: the attempt
+is TOOL_UNAVAILABLE, its detail saying which agent the certificate was not issued for.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import grpc
 
 from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
 from .agents import AgentReply, AgentRequest
-from .config import ClientTlsConfig
+from .config import ClientTlsConfig, WorkersTlsConfig
 from .contracts import CapabilityContract
 from .errors import AgentFailure, InvalidInput, Unavailable
 from .failures import FailureType
@@ -65,6 +71,9 @@ class RemoteAgent:
         channel: A channel to use instead of opening one (it is then not closed here).
         token: The gateway's bearer token for its workers (``workers.token_file``), sent
             on every call: workers started with ``--gateway-token-file`` require it.
+        identity: With ``tls``: the name the worker's certificate must be issued for (its
+            agent's); ``""`` = the address's host (or ``tls.server_name``).
+        agent: The agent served there, for error details.
     """
 
     def __init__(
@@ -74,11 +83,15 @@ class RemoteAgent:
         tls: ClientTlsConfig | None = None,
         channel: grpc.aio.Channel | None = None,
         token: str | None = None,
+        identity: str = "",
+        agent: str = "",
     ) -> None:
         if not endpoint:
             raise ValueError("a remote agent needs an endpoint (host:port)")
         self.endpoint = endpoint
         self.tls = tls
+        self.identity = identity if tls is not None else ""
+        self.agent = agent
         self._token = token
         self._channel = channel
         self._owns_channel = channel is None
@@ -89,17 +102,22 @@ class RemoteAgent:
         cls, *, tls: ClientTlsConfig | None = None, token: str | None = None
     ) -> Callable[[CapabilityContract], RemoteAgent]:
         """What ``AgentRegistry.remote_factory`` takes: a remote agent per contract, all with
-        ``tls`` and the gateway's ``token``."""
+        ``tls`` and the gateway's ``token``; with :class:`~middleware.config.WorkersTlsConfig`
+        each bound to its agent's identity (``verify_agent_identity``)."""
 
         def build(contract: CapabilityContract) -> RemoteAgent:
-            return cls(contract.endpoint, tls=tls, token=token)
+            identity = tls.identity(contract.name) if isinstance(tls, WorkersTlsConfig) else ""
+            return cls(contract.endpoint, tls=tls, token=token, identity=identity, agent=contract.name)
 
         return build
 
     def _worker(self) -> worker_pb2_grpc.AgentWorkerStub:
         if self._stub is None:
             if self._channel is None:  # opened lazily: a channel belongs to the running loop
-                self._channel = open_channel(self.endpoint, tls=self.tls)
+                tls = self.tls
+                if tls is not None and self.identity:  # the certificate must name the agent
+                    tls = ClientTlsConfig(ca=tls.ca, cert=tls.cert, key=tls.key, server_name=self.identity)
+                self._channel = open_channel(self.endpoint, tls=tls)
             self._stub = worker_pb2_grpc.AgentWorkerStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub
 
@@ -185,6 +203,12 @@ class RemoteAgent:
             hint = (
                 tls_hint(detail, self.tls, WORKERS_TLS_FIELDS) if code is grpc.StatusCode.UNAVAILABLE else ""
             )
+            if self.identity and "hostname verification" in detail.lower():
+                hint = (
+                    f"TLS: the worker's certificate is not issued for agent {self.agent or self.identity!r} "
+                    f"(expected the name {self.identity!r}): a worker cannot answer for another agent "
+                    "(workers.tls.verify_agent_identity; another name: workers.tls.identities)"
+                )
             return Unavailable(
                 f"worker {self.endpoint} for {key}: {code.name}: {detail}" + (f" -- {hint}" if hint else "")
             )

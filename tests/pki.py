@@ -23,6 +23,17 @@ class Pki:
     other_ca: Path
     stranger_cert: Path
     stranger_key: Path
+    directory: Path | None = None
+    ca_key: ec.EllipticCurvePrivateKey | None = None
+    ca_cert: x509.Certificate | None = None
+
+    def issue(self, name: str) -> tuple[Path, Path]:
+        """A server certificate (and its key) from the CA, issued for ``name`` (its one DNS
+        name) at 127.0.0.1: what a worker serving agent ``name`` on this host presents when the
+        gateway binds workers to their agents (``workers.tls.verify_agent_identity``)."""
+        assert self.directory is not None and self.ca_key is not None and self.ca_cert is not None
+        key, cert = _leaf(self.ca_key, self.ca_cert, name, server=True, names=[name])
+        return _write(self.directory, f"issued-{name}", key, cert)
 
 
 def _name(cn: str) -> x509.Name:
@@ -65,7 +76,12 @@ def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
 
 
 def _leaf(
-    ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate, cn: str, *, server: bool
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca: x509.Certificate,
+    cn: str,
+    *,
+    server: bool,
+    names: list[str] | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
@@ -86,12 +102,11 @@ def _leaf(
         )
     )
     if server:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
+        alt: list[x509.GeneralName] = [x509.DNSName(n) for n in names or ()]
+        alt.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+        if names is None:
+            alt = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        builder = builder.add_extension(x509.SubjectAlternativeName(alt), critical=False)
     return key, builder.sign(ca_key, hashes.SHA256())
 
 
@@ -121,5 +136,15 @@ def make_pki(d: Path) -> Pki:
     client_cert, client_key = _write(d, "client", *_leaf(ca_key, ca, "worker-1", server=False))
     stranger_cert, stranger_key = _write(d, "stranger", *_leaf(other_key, other, "mallory", server=False))
     return Pki(
-        ca_path, server_cert, server_key, client_cert, client_key, other_path, stranger_cert, stranger_key
+        ca_path,
+        server_cert,
+        server_key,
+        client_cert,
+        client_key,
+        other_path,
+        stranger_cert,
+        stranger_key,
+        directory=d,
+        ca_key=ca_key,
+        ca_cert=ca,
     )

@@ -125,7 +125,7 @@ def _a2a_card(args: argparse.Namespace) -> int:
         contract = CapabilityContract.parse(
             yaml.safe_load(args.contract.read_text(encoding="utf-8")), what=str(args.contract)
         )
-        check_card(card, contract)
+        check_card(card, contract, card_url=args.url)
         entry["contract"] = contract.model_dump(mode="json", exclude_defaults=True)
     skills = [{"id": s["id"], "tags": s.get("tags", [])} for s in card.get("skills", [])]
     print(f"# {card.get('name', '')} {card.get('version', '')}: skills {json.dumps(skills)}", file=sys.stderr)

@@ -96,7 +96,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     serving = p.add_argument_group("serving the gateway's calls")
     serving.add_argument(
-        "--tls-cert", type=Path, metavar="FILE", help="PEM server certificate chain: serve TLS"
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="PEM server certificate chain: serve TLS (issued for the agent's name: the gateway "
+        "checks it, workers.tls.verify_agent_identity)",
     )
     serving.add_argument(
         "--tls-key", type=Path, metavar="FILE", help="PEM server private key (with --tls-cert)"

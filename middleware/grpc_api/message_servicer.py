@@ -1,15 +1,17 @@
 """``agency.v1.MessageService`` over the core post office (a thin adapter).
 
 The caller's agent token travels in the metadata (``authorization: Bearer <token>``
-or ``agency-token``); the post office authenticates it. Errors map to status codes
-only through :mod:`.status`.
+or ``agency-token``); the post office authenticates it, and audits a refused token
+per source (the peer's address, named here with :func:`~middleware.refusals.calling_from`)
+and interval. Errors map to status codes only through :mod:`.status`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from pydantic import TypeAdapter
@@ -21,6 +23,7 @@ from ..errors import InvalidInput, Problem
 from ..messaging.directory import AgentRecord
 from ..messaging.identity import check_topic
 from ..messaging.post_office import Envelope, PostOffice, Received
+from ..refusals import calling_from, source_of
 from ..smf import SMFMessage
 from .convert import dumps, loads
 from .status import rpc, rpc_stream
@@ -28,6 +31,9 @@ from .status import rpc, rpc_stream
 __all__ = ["MessageServicer", "add_message_service", "smf_from_pb", "smf_to_pb"]
 
 _DATETIME = TypeAdapter(datetime)
+_R = TypeVar("_R")
+_S = TypeVar("_S")
+_Q = TypeVar("_Q")
 
 #: How long one Subscribe round waits for a message before looking again.
 SUBSCRIBE_POLL_SECONDS = 1.0
@@ -116,11 +122,26 @@ def token_from(context: grpc.aio.ServicerContext) -> str | None:
     return bearer
 
 
+def _sourced(
+    method: Callable[[_S, _Q, grpc.aio.ServicerContext], Awaitable[_R]],
+) -> Callable[[_S, _Q, grpc.aio.ServicerContext], Awaitable[_R]]:
+    """``method`` run with the call's source (the peer) and operation named for the audit."""
+    operation = f"MessageService/{method.__name__}"
+
+    @functools.wraps(method)
+    async def call(self: _S, request: _Q, context: grpc.aio.ServicerContext) -> _R:
+        with calling_from(source_of(context.peer() or ""), operation):
+            return await method(self, request, context)
+
+    return call
+
+
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
     def __init__(self, post_office: PostOffice) -> None:
         self._po = post_office
 
     @rpc
+    @_sourced
     async def Send(
         self, request: messages_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.SendMessageResponse:
@@ -178,6 +199,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         )
 
     @rpc
+    @_sourced
     async def Pull(
         self, request: messages_pb2.PullRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.PullResponse:
@@ -206,6 +228,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.PullResponse(messages=[received_to_pb(r) for r in got])
 
     @rpc
+    @_sourced
     async def Ack(
         self, request: messages_pb2.AckRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.AckResponse:
@@ -227,6 +250,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.RegisterAgentResponse(agent=agent_info(record), token=token)
 
     @rpc
+    @_sourced
     async def Deregister(
         self, request: messages_pb2.DeregisterAgentRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.DeregisterAgentResponse:
@@ -255,6 +279,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.FindAgentsResponse(agents=[agent_info(r, seen) for r, seen in found])
 
     @rpc
+    @_sourced
     async def Report(
         self, request: messages_pb2.ReportMessageRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.ReportMessageResponse:
@@ -302,17 +327,21 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         self, request: messages_pb2.SubscribeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[messages_pb2.ReceivedMessage]:
         token = token_from(context)
-        await self._po.authenticate(token)  # refuse at once, not on the first pull
-        for i, topic in enumerate(request.topics):
-            try:
-                await self._po.subscribe(token, topic)
-            except InvalidInput as exc:
-                raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
-        stream = self._po.stream(
-            token, batch=request.batch or 10, consumer=request.consumer or None, poll=SUBSCRIBE_POLL_SECONDS
-        )
-        async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
-            yield received_to_pb(received)
+        with calling_from(source_of(context.peer() or ""), "MessageService/Subscribe"):
+            await self._po.authenticate(token)  # refuse at once, not on the first pull
+            for i, topic in enumerate(request.topics):
+                try:
+                    await self._po.subscribe(token, topic)
+                except InvalidInput as exc:
+                    raise InvalidInput([Problem(f"topics[{i}]", p.reason) for p in exc.problems]) from None
+            stream = self._po.stream(
+                token,
+                batch=request.batch or 10,
+                consumer=request.consumer or None,
+                poll=SUBSCRIBE_POLL_SECONDS,
+            )
+            async for received in stream:  # survives backend outages (backoff), see PostOffice.stream
+                yield received_to_pb(received)
 
 
 def agent_info(record: AgentRecord, last_seen: float | None = None) -> messages_pb2.AgentInfo:

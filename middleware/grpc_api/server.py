@@ -48,7 +48,7 @@ class GrpcServer:
     Attributes:
         port: The port actually bound (useful with ``host:0``).
         health: The standard health servicer; ``set_serving(False)`` flips it.
-        refusals: Audits calls refused for their token, per source and interval (tokens on).
+        refusals: Audits calls refused for their token (client or agent), per source and interval.
     """
 
     def __init__(
@@ -114,6 +114,8 @@ def build_server(
             :mod:`middleware.refusals`).
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
+            Its calls refused for their agent token are audited through the same
+            aggregation as the gateway's token check (its ``refusals`` is set to it).
         reuse_port: Let other processes listen on the same port (SO_REUSEPORT; the kernel
             splits connections between them). Off by default: a port another process
             holds is refused (``Unavailable``) instead of silently shared.
@@ -128,13 +130,16 @@ def build_server(
         Unavailable: the address cannot be bound (e.g. another process listens on it).
     """
     chain = list(interceptors)
-    refusals: RefusalAggregator | None = None
+    # one aggregation for every call refused for its token: the gateway's client tokens
+    # and the post office's agent tokens (MessageService)
+    refusals = RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    office = post_office or PostOffice(audit=agency.audit)
+    office.refusals = refusals
 
     async def audit_denial(error: PermissionDenied) -> None:
         await agency.audit.append(refusal_record(error, node=agency.config.node_id))
 
     if token_hashes is not None:
-        refusals = RefusalAggregator(agency.audit.append, node=agency.config.node_id)
 
         async def audit_unknown(peer: str, method: str, error: Unauthenticated) -> None:
             await refusals.refused(source_of(peer), method.lstrip("/").removeprefix("agency.v1."), error)
@@ -160,7 +165,7 @@ def build_server(
         audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
         goals_pb2.DESCRIPTOR.services_by_name["GoalService"].full_name,
     ]
-    services.append(add_message_service(server, post_office or PostOffice(audit=agency.audit)))
+    services.append(add_message_service(server, office))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -37,6 +37,7 @@ import logging
 import math
 import random
 import secrets
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ from ..errors import (
     Unauthenticated,
     Unavailable,
 )
+from ..refusals import RefusalAggregator, current_call
 from ..smf import SMFMessage, freshness_problem
 from .clock import Clock, system_clock
 from .directory import AgentRecord, Directory, MemoryDirectory, RegistrationMode
@@ -332,6 +334,9 @@ class PostOffice:
             dead-lettered, duplicates): one ``transport.size`` each, so only paid when set.
             The depth is the transport's: with Redis mailboxes it counts what every
             replica enqueued.
+        refusals: Audits calls refused for their agent token, one record per source and
+            interval with a count (default: its own, over ``audit``; the gRPC server shares
+            the one of its token check, see :mod:`middleware.refusals`).
 
     Attributes:
         on_delivered: Callbacks ``(recipient, trigger_turn)`` run after each copy is
@@ -365,6 +370,7 @@ class PostOffice:
         clock: Clock = system_clock,
         on_drift: Callable[[str, str], None] | None = None,
         on_depth: Callable[[str, int], None] | None = None,
+        refusals: RefusalAggregator | None = None,
     ) -> None:
         self.clock = clock
         self.transport: MailboxTransport = transport or MemoryMailbox(clock=clock)
@@ -391,6 +397,9 @@ class PostOffice:
         self.on_quarantined: list[Callable[[Quarantined], Awaitable[None]]] = []
         self.on_moderated: list[Callable[[str, str, str], Awaitable[None]]] = []
         self.moderation_exempt: set[str] = set()
+        self.refusals: RefusalAggregator = refusals or RefusalAggregator(
+            lambda record: self.audit.append(record), node=socket.gethostname()
+        )
 
     # ------------------------------------------------------------------ identity
     async def register(self, name: str, public_key: str | bytes, *, description: str = "") -> str:
@@ -407,15 +416,30 @@ class PostOffice:
         self.identity.enroll(name, public_key, token_sha256, description=description)
         await self._audit(AuditEventType.AGENT_REGISTERED, "enrolled", name, {"description": description})
 
-    async def authenticate(self, token: str | None) -> str:
+    async def authenticate(self, token: str | None, *, operation: str = "messaging") -> str:
         """The agent a token belongs to: enrolled here, or registered through any replica.
 
         An agent from the directory is checked against it on every call, so a deregistration
-        through another replica takes effect at once. Marks the agent as seen.
+        through another replica takes effect at once. Marks the agent as seen. A refusal is
+        audited through :attr:`refusals` (one record per source and interval, with a count:
+        a flood of bad tokens cannot flood the log).
+
+        Args:
+            token: The agent's token.
+            operation: What was asked, for the audit record when the transport did not name
+                the call (see :func:`middleware.refusals.calling_from`).
 
         Raises:
             Unauthenticated: no token, an unknown or revoked one, or an agent awaiting approval.
         """
+        try:
+            return await self._authenticate(token)
+        except Unauthenticated as exc:
+            source, op = current_call(operation)
+            await self.refusals.refused(source, op, exc)
+            raise
+
+    async def _authenticate(self, token: str | None) -> str:
         if not token:
             raise Unauthenticated("no agent token presented")
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -599,7 +623,7 @@ class PostOffice:
         """
         admin = caller is not None and caller.role is Role.ADMIN
         if not admin:
-            me = await self.authenticate(token)
+            me = await self.authenticate(token, operation="messaging.deregister")
             name = name or me
             if name != me:
                 raise PermissionDenied(f"agent {me!r} may deregister itself only, not {name!r}")
@@ -656,7 +680,7 @@ class PostOffice:
     # ------------------------------------------------------------------ topics
     async def subscribe(self, token: str | None, topic: str) -> None:
         """Subscribe the token's agent to ``topic`` (ACL-checked, audited)."""
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.subscribe")
         check_topic(topic)
         try:
             self.acl.check_subscribe(agent, topic)
@@ -667,7 +691,7 @@ class PostOffice:
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "subscribed", agent, {"topic": topic})
 
     async def unsubscribe(self, token: str | None, topic: str) -> None:
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.unsubscribe")
         await self.subscriptions.remove(topic, agent)
         await self._audit(AuditEventType.TOPIC_SUBSCRIBED, "unsubscribed", agent, {"topic": topic})
 
@@ -810,8 +834,10 @@ class PostOffice:
         refusal. What is refused before the rate limits costs no token."""
         kind = options.kind
         try:
-            sender = await self.authenticate(token)
-        except AgencyError as exc:
+            sender = await self.authenticate(token, operation=f"messaging.{kind}")
+        except Unauthenticated:  # audited per source and interval by authenticate
+            raise
+        except AgencyError as exc:  # the backend failed
             await self._audit(AuditEventType.MESSAGE_REJECTED, "refused", "", {"kind": kind}, exc)
             raise
         try:
@@ -1072,7 +1098,7 @@ class PostOffice:
         Raises:
             Unauthenticated: bad token. InvalidInput: no message id, or a reason over 1000 characters.
         """
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.report")
         if not message_id or len(message_id) > 128:
             raise InvalidInput.single("message_id", "the id of the message reported (1-128 characters)")
         if len(reason) > 1000:
@@ -1254,7 +1280,7 @@ class PostOffice:
             message_type: ``private`` (direct messages) or ``public`` (topic and broadcast
                 copies) only; messages of the other type stay in the mailbox, untouched.
         """
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.pull")
         return await self.pull_as(
             agent, max_messages=max_messages, wait=wait, consumer=consumer, message_type=message_type
         )
@@ -1306,7 +1332,7 @@ class PostOffice:
         next page ("" at the end). Receipts may be acknowledged (that removes the message).
         Expired messages and messages that fail their checks are left out (``pull`` drops them).
         """
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.browse")
         if not 1 <= max_messages <= 1000:
             raise InvalidInput.single("max_messages", "must be between 1 and 1000")
         _check_message_type(message_type)
@@ -1466,7 +1492,7 @@ class PostOffice:
         Raises:
             Unauthenticated: at once, for a bad token (not on the first pull).
         """
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.stream")
         transient: tuple[type[BaseException], ...] = (
             Unavailable,
             *getattr(self.transport, "transient_errors", ()),
@@ -1541,7 +1567,7 @@ class PostOffice:
 
         Their ids are remembered (``processed_ttl``) so redelivered copies are skipped.
         """
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.ack")
         return await self.ack_as(agent, receipts)
 
     async def ack_as(self, agent: str, receipts: Sequence[str]) -> int:
@@ -1586,7 +1612,7 @@ class PostOffice:
 
     async def dead_letters(self, token: str | None, *, limit: int = 100) -> list[DeadMessage]:
         """The token's agent's dead-letter list, oldest first."""
-        agent = await self.authenticate(token)
+        agent = await self.authenticate(token, operation="messaging.dead_letters")
         out = []
         for dead in await self.transport.dead_letters(agent, limit=limit):
             try:

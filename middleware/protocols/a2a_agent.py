@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from a2a.client import A2AClientError, A2AClientTimeoutError, ClientConfig, ClientFactory
@@ -99,18 +100,25 @@ async def fetch_card(url: str, *, http: httpx.AsyncClient | None = None) -> tupl
     return card, definition_hash({k: v for k, v in card.items() if k != "signatures"})
 
 
-def check_card(card: dict[str, Any], contract: CapabilityContract, *, where: str = "") -> None:
-    """Check that the card can serve ``contract``: a binding this gateway speaks, and every
-    ``can_do`` offered by a skill (by its id or one of its tags, compared as labels).
+def check_card(
+    card: dict[str, Any], contract: CapabilityContract, *, where: str = "", card_url: str = ""
+) -> None:
+    """Check that the card can serve ``contract``: a binding this gateway speaks, every
+    ``can_do`` offered by a skill (by its id or one of its tags, compared as labels), and --
+    given the ``card_url`` the definition names -- every interface of a binding it speaks on
+    that URL's host.
+
+    The definition's ``card_url`` is the admin's choice of host; the card is the remote's. The
+    A2A client calls the URL of the card's interface, so a card pointing at another host would
+    let the remote agent send the gateway (with the clients' tasks) anywhere.
 
     Raises:
         InvalidInput: naming each problem (``<where>.contract.can_do[i]`` ...).
     """
     prefix = f"{where}." if where else ""
     problems: list[Problem] = []
-    bindings = {
-        i.get("protocolBinding", "") for i in card.get("supportedInterfaces", []) if isinstance(i, dict)
-    }
+    interfaces = [i for i in card.get("supportedInterfaces", []) if isinstance(i, dict)]
+    bindings = {i.get("protocolBinding", "") for i in interfaces}
     if not bindings & set(_BINDINGS):
         problems.append(
             Problem(
@@ -118,6 +126,18 @@ def check_card(card: dict[str, Any], contract: CapabilityContract, *, where: str
                 f"the card offers no binding this gateway speaks ({', '.join(_BINDINGS)})",
             )
         )
+    host = _host(card_url)
+    for n, interface in enumerate(interfaces):
+        url = str(interface.get("url", ""))
+        if card_url and interface.get("protocolBinding") in _BINDINGS and _host(url) != host:
+            problems.append(
+                Problem(
+                    f"{prefix}card_url",
+                    f"the card's supportedInterfaces[{n}].url {url[:200]!r} is not on {host!r}, the host "
+                    "of card_url: the gateway calls only the host the definition names (give the "
+                    "card_url on the agent's host)",
+                )
+            )
     offered: set[str] = set()
     for skill in card.get("skills", []):
         if isinstance(skill, dict):
@@ -134,6 +154,14 @@ def check_card(card: dict[str, Any], contract: CapabilityContract, *, where: str
             )
     if problems:
         raise InvalidInput(problems, what="A2A agent")
+
+
+def _host(url: str) -> str:
+    """The host of ``url`` (lower case; ``""`` when it has none)."""
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def _failure(exc: BaseException, key: str) -> AgentFailure:
@@ -318,6 +346,11 @@ async def register_a2a_agent(
 ) -> A2AAgent:
     """Fetch, check and pin the card at ``card_url``, and register the agent under ``contract``.
 
+    Declared in the definition (``protocols.a2a_agents``), the agent is the admin's: its
+    ``card_url`` needs no grant (grants bound what *agent tokens* declare about themselves).
+    What the remote declares is held to that choice: its card may not claim more actions than
+    its skills, nor send the gateway's calls to another host (see :func:`check_card`).
+
     The contract's ``endpoint`` becomes ``card_url`` (where the agent is). ``replace`` as for
     :meth:`Agency.register` (``agency serve`` replaces: every replica registers the same).
 
@@ -336,7 +369,7 @@ async def register_a2a_agent(
             "with 'agency a2a card URL' and update the pin",
             what="A2A agent",
         )
-    check_card(card, contract, where=where)
+    check_card(card, contract, where=where, card_url=card_url)
     contract = contract.model_copy(update={"endpoint": card_url.rstrip("/")})
 
     async def changed(pinned: str, seen: str) -> None:

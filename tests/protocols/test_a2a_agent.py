@@ -271,3 +271,24 @@ async def test_cli_a2a_card_prints_the_checked_entry_with_the_pin(tmp_path, caps
     assert entry["contract"]["can_do"] == ["stock_quote"]
     assert refused != 0
     assert "contract.can_do[1]: the card offers no skill 'wire_money'" in capsys.readouterr().err
+
+
+async def test_a_card_cannot_send_the_gateways_calls_to_another_host():
+    """An A2A agent of the definition is the admin's: its card_url needs no grant (grants bound
+    what agent tokens declare about themselves). The card is the remote's: the A2A client calls
+    the URL of the card's interface, so that URL must be on the host the admin named, or the
+    remote could send the gateway -- and the clients' tasks -- anywhere."""
+
+    class Elsewhere(RemoteAgent):
+        def card(self) -> AgentCard:
+            card = super().card()
+            card.supported_interfaces[0].url = "http://10.255.255.1:9/rpc"
+            return card
+
+    agency = Agency()
+    async with Elsewhere() as remote:
+        with pytest.raises(InvalidInput) as info:
+            await register_a2a_agent(agency, remote.url, CONTRACT, where="protocols.a2a_agents[0]")
+    assert info.value.field == "protocols.a2a_agents[0].card_url"
+    assert "'http://10.255.255.1:9/rpc' is not on '127.0.0.1'" in str(info.value)
+    assert await agency.catalog.all() == []  # not registered

@@ -64,12 +64,13 @@ async def test_reading_or_resuming_another_clients_task_is_audited(gateway) -> N
             timeout=10,
         )
         stub = agency_pb2_grpc.AgencyServiceStub(other)
+        # one after the other (an aio call starts when it is made): the records' order is asserted
         for call in (
-            stub.GetTask(agency_pb2.GetTaskRequest(task_id=outcome.task_id), timeout=5),
-            stub.Resume(agency_pb2.ResumeRequest(task_id=outcome.task_id, answer="x"), timeout=5),
+            lambda: stub.GetTask(agency_pb2.GetTaskRequest(task_id=outcome.task_id), timeout=5),
+            lambda: stub.Resume(agency_pb2.ResumeRequest(task_id=outcome.task_id, answer="x"), timeout=5),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as info:
-                await call
+                await call()
             assert info.value.code() is grpc.StatusCode.PERMISSION_DENIED
     records = refused(audit, "PERMISSION_DENIED")
     assert [(r.detail["operation"], r.detail["client"], r.task_id) for r in records] == [
@@ -148,3 +149,51 @@ async def test_aggregation_per_source_and_interval() -> None:
 )
 def test_source_of_a_peer_drops_the_port(peer: str, source: str) -> None:
     assert source_of(peer) == source
+
+
+async def test_a_flood_of_sends_with_a_wrong_agent_token_is_audited_once_per_source_with_a_count(
+    gateway,
+) -> None:
+    """MessageService refusals for the agent token (the post office authenticates it) go
+    through the same aggregation as the gateway's own token check."""
+    from middleware._proto.agency.v1 import common_pb2, messages_pb2, messages_pb2_grpc
+
+    _, audit, server = gateway
+    address = f"127.0.0.1:{server.port}"
+    calls = 200
+    message = common_pb2.SMFMessage(
+        sender="alice",
+        receiver="bob",
+        content_json='{"x": 1}',
+        metadata=common_pb2.SMFMetadata(
+            provenance=common_pb2.Provenance(source="test", reliability_score=1), intention_trace=["t"]
+        ),
+    )
+
+    async with open_channel(address, token=TOKENS["web"]) as channel:  # a known client
+        stub = messages_pb2_grpc.MessageServiceStub(channel)
+
+        async def one(i: int) -> grpc.StatusCode:
+            agent_token = () if i % 3 == 0 else (("agency-token", f"agt_wrong-{i}"),)
+            try:
+                if i % 2:
+                    await stub.Pull(messages_pb2.PullRequest(), metadata=agent_token, timeout=10)
+                else:
+                    request = messages_pb2.SendMessageRequest(
+                        message=message, content_type="application/json"
+                    )
+                    await stub.Send(request, metadata=agent_token, timeout=10)
+            except grpc.aio.AioRpcError as err:
+                return err.code()
+            return grpc.StatusCode.OK
+
+        codes = await asyncio.gather(*(one(i) for i in range(calls)))
+    assert set(codes) == {grpc.StatusCode.UNAUTHENTICATED}
+    during = refused(audit, "UNAUTHENTICATED")
+    assert len(during) == 1  # one source, one interval: one record, not 200
+    assert during[0].detail["source"] == "ipv4:127.0.0.1" and during[0].detail["count"] == 1
+    assert during[0].detail["operation"].startswith("MessageService/")
+    await server.stop(0)  # the open interval is summed up
+    records = refused(audit, "UNAUTHENTICATED")
+    assert len(records) == 2 and records[1].detail["summary"]
+    assert sum(r.detail["count"] for r in records) == calls

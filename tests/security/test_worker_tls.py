@@ -26,7 +26,14 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, worker_pb2,
 from middleware.bootstrap import build_agency
 from middleware.cli import build_parser, main
 from middleware.cli.worker import worker_config
-from middleware.config import ClientTlsConfig, ServerConfig, TlsConfig, definition_from, hash_token
+from middleware.config import (
+    ClientTlsConfig,
+    ServerConfig,
+    TlsConfig,
+    WorkersTlsConfig,
+    definition_from,
+    hash_token,
+)
 from middleware.errors import InvalidInput, Unauthenticated, Unavailable
 from middleware.grpc_api import build_server
 from middleware.grpc_api.channel import open_channel
@@ -105,8 +112,16 @@ async def gateway(tmp_path, pki):
 
 
 def worker_mtls(pki) -> TlsConfig:
-    """The worker serves mTLS: only callers with a client certificate from the CA get through."""
-    return TlsConfig(cert=pki.server_cert, key=pki.server_key, client_ca=pki.ca, require_client_cert=True)
+    """The worker serves mTLS: only callers with a client certificate from the CA get through.
+    Its certificate is issued for its agent's name (the gateway binds workers to their agents)."""
+    cert, key = pki.issue("translator")
+    return TlsConfig(cert=cert, key=key, client_ca=pki.ca, require_client_cert=True)
+
+
+def worker_tls_as(pki, name: str) -> TlsConfig:
+    """The worker serves TLS with a certificate issued for ``name`` (and 127.0.0.1)."""
+    cert, key = pki.issue(name)
+    return TlsConfig(cert=cert, key=key)
 
 
 def to_gateway(pki) -> ClientTlsConfig:
@@ -228,7 +243,7 @@ async def test_gateway_that_cannot_pass_the_workers_tls_fails_the_task_fast_and_
         "wrong ca": {"ca": str(pki.other_ca)},
     }[workers_tls]
     gw = await gateway(workers_tls=settings)
-    served = worker_mtls(pki) if worker_tls == "mtls" else TlsConfig(cert=pki.server_cert, key=pki.server_key)
+    served = worker_mtls(pki) if worker_tls == "mtls" else worker_tls_as(pki, "translator")
     async with Worker(
         translate, CONTRACT, gateway=gw.address, gateway_tls=to_gateway(pki), token=AGENT_TOKEN, tls=served
     ):
@@ -241,13 +256,87 @@ async def test_gateway_that_cannot_pass_the_workers_tls_fails_the_task_fast_and_
     assert "worker 127.0.0.1:" in first.detail and why in first.detail, first.detail
 
 
+async def test_a_worker_presenting_another_agents_certificate_is_refused_and_audited(gateway, pki):
+    """Issue 14 item 5: the gateway binds each remote worker to its agent. The worker of
+    ``translator`` serves with a certificate from the right CA, valid for its address, but
+    issued for ``mallory``: the handshake fails, the attempt is TOOL_UNAVAILABLE saying why,
+    and it is audited."""
+    gw = await gateway(workers_tls=gateway_to_workers(pki, cert=False))
+    async with Worker(
+        translate,
+        CONTRACT,
+        gateway=gw.address,
+        gateway_tls=to_gateway(pki),
+        token=AGENT_TOKEN,
+        tls=worker_tls_as(pki, "mallory"),
+    ):
+        outcome = await asyncio.wait_for(submit(gw, pki), 10)
+    assert outcome.state != "completed" and outcome.failures, outcome
+    first = outcome.failures[0]
+    assert first.type == FailureType.TOOL_UNAVAILABLE.value and first.agent == "translator@1.0.0"
+    why = "the worker's certificate is not issued for agent 'translator'"
+    assert why in first.detail and "workers.tls.verify_agent_identity" in first.detail, first.detail
+    audited = [
+        r
+        for _, r in gw.agency.audit.records()  # type: ignore[attr-defined]
+        if r.task_id == outcome.task_id and why in json.dumps(r.detail)
+    ]
+    assert any(r.event_type == "failure.event" for r in audited), audited
+
+
+async def test_a_worker_certificate_for_the_configured_identity_or_with_the_check_off(gateway, pki):
+    # identities: the certificate carries another name than the agent's
+    gw = await gateway(
+        workers_tls={**gateway_to_workers(pki, cert=False), "identities": {"translator": "tr.workers.test"}}
+    )
+    async with Worker(
+        translate,
+        CONTRACT,
+        gateway=gw.address,
+        gateway_tls=to_gateway(pki),
+        token=AGENT_TOKEN,
+        tls=worker_tls_as(pki, "tr.workers.test"),
+    ):
+        outcome = await asyncio.wait_for(submit(gw, pki), 10)
+    assert outcome.state == "completed", outcome.reason
+    # verify_agent_identity: false -- any certificate of the CA for the address called will do
+    gw = await gateway(workers_tls={**gateway_to_workers(pki, cert=False), "verify_agent_identity": False})
+    async with Worker(
+        translate,
+        CONTRACT,
+        gateway=gw.address,
+        gateway_tls=to_gateway(pki),
+        token=AGENT_TOKEN,
+        tls=worker_tls_as(pki, "mallory"),
+    ):
+        outcome = await asyncio.wait_for(submit(gw, pki), 10)
+    assert outcome.state == "completed", outcome.reason
+
+
+def test_workers_tls_identity_settings_are_checked(pki):
+    d = definition_from({"workers": {"tls": {"ca": str(pki.ca)}}}, env={})
+    assert d.workers.tls is not None and d.workers.tls.verify_agent_identity  # on by default
+    assert d.workers.tls.identity("translator") == "translator"
+    with pytest.raises(InvalidInput) as info:  # one name for every worker binds none of them
+        definition_from({"workers": {"tls": {"ca": str(pki.ca), "server_name": "w.internal"}}}, env={})
+    assert info.value.field == "workers.tls" and "verify_agent_identity: false" in str(info.value)
+    off = {"ca": str(pki.ca), "server_name": "w.internal", "verify_agent_identity": False}
+    assert definition_from({"workers": {"tls": off}}, env={}).workers.tls.identity("translator") == ""
+    with pytest.raises(InvalidInput) as info:
+        definition_from({"workers": {"tls": {"ca": str(pki.ca), "identities": {"a": "two words"}}}}, env={})
+    assert "identities.a" in str(info.value)
+
+
 async def test_remote_agent_factory_carries_the_tls_settings(pki):
     tls = ClientTlsConfig(ca=pki.ca)
     from middleware.contracts import CapabilityContract
 
-    agent = RemoteAgent.factory(tls=tls)(CapabilityContract.parse({**CONTRACT, "endpoint": "127.0.0.1:1"}))
-    assert agent.tls is tls and agent.endpoint == "127.0.0.1:1"
+    contract = CapabilityContract.parse({**CONTRACT, "endpoint": "127.0.0.1:1"})
+    agent = RemoteAgent.factory(tls=tls)(contract)
+    assert agent.tls is tls and agent.endpoint == "127.0.0.1:1" and agent.identity == ""
     assert repr(agent) == "RemoteAgent('127.0.0.1:1', tls)"
+    bound = RemoteAgent.factory(tls=WorkersTlsConfig(ca=pki.ca))(contract)
+    assert bound.identity == "translator"  # the certificate must name the agent
 
 
 # ----------------------------------------------------------------------- configuration
@@ -331,12 +420,13 @@ def test_server_tls_refuses_a_key_that_is_not_the_certificates(pki):
 
 def test_workers_tls_comes_from_the_definition_or_the_environment(pki):
     d = definition_from({"workers": {"tls": gateway_to_workers(pki)}}, env={})
-    assert d.workers.tls == ClientTlsConfig(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
+    assert d.workers.tls == WorkersTlsConfig(ca=pki.ca, cert=pki.client_cert, key=pki.client_key)
     env = {
         "AGENCY_WORKERS_TLS_CA": str(pki.ca),
         "AGENCY_WORKERS_TLS_CERT": str(pki.client_cert),
         "AGENCY_WORKERS_TLS_KEY": str(pki.client_key),
         "AGENCY_WORKERS_TLS_SERVER_NAME": "workers.internal",
+        "AGENCY_WORKERS_TLS_VERIFY_AGENT_IDENTITY": "false",
     }
     d = definition_from(None, env=env)
     assert d.workers.tls is not None and d.workers.tls.server_name == "workers.internal"
@@ -356,13 +446,14 @@ async def test_agency_worker_command_joins_an_mtls_gateway_with_its_token(gatewa
     )
     (tmp_path / "contract.json").write_text(json.dumps(CONTRACT))
     (tmp_path / "token").write_text(AGENT_TOKEN + "\n")
+    translator_cert, translator_key = pki.issue("translator")  # the worker is bound to its agent
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "middleware", "worker",
         "--agent", "tls_worker_agents:translate", "--contract", str(tmp_path / "contract.json"),
         "--gateway", gw.address, "--heartbeat", "60",
         "--gateway-ca", str(pki.ca), "--gateway-cert", str(pki.client_cert),
         "--gateway-key", str(pki.client_key), "--token-file", str(tmp_path / "token"),
-        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--tls-client-ca", str(pki.ca),
+        "--tls-cert", str(translator_cert), "--tls-key", str(translator_key), "--tls-client-ca", str(pki.ca),
         cwd=tmp_path,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
