@@ -162,10 +162,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _run(args: argparse.Namespace) -> int:
     if args.config is not None and args.demo:
         raise InvalidInput.single("--demo", "cannot be combined with --config (the file names the agents)")
+    overrides = _overrides(args)
+    if args.demo:  # the scenario's sources and their authority, as `agency demo` scores them
+        from ..demo import DEMO_RELIABILITY
+
+        overrides["agency"] = {"reliability": DEMO_RELIABILITY.model_dump(mode="json")}
     if args.config is not None:
-        definition = load_definition(args.config, overrides=_overrides(args))
+        definition = load_definition(args.config, overrides=overrides)
     else:
-        definition = definition_from(overrides=_overrides(args), source="server configuration")
+        definition = definition_from(overrides=overrides, source="server configuration")
     if args.workers is not None:
         from .serve_workers import run_workers
 

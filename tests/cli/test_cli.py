@@ -137,6 +137,25 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
             assert outcome.state == "rejected"
             with pytest.raises(grpc.RpcError):
                 stub.Submit(agency_pb2.SubmitRequest(text="x", user_id="u" * 300), timeout=10)
+            warranty = stub.Submit(
+                agency_pb2.SubmitRequest(
+                    text="我上周买的手机屏幕碎了，要换新",
+                    user_id="u_789",
+                    input_json=json.dumps({"user_id": "u_789", "device": "fp_7f3a"}),
+                    steps=[
+                        agency_pb2.TaskStep(name=name, action=action)
+                        for name, action in (
+                            ("intake", "extract_intent"),
+                            ("order", "get_order_detail"),
+                            ("warranty", "warranty_check"),
+                            ("shipping", "ship_replacement"),
+                            ("reply", "compose_reply"),
+                        )
+                    ],
+                ),
+                timeout=10,
+            )
+            assert warranty.state == "completed", warranty.reason
         exposition = urllib.request.urlopen(metrics_url.group(1), timeout=10).read().decode()
         assert 'agency_tasks_total{state="rejected"} 1.0' in exposition
         assert 'agency_routing_decisions_total{outcome="refused"} 1.0' in exposition
@@ -156,6 +175,15 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
     assert not any(e["level"] == "ERROR" for e in errors), err
     segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal")
     assert any(b'"node":"node-test"' in p.read_bytes() for p in segments)
+    # --demo scores answers with the scenario's authority table, as `agency demo` does
+    from middleware.audit.wal_reader import WalLogReader
+
+    scored = [
+        r.detail["reliability"]
+        for _, r in WalLogReader(Path(tmp_path) / "audit").records()
+        if r.event_type == "agent.result" and r.actors.agent.startswith("greeting_agent")
+    ]
+    assert scored and scored[0]["authority"] == 0.8, scored
 
 
 def test_serve_rejects_a_bad_address(tmp_path, capsys):
