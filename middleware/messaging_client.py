@@ -71,6 +71,7 @@ __all__ = [
 #: Where the client looks for the gateway without an address: ``$AGENCY_ADDRESS`` or this.
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 
+
 @dataclass(frozen=True)
 class AgentCredentials:
     """An agent's identity: its name, signing key and bearer token (keep them secret).
