@@ -1,8 +1,6 @@
 """A LangChain chain behind a capability contract; a fake chat model stands in for yours (offline).
-
-Run: python examples/langchain_agent.py
-or as a worker: agency worker --agent examples.langchain_agent:agent --gateway HOST:PORT
-"""
+Run: python examples/langchain_agent.py, or as a worker:
+agency worker --agent examples.langchain_agent:agent --gateway HOST:PORT"""
 import asyncio
 
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -14,14 +12,9 @@ from middleware.langchain import wrap_runnable
 
 prompt = ChatPromptTemplate.from_messages([("system", "{contract}"), ("human", "{question}")])
 model = FakeListChatModel(responses=["A cracked screen is covered for 12 months."])  # e.g. ChatOpenAI()
-contract = {
-    "name": "warranty_faq",
-    "version": "1.0.0",
-    "can_do": ["answer_faq"],
-    "cannot_do": ["issue_refund"],
-    "slo_latency_ms": 2000,
-    "input_schema": {"type": "object", "required": ["question"]},
-}
+contract = {"name": "warranty_faq", "version": "1.0.0", "can_do": ["answer_faq"],
+            "cannot_do": ["issue_refund"], "slo_latency_ms": 2000,
+            "input_schema": {"type": "object", "required": ["question"]}}
 agent = wrap_runnable(prompt | model | StrOutputParser(), contract)
 
 
