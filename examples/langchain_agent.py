@@ -1,5 +1,4 @@
-"""A LangChain chain behind a capability contract; a fake chat model stands in for yours (offline).
-Run: python examples/langchain_agent.py, or as a worker:
+"""A LangChain chain behind a contract; a fake chat model stands in for yours (offline). Run it, or:
 agency worker --agent examples.langchain_agent:agent --gateway HOST:PORT"""
 import asyncio
 
