@@ -11,9 +11,8 @@ from middleware.langchain import wrap_runnable
 
 prompt = ChatPromptTemplate.from_messages([("system", "{contract}"), ("human", "{question}")])
 model = FakeListChatModel(responses=["A cracked screen is covered for 12 months."])  # e.g. ChatOpenAI()
-contract = {"name": "warranty_faq", "version": "1.0.0", "can_do": ["answer_faq"],
-            "cannot_do": ["issue_refund"], "slo_latency_ms": 2000,
-            "input_schema": {"type": "object", "required": ["question"]}}
+contract = {"name": "warranty_faq", "version": "1.0.0", "can_do": ["answer_faq"], "slo_latency_ms": 2000,
+            "cannot_do": ["issue_refund"], "input_schema": {"type": "object", "required": ["question"]}}
 agent = wrap_runnable(prompt | model | StrOutputParser(), contract)
 
 
