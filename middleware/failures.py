@@ -3,7 +3,8 @@
 A failure is a state of the system with a business meaning, not an exception. Each
 :class:`FailureEvent` has a :class:`FailureType` (a constant, never a free string);
 :class:`FailureProcessor` hands it to the handler registered for its type (the
-built-ins live in the top-level ``handlers`` package, one module per type; packages
+built-ins live in the folder ``handlers/``, installed as the subpackage
+:mod:`middleware.handlers`, one module per type; packages
 add or override handlers through the ``agency_middleware.failure_handlers``
 entry-point group; code through :meth:`FailureProcessor.register`). A handler is a
 pure function returning a :class:`Resolution`; :mod:`middleware.executor` is the only
@@ -16,12 +17,17 @@ retrying a policy violation, for instance, is refused at configuration time.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from pydantic import Field
 
@@ -40,6 +46,7 @@ __all__ = [
     "FailureType",
     "Resolution",
     "ResolutionKind",
+    "builtin_handlers",
     "check_policy",
     "entry_point_handlers",
 ]
@@ -231,6 +238,44 @@ def entry_point_handlers(
     return out
 
 
+#: The package name of the built-in handlers (the folder ``handlers/`` of the source tree).
+HANDLERS_PACKAGE = "middleware.handlers"
+
+
+def _handlers_package() -> ModuleType:
+    """:mod:`middleware.handlers`, never a top-level ``handlers`` (which may be the application's).
+
+    Installed (wheel or editable), setuptools maps the folder ``handlers/`` onto the
+    subpackage. From a bare source checkout (``python -c ...`` at the repository root, no
+    install) the subpackage does not exist on disk, so the folder beside ``middleware/`` is
+    loaded under that same name.
+    """
+    try:
+        return importlib.import_module(HANDLERS_PACKAGE)
+    except ModuleNotFoundError as exc:
+        if exc.name != HANDLERS_PACKAGE:
+            raise
+    folder = Path(__file__).resolve().parent.parent / "handlers"
+    spec = importlib.util.spec_from_file_location(
+        HANDLERS_PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    if spec is None or spec.loader is None:  # pragma: no cover - the folder ships with the code
+        raise ModuleNotFoundError(f"no {HANDLERS_PACKAGE} and no {folder}", name=HANDLERS_PACKAGE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[HANDLERS_PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[HANDLERS_PACKAGE]
+        raise
+    return module
+
+
+def builtin_handlers() -> dict[FailureType, FailureHandler]:
+    """A fresh mapping from every failure type to its built-in handler (:mod:`middleware.handlers`)."""
+    return cast(dict[FailureType, FailureHandler], _handlers_package().builtin_handlers())
+
+
 class FailureProcessor:
     """Dispatches each failure event to the handler registered for its type.
 
@@ -255,9 +300,7 @@ class FailureProcessor:
         load_entry_points: bool = True,
         entry_points: Callable[..., Iterable[importlib.metadata.EntryPoint]] | None = None,
     ) -> None:
-        from handlers import builtin_handlers
-
-        self._handlers: dict[FailureType, FailureHandler] = dict(builtin_handlers())
+        self._handlers: dict[FailureType, FailureHandler] = builtin_handlers()
         self.plugins: dict[FailureType, FailureHandler] = {}
         if load_entry_points:
             self.plugins = entry_point_handlers(entry_points=entry_points)

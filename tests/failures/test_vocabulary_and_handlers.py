@@ -9,9 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from middleware.handlers._common import backoff_ms
 
-import handlers
-from handlers._common import backoff_ms
 from middleware import (
     AgencyConfig,
     FailureEvent,
@@ -22,6 +21,7 @@ from middleware import (
     Resolution,
     ResolutionKind,
     TaskState,
+    handlers,
 )
 from middleware.failures import ALLOWED_RESOLUTIONS, DEFAULT_RESOLUTION, ENTRY_POINT_GROUP
 from middleware.testing import Raise, ScriptedAgent
@@ -58,7 +58,7 @@ def test_twelve_types_are_constants_with_a_default_and_allowed_resolutions():
 
 def test_every_handler_module_documents_trigger_default_and_alternatives():
     for t in FailureType:
-        module = importlib.import_module(f"handlers.{t.value.lower()}")
+        module = importlib.import_module(f"middleware.handlers.{t.value.lower()}")
         doc = module.__doc__ or ""
         assert module.TYPE is t
         assert "Trigger:" in doc and "Default resolution:" in doc and "Configurable instead" in doc
