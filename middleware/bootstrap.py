@@ -11,6 +11,7 @@ from .audit.open_tasks import close_open_tasks
 from .backends import open_backends
 from .definition import AgencyDefinition
 from .errors import InvalidInput
+from .failures import FailureProcessor
 from .messaging.directory import Directory, MemoryDirectory
 from .messaging.limits import BucketStore, MemoryBuckets, RateLimits
 from .messaging.mailbox import MailboxTransport
@@ -80,9 +81,17 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         lease_seconds=storage.lease_seconds,
         on_redis_error=on_redis_error,
     )
+    # The served gateway is where installed packages' failure handlers take effect: discovery
+    # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
+    failures = FailureProcessor(
+        policy=definition.agency.failure_policy,
+        policies=definition.agency.failure_policies,
+        load_entry_points=True,
+    )
     agency = Agency(
         audit=audit,
         config=definition.agency,
+        failures=failures,
         tasks=tasks,
         sessions=sessions,
         catalog=catalog,
