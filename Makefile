@@ -28,16 +28,18 @@ demo: $(RUNTIME_STAMP)
 serve: $(RUNTIME_STAMP)
 	$(BIN)/agency serve
 
-## Stub drift, lint, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
+## Stub drift, lint, the import contract, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
 test: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 	$(BIN)/ruff check middleware handlers tests scripts bench
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy middleware handlers
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check middleware handlers tests scripts bench
 	$(BIN)/ruff format --check middleware handlers tests scripts bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy middleware handlers

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .catalog import Catalog
 from .errors import InvalidInput
 from .memory_catalog import MemoryCatalog
-from .redis_errors import RedisErrorHook
+from .redis.errors import RedisErrorHook
 from .routing_stats import MemoryRoutingStats, RoutingStats
 
 __all__ = ["open_backends"]
@@ -28,7 +28,7 @@ def open_backends(
         url: ``""`` (in memory) or ``redis://host:port/db`` (``rediss://`` for TLS).
         prefix: Key namespace in Redis; replicas sharing a catalog use the same one.
         lease_seconds: Heartbeat lease (Redis default 30 s; in memory default none).
-        on_redis_error: Told the operation of every Redis error (see :mod:`.redis_errors`).
+        on_redis_error: Told the operation of every Redis error (see :mod:`.redis.errors`).
 
     Raises:
         InvalidInput: an unsupported URL scheme.
@@ -38,8 +38,8 @@ def open_backends(
     if url.startswith(("redis://", "rediss://", "unix://")):
         from redis.asyncio import Redis
 
-        from .redis_catalog import RedisCatalog
-        from .redis_routing_stats import RedisRoutingStats
+        from .redis.catalog import RedisCatalog
+        from .redis.routing_stats import RedisRoutingStats
 
         client = Redis.from_url(url)
         catalog = RedisCatalog(

@@ -65,8 +65,8 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     tasks = None
     sessions = None
     if storage.backend == "redis":  # task state shared by replicas: resume on any of them
-        from .redis_session_store import RedisSessionStore
-        from .redis_task_store import RedisTaskStore
+        from .redis.session_store import RedisSessionStore
+        from .redis.task_store import RedisTaskStore
 
         tasks = RedisTaskStore.from_url(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
@@ -131,8 +131,8 @@ async def build_post_office(
         from .messaging.directory import RedisDirectory
         from .messaging.limits import RedisBuckets
         from .messaging.moderation import RedisBoard
-        from .messaging.redis_mailbox import RedisMailbox
         from .messaging.subscriptions import RedisSubscriptions
+        from .redis.mailbox import RedisMailbox
 
         on_redis_error = metrics.redis_error if metrics is not None else None
         mailboxes = RedisMailbox.from_url(

@@ -17,7 +17,6 @@ import hashlib
 import logging
 import os
 import re
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,14 +25,8 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 
 from ._model import Model
 from .access import DEFAULT_ROLE, Principal, Role
-from .circuit_breaker import BreakerConfig
-from .detectors import DetectorConfig
+from .agency_config import AgencyConfig
 from .errors import InvalidInput
-from .failure_monitor import MonitorConfig
-from .failures import FailurePolicy, FailureType, check_policy
-from .limits import TaskLimits
-from .reliability import ReliabilityConfig
-from .smf import DEFAULT_TIME_CRITICAL_DOMAINS
 
 __all__ = [
     "ENV_VARIABLES",
@@ -56,62 +49,6 @@ __all__ = [
 if TYPE_CHECKING:
     from .audit.checkpoint import Signer
     from .definition import AgencyDefinition
-
-
-class AgencyConfig(Model):
-    """Knobs of the governance core."""
-
-    node_id: str = Field(
-        default_factory=socket.gethostname, description="This gateway's name in the audit log."
-    )
-    deadline_factor: float = Field(
-        default=1.0, gt=0, le=100, description="An agent's deadline is its SLO times this factor."
-    )
-    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retry/backup knobs.")
-    max_backups: int = Field(default=3, ge=0, le=50, description="Backups tried per step before giving up.")
-    failure_policies: dict[FailureType, FailurePolicy] = Field(
-        default_factory=dict,
-        description="Per failure type: retry caps, backoff, forced resolution (only allowed ones), backup.",
-    )
-    breaker: BreakerConfig = Field(default_factory=BreakerConfig, description="Per-agent circuit breaker.")
-    detectors: DetectorConfig = Field(
-        default_factory=DetectorConfig, description="Hedging words, policy rules, compared facts."
-    )
-    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="Failure-rate review flags.")
-    time_critical_domains: list[str] = Field(
-        default_factory=lambda: sorted(DEFAULT_TIME_CRITICAL_DOMAINS),
-        max_length=100,
-        description="Domains (contract tags, SMF metadata.domain) whose messages must carry a freshness_ttl.",
-    )
-    sla_seconds: float = Field(
-        default=3.0,
-        gt=0,
-        le=86_400,
-        description="The SLA of a task's handling time for the KPIs (the seed: 3 s).",
-    )
-    session_ttl_seconds: float = Field(
-        default=24 * 3600.0,
-        gt=0,
-        le=400 * 24 * 3600,
-        description="How long a session's conversation state lives after its last change (seconds).",
-    )
-    reliability: ReliabilityConfig = Field(
-        default_factory=ReliabilityConfig,
-        description="How answers' reliability_score is computed: authority table and weights.",
-    )
-    limits: TaskLimits = Field(
-        default_factory=TaskLimits, description="Steps per task, bytes per agent answer and per outcome."
-    )
-
-    @field_validator("failure_policies")
-    @classmethod
-    def _allowed(cls, v: dict[FailureType, FailurePolicy]) -> dict[FailureType, FailurePolicy]:
-        for ftype, policy in v.items():
-            try:
-                check_policy(ftype, policy, field="failure_policies")
-            except InvalidInput as exc:  # re-raised as a ValueError so the path is the full one
-                raise ValueError(f"{ftype.value}.resolution: {exc.problems[0].reason}") from None
-        return v
 
 
 def _read_pem(path: Path) -> bytes:

@@ -183,7 +183,7 @@ class _GrpcTarget:
 
 def _target(args: argparse.Namespace) -> _Target:
     if args.redis:
-        from ..redis_catalog import RedisCatalog
+        from ..redis.catalog import RedisCatalog
 
         return _CatalogTarget(RedisCatalog.from_url(args.redis, prefix=args.prefix + "catalog:"))
     from ..config import ServerConfig, read_token

@@ -18,7 +18,6 @@ from prometheus_client import start_http_server
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
-from ..backend_health import BackendMonitor, redis_monitor
 from ..bootstrap import build_agency, build_post_office, start_webhooks
 from ..caller_limits import CallerLimits
 from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
@@ -30,6 +29,7 @@ from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
 from ..metrics import Metrics
+from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import SchemaLimits, set_schema_limits
 
 log = logging.getLogger("agency.serve")
