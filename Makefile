@@ -3,6 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (every test is independent: unique Redis prefixes, port 0).
+TEST_WORKERS ?= 2
 # The product alone (what `make demo` and `make serve` need), without the dev toolchain.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
@@ -34,7 +36,7 @@ test: $(STAMP)
 	$(BIN)/ruff check middleware handlers tests scripts bench
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy middleware handlers
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check middleware handlers tests scripts bench
