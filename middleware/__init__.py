@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
     from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
     from .circuit_breaker import BreakerConfig, CircuitBreaker
-    from .config import ServerConfig
     from .constraints import (
         ConstraintExtractor,
         Constraints,
@@ -79,6 +78,7 @@ if TYPE_CHECKING:
     from .reliability import ReliabilityConfig, ReliabilityScorer, WeightedReliabilityScorer
     from .router import Router, RoutingDecision, RoutingWeights
     from .routing_stats import MemoryRoutingStats, RoutingStats
+    from .server.settings import ServerConfig
     from .sessions import ConversationState, SessionStore
     from .smf import Provenance, SMFMessage, SMFMetadata
     from .task_store import TaskStore
@@ -162,7 +162,7 @@ _EXPORTS: dict[str, str] = {
     "RuleBasedExtractor": ".constraints",
     "SMFMessage": ".smf",
     "SMFMetadata": ".smf",
-    "ServerConfig": ".config",
+    "ServerConfig": ".server.settings",
     "SessionStore": ".sessions",
     "StepVerdict": ".goals",
     "TaskRecord": ".tasks",

@@ -81,3 +81,22 @@ def test_the_product_installs_only_middleware_and_lists_every_package() -> None:
         if d.is_dir() and d.name != "__pycache__"
     } | {"middleware", "middleware.handlers"}
     assert packages == on_disk
+
+
+def test_the_former_server_module_paths_are_the_server_modules() -> None:
+    # Users import middleware.config (hash_token), middleware.bootstrap, middleware.definition
+    # (docs/operations.md, examples/): the old path is the very module of its new home.
+    import importlib
+
+    moved = {
+        "config": "settings",
+        "definition": "definition",
+        "bootstrap": "bootstrap",
+        "backends": "backends",
+        "metrics": "metrics",
+        "worker": "worker",
+    }
+    for old, new in moved.items():
+        assert importlib.import_module(f"middleware.{old}") is importlib.import_module(
+            f"middleware.server.{new}"
+        )
