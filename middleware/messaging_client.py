@@ -53,7 +53,7 @@ from .errors import (
     NotFound,
 )
 from .grpc_api.channel import open_channel
-from .grpc_api.message_servicer import smf_from_pb, smf_to_pb
+from .grpc_api.convert import smf_from_pb, smf_to_pb
 from .messaging.identity import SendOptions, generate_key, public_key_b64, sign_message
 from .messaging.post_office import BROADCAST, Received, SendResult
 from .server.settings import ClientTlsConfig, hash_token
