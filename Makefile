@@ -3,6 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest-xdist workers for `make test` (every test is independent: unique Redis prefixes, port 0).
+TEST_WORKERS ?= 2
 # The product alone (what `make demo` and `make serve` need), without the dev toolchain.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 
@@ -28,16 +30,18 @@ demo: $(RUNTIME_STAMP)
 serve: $(RUNTIME_STAMP)
 	$(BIN)/agency serve
 
-## Stub drift, lint, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
+## Stub drift, lint, the import contract, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
 test: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 	$(BIN)/ruff check middleware handlers tests scripts bench
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy middleware handlers
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check middleware handlers tests scripts bench
 	$(BIN)/ruff format --check middleware handlers tests scripts bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy middleware handlers

@@ -29,7 +29,7 @@ from middleware import Agency, AgentReply, CapabilityContract, TaskRequest, Task
 from middleware.detectors import Detection, Detectors
 from middleware.errors import NotFound
 from middleware.memory_task_store import MemoryTaskStore
-from middleware.redis_task_store import RedisTaskStore
+from middleware.redis.task_store import RedisTaskStore
 from middleware.tasks import TaskRecord
 
 

@@ -168,8 +168,8 @@ async def bench_redis(url: str, sizes: list[int], decisions: int) -> None:
     import redis.asyncio as aioredis
     from redis.asyncio.connection import Connection
 
-    from middleware.redis_catalog import RedisCatalog
-    from middleware.redis_routing_stats import RedisRoutingStats
+    from middleware.redis.catalog import RedisCatalog
+    from middleware.redis.routing_stats import RedisRoutingStats
 
     sent = [0]
 

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort, configured
+from ._common import abort
 
 TYPE = FailureType.CAPABILITY_MISMATCH
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Abort before any agent runs (the task is REJECTED), with each candidate's rejection reason."""
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return abort(event, event.detail or "no capability allows the request")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import ask, configured
+from ._common import ask
 
 TYPE = FailureType.CONTEXT_AMBIGUITY
 
@@ -21,9 +21,6 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Ask the user a structured clarification: a question with options (never an open question); a
     human when there are no options.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     options = [dict(o) for o in event.context.get("options") or []]
     question = str(event.context.get("question") or "Please confirm which option you mean.")
     return ask(event, event.detail or "the answer is ambiguous", question, options)

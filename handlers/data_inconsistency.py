@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
-from ._common import configured
-
 TYPE = FailureType.DATA_INCONSISTENCY
 
 
@@ -21,9 +19,6 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Return the conflict with both values and their provenance, never merged silently; the task waits
     for the user's choice.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     conflict = dict(event.context.get("conflict") or {})
     options = [
         {

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import configured, escalate
+from ._common import escalate
 
 TYPE = FailureType.GOAL_TIMEOUT
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Escalate to a human with the state reached so far."""
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return escalate(event, event.detail or "goal timed out")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort, configured, escalate
+from ._common import abort, escalate
 
 TYPE = FailureType.GOAL_UNMET
 
@@ -23,9 +23,6 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Escalate to a human with the failed steps; for a low-criticality goal: abort with the verdict."""
     if event.context.get("manual_pending") and not event.context.get("failed_steps"):
         return escalate(event, event.detail or "manual checks pending")
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     if event.context.get("criticality") == "low":
         return abort(event, event.detail or "goal not met")
     return escalate(event, event.detail or "goal not met")

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import configured, escalate
+from ._common import escalate
 
 TYPE = FailureType.INTENT_DRIFT
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Stop the drifting branch and escalate to a human to re-anchor the goal."""
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return escalate(event, event.detail or "intention trace drifted from the user's goal")

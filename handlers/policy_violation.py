@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
-from ._common import configured
-
 TYPE = FailureType.POLICY_VIOLATION
 
 
@@ -20,9 +18,6 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Quarantine: the output is blocked (it never reaches the user or the next agent), audited, and an
     alert is raised.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return Resolution(
         kind=ResolutionKind.QUARANTINE,
         failure_type=event.type,

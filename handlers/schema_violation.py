@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import abort, configured, retry_then_backup
+from ._common import abort, retry_then_backup
 
 TYPE = FailureType.SCHEMA_VIOLATION
 
@@ -21,9 +21,6 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """For an output: retry once, then the backup, then a human; for an input (the agent is not at
     fault): abort.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     if event.context.get("direction") == "input":
         return abort(event, event.detail or "input does not match the contract")
     capped = policy.model_copy(update={"max_retries": min(1, policy.max_retries)})

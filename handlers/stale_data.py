@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import configured, retry_then_backup
+from ._common import retry_then_backup
 
 TYPE = FailureType.STALE_DATA
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Retry to obtain fresh data, then the backup, then a human."""
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return retry_then_backup(event, policy, "stale data")

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import configured, retry_then_backup
+from ._common import retry_then_backup
 
 TYPE = FailureType.TOOL_ERROR
 
 
 def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Retry (bounded, backoff with jitter), then the backup agent, then a human."""
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return retry_then_backup(event, policy, "error")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import configured, retry_then_backup
+from ._common import retry_then_backup
 
 TYPE = FailureType.TOOL_TIMEOUT
 
@@ -19,7 +19,4 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Retry (bounded by ``max_retries``, exponential backoff with jitter), then the configured backup
     or the router's next fallback, then a human.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return retry_then_backup(event, policy, "timeout")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution
 
-from ._common import backup, configured
+from ._common import backup
 
 TYPE = FailureType.TOOL_UNAVAILABLE
 
@@ -20,7 +20,4 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     """Switch to the backup at once (retrying an unreachable agent rarely helps); a human when none is
     left.
     """
-    forced = configured(event, policy)
-    if forced is not None:
-        return forced
     return backup(event, policy, "unavailable")

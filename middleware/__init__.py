@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .agency_config import AgencyConfig
     from .agents import Agent, AgentRegistry, AgentReply, AgentRequest
     from .audit import AuditLog, AuditRecord, FileAuditLog, MemoryAuditLog, WalAuditLog
     from .catalog import Catalog, CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
     from .circuit_breaker import BreakerConfig, CircuitBreaker
-    from .config import AgencyConfig, ServerConfig
     from .constraints import (
         ConstraintExtractor,
         Constraints,
@@ -71,13 +71,14 @@ if TYPE_CHECKING:
     from .memory_session_store import MemorySessionStore
     from .memory_task_store import MemoryTaskStore
     from .pipeline import Agency
-    from .redis_catalog import RedisCatalog
-    from .redis_routing_stats import RedisRoutingStats
-    from .redis_session_store import RedisSessionStore
-    from .redis_task_store import RedisTaskStore
+    from .redis.catalog import RedisCatalog
+    from .redis.routing_stats import RedisRoutingStats
+    from .redis.session_store import RedisSessionStore
+    from .redis.task_store import RedisTaskStore
     from .reliability import ReliabilityConfig, ReliabilityScorer, WeightedReliabilityScorer
     from .router import Router, RoutingDecision, RoutingWeights
     from .routing_stats import MemoryRoutingStats, RoutingStats
+    from .server.settings import ServerConfig
     from .sessions import ConversationState, SessionStore
     from .smf import Provenance, SMFMessage, SMFMetadata
     from .task_store import TaskStore
@@ -86,7 +87,7 @@ if TYPE_CHECKING:
 
 _EXPORTS: dict[str, str] = {
     "Agency": ".pipeline",
-    "AgencyConfig": ".config",
+    "AgencyConfig": ".agency_config",
     "AgencyError": ".errors",
     "Agent": ".agents",
     "AgentFailure": ".errors",
@@ -144,10 +145,10 @@ _EXPORTS: dict[str, str] = {
     "PolicyRules": ".detectors",
     "Problem": ".errors",
     "Provenance": ".smf",
-    "RedisCatalog": ".redis_catalog",
-    "RedisRoutingStats": ".redis_routing_stats",
-    "RedisSessionStore": ".redis_session_store",
-    "RedisTaskStore": ".redis_task_store",
+    "RedisCatalog": ".redis.catalog",
+    "RedisRoutingStats": ".redis.routing_stats",
+    "RedisSessionStore": ".redis.session_store",
+    "RedisTaskStore": ".redis.task_store",
     "ReliabilityConfig": ".reliability",
     "ReliabilityScorer": ".reliability",
     "Resolution": ".failures",
@@ -161,7 +162,7 @@ _EXPORTS: dict[str, str] = {
     "RuleBasedExtractor": ".constraints",
     "SMFMessage": ".smf",
     "SMFMetadata": ".smf",
-    "ServerConfig": ".config",
+    "ServerConfig": ".server.settings",
     "SessionStore": ".sessions",
     "StepVerdict": ".goals",
     "TaskRecord": ".tasks",

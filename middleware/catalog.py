@@ -1,7 +1,7 @@
 """The capability catalog: where every agent's contract is registered, found and watched.
 
 ``Catalog`` is the interface; ``MemoryCatalog`` (``memory_catalog.py``) is the embedded
-default and ``RedisCatalog`` (``redis_catalog.py``) lets several gateway processes share
+default and ``RedisCatalog`` (``redis/catalog.py``) lets several gateway processes share
 one catalog. Both behave the same (one test suite runs against both):
 
 * **register / update**: the contract is validated first (every problem listed, nothing

@@ -31,8 +31,8 @@ import re
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from .agency_config import AgencyConfig
 from .agents import AgentReply, AgentRequest
-from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .goals import GoalAssertion, GoalStage, IntentionScope
 from .intake import detect_language

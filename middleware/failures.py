@@ -3,7 +3,8 @@
 A failure is a state of the system with a business meaning, not an exception. Each
 :class:`FailureEvent` has a :class:`FailureType` (a constant, never a free string);
 :class:`FailureProcessor` hands it to the handler registered for its type (the
-built-ins live in the top-level ``handlers`` package, one module per type; packages
+built-ins live in the folder ``handlers/``, installed as the subpackage
+:mod:`middleware.handlers`, one module per type; packages
 add or override handlers through the ``agency_middleware.failure_handlers``
 entry-point group; code through :meth:`FailureProcessor.register`). A handler is a
 pure function returning a :class:`Resolution`; :mod:`middleware.executor` is the only
@@ -16,12 +17,18 @@ retrying a policy violation, for instance, is refused at configuration time.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.metadata
+import importlib.util
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from pydantic import Field
 
@@ -40,8 +47,10 @@ __all__ = [
     "FailureType",
     "Resolution",
     "ResolutionKind",
+    "builtin_handlers",
     "check_policy",
     "entry_point_handlers",
+    "forced_resolution",
 ]
 
 log = logging.getLogger("agency.failures")
@@ -189,6 +198,123 @@ def check_policy(ftype: FailureType | str, policy: FailurePolicy, *, field: str 
         )
 
 
+# -- Resolution builders (pure: the same event and policy always give the same resolution) -------
+# The built-in handlers (middleware.handlers) and the processor's forced resolutions share them.
+
+
+def backoff_ms(event: FailureEvent, policy: FailurePolicy) -> float:
+    """Exponential backoff with deterministic jitter (same event → same delay).
+
+    ``base * 2**(attempt-1)`` capped at ``backoff_max_ms``, then spread by
+    ``± jitter``. The jitter is derived from the event id so the handler stays pure
+    and idempotent while retries of different tasks still spread out.
+    """
+    base = min(policy.backoff_max_ms, policy.backoff_base_ms * (2 ** (event.attempt - 1)))
+    digest = hashlib.sha256(event.event_id.encode()).digest()
+    unit = int.from_bytes(digest[:4], "big") / 0xFFFFFFFF  # 0..1
+    return float(max(0.0, base * (1 + policy.jitter * (2 * unit - 1))))
+
+
+def backup_agent(event: FailureEvent, policy: FailurePolicy) -> str:
+    """The configured backup agent, else the router's next fallback.
+
+    The configured one is a preference among the fallbacks the router found fit for the
+    step (its contract allows it, its circuit is not open), never a way around them.
+    """
+    if policy.backup_agent and policy.backup_agent in event.fallbacks:
+        return policy.backup_agent
+    return event.fallbacks[0] if event.fallbacks else ""
+
+
+def backup(event: FailureEvent, policy: FailurePolicy, what: str) -> Resolution:
+    """Switch to the backup agent; a human when there is none."""
+    agent = backup_agent(event, policy)
+    if not agent:
+        return escalate(event, f"{what} on {event.agent or 'the task'} and no backup left")
+    return Resolution(
+        kind=ResolutionKind.USE_BACKUP,
+        failure_type=event.type,
+        agent=agent,
+        reason=f"{what} on {event.agent or 'the task'}; switching to backup {agent}",
+    )
+
+
+def retry_then_backup(event: FailureEvent, policy: FailurePolicy, what: str) -> Resolution:
+    """Retry up to ``policy.max_retries`` times, then ``policy.on_exhausted``."""
+    if event.attempt <= policy.max_retries:
+        return Resolution(
+            kind=ResolutionKind.RETRY,
+            failure_type=event.type,
+            delay_ms=backoff_ms(event, policy),
+            agent=event.agent,
+            reason=f"{what} on {event.agent}; retry {event.attempt} of {policy.max_retries}",
+        )
+    done = f"{what} on {event.agent} after {event.attempt} attempts"
+    if policy.on_exhausted == "use_backup":
+        return backup(event, policy, done)
+    if policy.on_exhausted == "abort":
+        return abort(event, done)
+    return escalate(event, done)
+
+
+def escalate(event: FailureEvent, reason: str) -> Resolution:
+    """Hand the task to a person."""
+    return Resolution(kind=ResolutionKind.ESCALATE_TO_HUMAN, failure_type=event.type, reason=reason)
+
+
+def abort(event: FailureEvent, reason: str) -> Resolution:
+    """Stop the task."""
+    return Resolution(kind=ResolutionKind.ABORT, failure_type=event.type, reason=reason)
+
+
+def ask(event: FailureEvent, reason: str, question: str, options: list[dict[str, Any]]) -> Resolution:
+    """A structured clarification: a question with at least two options, never an open one.
+
+    With fewer than two options there is nothing to choose from, so a human decides.
+    """
+    if len(options) < 2:
+        return escalate(event, f"{reason} (no options to offer the user)")
+    return Resolution(
+        kind=ResolutionKind.ASK_CLARIFICATION,
+        failure_type=event.type,
+        reason=reason,
+        payload={"question": question, "options": options},
+    )
+
+
+def forced_resolution(event: FailureEvent, policy: FailurePolicy) -> Resolution | None:
+    """The resolution the operator forced for this type (``policy.resolution``), or None.
+
+    :class:`FailureProcessor` applies it before any handler runs; ``check_policy`` has
+    already refused resolutions the type does not allow. One exception: a ``GOAL_UNMET``
+    whose only open checks are manual ones (nothing failed) goes to a person whatever the
+    policy — there is nothing to retry or abort on.
+    """
+    kind = policy.resolution
+    if kind is None:
+        return None
+    if (
+        event.type is FailureType.GOAL_UNMET
+        and event.context.get("manual_pending")
+        and not event.context.get("failed_steps")
+    ):
+        return None
+    name = event.type.value.lower().replace("_", " ")
+    what = event.detail or name
+    if kind is ResolutionKind.RETRY:
+        return retry_then_backup(event, policy, name)
+    if kind is ResolutionKind.USE_BACKUP:
+        return backup(event, policy, name)
+    if kind is ResolutionKind.ABORT:
+        return abort(event, what)
+    if kind is ResolutionKind.ESCALATE_TO_HUMAN:
+        return escalate(event, what)
+    if kind is ResolutionKind.ASK_CLARIFICATION:
+        question = str(event.context.get("question") or "Please confirm which option you mean.")
+        return ask(event, what, question, [dict(o) for o in event.context.get("options") or []])
+    return Resolution(kind=kind, failure_type=event.type, reason=what, payload=dict(event.context))
+
+
 @runtime_checkable
 class FailureHandler(Protocol):
     """A pure function from a failure event to a resolution (no side effects)."""
@@ -231,18 +357,60 @@ def entry_point_handlers(
     return out
 
 
-class FailureProcessor:
-    """Dispatches each failure event to the handler registered for its type.
+#: The package name of the built-in handlers (the folder ``handlers/`` of the source tree).
+HANDLERS_PACKAGE = "middleware.handlers"
 
-    Precedence, lowest first: the built-in handlers, handlers installed packages
-    declare in :data:`ENTRY_POINT_GROUP` (when ``load_entry_points``), then
-    ``handlers`` given here, then :meth:`register` calls.
+
+def _handlers_package() -> ModuleType:
+    """:mod:`middleware.handlers`, never a top-level ``handlers`` (which may be the application's).
+
+    Installed (wheel or editable), setuptools maps the folder ``handlers/`` onto the
+    subpackage. From a bare source checkout (``python -c ...`` at the repository root, no
+    install) the subpackage does not exist on disk, so the folder beside ``middleware/`` is
+    loaded under that same name.
+    """
+    try:
+        return importlib.import_module(HANDLERS_PACKAGE)
+    except ModuleNotFoundError as exc:
+        if exc.name != HANDLERS_PACKAGE:
+            raise
+    folder = Path(__file__).resolve().parent.parent / "handlers"
+    spec = importlib.util.spec_from_file_location(
+        HANDLERS_PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    if spec is None or spec.loader is None:  # pragma: no cover - the folder ships with the code
+        raise ModuleNotFoundError(f"no {HANDLERS_PACKAGE} and no {folder}", name=HANDLERS_PACKAGE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[HANDLERS_PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[HANDLERS_PACKAGE]
+        raise
+    return module
+
+
+def builtin_handlers() -> dict[FailureType, FailureHandler]:
+    """A fresh mapping from every failure type to its built-in handler (:mod:`middleware.handlers`)."""
+    return cast(dict[FailureType, FailureHandler], _handlers_package().builtin_handlers())
+
+
+class FailureProcessor:
+    """Applies the operator's policy, else dispatches each failure event to its type's handler.
+
+    A resolution the operator forced for the type (``FailurePolicy.resolution``) is applied
+    here, before any handler runs: handlers — built-in, custom or from an entry point —
+    decide only the default. Handler precedence, lowest first: the built-in handlers,
+    handlers installed packages declare in :data:`ENTRY_POINT_GROUP` (only when
+    ``load_entry_points=True``: discovery is explicit), then ``handlers`` given here, then
+    :meth:`register` calls.
 
     Args:
         handlers: Handlers to install, keyed by failure type.
         policy: The policy of every type without its own.
         policies: Per-type policies (caps, backoff, forced resolution, backup agent).
-        load_entry_points: Discover handlers from installed packages.
+        load_entry_points: Discover handlers from installed packages (off unless asked; the
+            served gateway asks, see :mod:`middleware.bootstrap`).
         entry_points: The discovery seam (``importlib.metadata.entry_points`` by default).
     """
 
@@ -252,12 +420,10 @@ class FailureProcessor:
         *,
         policy: FailurePolicy | None = None,
         policies: Mapping[FailureType, FailurePolicy] | Mapping[str, FailurePolicy] | None = None,
-        load_entry_points: bool = True,
+        load_entry_points: bool = False,
         entry_points: Callable[..., Iterable[importlib.metadata.EntryPoint]] | None = None,
     ) -> None:
-        from handlers import builtin_handlers
-
-        self._handlers: dict[FailureType, FailureHandler] = dict(builtin_handlers())
+        self._handlers: dict[FailureType, FailureHandler] = builtin_handlers()
         self.plugins: dict[FailureType, FailureHandler] = {}
         if load_entry_points:
             self.plugins = entry_point_handlers(entry_points=entry_points)
@@ -298,14 +464,18 @@ class FailureProcessor:
         return self._policies.get(ftype, self.policy)
 
     def process(self, event: FailureEvent) -> Resolution:
-        """The resolution for ``event``.
+        """The resolution for ``event``: the operator's forced one, else its handler's.
 
         Raises:
             InvalidInput: the event's type is not a known constant.
             TypeError: a handler returned something other than a :class:`Resolution`.
         """
         ftype = FailureType.of(event.type)
-        resolution = self.handler_for(ftype)(event, self.policy_for(ftype))
+        policy = self.policy_for(ftype)
+        forced = forced_resolution(event, policy)
+        if forced is not None:
+            return forced
+        resolution = self.handler_for(ftype)(event, policy)
         if not isinstance(resolution, Resolution):
             raise TypeError(f"handler for {ftype} returned {type(resolution).__name__}, not Resolution")
         return resolution

@@ -115,7 +115,7 @@ class KeepAlive:
     async def check(self) -> None:
         """Raise :class:`Unavailable` unless every key is in the catalog and live (routable).
 
-        A check for :class:`~middleware.backend_health.BackendMonitor`: health reports
+        A check for :class:`~middleware.redis.health.BackendMonitor`: health reports
         NOT_SERVING while the gateway's own agents cannot be routed to.
         """
         missing: list[str] = []

@@ -47,16 +47,16 @@ from cryptography.hazmat.primitives.serialization import (
 
 from ._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from .client._errors import error_from_rpc
-from .config import ClientTlsConfig, hash_token
 from .errors import (
     AlreadyExists,
     InvalidInput,
     NotFound,
 )
 from .grpc_api.channel import open_channel
-from .grpc_api.message_servicer import smf_from_pb, smf_to_pb
+from .grpc_api.convert import smf_from_pb, smf_to_pb
 from .messaging.identity import SendOptions, generate_key, public_key_b64, sign_message
 from .messaging.post_office import BROADCAST, Received, SendResult
+from .server.settings import ClientTlsConfig, hash_token
 from .smf import SMFMessage
 
 __all__ = [

@@ -24,12 +24,12 @@ from datetime import datetime
 from typing import Any
 
 from .access import Principal, authorize_task, refusal_record
+from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
 from .audit.record import AuditEventType
 from .catalog import Catalog, CatalogEntry
 from .circuit_breaker import CircuitBreaker
-from .config import AgencyConfig
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope

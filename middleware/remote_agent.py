@@ -37,13 +37,13 @@ import grpc
 
 from ._proto.agency.v1 import worker_pb2, worker_pb2_grpc
 from .agents import AgentReply, AgentRequest
-from .config import ClientTlsConfig, WorkersTlsConfig
 from .contracts import CapabilityContract
 from .errors import AgentFailure, InvalidInput, Unavailable
 from .failures import FailureType
 from .grpc_api.channel import open_channel
-from .grpc_api.message_servicer import smf_to_pb
+from .grpc_api.convert import smf_to_pb
 from .grpc_api.tls import TlsSettingNames, tls_hint
+from .server.settings import ClientTlsConfig, WorkersTlsConfig
 from .tracing import trace_metadata
 
 __all__ = ["RemoteAgent"]

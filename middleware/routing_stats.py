@@ -1,7 +1,7 @@
 """Live routing statistics the pipeline feeds back after every dispatch.
 
 ``RoutingStats`` is the interface; :class:`MemoryRoutingStats` keeps them in process and
-``RedisRoutingStats`` (``redis_routing_stats.py``) in Redis so replicas share them. For
+``RedisRoutingStats`` (``redis/routing_stats.py``) in Redis so replicas share them. For
 each agent (``name@version``): the success rate over the last ``window`` dispatches and
 the number of calls in flight. An agent with no history counts as fully successful, so
 a new agent gets traffic.

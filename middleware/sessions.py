@@ -15,7 +15,7 @@ naming the session is refused (PERMISSION_DENIED); an admin is not an exception 
 since a submit does not act on another client's behalf.
 
 Stores: :class:`~middleware.memory_session_store.MemorySessionStore` (default) and
-:class:`~middleware.redis_session_store.RedisSessionStore` (24 h TTL, configurable; a
+:class:`~middleware.redis.session_store.RedisSessionStore` (24 h TTL, configurable; a
 lock for concurrent changes, as the seed's section 5.1 asks).
 """
 

@@ -25,7 +25,7 @@ def test_builtin_implementations_conform_to_their_protocols(tmp_path):
 
 
 def test_every_failure_type_has_a_builtin_handler_module():
-    from handlers import builtin_handlers
+    from middleware.handlers import builtin_handlers
 
     handlers = builtin_handlers()
     assert set(handlers) == set(FailureType)

@@ -9,7 +9,7 @@ import pytest
 from middleware import Agency, ConcurrentUpdate, PermissionDenied, TaskState
 from middleware.demo import build_demo_agency, tracking_request, warranty_request
 from middleware.memory_session_store import MemorySessionStore
-from middleware.redis_session_store import RedisSessionStore
+from middleware.redis.session_store import RedisSessionStore
 from middleware.sessions import ConversationState, SessionStore
 
 

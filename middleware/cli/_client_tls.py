@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..config import ClientTlsConfig
+from ..server.settings import ClientTlsConfig
 
 
 def add_client_tls_options(parser: Any, peer: str = "the gateway") -> None:

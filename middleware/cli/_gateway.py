@@ -31,7 +31,7 @@ def add_gateway_options(parser: argparse.ArgumentParser) -> None:
 def open_client(args: argparse.Namespace) -> AgencyClient:
     """An :class:`AgencyClient` for the gateway the flags name (call inside the event loop)."""
     from ..client import AgencyClient
-    from ..config import ServerConfig, read_token
+    from ..server.settings import ServerConfig, read_token
 
     tls = client_tls(args)
     token = read_token(args.token_file, field="--token-file") if args.token_file else None

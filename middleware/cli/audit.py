@@ -129,7 +129,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _default_path(path: Path | None) -> Path:
     if path is not None:
         return path
-    from ..config import ServerConfig
+    from ..server.settings import ServerConfig
 
     return Path(ServerConfig.from_env().data_dir) / "audit"
 

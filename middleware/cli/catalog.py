@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..catalog import Catalog, CatalogEntry, CatalogQuery
-from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, NotFound, Problem
+from ..server.settings import ClientTlsConfig
 from ._client_tls import add_client_tls_options, client_tls
 from ._text import plural
 from .exit_codes import NOTHING_FOUND
@@ -183,10 +183,10 @@ class _GrpcTarget:
 
 def _target(args: argparse.Namespace) -> _Target:
     if args.redis:
-        from ..redis_catalog import RedisCatalog
+        from ..redis.catalog import RedisCatalog
 
         return _CatalogTarget(RedisCatalog.from_url(args.redis, prefix=args.prefix + "catalog:"))
-    from ..config import ServerConfig, read_token
+    from ..server.settings import ServerConfig, read_token
 
     tls = client_tls(args)
     token = read_token(args.token_file, field="--token-file") if args.token_file else None

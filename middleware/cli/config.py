@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ..access import Role
-from ..config import load_definition
 from ..errors import InvalidInput
+from ..server.settings import load_definition
 from ._text import add_json_option, plural
 
 

@@ -187,7 +187,7 @@ def _enroll(args: argparse.Namespace) -> int:
     if clashes:
         raise AlreadyExists(f"{path}: messaging.agents already has {', '.join(clashes)}")
     agents.extend(entries)
-    from ..definition import AgencyDefinition
+    from ..server.definition import AgencyDefinition
 
     AgencyDefinition.parse(data, what=f"definition {path}")  # refuse to write a file serve would refuse
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from ..config import definition_from, load_definition
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput
+from ..server.settings import definition_from, load_definition
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,10 +84,10 @@ def _mcp_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_stdio(definition: Any, *, demo: bool, client: str) -> int:
-    from ..bootstrap import build_agency
     from ..protocol_settings import ProtocolSettings
     from ..protocols.mcp_server import serve_stdio
     from ..protocols.serving import Protocols
+    from ..server.bootstrap import build_agency
 
     agency = await build_agency(definition)
     try:

@@ -58,7 +58,7 @@ def _time(value: str | None, option: str) -> datetime | None:
 
 def _run(args: argparse.Namespace) -> int:
     from ..audit.opener import open_audit_log
-    from ..config import ServerConfig
+    from ..server.settings import ServerConfig
 
     if args.sla_seconds <= 0:
         print("agency: error: --sla-seconds must be > 0", file=sys.stderr)

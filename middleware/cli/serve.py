@@ -18,19 +18,19 @@ from prometheus_client import start_http_server
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
-from ..backend_health import BackendMonitor, redis_monitor
-from ..bootstrap import build_agency, build_post_office, start_webhooks
 from ..caller_limits import CallerLimits
-from ..config import ENV_VARIABLES, ServerConfig, definition_from, load_definition
-from ..definition import AgencyDefinition
 from ..errors import InvalidInput, Unavailable
 from ..event_loop import loop_name
 from ..event_loop import run as run_loop
 from ..grpc_api import build_server
 from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
-from ..metrics import Metrics
+from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import SchemaLimits, set_schema_limits
+from ..server.bootstrap import build_agency, build_post_office, start_webhooks
+from ..server.definition import AgencyDefinition
+from ..server.metrics import Metrics
+from ..server.settings import ENV_VARIABLES, ServerConfig, definition_from, load_definition
 
 log = logging.getLogger("agency.serve")
 

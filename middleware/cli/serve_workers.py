@@ -19,9 +19,9 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from ..definition import AgencyDefinition
 from ..errors import InvalidInput
 from ..grpc_api.ports import check_port_free
+from ..server.definition import AgencyDefinition
 
 __all__ = ["run_workers", "worker_argv", "worker_node"]
 

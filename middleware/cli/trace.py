@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..config import ServerConfig
+    from ..server.settings import ServerConfig
 
     directory = args.audit_dir or Path(ServerConfig.from_env(data_dir=args.data_dir).data_dir) / "audit"
     if not Path(directory).is_dir():

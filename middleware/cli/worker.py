@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from ..config import WORKER_TOKEN_VARIABLE, WorkerConfig, read_token
 from ..errors import InvalidInput, Problem
+from ..server.settings import WORKER_TOKEN_VARIABLE, WorkerConfig, read_token
 
 #: The flag that sets each field of :class:`WorkerConfig`, for error messages.
 _FLAGS = {
@@ -166,7 +166,7 @@ def worker_config(args: argparse.Namespace, env: dict[str, str] | None = None) -
 
 
 async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: WorkerConfig) -> int:
-    from ..worker import Worker
+    from ..server.worker import Worker
 
     audit = None
     if args.audit_dir is not None and hasattr(agent, "audit") and agent.audit is None:

@@ -21,11 +21,11 @@ from .._proto.agency.v1 import (
 )
 from ..audit.checkpoint import Verifier
 from ..catalog import CatalogEntry, CatalogQuery
-from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
 from ..errors import AuditCorrupted, InvalidInput
 from ..goals import GoalAssertion
 from ..router import RoutingDecision
+from ..server.settings import ClientTlsConfig
 from ..tasks import Outcome
 from .audit import AuditEntry, ConsistencyProof, InclusionProof, SignedCheckpoint
 from .types import CatalogChange

@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from ..catalog import CatalogEntry
-from ..config import ClientTlsConfig
 from ..contracts import CapabilityContract
 from ..goals import GoalAssertion
 from ..router import RoutingDecision
+from ..server.settings import ClientTlsConfig
 from ..tasks import Outcome
 from ._async import AgencyClient
 from .audit import AuditEntry, ConsistencyProof, InclusionProof, SignedCheckpoint

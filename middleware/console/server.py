@@ -17,7 +17,7 @@ from ..people.desk import HumanDesk
 from .app import build_app
 
 if TYPE_CHECKING:
-    from ..definition import AgencyDefinition
+    from ..server.definition import AgencyDefinition
 
 __all__ = ["ConsoleServer"]
 

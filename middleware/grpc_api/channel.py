@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from ..config import ClientTlsConfig
+from ..server.settings import ClientTlsConfig
 
 __all__ = ["open_channel"]
 

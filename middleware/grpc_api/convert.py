@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime
 from typing import Any
+
+from pydantic import TypeAdapter
 
 from .._model import parse_model
 from .._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2
@@ -14,6 +17,7 @@ from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem, ResourceExhausted
 from ..router import RoutingDecision
 from ..schema_guard import check_schema_text
+from ..smf import SMFMessage
 from ..tasks import Outcome
 
 __all__ = [
@@ -28,6 +32,8 @@ __all__ = [
     "outcome_from_pb",
     "outcome_to_pb",
     "query_from_pb",
+    "smf_from_pb",
+    "smf_to_pb",
     "task_from_pb",
 ]
 
@@ -354,3 +360,60 @@ def decision_from_pb(pb: agency_pb2.RoutingDecision) -> RoutingDecision:
         considered=pb.considered,
         explanation=pb.explanation,
     )
+
+
+_DATETIME = TypeAdapter(datetime)
+
+
+def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessage:
+    """The pydantic SMF message for ``pb`` (``InvalidInput`` naming ``message.*`` fields)."""
+    data: dict[str, Any] = {
+        "sender": pb.sender,
+        "receiver": pb.receiver,
+        "content": loads(pb.content_json, f"{prefix}.content_json"),
+        "metadata": {
+            "provenance": {
+                "source": pb.metadata.provenance.source,
+                "reliability_score": pb.metadata.provenance.reliability_score,
+            },
+            "intention_trace": list(pb.metadata.intention_trace),
+            "domain": pb.metadata.domain,
+        },
+    }
+    for optional in ("freshness_ttl", "confidence_score"):  # unset = not given
+        if pb.metadata.HasField(optional):
+            data["metadata"][optional] = getattr(pb.metadata, optional)
+    if not pb.HasField("metadata"):
+        del data["metadata"]
+    for name in ("message_id", "trace_id", "created_at"):
+        value = getattr(pb, name)
+        if value:
+            data[name] = value
+    return parse_model(SMFMessage, data, what="SMF message", prefix=prefix)
+
+
+def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
+    """The protobuf SMF message for ``m`` (its times in the RFC 3339 text the sender signed)."""
+    meta = m.metadata
+    return common_pb2.SMFMessage(
+        message_id=m.message_id,
+        sender=m.sender,
+        receiver=m.receiver,
+        content_json=dumps(m.content),
+        metadata=common_pb2.SMFMetadata(
+            provenance=common_pb2.Provenance(
+                source=meta.provenance.source, reliability_score=meta.provenance.reliability_score
+            ),
+            freshness_ttl=meta.freshness_ttl,
+            confidence_score=meta.confidence_score,
+            intention_trace=list(meta.intention_trace),
+            domain=meta.domain,
+        ),
+        trace_id=m.trace_id,
+        created_at=_rfc3339(m.created_at),
+    )
+
+
+def _rfc3339(value: datetime) -> str:
+    # The same text pydantic produces in the canonical JSON the sender signed.
+    return str(_DATETIME.dump_python(value, mode="json"))

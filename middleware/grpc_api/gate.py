@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from ..backend_health import BackendMonitor
+from ..redis.health import BackendMonitor
 
 __all__ = ["BackendGate"]
 

@@ -10,86 +10,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
-from pydantic import TypeAdapter
 
-from .._model import parse_model
-from .._proto.agency.v1 import common_pb2, messages_pb2, messages_pb2_grpc
+from .._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from ..access import current_principal
 from ..errors import InvalidInput, Problem
 from ..messaging.directory import AgentRecord
 from ..messaging.identity import check_topic
 from ..messaging.post_office import Envelope, PostOffice, Received
 from ..refusals import calling_from, source_of
-from ..smf import SMFMessage
-from .convert import dumps, loads
+from .convert import dumps, loads, smf_from_pb, smf_to_pb
 from .status import rpc, rpc_stream
 
 __all__ = ["MessageServicer", "add_message_service", "smf_from_pb", "smf_to_pb"]
 
-_DATETIME = TypeAdapter(datetime)
 _R = TypeVar("_R")
 _S = TypeVar("_S")
 _Q = TypeVar("_Q")
 
 #: How long one Subscribe round waits for a message before looking again.
 SUBSCRIBE_POLL_SECONDS = 1.0
-
-
-def smf_from_pb(pb: common_pb2.SMFMessage, prefix: str = "message") -> SMFMessage:
-    """The pydantic SMF message for ``pb`` (``InvalidInput`` naming ``message.*`` fields)."""
-    data: dict[str, Any] = {
-        "sender": pb.sender,
-        "receiver": pb.receiver,
-        "content": loads(pb.content_json, f"{prefix}.content_json"),
-        "metadata": {
-            "provenance": {
-                "source": pb.metadata.provenance.source,
-                "reliability_score": pb.metadata.provenance.reliability_score,
-            },
-            "intention_trace": list(pb.metadata.intention_trace),
-            "domain": pb.metadata.domain,
-        },
-    }
-    for optional in ("freshness_ttl", "confidence_score"):  # unset = not given
-        if pb.metadata.HasField(optional):
-            data["metadata"][optional] = getattr(pb.metadata, optional)
-    if not pb.HasField("metadata"):
-        del data["metadata"]
-    for name in ("message_id", "trace_id", "created_at"):
-        value = getattr(pb, name)
-        if value:
-            data[name] = value
-    return parse_model(SMFMessage, data, what="SMF message", prefix=prefix)
-
-
-def smf_to_pb(m: SMFMessage) -> common_pb2.SMFMessage:
-    meta = m.metadata
-    return common_pb2.SMFMessage(
-        message_id=m.message_id,
-        sender=m.sender,
-        receiver=m.receiver,
-        content_json=dumps(m.content),
-        metadata=common_pb2.SMFMetadata(
-            provenance=common_pb2.Provenance(
-                source=meta.provenance.source, reliability_score=meta.provenance.reliability_score
-            ),
-            freshness_ttl=meta.freshness_ttl,
-            confidence_score=meta.confidence_score,
-            intention_trace=list(meta.intention_trace),
-            domain=meta.domain,
-        ),
-        trace_id=m.trace_id,
-        created_at=_rfc3339(m.created_at),
-    )
-
-
-def _rfc3339(value: datetime) -> str:
-    # The same text pydantic produces in the canonical JSON the sender signed.
-    return str(_DATETIME.dump_python(value, mode="json"))
 
 
 def received_to_pb(r: Received) -> messages_pb2.ReceivedMessage:

@@ -21,12 +21,12 @@ from .._proto.agency.v1 import (
 )
 from ..access import Principal, refusal_record
 from ..caller_limits import CallerLimits
-from ..config import TlsConfig
 from ..errors import PermissionDenied, Unauthenticated
 from ..grants import Grants
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from ..refusals import RefusalAggregator, source_of
+from ..server.settings import TlsConfig
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
 from .auth import TokenAuthInterceptor

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..config import ClientTlsConfig, TlsConfig
 from ..errors import Unavailable
+from ..server.settings import ClientTlsConfig, TlsConfig
 from .ports import check_port_free
 
 __all__ = ["TlsSettingNames", "add_port", "tls_hint"]

@@ -7,11 +7,12 @@
 - :mod:`.post_office` — authenticated, signed, audited point-to-point, topic and
   broadcast delivery; at-least-once with ack, dedupe, TTL, dead letters.
 - :mod:`.mailbox` — the transport interface; :mod:`.memory_mailbox` (embedded
-  default) and :mod:`.redis_mailbox` (Redis Streams with consumer groups).
+  default) and :mod:`middleware.redis.mailbox` (Redis Streams with consumer groups).
 - :mod:`.identity` — tokens, Ed25519 signatures, topic ACLs, a per-agent rate limit;
   :mod:`.limits` — rate limits per sender, recipient and topic (shared on Redis).
 """
 
+from ..redis.mailbox import RedisMailbox
 from .clock import Clock, ManualClock, system_clock
 from .conversation import Conversation
 from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
@@ -41,7 +42,6 @@ from .post_office import (
     Received,
     SendResult,
 )
-from .redis_mailbox import RedisMailbox
 from .runtime import ChildResult, ChildRun, Runtime, SubAgentEvent, Turn, TurnContext
 from .subscriptions import MemorySubscriptions, RedisSubscriptions, SubscriptionStore
 

@@ -19,7 +19,7 @@ from pydantic import Field
 from redis.asyncio import Redis
 
 from .._model import Model
-from ..redis_errors import RedisErrorHook, redis_operation
+from ..redis.errors import RedisErrorHook, redis_operation
 
 __all__ = ["AgentRecord", "Directory", "MemoryDirectory", "RedisDirectory", "RegistrationMode"]
 

@@ -30,7 +30,7 @@ from redis.asyncio import Redis
 
 from .._model import Model
 from ..errors import ResourceExhausted
-from ..redis_errors import RedisErrorHook, redis_operation
+from ..redis.errors import RedisErrorHook, redis_operation
 from .clock import Clock, system_clock
 
 __all__ = [

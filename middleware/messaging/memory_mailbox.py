@@ -3,7 +3,7 @@
 Each mailbox keeps its live entries in enqueue order, a queue of never-delivered
 ids, and a heap of visibility deadlines for delivered ones (stale heap items are
 skipped lazily, so ``ack`` is O(1)). Nothing survives the process: use
-:class:`~middleware.messaging.redis_mailbox.RedisMailbox` when it must.
+:class:`~middleware.redis.mailbox.RedisMailbox` when it must.
 """
 
 from __future__ import annotations

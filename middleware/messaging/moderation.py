@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 
 from .._model import Model
 from ..audit.record import canonical_json
-from ..redis_errors import RedisErrorHook, redis_operation
+from ..redis.errors import RedisErrorHook, redis_operation
 from ..smf import SMFMessage
 
 __all__ = [

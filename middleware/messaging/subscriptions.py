@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from redis.asyncio import Redis
 
-from ..redis_errors import RedisErrorHook, redis_operation
+from ..redis.errors import RedisErrorHook, redis_operation
 
 __all__ = ["MemorySubscriptions", "RedisSubscriptions", "SubscriptionStore"]
 

@@ -32,17 +32,17 @@ from typing import TYPE_CHECKING, Any
 from ..access import HumanRole
 from ..audit.record import Actors, AuditRecord
 from ..errors import AgencyError, FailedPrecondition, InvalidInput, NotFound, PermissionDenied
-from ..metrics import Metrics
+from ..server.metrics import Metrics
 from ..smf import Provenance, SMFMessage, SMFMetadata, utcnow
 from ..tasks import Outcome, TaskRecord, TaskState
 from .model import ESCALATION_KINDS, MESSAGE_SUBJECT, Escalation, Person
 from .store import EscalationStore, MemoryEscalationStore
 
 if TYPE_CHECKING:
-    from ..definition import AgencyDefinition
     from ..messaging.moderation import Quarantined
     from ..messaging.post_office import PostOffice
     from ..pipeline import Agency
+    from ..server.definition import AgencyDefinition
 
 __all__ = ["DESK_SENDER", "HumanDesk"]
 

@@ -10,7 +10,7 @@ import pytest
 
 from middleware.catalog import Catalog
 from middleware.memory_catalog import MemoryCatalog
-from middleware.redis_catalog import RedisCatalog
+from middleware.redis.catalog import RedisCatalog
 from middleware.testing import ManualClock
 
 REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")

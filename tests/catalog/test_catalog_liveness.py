@@ -11,7 +11,7 @@ from middleware.contracts import CapabilityContract
 from middleware.definition import AgencyDefinition
 from middleware.liveness import KeepAlive
 from middleware.memory_catalog import MemoryCatalog
-from middleware.redis_catalog import RedisCatalog
+from middleware.redis.catalog import RedisCatalog
 from middleware.router import Router
 from middleware.testing import ManualClock
 

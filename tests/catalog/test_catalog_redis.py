@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from middleware.catalog import CatalogEventType, CatalogQuery
 from middleware.contracts import CapabilityContract
 from middleware.errors import AlreadyExists, InvalidInput
-from middleware.redis_catalog import RedisCatalog
-from middleware.redis_routing_stats import RedisRoutingStats
+from middleware.redis.catalog import RedisCatalog
+from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.testing import ManualClock
 
 pytestmark = pytest.mark.timeout(20)

@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from middleware.backend_health import BackendMonitor
 from middleware.contracts import CapabilityContract
 from middleware.errors import BackendUnavailable, Unavailable
 from middleware.liveness import KeepAlive
 from middleware.memory_catalog import MemoryCatalog
+from middleware.redis.health import BackendMonitor
 from middleware.testing import ManualClock
 
 pytestmark = pytest.mark.timeout(20)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from middleware.catalog import CatalogEventType
 from middleware.contracts import CapabilityContract
 from middleware.metrics import Metrics
-from middleware.redis_catalog import RedisCatalog
+from middleware.redis.catalog import RedisCatalog
 
 pytestmark = pytest.mark.timeout(60)
 

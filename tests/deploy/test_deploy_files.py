@@ -74,7 +74,8 @@ def k8s() -> dict[str, dict]:
 
 
 def config_env_names() -> set[str]:
-    return set(re.findall(r'"(AGENCY_[A-Z_]+)"', (ROOT / "middleware" / "config.py").read_text()))
+    settings = ROOT / "middleware" / "server" / "settings.py"
+    return set(re.findall(r'"(AGENCY_[A-Z_]+)"', settings.read_text()))
 
 
 SERVE = cli(exec_form(dict(dockerfile())["CMD"]))
@@ -276,7 +277,7 @@ def test_environment_variables_in_deploy_files_are_ones_the_config_reads():
     for svc in compose()["services"].values():
         used |= {k for k in svc.get("environment", {}) if k.startswith("AGENCY_")}
     unknown = {v for v in used if v.startswith("AGENCY_")} - known
-    assert not unknown, f"not read by middleware/config.py: {sorted(unknown)}"
+    assert not unknown, f"not read by middleware/server/settings.py: {sorted(unknown)}"
 
 
 def test_serve_command_in_every_file_is_the_same():

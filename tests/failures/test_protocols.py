@@ -15,6 +15,6 @@ def test_builtins_conform(redis_client):
     assert isinstance(LoggingAlertSink(), AlertSink) and isinstance(MemoryAlertSink(), AlertSink)
     assert isinstance(lambda text: None, PolicyClassifier)
 
-    from handlers import builtin_handlers
+    from middleware.handlers import builtin_handlers
 
     assert all(isinstance(h, FailureHandler) for h in builtin_handlers().values())

@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from middleware.handlers._common import backoff_ms
 
-import handlers
-from handlers._common import backoff_ms
 from middleware import (
+    Agency,
     AgencyConfig,
     FailureEvent,
     FailurePolicy,
@@ -22,6 +22,7 @@ from middleware import (
     Resolution,
     ResolutionKind,
     TaskState,
+    handlers,
 )
 from middleware.failures import ALLOWED_RESOLUTIONS, DEFAULT_RESOLUTION, ENTRY_POINT_GROUP
 from middleware.testing import Raise, ScriptedAgent
@@ -58,7 +59,7 @@ def test_twelve_types_are_constants_with_a_default_and_allowed_resolutions():
 
 def test_every_handler_module_documents_trigger_default_and_alternatives():
     for t in FailureType:
-        module = importlib.import_module(f"handlers.{t.value.lower()}")
+        module = importlib.import_module(f"middleware.handlers.{t.value.lower()}")
         doc = module.__doc__ or ""
         assert module.TYPE is t
         assert "Trigger:" in doc and "Default resolution:" in doc and "Configurable instead" in doc
@@ -225,7 +226,7 @@ async def test_custom_handler_shipped_by_a_package_through_the_entry_point_group
         """,
     )
     assert "TOOL_ERROR" in {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    processor = FailureProcessor()
+    processor = FailureProcessor(load_entry_points=True)
     assert set(processor.plugins) == {FailureType.TOOL_ERROR}
     agency, _, _ = await build(
         [(contract("buggy"), ScriptedAgent(Raise(ValueError("x"))))], failures=processor
@@ -245,8 +246,68 @@ def test_an_entry_point_for_an_unknown_type_is_rejected(plugin_path):
         plugin_path, "acme_bad", {"TOOL_EXPLODED": "acme_bad:handler"}, "def handler(e, p): pass\n"
     )
     with pytest.raises(InvalidInput) as info:
-        FailureProcessor()
+        FailureProcessor(load_entry_points=True)
     assert "unknown failure type" in str(info.value) and "TOOL_EXPLODED" in str(info.value)
+
+
+def test_entry_points_are_loaded_only_when_asked(plugin_path):
+    # A broken plugin installed: only asking for discovery loads (and refuses) it.
+    _install_plugin(
+        plugin_path, "acme_broken", {"TOOL_ERROR": "acme_broken:handler"}, "raise ImportError('x')\n"
+    )
+    looked: list[str] = []
+
+    def entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+        looked.append(group)
+        return list(importlib.metadata.entry_points(group=group))
+
+    processor = FailureProcessor(entry_points=entry_points)
+    assert looked == [] and processor.plugins == {}
+    assert (
+        processor.handler_for(FailureType.TOOL_ERROR) is handlers.builtin_handlers()[FailureType.TOOL_ERROR]
+    )
+    assert Agency().failures.plugins == {}
+    assert "acme_broken" not in sys.modules
+    with pytest.raises(ImportError):
+        FailureProcessor(load_entry_points=True, entry_points=entry_points)
+    assert looked == [ENTRY_POINT_GROUP]
+
+
+async def test_the_served_gateway_asks_for_entry_point_handlers(plugin_path, tmp_path):
+    from middleware.bootstrap import build_agency
+    from middleware.definition import AgencyDefinition
+
+    _install_plugin(
+        plugin_path,
+        "acme_served",
+        {"TOOL_ERROR": "acme_served:handler"},
+        "def handler(event, policy):\n    raise AssertionError('not called here')\n",
+    )
+    agency = await build_agency(
+        AgencyDefinition.model_validate({"audit": {"directory": str(tmp_path / "audit")}})
+    )
+    try:
+        assert set(agency.failures.plugins) == {FailureType.TOOL_ERROR}
+    finally:
+        await agency.close()
+
+
+def test_the_operator_policy_overrides_a_custom_handler():
+    # The processor applies the forced resolution itself: a custom handler decides only the default.
+    calls: list[FailureType] = []
+
+    def always_retry(ev: FailureEvent, policy: FailurePolicy) -> Resolution:
+        calls.append(ev.type)
+        return Resolution(kind=ResolutionKind.RETRY, failure_type=ev.type, reason="custom: retry")
+
+    processor = FailureProcessor(
+        handlers={FailureType.TOOL_ERROR: always_retry, FailureType.TOOL_TIMEOUT: always_retry},
+        policies={FailureType.TOOL_ERROR: FailurePolicy(resolution=ResolutionKind.ABORT)},
+    )
+    forced = processor.process(event(FailureType.TOOL_ERROR))
+    assert forced.kind is ResolutionKind.ABORT and calls == []
+    default = processor.process(event(FailureType.TOOL_TIMEOUT))
+    assert default.reason == "custom: retry" and calls == [FailureType.TOOL_TIMEOUT]
 
 
 async def test_an_agent_reports_a_typed_failure_of_its_own_tool():

@@ -31,10 +31,10 @@ from middleware.messaging.moderation import (
     RedisBoard,
     RepeatedContent,
 )
-from middleware.messaging.redis_mailbox import RedisMailbox
 from middleware.messaging_client import AgentCredentials, MessagingClient
 from middleware.people import Person, RedisEscalationStore
 from middleware.people.desk import HumanDesk
+from middleware.redis.mailbox import RedisMailbox
 from middleware.smf import SMFMessage
 
 from . import cases

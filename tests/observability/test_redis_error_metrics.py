@@ -17,9 +17,9 @@ from middleware.catalog import CatalogQuery
 from middleware.config import definition_from
 from middleware.errors import BackendUnavailable
 from middleware.metrics import Metrics
-from middleware.redis_catalog import RedisCatalog
-from middleware.redis_routing_stats import RedisRoutingStats
-from middleware.redis_task_store import RedisTaskStore
+from middleware.redis.catalog import RedisCatalog
+from middleware.redis.routing_stats import RedisRoutingStats
+from middleware.redis.task_store import RedisTaskStore
 
 
 def closed_port() -> int:

@@ -13,8 +13,8 @@ from middleware.config import AgencyConfig
 from middleware.contracts import CapabilityContract
 from middleware.failures import FailurePolicy
 from middleware.pipeline import Agency
-from middleware.redis_catalog import RedisCatalog
-from middleware.redis_routing_stats import RedisRoutingStats
+from middleware.redis.catalog import RedisCatalog
+from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.router import Router
 from middleware.tasks import TaskState
 from middleware.testing import Hang, ScriptedAgent

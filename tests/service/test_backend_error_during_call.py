@@ -33,8 +33,8 @@ from middleware.cli import main
 from middleware.definition import AgencyDefinition
 from middleware.grpc_api import build_server
 from middleware.memory_catalog import MemoryCatalog
-from middleware.redis_routing_stats import RedisRoutingStats
-from middleware.redis_task_store import RedisTaskStore
+from middleware.redis.routing_stats import RedisRoutingStats
+from middleware.redis.task_store import RedisTaskStore
 from middleware.router import Router
 
 pytestmark = pytest.mark.timeout(60)

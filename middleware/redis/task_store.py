@@ -18,9 +18,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .errors import AlreadyExists, ConcurrentUpdate, NotFound
-from .redis_errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
-from .tasks import TaskRecord
+from ..errors import AlreadyExists, ConcurrentUpdate, NotFound
+from ..tasks import TaskRecord
+from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 __all__ = ["RedisTaskStore"]
 
@@ -53,7 +53,7 @@ class RedisTaskStore:
         ttl_s: How long a task record lives after its last write.
         lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a task forever.
         on_redis_error: Called with the operation (``"task_store.save"`` ...) whenever a
-            Redis error escapes one (see :mod:`middleware.redis_errors`).
+            Redis error escapes one (see :mod:`middleware.redis.errors`).
     """
 
     def __init__(

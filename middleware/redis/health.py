@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
-from .background import BackgroundErrorHook, LoopErrors
+from ..background import BackgroundErrorHook, LoopErrors
 
 __all__ = ["BackendMonitor", "redis_check", "redis_monitor"]
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
-from .redis_errors import RedisErrorHook, redis_operation
-from .routing_stats import AgentStats
+from ..routing_stats import AgentStats
+from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisRoutingStats"]
 
@@ -48,7 +48,7 @@ class RedisRoutingStats:
         window: How many recent outcomes the success rate covers.
         ttl_seconds: Stats of an agent with no dispatch for this long are dropped.
         on_redis_error: Called with the operation (``"routing_stats.finished"`` ...)
-            whenever a Redis error escapes one (see :mod:`middleware.redis_errors`).
+            whenever a Redis error escapes one (see :mod:`middleware.redis.errors`).
     """
 
     def __init__(

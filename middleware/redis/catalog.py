@@ -35,12 +35,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, WatchError
 
-from .background import LoopErrors
-from .catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
-from .contracts import CapabilityContract, normalise_label
-from .errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
-from .redis_errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
-from .smf import utcnow
+from ..background import LoopErrors
+from ..catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
+from ..contracts import CapabilityContract, normalise_label
+from ..errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
+from ..smf import utcnow
+from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 log = logging.getLogger("agency.catalog")
 
@@ -78,7 +78,7 @@ class RedisCatalog:
         clock: The time source for heartbeats and staleness (injected in tests).
         sweep_interval: How often an idle watch sweeps for stale entries (default: lease/4).
         on_redis_error: Called with the operation (``"catalog.register"`` ...) whenever a
-            Redis error escapes one (see :mod:`middleware.redis_errors`).
+            Redis error escapes one (see :mod:`middleware.redis.errors`).
     """
 
     def __init__(

@@ -31,9 +31,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from ..errors import ResourceExhausted
-from ..redis_errors import RedisErrorHook, redis_operation
-from .clock import Clock, system_clock
-from .mailbox import Batch, DeadLetter, Delivery
+from ..messaging.clock import Clock, system_clock
+from ..messaging.mailbox import Batch, DeadLetter, Delivery
+from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisMailbox"]
 
@@ -93,7 +93,7 @@ class RedisMailbox:
             are Redis' own idle times).
         max_dead_letters: Approximate cap of each dead-letter stream.
         on_redis_error: Called with the operation (``"mailbox.receive"`` ...) whenever a
-            Redis error escapes one (see :mod:`middleware.redis_errors`).
+            Redis error escapes one (see :mod:`middleware.redis.errors`).
         owns_client: Close ``client`` in :meth:`close` (set by :meth:`from_url`).
     """
 

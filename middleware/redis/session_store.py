@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .errors import ConcurrentUpdate
-from .sessions import DEFAULT_SESSION_TTL_S, ConversationState
+from ..errors import ConcurrentUpdate
+from ..sessions import DEFAULT_SESSION_TTL_S, ConversationState
 
 __all__ = ["RedisSessionStore"]
 

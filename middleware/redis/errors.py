@@ -21,7 +21,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
-from .errors import BackendUnavailable
+from ..errors import BackendUnavailable
 
 __all__ = ["RedisErrorHook", "backend_unavailable", "count_redis_error", "redis_operation"]
 

@@ -1,0 +1,220 @@
+"""Assemble a running Agency, and its post office, from an agency definition (``--config``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from ..audit import AuditLog, WalAuditLog, WalOptions
+from ..audit.checkpoint import key_inside
+from ..audit.open_tasks import close_open_tasks
+from ..errors import InvalidInput
+from ..failures import FailureProcessor
+from ..messaging.directory import Directory, MemoryDirectory
+from ..messaging.limits import BucketStore, MemoryBuckets, RateLimits
+from ..messaging.mailbox import MailboxTransport
+from ..messaging.memory_mailbox import MemoryMailbox
+from ..messaging.moderation import MemoryBoard, QuarantineBoard
+from ..messaging.post_office import PostOffice
+from ..messaging.subscriptions import MemorySubscriptions, SubscriptionStore
+from ..pipeline import Agency
+from ..router import Router
+from .backends import open_backends
+from .definition import AgencyDefinition
+from .metrics import MeteredAuditLog, Metrics
+
+if TYPE_CHECKING:
+    from ..messaging.webhooks import WebhookDispatcher
+
+__all__ = ["build_agency", "build_post_office", "start_webhooks"]
+
+
+async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None = None) -> Agency:
+    """An :class:`Agency` with every agent, contract and goal of ``definition`` registered.
+
+    With ``metrics``, the audit log is metered and Redis errors are counted. Remote workers
+    are called over TLS when the definition has ``workers.tls``.
+
+    Raises:
+        InvalidInput: ``audit.checkpoint_key`` is missing, unreadable, not a signer key,
+            writable by others, or inside the audit directory.
+        AuditError: the default key is still under the audit directory (move it, as the
+            message says).
+    """
+    options = WalOptions(
+        on_sync=metrics.audit_fsync_latency.observe if metrics is not None else None,
+        checkpoint_interval=definition.audit.checkpoint_interval.total_seconds(),
+    )
+    key = definition.audit.checkpoint_key
+    if key is not None and key_inside(key, definition.audit_directory):
+        raise InvalidInput.single(
+            "audit.checkpoint_key",
+            f"{key} is inside the audit directory {definition.audit_directory}: anyone who can copy or "
+            "rewrite the log could re-sign it; keep the key outside it (a secrets path)",
+            what="definition",
+        )
+    signer = definition.audit.signer()
+    wal = WalAuditLog(definition.audit_directory, definition.agency.node_id, signer=signer, options=options)
+    if not wal.recovery.clean:  # a crash: tasks it cut off end in the log now, as interrupted
+        await close_open_tasks(wal, (r for _, r in wal.records()), node=wal.node)
+    audit: AuditLog = wal
+    if metrics is not None:
+        audit = MeteredAuditLog(audit, metrics)
+    on_redis_error = metrics.redis_error if metrics is not None else None
+    storage = definition.storage
+    tasks = None
+    sessions = None
+    if storage.backend == "redis":  # task state shared by replicas: resume on any of them
+        from ..redis.session_store import RedisSessionStore
+        from ..redis.task_store import RedisTaskStore
+
+        tasks = RedisTaskStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+        )
+        sessions = RedisSessionStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
+        )
+    # catalog and routing stats shared by replicas too (under key_prefix)
+    catalog, stats = open_backends(
+        storage.redis_url if storage.backend == "redis" else "",
+        prefix=storage.key_prefix,
+        lease_seconds=storage.lease_seconds,
+        on_redis_error=on_redis_error,
+    )
+    # The served gateway is where installed packages' failure handlers take effect: discovery
+    # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
+    failures = FailureProcessor(
+        policy=definition.agency.failure_policy,
+        policies=definition.agency.failure_policies,
+        load_entry_points=True,
+    )
+    agency = Agency(
+        audit=audit,
+        config=definition.agency,
+        failures=failures,
+        tasks=tasks,
+        sessions=sessions,
+        catalog=catalog,
+        router=Router(catalog, stats=stats),
+    )
+    workers_token = definition.workers.token()
+    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
+        from ..remote_agent import RemoteAgent
+
+        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
+    for spec in definition.agents:
+        # replace: every replica (and a restarted one, while its old entry lives on in Redis)
+        # registers the same contracts from the same file
+        await agency.register(spec.contract, spec.build(), replace=True)
+    for goal in definition.goals:
+        agency.register_goal(goal)
+    return agency
+
+
+async def build_post_office(
+    definition: AgencyDefinition, *, audit: AuditLog, metrics: Metrics | None = None
+) -> PostOffice:
+    """The post office behind ``MessageService``: the definition's messaging agents enrolled,
+    its communication flows, topic ACLs and rate limits enforced (rate-limit buckets next to
+    the mailboxes), mailboxes in Redis (under ``storage.key_prefix``, shared
+    by replicas) or in memory (see :attr:`AgencyDefinition.mailbox_backend`).
+
+    The caller closes it with ``await post_office.transport.close()``.
+    """
+    messaging = definition.messaging
+    transport: MailboxTransport
+    buckets: BucketStore = MemoryBuckets()
+    subscriptions: SubscriptionStore = MemorySubscriptions()
+    directory: Directory = MemoryDirectory()
+    board: QuarantineBoard = MemoryBoard()
+    if definition.mailbox_backend == "redis":
+        from ..messaging.directory import RedisDirectory
+        from ..messaging.limits import RedisBuckets
+        from ..messaging.moderation import RedisBoard
+        from ..messaging.subscriptions import RedisSubscriptions
+        from ..redis.mailbox import RedisMailbox
+
+        on_redis_error = metrics.redis_error if metrics is not None else None
+        mailboxes = RedisMailbox.from_url(
+            definition.storage.redis_url, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        # rate-limit buckets next to the mailboxes: every replica draws from the same ones
+        buckets = RedisBuckets(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        # topic subscriptions too: made through one replica, known to all, kept across restarts
+        subscriptions = RedisSubscriptions(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        # and the agents registered through the RPC: their tokens work on every replica
+        directory = RedisDirectory(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        board = RedisBoard(
+            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
+        )
+        transport = mailboxes
+    else:
+        transport = MemoryMailbox()
+    post_office = PostOffice(
+        transport,
+        audit=audit,
+        acl=messaging.acl.build(),
+        subscriptions=subscriptions,
+        directory=directory,
+        registration=messaging.registration.mode,
+        moderation=messaging.moderation.rules(),
+        board=board,
+        reports_to_quarantine=messaging.moderation.reports_to_quarantine,
+        limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
+        flows=messaging.build_flows() if messaging.flows is not None else None,
+        config=messaging.delivery,
+        on_depth=metrics.set_mailbox_depth if metrics is not None else None,
+    )
+    for agent in messaging.agents:
+        await post_office.enroll(
+            agent.name, agent.public_key, agent.token_sha256, description=agent.description
+        )
+    return post_office
+
+
+async def start_webhooks(
+    definition: AgencyDefinition,
+    post_office: PostOffice,
+    *,
+    metrics: Metrics | None = None,
+    health: Callable[[str, bool], Awaitable[None]] | None = None,
+) -> WebhookDispatcher | None:
+    """Start pushing the messages of the definition's agents that have ``webhooks`` (None when
+    none has). This gateway consumes their mailboxes as ``webhook@<node id>``.
+
+    Args:
+        health: Called with ``("agency.webhooks/<agent>", serving)`` when an agent's webhook
+            starts or stops failing (the health detail).
+
+    Raises:
+        InvalidInput: a webhook's ``secret_file`` cannot be read.
+    """
+    from ..messaging.webhooks import WebhookDispatcher
+
+    hooks = {a.name: a.webhooks for a in definition.messaging.agents if a.webhooks}
+    if not hooks:
+        return None
+
+    async def on_failing(agent: str, failing: bool) -> None:
+        if metrics is not None:
+            metrics.set_webhook_failing(agent, failing)
+        if health is not None:
+            await health(f"agency.webhooks/{agent}", not failing)
+
+    dispatcher = WebhookDispatcher(
+        post_office,
+        hooks,
+        consumer=f"webhook@{definition.agency.node_id}",
+        on_attempt=metrics.webhook_attempt if metrics is not None else None,
+        on_failing=on_failing,
+    )
+    for agent in hooks:  # every webhook starts healthy
+        await on_failing(agent, False)
+    await dispatcher.start()
+    return dispatcher

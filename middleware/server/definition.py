@@ -1,0 +1,499 @@
+"""The agency definition file: one YAML document describing a whole deployment.
+
+It names the agents (in-process factories by import path, or remote workers by
+endpoint) with their contracts, the goals, the failure policy, the storage
+backend, the audit log and its checkpoint key, the server's listen addresses and TLS,
+the TLS the gateway uses to call its remote workers, and the messaging agents with
+their communication flows. ``load_definition`` (in
+``config.py``, the one module that reads files and the environment) parses the
+file; :class:`AgencyDefinition` validates it and reports *every* problem by path,
+such as ``agents[2].contract.input_schema: not a valid JSON Schema ...`` or
+``messaging.flows[1]: no agent 'ghost' in the communication flows``.
+
+Example (``examples/ecommerce.yaml`` is the reference scenario)::
+
+    server: {address: 127.0.0.1:50051, metrics_address: 127.0.0.1:9464, data_dir: agency-data}
+    workers: {tls: {ca: /etc/agency/workers-ca.crt, cert: gateway.crt, key: gateway.key}}
+    storage: {backend: redis, redis_url: "redis://redis:6379/0", key_prefix: "agency:"}
+    audit: {checkpoint_key: /run/secrets/audit-checkpoint.key}
+    agents:
+      - factory: middleware.demo:demo_agent
+        args: {name: warranty_agent}
+        contract: {name: warranty_agent, version: 2.1.0, can_do: [warranty_claim], ...}
+      - contract: {name: remote_agent, can_do: [translate], endpoint: 10.0.0.7:50061}
+    goals:
+      - {id: GOAL_WARRANTY_001, description: ..., verification_steps: [...]}
+    grants: {remote_agent: {actions: [translate], endpoints: ["10.0.0.7:50061"]}}
+    messaging:
+      agents:
+        - {name: customer_service, public_key: <base64>, token_sha256: <hex>}
+        - {name: warranty_agent, public_key: <base64>, token_sha256: <hex>}
+      flows: ["customer_service > warranty_agent"]
+    humans:                     # people, approval gates, the operator console (docs/console.md)
+      people:
+        - {name: alice, roles: [operator], token_sha256: <hex>}
+      approvals:
+        - {agent: refund_executor, path: $.amount, above: 100}
+      console: {address: 127.0.0.1:8080}
+    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.protocol_settings
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from .._model import Model
+from ..agents import AgentCallable
+from ..audit.checkpoint import Signer
+from ..audit.retention import parse_age
+from ..contracts import CapabilityContract
+from ..errors import InvalidInput, Problem
+from ..goals import GoalAssertion
+from ..grants import AgentGrant
+from ..messaging.directory import RegistrationMode
+from ..messaging.flows import Flows
+from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
+from ..messaging.limits import RateLimitSettings
+from ..messaging.moderation import ModerationSettings
+from ..messaging.post_office import PostOfficeConfig
+from ..messaging.webhooks import WebhookSettings
+from ..people.model import HumansSettings
+from ..protocol_settings import ProtocolSettings
+from .settings import AgencyConfig, ServerConfig, WorkersTlsConfig, read_signer_key, read_token
+
+__all__ = [
+    "AgencyDefinition",
+    "AgentDefinition",
+    "AuditSettings",
+    "MessagingAgent",
+    "MessagingSettings",
+    "RetentionSettings",
+    "StorageSettings",
+    "WorkersSettings",
+    "resolve_import",
+]
+
+
+def resolve_import(path: str) -> Any:
+    """``package.module:attribute`` -> the attribute (raises ValueError saying what is missing)."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{path!r} is not an import path of the form package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    return target
+
+
+class AgentDefinition(Model):
+    """One agent: its contract plus where it runs."""
+
+    contract: CapabilityContract
+    factory: str = Field(default="", description="module:attribute called with ``args`` to build the agent.")
+    agent: str = Field(default="", description="module:attribute of a ready agent callable.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for ``factory``.")
+
+    @field_validator("factory", "agent")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        if v:
+            target = resolve_import(v)
+            if not callable(target):
+                raise ValueError(f"{v!r} is not callable")
+        return v
+
+    @model_validator(mode="after")
+    def _where(self) -> AgentDefinition:
+        given = [bool(self.factory), bool(self.agent), bool(self.contract.endpoint)]
+        if sum(given) != 1:
+            raise ValueError("give exactly one of factory, agent, or contract.endpoint (a remote worker)")
+        return self
+
+    def build(self) -> AgentCallable | None:
+        """The in-process agent callable, or None for a remote worker."""
+        if self.factory:
+            built: AgentCallable = resolve_import(self.factory)(**self.args)
+            return built
+        if self.agent:
+            agent: AgentCallable = resolve_import(self.agent)
+            return agent
+        return None
+
+
+class StorageSettings(Model):
+    """Where shared state lives: in memory (one gateway) or Redis (replicas)."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    redis_url: str = Field(default="", description="redis://host:port/db, required for backend redis.")
+    key_prefix: str = Field(
+        default="agency:", description="Namespace of every Redis key; replicas sharing state use the same."
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Catalog heartbeat lease (default: 30 s on Redis, none in memory).",
+    )
+
+    @model_validator(mode="after")
+    def _url(self) -> StorageSettings:
+        if self.backend == "redis" and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url: backend redis needs a redis:// (or rediss://, unix://) URL")
+        return self
+
+
+def _age(v: Any) -> Any:
+    if isinstance(v, str):
+        return parse_age(v)  # "400d", "12h": a ValueError names the problem
+    return v
+
+
+class RetentionSettings(Model):
+    """Retention of the audit log, applied by the running gateway (see docs/audit-log.md)."""
+
+    max_age: timedelta = Field(
+        description="Sealed segments whose newest record is older than this go, if a signed "
+        "checkpoint covers them: 400d, 12h, 2w (or seconds)."
+    )
+    archive_dir: Path | None = Field(
+        default=None, description="Move them under ``archive_dir/<node id>/`` instead of deleting them."
+    )
+    interval: timedelta = Field(default=timedelta(hours=1), description="Time between runs (1h, 30m ...).")
+
+    _ages = field_validator("max_age", "interval", mode="before")(_age)
+
+    @field_validator("max_age", "interval")
+    @classmethod
+    def _positive(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive")
+        return v
+
+
+class AuditSettings(Model):
+    """Where the audit log lives, which key signs its checkpoints, how long it is kept."""
+
+    directory: Path | None = Field(
+        default=None, description="Audit log directory (default: ``<server.data_dir>/audit``)."
+    )
+    checkpoint_key: Path | None = Field(
+        default=None,
+        description="File holding the Ed25519 signer key of the checkpoints (``PRIVATE+KEY+...`` "
+        "text); it must exist and lie outside the audit directory. Default: ``keys/<node id>.key`` "
+        "beside the audit directory (``<server.data_dir>/keys``), created on first start.",
+    )
+
+    retention: RetentionSettings | None = Field(
+        default=None, description="Archive or delete old segments on a schedule (default: keep all)."
+    )
+    checkpoint_interval: timedelta = Field(
+        default=timedelta(seconds=1),
+        description="Sign and publish a checkpoint this long after the first record no checkpoint "
+        "covers was written (besides every 1,000 records and on close): the unsigned tail an "
+        "attacker could cut or alter unnoticed is at most this old (1s, 0.5s, 1m ...).",
+    )
+
+    _interval = field_validator("checkpoint_interval", mode="before")(_age)
+
+    @field_validator("checkpoint_interval")
+    @classmethod
+    def _positive_interval(cls, v: timedelta) -> timedelta:
+        if v.total_seconds() <= 0:
+            raise ValueError("must be positive")
+        return v
+
+    @field_validator("checkpoint_key")
+    @classmethod
+    def _signer_key(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            read_signer_key(v)
+        return v
+
+    def signer(self) -> Signer | None:
+        """The checkpoint signer from ``checkpoint_key`` (None = the log's default key).
+
+        Raises:
+            InvalidInput: on ``audit.checkpoint_key``: the file is missing, unreadable or
+                not a signer key.
+        """
+        if self.checkpoint_key is None:
+            return None
+        try:
+            return read_signer_key(self.checkpoint_key)
+        except ValueError as exc:
+            raise InvalidInput.single("audit.checkpoint_key", str(exc), what="definition") from None
+
+
+class WorkersSettings(Model):
+    """How the gateway calls its remote workers (``agency worker``, contracts with an endpoint)."""
+
+    tls: WorkersTlsConfig | None = Field(
+        default=None,
+        description="TLS to every worker: the CA that signs the workers' certificates, and for "
+        "workers that require mutual TLS the gateway's client certificate and key; each worker's "
+        "certificate must be issued for its agent's name (verify_agent_identity). None = plaintext.",
+    )
+    token_file: Path | None = Field(
+        default=None,
+        description="File holding the gateway's bearer token for its workers, sent on every call "
+        "(workers started with --gateway-token-file take calls only with it). None = none sent.",
+    )
+
+    @field_validator("token_file")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            try:
+                read_token(v, field="workers.token_file")
+            except InvalidInput as exc:
+                raise ValueError(exc.problems[0].reason) from None
+        return v
+
+    def token(self) -> str | None:
+        """The gateway's token for its workers, or None."""
+        return read_token(self.token_file, field="workers.token_file") if self.token_file else None
+
+
+class MessagingAgent(Model):
+    """An agent with a mailbox: its identity, and its place in the communication flows."""
+
+    name: str = Field(description="The agent's (and its mailbox's) name.")
+    description: str = Field(default="", description="What it does; shown to senders in their tools.")
+    public_key: str = Field(description="Raw 32-byte Ed25519 public key, base64: checks its signatures.")
+    token_sha256: str = Field(
+        description="Hex SHA-256 of the agent's bearer token (the token itself never goes in the file)."
+    )
+    receive_only: bool = Field(default=False, description="May never send (refused as a flow sender).")
+    handoff_reminder: str | None = Field(
+        default=None, description="System note when a conversation is handed to it ({agent} = its name)."
+    )
+    webhooks: list[WebhookSettings] = Field(
+        default_factory=list,
+        description="Push its messages to these URLs instead of waiting for pulls (first whose topics "
+        "match; one without topics takes the rest). See docs/messaging.md 'Webhooks'.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not AGENT_NAME_PATTERN.match(v):
+            raise ValueError("1-128 characters: letters, digits and _ . : - (not first)")
+        return v
+
+    @field_validator("public_key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        try:
+            parse_public_key(v)
+        except InvalidInput as exc:
+            raise ValueError(exc.problems[0].reason) from None
+        return v
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hash(cls, v: str) -> str:
+        v = v.strip().lower()
+        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+            raise ValueError("must be the hex SHA-256 of the token (64 digits; see hash_token)")
+        return v
+
+
+class RegistrationSettings(Model):
+    """``messaging.registration``: who may register an agent through the RPC."""
+
+    mode: RegistrationMode = Field(
+        default="closed",
+        description="closed: the definition file only; open: any caller; admin: a caller with the "
+        "admin role; approval: anyone, active once an admin approves (ApproveAgent).",
+    )
+
+
+class MessagingSettings(Model):
+    """Agent-to-agent messaging: who has a mailbox, who may message whom, where mailboxes live."""
+
+    mailboxes: Literal["storage", "memory"] = Field(
+        default="storage",
+        description="storage: in Redis (under storage.key_prefix, shared by replicas) when "
+        "storage.backend is redis, else in memory; memory: in this process only.",
+    )
+    agents: list[MessagingAgent] = Field(
+        default_factory=list, description="Agents that may use MessageService (enrolled on every replica)."
+    )
+    flows: list[Any] | None = Field(
+        default=None,
+        description="Communication flows: 'a > b > c' chains or {from, to, tool: send_message|handoff}. "
+        "Given (even empty), direct messages must follow a flow; absent, any agent may message any.",
+    )
+    delivery: PostOfficeConfig = Field(
+        default_factory=PostOfficeConfig, description="TTLs, visibility timeout, retries, size limits."
+    )
+    acl: AclSettings = Field(
+        default_factory=AclSettings, description="Who may publish and subscribe to which topics."
+    )
+    registration: RegistrationSettings = Field(
+        default_factory=lambda: RegistrationSettings(),
+        description="Whether agents may register themselves through MessageService.Register.",
+    )
+    moderation: ModerationSettings = Field(
+        default_factory=ModerationSettings,
+        description="Rules that hold messages on the quarantine board (deny phrases, spam marks, reports).",
+    )
+    rate_limits: RateLimitSettings = Field(
+        default_factory=RateLimitSettings,
+        description="Message rate limits per sender, per recipient and per topic (token buckets; "
+        "in Redis, shared by replicas, when the mailboxes are).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MessagingSettings:
+        problems: list[Problem] = []
+        names: dict[str, int] = {}
+        tokens: dict[str, int] = {}
+        for i, agent in enumerate(self.agents):
+            if names.setdefault(agent.name, i) != i:
+                problems.append(
+                    Problem(f"agents[{i}].name", f"{agent.name} is already agents[{names[agent.name]}]")
+                )
+            if tokens.setdefault(agent.token_sha256, i) != i:
+                problems.append(
+                    Problem(
+                        f"agents[{i}].token_sha256", f"the same token as agents[{tokens[agent.token_sha256]}]"
+                    )
+                )
+        known = set(names) | {"*"}
+        for i, rule in enumerate(self.acl.topics):
+            for role in ("publishers", "subscribers"):
+                for j, member in enumerate(getattr(rule, role)):
+                    if member not in known:
+                        problems.append(
+                            Problem(f"acl.topics[{i}].{role}[{j}]", f"no messaging agent {member!r}")
+                        )
+        if self.flows is not None:
+            try:
+                self.build_flows()
+            except InvalidInput as exc:
+                problems += exc.problems
+        if problems:
+            # One error per problem, each at its own path (pydantic nests them under messaging).
+            raise ValidationError.from_exception_data(
+                "messaging",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("messaging", "{reason}", {"reason": p.reason}),
+                        loc=_loc(p.field),
+                        input=None,
+                    )
+                    for p in problems
+                ],
+            )
+        return self
+
+    def build_flows(self) -> Flows:
+        """The communication flows over ``agents`` (raises InvalidInput naming each bad flow)."""
+        return Flows.from_config(
+            {
+                "agents": [
+                    {
+                        "name": a.name,
+                        "description": a.description,
+                        "receive_only": a.receive_only,
+                        "handoff_reminder": a.handoff_reminder,
+                    }
+                    for a in self.agents
+                ],
+                "flows": self.flows or [],
+            }
+        )
+
+
+def _loc(path: str) -> tuple[str | int, ...]:
+    """``flows[1].tool`` -> ``("flows", 1, "tool")``."""
+    out: list[str | int] = []
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("[") and part.endswith("]") and part[1:-1].isdigit():
+            out.append(int(part[1:-1]))
+        elif part:
+            out.append(part)
+    return tuple(out)
+
+
+class AgencyDefinition(Model):
+    """A whole deployment, as read from the definition file."""
+
+    version: Literal[1] = 1
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    agency: AgencyConfig = Field(default_factory=AgencyConfig)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    agents: list[AgentDefinition] = Field(default_factory=list)
+    goals: list[GoalAssertion] = Field(default_factory=list)
+    messaging: MessagingSettings = Field(default_factory=MessagingSettings)
+    workers: WorkersSettings = Field(default_factory=WorkersSettings)
+    humans: HumansSettings = Field(default_factory=HumansSettings)
+    protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+    grants: dict[str, AgentGrant] = Field(
+        default_factory=dict,
+        description="What each agent token may declare when it registers (see middleware.grants).",
+    )
+
+    @property
+    def audit_directory(self) -> Path:
+        """``audit.directory``, or ``<server.data_dir>/audit`` when not given."""
+        return self.audit.directory or Path(self.server.data_dir) / "audit"
+
+    @property
+    def mailbox_backend(self) -> Literal["memory", "redis"]:
+        """Where the mailboxes live, from ``messaging.mailboxes`` and ``storage.backend``."""
+        return (
+            "redis" if self.messaging.mailboxes == "storage" and self.storage.backend == "redis" else "memory"
+        )
+
+    @model_validator(mode="after")
+    def _unique(self) -> AgencyDefinition:
+        problems = []
+        first: dict[str, int] = {}
+        for i, a in enumerate(self.agents):
+            if first.setdefault(a.contract.key, i) != i:
+                problems.append(
+                    Problem(
+                        f"agents[{i}].contract",
+                        f"{a.contract.key} is already agents[{first[a.contract.key]}]",
+                    )
+                )
+        goal_at: dict[str, int] = {}
+        for i, g in enumerate(self.goals):
+            if goal_at.setdefault(g.id, i) != i:
+                problems.append(Problem(f"goals[{i}].id", f"{g.id} is already goals[{goal_at[g.id]}]"))
+        if problems:
+            # Not a ValueError: pydantic would fold it into one message; we keep the paths.
+            raise InvalidInput(problems, what="definition")
+        return self
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str = "definition") -> AgencyDefinition:
+        if not isinstance(data, dict):
+            raise InvalidInput(
+                [Problem("(root)", "the definition must be a mapping (YAML object)")], what=source
+            )
+        server = data.get("server")
+        if isinstance(server, dict) and "agency" in server:  # would be silently ignored
+            raise InvalidInput(
+                [
+                    Problem(
+                        "server.agency", "not read from a definition file: use the top-level agency section"
+                    )
+                ],
+                what=source,
+            )
+        return cls.parse(data, what=source)

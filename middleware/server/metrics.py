@@ -1,0 +1,406 @@
+"""Prometheus metrics, derived from the audit stream.
+
+Every governed step already writes an :class:`~middleware.audit.AuditRecord`, so
+metrics are computed from those records by :class:`MeteredAuditLog`, a wrapper
+around any :class:`~middleware.audit.AuditLog`: the pipeline needs no metric calls
+of its own, and metrics can never disagree with the audit trail. Subsystems with
+state of their own (circuit breakers, mailboxes, Redis clients) update the gauges
+and counters on :class:`Metrics` directly.
+
+All metrics live in the ``registry`` given (a fresh ``CollectorRegistry`` in tests);
+there is no module-level singleton. Names follow Prometheus conventions (base
+units, ``_total`` for counters, ``_seconds`` for durations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ..audit.log import AuditLog
+from ..audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
+from ..kpi import DEFAULT_SLA_SECONDS, KpiMetrics
+
+__all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics", "is_smf_failure", "refusal_reason"]
+
+log = logging.getLogger("agency.pipeline")
+
+#: Values of ``agency_circuit_breaker_state``.
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+#: The record types :meth:`Metrics.observe` derives a metric from (besides the append counts).
+_OBSERVED = frozenset(
+    {
+        AuditEventType.TASK_COMPLETED,
+        AuditEventType.ROUTING_DECISION,
+        AuditEventType.ROUTING_REFUSED,
+        AuditEventType.FAILURE,
+        AuditEventType.RESOLUTION,
+        AuditEventType.VERIFICATION,
+        AuditEventType.MESSAGE_REJECTED,
+        AuditEventType.CATALOG_CHANGE,
+        AuditEventType.CONTRACT_REVIEW,
+        AuditEventType.CIRCUIT_CHANGE,
+        AuditEventType.AGENT_RESULT,
+    }
+)
+
+
+class Metrics:
+    """Every metric Agency Middleware exports, registered on one registry."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, sla_seconds: float = DEFAULT_SLA_SECONDS
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        #: The seed's section 4.4 measures (first-contact resolution, handling time ...).
+        self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
+        self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
+        self.routing = Counter(
+            "agency_routing_decisions_total",
+            "Routing decisions, by outcome (chosen|refused).",
+            ["outcome"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "agency_failures_total",
+            "Failure events, by failure type and agent.",
+            ["type", "agent"],
+            registry=r,
+        )
+        self.resolutions = Counter(
+            "agency_resolutions_total", "Resolutions applied, by kind.", ["kind"], registry=r
+        )
+        self.verifications = Counter(
+            "agency_goal_verifications_total",
+            "Goal verifications, by result (passed|failed).",
+            ["result"],
+            registry=r,
+        )
+        self.smf_errors = Counter(
+            "smf_validation_errors_total",
+            "SMF messages between agents refused because they failed SMF validation.",
+            registry=r,
+        )
+        self.requests_refused = Counter(
+            "agency_requests_refused_total",
+            "Client requests refused at the gateway, by reason (invalid_input, permission_denied, "
+            "unauthenticated ...).",
+            ["reason"],
+            registry=r,
+        )
+        self.dispatch_latency = Histogram(
+            "agency_dispatch_duration_seconds",
+            "Time an agent took to answer one dispatch.",
+            ["agent"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.task_latency = Histogram(
+            "agency_task_duration_seconds",
+            "End-to-end time of a task, submit to outcome.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.audit_appends = Counter(
+            "agency_audit_appends_total", "Records appended to the audit log.", ["event_type"], registry=r
+        )
+        self.audit_append_latency = Histogram(
+            "agency_audit_append_duration_seconds",
+            "Time until an audit append was durable (acknowledged).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.audit_fsync_latency = Histogram(
+            "agency_audit_fsync_duration_seconds",
+            "Duration of one fdatasync of the audit log.",
+            buckets=_FSYNC_BUCKETS,
+            registry=r,
+        )
+        self.mailbox_depth = Gauge(
+            "agency_mailbox_depth", "Messages waiting in a mailbox.", ["mailbox"], registry=r
+        )
+        self.breaker_state = Gauge(
+            "agency_circuit_breaker_state",
+            "Circuit breaker state per agent (0 closed, 1 half-open, 2 open).",
+            ["agent"],
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "agency_redis_errors_total", "Errors talking to Redis, by operation.", ["operation"], registry=r
+        )
+        self.webhook_deliveries = Counter(
+            "agency_webhook_deliveries_total",
+            "Webhook delivery attempts, by agent and outcome (delivered, failed, dead_lettered).",
+            ["agent", "outcome"],
+            registry=r,
+        )
+        self.webhook_failing = Gauge(
+            "agency_webhook_failing", "1 while an agent's webhook keeps failing.", ["agent"], registry=r
+        )
+        self.background_errors = Counter(
+            "agency_background_errors_total",
+            "Failed rounds of background loops (keep-alive, monitor, retention ...), by loop; "
+            "each loop backs off and goes on.",
+            ["loop"],
+            registry=r,
+        )
+        self.contract_review = Gauge(
+            "agency_contract_review_flagged",
+            "1 when a contract is flagged for review.",
+            ["agent", "type"],
+            registry=r,
+        )
+        # set by the human desk (middleware.people.desk), not from the audit stream
+        self.escalations_waiting = Gauge(
+            "agency_escalations_waiting",
+            "Escalations waiting for a person, by kind (as this gateway last saw them).",
+            ["kind"],
+            registry=r,
+        )
+        self.human_answer = Histogram(
+            "agency_human_answer_seconds",
+            "Time from an escalation to a person's decision, by kind.",
+            ["kind"],
+            buckets=(10, 60, 300, 900, 3600, 4 * 3600, 86400, float("inf")),
+            registry=r,
+        )
+        # Children of the counters and histograms fed per audit record, looked up once per
+        # label value: ``labels()`` validates and locks on every call, which was most of the
+        # cost of metering a task's dozen records. (Never removed, so a cached child stays
+        # the exported one; gauges, which could be, are not cached.)
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Counter | Histogram, *values: str) -> Any:
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
+    def appended(self, record: AuditRecord, seconds: float) -> None:
+        """Count one audit append that took ``seconds`` until durable, and observe its record."""
+        self.audit_append_latency.observe(seconds)
+        self._child(self.audit_appends, record.event_type).inc()
+        self.kpis.observe(record)
+        self.observe(record)
+
+    def background_error(self, loop: str) -> None:
+        """Count one failed round of a background loop (their ``on_error`` hook)."""
+        self.background_errors.labels(loop=loop).inc()
+
+    def redis_error(self, operation: str) -> None:
+        """Count one Redis error (the ``on_redis_error`` hook of Redis-backed components)."""
+        self.redis_errors.labels(operation=operation).inc()
+
+    def webhook_attempt(self, agent: str, outcome: str) -> None:
+        """Count one webhook delivery attempt (the webhook dispatcher's ``on_attempt`` hook)."""
+        self.webhook_deliveries.labels(agent=agent, outcome=outcome).inc()
+
+    def set_webhook_failing(self, agent: str, failing: bool) -> None:
+        """Whether ``agent``'s webhook is failing now."""
+        self.webhook_failing.labels(agent=agent).set(1 if failing else 0)
+
+    def set_mailbox_depth(self, mailbox: str, depth: int) -> None:
+        """Record a mailbox's live messages (the post office's ``on_depth`` hook)."""
+        self.mailbox_depth.labels(mailbox=mailbox).set(depth)
+
+    def observe(self, record: AuditRecord) -> None:
+        """Update the metrics one audit record implies."""
+        if record.event_type in _OBSERVED:  # most records (transitions ...) imply nothing more
+            self._observe(record, record.event_type, record.outcome, record.actors.agent, record.detail)
+
+    def appended_batch(self, records: Sequence[AuditRecord | PlainRecord], seconds: float) -> None:
+        """Count a batch of audit records that took ``seconds`` until durable (one latency
+        observation for the batch, one counter update per event type)."""
+        self.audit_append_latency.observe(seconds)
+        counts: dict[str, int] = {}
+        for record in records:
+            kind, outcome, agent, detail = _fields(record)
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind in _OBSERVED:
+                self._observe(record, kind, outcome, agent, detail)
+            self.kpis.observe_fields(*_kpi_fields(record))
+        for kind, n in counts.items():
+            self._child(self.audit_appends, kind).inc(n)
+
+    def _observe(
+        self, record: AuditRecord | PlainRecord, kind: str, outcome: str, agent: str, d: dict[str, Any]
+    ) -> None:
+        if kind == AuditEventType.TASK_COMPLETED:
+            self._child(self.tasks, outcome).inc()
+        elif kind == AuditEventType.ROUTING_DECISION:
+            self._child(self.routing, "chosen").inc()
+        elif kind == AuditEventType.ROUTING_REFUSED:
+            self._child(self.routing, "refused").inc()
+        elif kind == AuditEventType.FAILURE:
+            self._child(self.failures, outcome, agent or "-").inc()
+        elif kind == AuditEventType.RESOLUTION:
+            self._child(self.resolutions, outcome).inc()
+        elif kind == AuditEventType.VERIFICATION:
+            self._child(self.verifications, "passed" if outcome == "passed" else "failed").inc()
+        elif kind == AuditEventType.MESSAGE_REJECTED:  # rare: the plain form is validated here
+            view = record_view(record)
+            if is_smf_failure(view):
+                self.smf_errors.inc()
+            else:
+                self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
+        elif kind == AuditEventType.CATALOG_CHANGE and outcome == "refused":
+            view = record_view(record)
+            self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
+        elif kind == AuditEventType.CONTRACT_REVIEW:
+            flagged = 0 if outcome == "cleared" else 1
+            self.contract_review.labels(agent=agent or "-", type=d.get("failure_type", "-")).set(flagged)
+        elif kind == AuditEventType.CIRCUIT_CHANGE:
+            self.breaker_state.labels(agent=agent or "-").set(BREAKER_STATES.get(outcome, 0))
+        elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
+            self._child(self.dispatch_latency, agent or "-").observe(d["duration_ms"] / 1000)
+
+
+_TRACKED = frozenset(
+    {
+        AuditEventType.MESSAGE_REJECTED,
+        AuditEventType.CATALOG_CHANGE,
+        AuditEventType.TASK_SUBMITTED,
+        AuditEventType.TASK_COMPLETED,
+    }
+)
+
+
+def _kpi_fields(record: AuditRecord | PlainRecord) -> tuple[str, str, datetime, str]:
+    """(task id, event type, time, outcome) of a record in either form, for the KPIs."""
+    if isinstance(record, AuditRecord):
+        return record.task_id, record.event_type, record.time, record.outcome
+    at = record["time"]
+    when = at if isinstance(at, datetime) else datetime.fromisoformat(at)
+    return record["task_id"], record["event_type"], when, record["outcome"]
+
+
+def _fields(record: AuditRecord | PlainRecord) -> tuple[str, str, str, dict[str, Any]]:
+    """(event type, outcome, agent, detail) of a record in either form."""
+    if isinstance(record, AuditRecord):
+        return record.event_type, record.outcome, record.actors.agent, record.detail
+    return record["event_type"], record["outcome"], record["actors"]["agent"], record["detail"]
+
+
+#: Rules of SMF validation failures (an SMF message between agents that does not validate).
+_SMF_RULES = frozenset({"INVALID_INPUT", "SCHEMA_VIOLATION"})
+#: ``reason`` label values of ``agency_requests_refused_total`` (anything else is ``other``).
+_REFUSAL_REASONS = {
+    "": "invalid_input",
+    "request_validation": "invalid_input",
+    "INVALID_INPUT": "invalid_input",
+    "SCHEMA_VIOLATION": "invalid_input",
+    "PERMISSION_DENIED": "permission_denied",
+    "UNAUTHENTICATED": "unauthenticated",
+    "RESOURCE_EXHAUSTED": "resource_exhausted",
+    "FAILED_PRECONDITION": "failed_precondition",
+    "NOT_FOUND": "not_found",
+    "communication_flows": "communication_flows",
+}
+
+
+def is_smf_failure(record: AuditRecord) -> bool:
+    """Whether a ``message.rejected`` record is an SMF message between agents that failed
+    validation (what ``smf_validation_errors_total`` counts), not a refused client request."""
+    return record.component != "gateway" and record.rule in _SMF_RULES
+
+
+def refusal_reason(record: AuditRecord) -> str:
+    """The ``reason`` label of a refused request's record."""
+    return _REFUSAL_REASONS.get(record.rule, "other")
+
+
+def _count(record: AuditRecord) -> int:
+    """Refusals one record stands for (aggregated refusals carry a ``count``)."""
+    count = record.detail.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
+def _log_refusal(record: AuditRecord | PlainRecord) -> None:
+    """Log an SMF message between agents that failed validation at ERROR (what the alert is
+    for), a refused client request at INFO (invalid input) or WARNING (auth, permission)."""
+    view = record_view(record)
+    if view.event_type == AuditEventType.CATALOG_CHANGE and view.outcome != "refused":
+        return
+    if view.event_type == AuditEventType.MESSAGE_REJECTED and is_smf_failure(view):
+        log.error(
+            "SMF validation failed: %s",
+            "; ".join(view.detail.get("problems", [])) or view.detail.get("why") or "invalid message",
+            extra={"trace_id": view.trace_id, "event": view.event_type},
+        )
+        return
+    reason = refusal_reason(view)
+    log.log(
+        logging.INFO if reason == "invalid_input" else logging.WARNING,
+        "request refused (%s): %s",
+        reason,
+        "; ".join(view.detail.get("problems", [])) or view.detail.get("why") or "refused",
+        extra={"trace_id": view.trace_id, "event": view.event_type},
+    )
+
+
+class MeteredAuditLog:
+    """An :class:`AuditLog` that updates :class:`Metrics` for every record it appends to
+    ``inner``, and logs SMF validation failures at ERROR, refused client requests at INFO
+    (invalid input) or WARNING (authentication, permission)."""
+
+    def __init__(self, inner: AuditLog, metrics: Metrics) -> None:
+        self.inner = inner
+        self.metrics = metrics
+        self._started: dict[str, datetime] = {}
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    async def append(self, record: AuditRecord) -> int:
+        started = time.perf_counter()
+        index = await self.inner.append(record)
+        self.metrics.appended(record, time.perf_counter() - started)
+        self._track_task(record)
+        return index
+
+    async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
+        started = time.perf_counter()
+        indexes = await self.inner.append_batch(records)
+        self.metrics.appended_batch(records, time.perf_counter() - started)
+        for record in records:
+            self._track_task(record)
+        return indexes
+
+    def _track_task(self, record: AuditRecord | PlainRecord) -> None:
+        if isinstance(record, AuditRecord):
+            kind, task_id = record.event_type, record.task_id
+        else:
+            kind, task_id = record["event_type"], record["task_id"]
+        if kind not in _TRACKED:
+            return
+        if kind in (AuditEventType.MESSAGE_REJECTED, AuditEventType.CATALOG_CHANGE):
+            _log_refusal(record)
+            return
+        at = record.time if isinstance(record, AuditRecord) else datetime.fromisoformat(record["time"])
+        if kind == AuditEventType.TASK_SUBMITTED and task_id:
+            self._started[task_id] = at
+        elif kind == AuditEventType.TASK_COMPLETED:
+            started = self._started.pop(task_id, None)
+            if started is not None:
+                self.metrics.task_latency.observe((at - started).total_seconds())
+
+    def records(self) -> Iterator[tuple[int, AuditRecord]]:
+        return self.inner.records()
+
+    def __getattr__(self, name: str) -> object:
+        # Backend-specific operations (checkpoints, proofs ...) pass straight through.
+        return getattr(self.inner, name)
+
+    async def close(self) -> None:
+        await self.inner.close()

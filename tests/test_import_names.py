@@ -1,0 +1,102 @@
+"""The product claims one top-level import name, ``middleware``: an application's own ``handlers``
+package (common in web apps) neither breaks ``Agency()`` nor is shadowed by the product.
+
+The runs are subprocesses with a temporary directory holding the user's ``handlers/`` package
+first on ``sys.path``, as an application's working directory would be.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+USER_HANDLERS = '"""The application\'s own handlers (HTTP views, say)."""\nUSER = True\n'
+
+RUN_AGENCY = """
+import asyncio, sys
+import handlers
+assert handlers.USER is True, handlers.__file__
+from middleware import Agency
+from middleware.failures import FailureEvent, FailureProcessor, FailureType
+agency = Agency()
+resolution = FailureProcessor().process(
+    FailureEvent(type=FailureType.TOOL_TIMEOUT, task_id="t", trace_id="t", agent="a")
+)
+assert resolution.kind == "retry", resolution
+assert sys.modules["handlers"] is handlers, "the product replaced the application's handlers"
+print(sys.modules["middleware.handlers"].__file__)
+"""
+
+
+def user_app(tmp_path: Path) -> Path:
+    app = tmp_path / "app"
+    (app / "handlers").mkdir(parents=True)
+    (app / "handlers" / "__init__.py").write_text(USER_HANDLERS)
+    return app
+
+
+def run(code: str, *, cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+
+
+def test_an_application_handlers_package_first_on_the_path_does_not_break_agency(tmp_path: Path) -> None:
+    app = user_app(tmp_path)
+    done = run(RUN_AGENCY, cwd=app, pythonpath=app)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).parent == ROOT / "handlers"
+
+
+def test_from_a_bare_source_checkout_the_handlers_folder_loads_as_middleware_handlers(
+    tmp_path: Path,
+) -> None:
+    # At the repository root without the install's import hook (as a plain checkout on
+    # PYTHONPATH would be), `middleware` comes from the folder and so must its handlers.
+    app = user_app(tmp_path)
+    no_hook = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]\n"
+        f"sys.path[:0] = [{str(app)!r}, {str(ROOT)!r}]\n"
+    )
+    done = run(no_hook + RUN_AGENCY, cwd=ROOT, pythonpath=app)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).parent == ROOT / "handlers"
+
+
+def test_the_product_installs_only_middleware_and_lists_every_package() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(config["packages"])
+    assert {p.split(".")[0] for p in packages} == {"middleware"}
+    assert config["package-dir"] == {"middleware.handlers": "handlers"}
+    on_disk = {
+        ".".join(d.relative_to(ROOT).parts)
+        for d in (ROOT / "middleware").rglob("*")
+        if d.is_dir() and d.name != "__pycache__"
+    } | {"middleware", "middleware.handlers"}
+    assert packages == on_disk
+
+
+def test_the_former_server_module_paths_are_the_server_modules() -> None:
+    # Users import middleware.config (hash_token), middleware.bootstrap, middleware.definition
+    # (docs/operations.md, examples/): the old path is the very module of its new home.
+    import importlib
+
+    moved = {
+        "config": "settings",
+        "definition": "definition",
+        "bootstrap": "bootstrap",
+        "backends": "backends",
+        "metrics": "metrics",
+        "worker": "worker",
+    }
+    for old, new in moved.items():
+        assert importlib.import_module(f"middleware.{old}") is importlib.import_module(
+            f"middleware.server.{new}"
+        )
