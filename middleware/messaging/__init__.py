@@ -12,7 +12,7 @@
   :mod:`.limits` — rate limits per sender, recipient and topic (shared on Redis).
 """
 
-from ..redis.mailbox import RedisMailbox
+from .._lazy import lazy_exports
 from .clock import Clock, ManualClock, system_clock
 from .conversation import Conversation
 from .flows import AgentHandle, Edge, Flows, Handoff, SendMessage, ToolCall, ToolSpec
@@ -29,7 +29,7 @@ from .identity import (
     sign_message,
     signing_bytes,
 )
-from .limits import LimitRule, MemoryBuckets, RateLimits, RateLimitSettings, RedisBuckets
+from .limits import LimitRule, MemoryBuckets, RateLimits, RateLimitSettings
 from .mailbox import Batch, DeadLetter, Delivery, MailboxTransport
 from .memory_mailbox import MemoryMailbox
 from .post_office import (
@@ -43,7 +43,7 @@ from .post_office import (
     SendResult,
 )
 from .runtime import ChildResult, ChildRun, Runtime, SubAgentEvent, Turn, TurnContext
-from .subscriptions import MemorySubscriptions, RedisSubscriptions, SubscriptionStore
+from .subscriptions import MemorySubscriptions, SubscriptionStore
 
 __all__ = [
     "BROADCAST",
@@ -97,3 +97,12 @@ __all__ = [
     "signing_bytes",
     "system_clock",
 ]
+
+# The Redis implementations live in the Redis layer (middleware.redis); imported on first use, so
+# importing middleware.messaging does not import redis.
+_REDIS = {
+    "RedisBuckets": "middleware.redis.rate_limits",
+    "RedisMailbox": "middleware.redis.mailbox",
+    "RedisSubscriptions": "middleware.redis.subscriptions",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _REDIS, __all__)

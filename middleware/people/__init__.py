@@ -4,6 +4,7 @@
 escalations and applies decisions; ``middleware.console`` is the web console on top.
 """
 
+from .._lazy import lazy_exports
 from .approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .model import (
     ApprovalGate,
@@ -14,7 +15,7 @@ from .model import (
     Person,
     PersonRef,
 )
-from .store import EscalationStore, MemoryEscalationStore, RedisEscalationStore
+from .store import EscalationStore, MemoryEscalationStore
 
 __all__ = [
     "ApprovalGate",
@@ -32,3 +33,9 @@ __all__ = [
     "approval_expired",
     "check_approver",
 ]
+
+# RedisEscalationStore lives in the Redis layer (middleware.redis.escalation_store), imported on
+# first use.
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"RedisEscalationStore": "middleware.redis.escalation_store"}, __all__
+)

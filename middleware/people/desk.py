@@ -120,7 +120,7 @@ class HumanDesk:
         agency.approvals = ApprovalGates(humans.approvals)
         store: EscalationStore | None = None
         if definition.storage.backend == "redis":
-            from .store import RedisEscalationStore
+            from ..redis.escalation_store import RedisEscalationStore
 
             store = RedisEscalationStore.from_url(
                 definition.storage.redis_url, prefix=definition.storage.key_prefix

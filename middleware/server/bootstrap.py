@@ -128,11 +128,11 @@ async def build_post_office(
     directory: Directory = MemoryDirectory()
     board: QuarantineBoard = MemoryBoard()
     if definition.mailbox_backend == "redis":
-        from ..messaging.directory import RedisDirectory
-        from ..messaging.limits import RedisBuckets
-        from ..messaging.moderation import RedisBoard
-        from ..messaging.subscriptions import RedisSubscriptions
+        from ..redis.agent_directory import RedisDirectory
         from ..redis.mailbox import RedisMailbox
+        from ..redis.quarantine_board import RedisBoard
+        from ..redis.rate_limits import RedisBuckets
+        from ..redis.subscriptions import RedisSubscriptions
 
         on_redis_error = metrics.redis_error if metrics is not None else None
         mailboxes = RedisMailbox.from_url(
