@@ -1,18 +1,138 @@
-"""Choosing the catalog and routing-statistics backends from configuration.
+"""Every backend of the server chosen in one place, from the definition's ``storage`` section.
 
-An empty URL keeps everything in process (the embedded default); a ``redis://`` URL puts
-the catalog and the routing statistics in Redis, so gateway replicas share both.
+:func:`choose_backends` decides, for the agency (catalog, routing statistics, task store,
+sessions) or for the post office (mailboxes, rate-limit buckets, subscriptions, agent directory,
+quarantine board), between the embedded memory versions and the Redis layer
+(:mod:`middleware.redis`), so that replicas under the same ``storage.key_prefix`` share state.
+:func:`open_backends` is the catalog and routing statistics from a URL alone (``""`` in memory,
+``redis://`` in Redis).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, overload
+
 from ..catalog import Catalog
 from ..errors import InvalidInput
 from ..memory_catalog import MemoryCatalog
+from ..messaging.directory import Directory, MemoryDirectory
+from ..messaging.limits import BucketStore, MemoryBuckets
+from ..messaging.mailbox import MailboxTransport
+from ..messaging.memory_mailbox import MemoryMailbox
+from ..messaging.moderation import MemoryBoard, QuarantineBoard
+from ..messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from ..redis.errors import RedisErrorHook
 from ..routing_stats import MemoryRoutingStats, RoutingStats
+from ..sessions import SessionStore
+from ..task_store import TaskStore
 
-__all__ = ["open_backends"]
+if TYPE_CHECKING:
+    from .definition import AgencyDefinition
+
+__all__ = ["AgencyBackends", "MessagingBackends", "choose_backends", "open_backends"]
+
+
+@dataclass(frozen=True)
+class AgencyBackends:
+    """The agency's stores; ``tasks`` and ``sessions`` None keep the agency's memory defaults."""
+
+    catalog: Catalog
+    stats: RoutingStats
+    tasks: TaskStore | None = None
+    sessions: SessionStore | None = None
+
+
+@dataclass(frozen=True)
+class MessagingBackends:
+    """The post office's stores (the caller closes ``mailboxes``)."""
+
+    mailboxes: MailboxTransport
+    buckets: BucketStore
+    subscriptions: SubscriptionStore
+    directory: Directory
+    board: QuarantineBoard
+
+
+@overload
+def choose_backends(
+    definition: AgencyDefinition, part: Literal["agency"], *, on_redis_error: RedisErrorHook | None = None
+) -> AgencyBackends: ...
+
+
+@overload
+def choose_backends(
+    definition: AgencyDefinition,
+    part: Literal["messaging"],
+    *,
+    on_redis_error: RedisErrorHook | None = None,
+) -> MessagingBackends: ...
+
+
+def choose_backends(
+    definition: AgencyDefinition,
+    part: Literal["agency", "messaging"],
+    *,
+    on_redis_error: RedisErrorHook | None = None,
+) -> AgencyBackends | MessagingBackends:
+    """The backends of ``part`` for ``definition``: memory, or Redis when ``storage.backend`` is
+    redis (for messaging: and ``messaging.mailboxes`` is ``storage``, see
+    :attr:`AgencyDefinition.mailbox_backend`).
+
+    Args:
+        definition: The agency definition (its ``storage`` section decides).
+        part: ``"agency"`` (catalog, routing stats, task store, sessions) or ``"messaging"``
+            (mailboxes, rate-limit buckets, subscriptions, agent directory, quarantine board).
+        on_redis_error: Told the operation of every Redis error (see :mod:`middleware.redis.errors`).
+    """
+    storage = definition.storage
+    if part == "messaging":
+        if definition.mailbox_backend != "redis":
+            return MessagingBackends(
+                MemoryMailbox(), MemoryBuckets(), MemorySubscriptions(), MemoryDirectory(), MemoryBoard()
+            )
+        from ..redis.agent_directory import RedisDirectory
+        from ..redis.mailbox import RedisMailbox
+        from ..redis.quarantine_board import RedisBoard
+        from ..redis.rate_limits import RedisBuckets
+        from ..redis.subscriptions import RedisSubscriptions
+
+        prefix = storage.key_prefix
+        mailboxes = RedisMailbox.from_url(storage.redis_url, prefix=prefix, on_redis_error=on_redis_error)
+        client = mailboxes.client  # every messaging store shares the mailboxes' connection
+        return MessagingBackends(
+            mailboxes,
+            # rate-limit buckets next to the mailboxes: every replica draws from the same ones
+            RedisBuckets(client, prefix=prefix, on_redis_error=on_redis_error),
+            # subscriptions made through one replica, known to all, kept across restarts
+            RedisSubscriptions(client, prefix=prefix, on_redis_error=on_redis_error),
+            # the agents registered through the RPC: their tokens work on every replica
+            RedisDirectory(client, prefix=prefix, on_redis_error=on_redis_error),
+            RedisBoard(client, prefix=prefix, on_redis_error=on_redis_error),
+        )
+    # catalog and routing stats shared by replicas too (under key_prefix)
+    catalog, stats = open_backends(
+        storage.redis_url if storage.backend == "redis" else "",
+        prefix=storage.key_prefix,
+        lease_seconds=storage.lease_seconds,
+        on_redis_error=on_redis_error,
+    )
+    if storage.backend != "redis":
+        return AgencyBackends(catalog, stats)
+    from ..redis.session_store import RedisSessionStore
+    from ..redis.task_store import RedisTaskStore
+
+    # task state shared by replicas: resume on any of them
+    return AgencyBackends(
+        catalog,
+        stats,
+        tasks=RedisTaskStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+        ),
+        sessions=RedisSessionStore.from_url(
+            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
+        ),
+    )
 
 
 def open_backends(

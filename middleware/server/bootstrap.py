@@ -10,16 +10,11 @@ from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
 from ..errors import InvalidInput
 from ..failures import FailureProcessor
-from ..messaging.directory import Directory, MemoryDirectory
-from ..messaging.limits import BucketStore, MemoryBuckets, RateLimits
-from ..messaging.mailbox import MailboxTransport
-from ..messaging.memory_mailbox import MemoryMailbox
-from ..messaging.moderation import MemoryBoard, QuarantineBoard
+from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
-from ..messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from ..pipeline import Agency
 from ..router import Router
-from .backends import open_backends
+from .backends import choose_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
 
@@ -61,26 +56,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     if metrics is not None:
         audit = MeteredAuditLog(audit, metrics)
     on_redis_error = metrics.redis_error if metrics is not None else None
-    storage = definition.storage
-    tasks = None
-    sessions = None
-    if storage.backend == "redis":  # task state shared by replicas: resume on any of them
-        from ..redis.session_store import RedisSessionStore
-        from ..redis.task_store import RedisTaskStore
-
-        tasks = RedisTaskStore.from_url(
-            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
-        )
-        sessions = RedisSessionStore.from_url(
-            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
-        )
-    # catalog and routing stats shared by replicas too (under key_prefix)
-    catalog, stats = open_backends(
-        storage.redis_url if storage.backend == "redis" else "",
-        prefix=storage.key_prefix,
-        lease_seconds=storage.lease_seconds,
-        on_redis_error=on_redis_error,
-    )
+    backends = choose_backends(definition, "agency", on_redis_error=on_redis_error)
     # The served gateway is where installed packages' failure handlers take effect: discovery
     # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
     failures = FailureProcessor(
@@ -92,10 +68,10 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         failures=failures,
-        tasks=tasks,
-        sessions=sessions,
-        catalog=catalog,
-        router=Router(catalog, stats=stats),
+        tasks=backends.tasks,
+        sessions=backends.sessions,
+        catalog=backends.catalog,
+        router=Router(backends.catalog, stats=backends.stats),
     )
     workers_token = definition.workers.token()
     if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
@@ -122,51 +98,19 @@ async def build_post_office(
     The caller closes it with ``await post_office.transport.close()``.
     """
     messaging = definition.messaging
-    transport: MailboxTransport
-    buckets: BucketStore = MemoryBuckets()
-    subscriptions: SubscriptionStore = MemorySubscriptions()
-    directory: Directory = MemoryDirectory()
-    board: QuarantineBoard = MemoryBoard()
-    if definition.mailbox_backend == "redis":
-        from ..redis.agent_directory import RedisDirectory
-        from ..redis.mailbox import RedisMailbox
-        from ..redis.quarantine_board import RedisBoard
-        from ..redis.rate_limits import RedisBuckets
-        from ..redis.subscriptions import RedisSubscriptions
-
-        on_redis_error = metrics.redis_error if metrics is not None else None
-        mailboxes = RedisMailbox.from_url(
-            definition.storage.redis_url, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
-        )
-        # rate-limit buckets next to the mailboxes: every replica draws from the same ones
-        buckets = RedisBuckets(
-            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
-        )
-        # topic subscriptions too: made through one replica, known to all, kept across restarts
-        subscriptions = RedisSubscriptions(
-            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
-        )
-        # and the agents registered through the RPC: their tokens work on every replica
-        directory = RedisDirectory(
-            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
-        )
-        board = RedisBoard(
-            mailboxes.client, prefix=definition.storage.key_prefix, on_redis_error=on_redis_error
-        )
-        transport = mailboxes
-    else:
-        transport = MemoryMailbox()
+    on_redis_error = metrics.redis_error if metrics is not None else None
+    stores = choose_backends(definition, "messaging", on_redis_error=on_redis_error)
     post_office = PostOffice(
-        transport,
+        stores.mailboxes,
         audit=audit,
         acl=messaging.acl.build(),
-        subscriptions=subscriptions,
-        directory=directory,
+        subscriptions=stores.subscriptions,
+        directory=stores.directory,
         registration=messaging.registration.mode,
         moderation=messaging.moderation.rules(),
-        board=board,
+        board=stores.board,
         reports_to_quarantine=messaging.moderation.reports_to_quarantine,
-        limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, buckets),
+        limits=None if messaging.rate_limits.empty else RateLimits(messaging.rate_limits, stores.buckets),
         flows=messaging.build_flows() if messaging.flows is not None else None,
         config=messaging.delivery,
         on_depth=metrics.set_mailbox_depth if metrics is not None else None,

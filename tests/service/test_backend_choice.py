@@ -1,0 +1,56 @@
+"""Every backend of the server is chosen by one function from the definition's storage section."""
+
+from __future__ import annotations
+
+import os
+
+from middleware.config import definition_from
+from middleware.server.backends import choose_backends
+
+REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+async def test_memory_storage_chooses_every_memory_backend() -> None:
+    definition = definition_from({}, env={})
+    agency = choose_backends(definition, "agency")
+    messaging = choose_backends(definition, "messaging")
+    assert type(agency.catalog).__name__ == "MemoryCatalog"
+    assert type(agency.stats).__name__ == "MemoryRoutingStats"
+    assert agency.tasks is None and agency.sessions is None  # the agency's memory defaults
+    assert [type(s).__name__ for s in vars(messaging).values()] == [
+        "MemoryMailbox",
+        "MemoryBuckets",
+        "MemorySubscriptions",
+        "MemoryDirectory",
+        "MemoryBoard",
+    ]
+
+
+async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(redis_prefix: str) -> None:
+    definition = definition_from(
+        {"storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix}}, env={}
+    )
+    agency = choose_backends(definition, "agency")
+    messaging = choose_backends(definition, "messaging")
+    try:
+        assert [type(s).__name__ for s in vars(agency).values()] == [
+            "RedisCatalog",
+            "RedisRoutingStats",
+            "RedisTaskStore",
+            "RedisSessionStore",
+        ]
+        assert [type(s).__name__ for s in vars(messaging).values()] == [
+            "RedisMailbox",
+            "RedisBuckets",
+            "RedisSubscriptions",
+            "RedisDirectory",
+            "RedisBoard",
+        ]
+        await messaging.subscriptions.add("news", "a")
+        assert await messaging.subscriptions.members("news") == {"a"}
+    finally:
+        await messaging.mailboxes.close()
+        for store in (agency.catalog, agency.stats, agency.tasks, agency.sessions):
+            close = getattr(store, "close", None) or getattr(store, "aclose", None)
+            if close is not None:
+                await close()
