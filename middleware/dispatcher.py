@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -33,7 +34,7 @@ from .routing_stats import RoutingStats
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, utcnow
 from .tasks import TaskRecord, TaskStep
 
-__all__ = ["AttemptFailed", "Dispatcher", "brief", "decision_detail", "envelope"]
+__all__ = ["AttemptFailed", "AttemptResult", "Dispatcher", "brief", "decision_detail", "envelope"]
 
 Audit = Callable[..., Awaitable[None]]
 
@@ -46,6 +47,23 @@ class AttemptFailed(Exception):
     ) -> None:
         super().__init__(detail)
         self.ftype, self.detail, self.context, self.held = ftype, detail, context, held or {}
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """The answer of one successful attempt (:meth:`Dispatcher.attempt`).
+
+    Attributes:
+        output: The agent's output (contract-checked).
+        confidence: The agent's confidence score, if it gave one.
+        provenance: Where the answer came from, with its reliability score.
+        fresh_until: When a time-critical answer expires (None: it does not).
+    """
+
+    output: Any
+    confidence: float | None
+    provenance: Provenance
+    fresh_until: datetime | None
 
 
 class Dispatcher:
@@ -103,7 +121,7 @@ class Dispatcher:
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
-    ) -> tuple[Any, float | None, Provenance, datetime | None]:
+    ) -> AttemptResult:
         """One call of one agent; every way it can go wrong becomes a :class:`AttemptFailed`."""
         key = cursor.agent
         try:
@@ -256,7 +274,12 @@ class Dispatcher:
             agent=key,
         )
         meta = result.metadata
-        return reply.output, meta.confidence_score, meta.provenance, result.expires_at()
+        return AttemptResult(
+            output=reply.output,
+            confidence=meta.confidence_score,
+            provenance=meta.provenance,
+            fresh_until=result.expires_at(),
+        )
 
     async def _judge_intent(
         self,

@@ -375,7 +375,7 @@ class Agency:
                 {"step": step.name, **decision_detail(decision)},
             )
             event = run.failure_event(
-                FailureType.CAPABILITY_MISMATCH, step.name, "", 1, [], decision.explanation
+                FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
             )
             resolution = await self._resolve(run, event)
             if resolution.kind is ResolutionKind.ABORT:
@@ -414,12 +414,13 @@ class Agency:
                 stale_input = str(failed.context.get("stale_step", ""))
                 event = run.failure_event(
                     failed.ftype,
-                    step.name,
-                    cursor.agent,
-                    run.rewinds + 1 if stale_input else cursor.attempt,
-                    [] if stale_input else cursor.fallbacks,  # another agent gets the same stale input
-                    failed.detail,
-                    failed.context,
+                    step=step.name,
+                    agent=cursor.agent,
+                    attempt=run.rewinds + 1 if stale_input else cursor.attempt,
+                    # another agent would get the same stale input
+                    fallbacks=[] if stale_input else cursor.fallbacks,
+                    detail=failed.detail,
+                    context=failed.context,
                 )
                 run.held = failed.held
                 resolution = await self._resolve(run, event)
@@ -442,19 +443,18 @@ class Agency:
                         run, AuditEventType.QUARANTINE, "blocked", dict(failed.context), agent=cursor.agent
                     )
                 return await self._stop(run, cursor)
-            output, confidence, provenance, fresh_until = answer
             run.complete_step(
                 step.name,
-                output,
-                confidence=confidence,
-                provenance=provenance,
-                fresh_until=fresh_until,
+                answer.output,
+                confidence=answer.confidence,
+                provenance=answer.provenance,
+                fresh_until=answer.fresh_until,
             )
             if run.anchor_goal:
                 refused = await self._anchor(run, step.name, cursor.agent)
                 if refused is not None:
                     return refused
-            return await self._verify_stage(run, step.name, output)
+            return await self._verify_stage(run, step.name, answer.output)
 
     async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
         """Anchor the goal an intake agent named (see ``middleware.intake``)."""
@@ -466,7 +466,10 @@ class Agency:
             StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
         except AgencyError as exc:
             event = run.failure_event(
-                FailureType.SCHEMA_VIOLATION, step, agent, 1, [], f"{agent} anchored {goal_id}: {exc}"
+                FailureType.SCHEMA_VIOLATION,
+                step=step,
+                agent=agent,
+                detail=f"{agent} anchored {goal_id}: {exc}",
             )
             resolution = await self._resolve(run, event)
             cursor = StepCursor(agent="", fallbacks=[])
@@ -559,11 +562,8 @@ class Agency:
         assert run.goal is not None
         event = run.failure_event(
             FailureType.GOAL_TIMEOUT,
-            run.steps[-1].name if run.steps else "",
-            "",
-            1,
-            [],
-            f"goal {run.goal.id} not reached within {run.goal.timeout_seconds} s",
+            step=run.steps[-1].name if run.steps else "",
+            detail=f"goal {run.goal.id} not reached within {run.goal.timeout_seconds} s",
         )
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
@@ -689,12 +689,10 @@ class Agency:
         detail = f"approval ({pending.get('gate', '')}) not given within {pending.get('timeout_seconds')} s"
         event = run.failure_event(
             FailureType.TOOL_TIMEOUT,
-            str(pending.get("step", "")),
-            "human:approvers",
-            1,
-            [],
-            detail,
-            {
+            step=str(pending.get("step", "")),
+            agent="human:approvers",
+            detail=detail,
+            context={
                 "approval_timeout": True,
                 "gate": pending.get("gate", ""),
                 "expires_at": pending.get("expires_at"),

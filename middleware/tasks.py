@@ -295,14 +295,25 @@ class TaskRecord(Model):
     def failure_event(
         self,
         ftype: FailureType,
+        *,
         step: str,
-        agent: str,
-        attempt: int,
-        fallbacks: list[str],
         detail: str,
+        agent: str = "",
+        attempt: int = 1,
+        fallbacks: list[str] | None = None,
         context: dict[str, Any] | None = None,
     ) -> FailureEvent:
-        """A failure event of this task."""
+        """A failure event of this task.
+
+        Args:
+            ftype: The failure type.
+            step: The step it happened at (``""``: none).
+            detail: What happened, for people.
+            agent: The agent involved (``""``: none, e.g. a routing refusal).
+            attempt: The how-many-th attempt of the step failed.
+            fallbacks: The agents still left to switch to.
+            context: Type-specific detail (handlers read it).
+        """
         return FailureEvent(
             type=ftype,
             task_id=self.task_id,
@@ -310,7 +321,7 @@ class TaskRecord(Model):
             step=step,
             agent=agent,
             attempt=attempt,
-            fallbacks=list(fallbacks),
+            fallbacks=list(fallbacks or []),
             detail=detail,
             context=context or {},
         )
@@ -336,7 +347,9 @@ class TaskRecord(Model):
         agent = record.agent if record is not None else ""  # the agent whose output failed
         # the how-many-th time this step's output failed the goal (a retry policy counts these)
         attempt = 1 + sum(1 for f in self.failures if f.type is FailureType.GOAL_UNMET and f.step == step)
-        return self.failure_event(FailureType.GOAL_UNMET, step, agent, attempt, [], detail, context)
+        return self.failure_event(
+            FailureType.GOAL_UNMET, step=step, agent=agent, attempt=attempt, detail=detail, context=context
+        )
 
     def complete_step(
         self,
