@@ -121,10 +121,10 @@ class AgentRegistry:
     A contract registered without an in-process callable but with an ``endpoint``
     (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``,
     by default a :class:`middleware.remote_agent.RemoteAgent` calling the worker's
-    ``AgentWorker.Invoke`` over gRPC in plaintext; ``agency serve`` sets
-    :attr:`remote_factory` to one calling over TLS when the definition has
-    ``workers.tls``. Remote agents are cached per key and endpoint and closed by
-    :meth:`aclose`.
+    ``AgentWorker.Invoke`` over gRPC in plaintext; ``agency serve`` builds the registry
+    with one calling over TLS (and with the gateway's token) when the definition has
+    ``workers.tls`` (``Agency(agents=AgentRegistry(remote_factory=...))``). Remote agents are cached per key
+    and endpoint and closed by :meth:`aclose`.
     """
 
     def __init__(self, *, remote_factory: RemoteFactory | None = _grpc_remote) -> None:

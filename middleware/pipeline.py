@@ -120,6 +120,9 @@ class Agency:
             rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
         approvals: Approval gates checked before each step's agent runs (default: none).
         humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
+        agents: The callables behind contracts, and how remote workers are called (default: an
+            :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
+            injects one with the definition's ``workers`` TLS and token).
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class Agency:
         intent_judges: list[IntentJudge] | None = None,
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
+        agents: AgentRegistry | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -152,7 +156,7 @@ class Agency:
         self.failures = failures or FailureProcessor(
             policy=self.config.failure_policy, policies=self.config.failure_policies
         )
-        self.agents = AgentRegistry()
+        self.agents = agents if agents is not None else AgentRegistry()
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.verifier = verifier if verifier is not None else Verifier()
         self.tasks: TaskStore = tasks or MemoryTaskStore()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from ..agents import AgentRegistry
 from ..audit import AuditLog, WalAuditLog, WalOptions
 from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
@@ -64,7 +65,16 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         policies=definition.agency.failure_policies,
         load_entry_points=True,
     )
+    agents = AgentRegistry()
+    workers_token = definition.workers.token()
+    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
+        from ..remote_agent import RemoteAgent
+
+        agents = AgentRegistry(
+            remote_factory=RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
+        )
     agency = Agency(
+        agents=agents,
         audit=audit,
         config=definition.agency,
         failures=failures,
@@ -73,11 +83,6 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
     )
-    workers_token = definition.workers.token()
-    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
-        from ..remote_agent import RemoteAgent
-
-        agency.agents.remote_factory = RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
         # registers the same contracts from the same file

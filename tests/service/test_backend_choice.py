@@ -1,4 +1,5 @@
-"""Every backend of the server is chosen by one function from the definition's storage section."""
+"""Every backend of the server is chosen by one function from the definition's storage section; the
+workers' remote factory is injected when the agency's agent registry is built."""
 
 from __future__ import annotations
 
@@ -54,3 +55,25 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             close = getattr(store, "close", None) or getattr(store, "aclose", None)
             if close is not None:
                 await close()
+
+
+async def test_the_workers_remote_factory_is_injected_when_the_registry_is_built(
+    tmp_path, monkeypatch
+) -> None:
+    from middleware.agents import AgentRegistry
+    from middleware.bootstrap import build_agency
+
+    # the registry's remote factory is read-only here: the agency must be built with it
+    monkeypatch.setattr(AgentRegistry, "remote_factory", property(lambda self: self._remote_factory))
+    token = tmp_path / "workers-token"
+    token.write_text("s3cret-workers-token\n")
+    definition = definition_from(
+        {"workers": {"token_file": str(token)}}, env={"AGENCY_AUDIT_DIR": str(tmp_path)}
+    )
+    agency = await build_agency(definition)
+    try:
+        default = AgentRegistry().remote_factory
+        assert agency.agents.remote_factory is not None
+        assert agency.agents.remote_factory is not default
+    finally:
+        await agency.close()
