@@ -100,3 +100,16 @@ def test_the_former_server_module_paths_are_the_server_modules() -> None:
         assert importlib.import_module(f"middleware.{old}") is importlib.import_module(
             f"middleware.server.{new}"
         )
+
+
+def test_the_settings_do_not_import_the_definition() -> None:
+    # settings (the environment reader) <- definition, not both ways: definition_from and
+    # load_definition live in definition and stay importable from settings/config on first use.
+    code = (
+        "import sys, middleware.server.settings as s\n"
+        "assert 'middleware.server.definition' not in sys.modules\n"
+        "import middleware.server.definition as d\n"
+        "assert s.definition_from is d.definition_from and s.load_definition is d.load_definition\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..access import Role
 from ..errors import InvalidInput
-from ..server.settings import load_definition
+from ..server.definition import load_definition
 from ._text import add_json_option, plural
 
 

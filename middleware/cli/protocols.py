@@ -22,7 +22,7 @@ import yaml
 
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput
-from ..server.settings import definition_from, load_definition
+from ..server.definition import definition_from, load_definition
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

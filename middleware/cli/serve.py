@@ -28,9 +28,9 @@ from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import SchemaLimits, set_schema_limits
 from ..server.bootstrap import build_agency, build_post_office, start_webhooks
-from ..server.definition import AgencyDefinition
+from ..server.definition import AgencyDefinition, definition_from, load_definition
 from ..server.metrics import Metrics
-from ..server.settings import ENV_VARIABLES, ServerConfig, definition_from, load_definition
+from ..server.settings import ENV_VARIABLES, ServerConfig
 
 log = logging.getLogger("agency.serve")
 

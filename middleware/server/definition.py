@@ -41,6 +41,8 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -65,7 +67,14 @@ from ..messaging.post_office import PostOfficeConfig
 from ..messaging.webhooks import WebhookSettings
 from ..people.model import HumansSettings
 from ..protocol_settings import ProtocolSettings
-from .settings import AgencyConfig, ServerConfig, WorkersTlsConfig, read_signer_key, read_token
+from .settings import (
+    AgencyConfig,
+    ServerConfig,
+    WorkersTlsConfig,
+    layered,
+    read_signer_key,
+    read_token,
+)
 
 __all__ = [
     "AgencyDefinition",
@@ -76,6 +85,8 @@ __all__ = [
     "RetentionSettings",
     "StorageSettings",
     "WorkersSettings",
+    "definition_from",
+    "load_definition",
     "resolve_import",
 ]
 
@@ -497,3 +508,56 @@ class AgencyDefinition(Model):
                 what=source,
             )
         return cls.parse(data, what=source)
+
+
+def definition_from(
+    data: Any = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    source: str = "definition",
+) -> AgencyDefinition:
+    """An agency definition from defaults, ``data`` (the file), ``env``, then ``overrides``.
+
+    Each layer wins over the ones before it: flags (``overrides``, a partial definition
+    such as ``{"server": {"address": ...}}``) > ``AGENCY_*`` variables > the file >
+    defaults. A layer that moves the data directory without naming an audit directory
+    moves the audit log with it (``<data_dir>/audit``).
+
+    Raises:
+        InvalidInput: listing every problem by path.
+    """
+    return AgencyDefinition.from_data(layered(data, env, overrides), source=source)
+
+
+def load_definition(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgencyDefinition:
+    """Read and validate an agency definition file (YAML or JSON), env and ``overrides`` over it.
+
+    See :func:`definition_from` for the precedence.
+
+    Raises:
+        InvalidInput: listing every problem by path (``agents[2].contract.input_schema: ...``).
+    """
+    import yaml
+
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(
+            [Problem("(file)", f"cannot read {source}: {exc.strerror or exc}")], what=source
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        raise InvalidInput(
+            [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
+        ) from None
+    return definition_from(data, env=env, overrides=overrides, source=source)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
+from .._lazy import lazy_exports
 from .._model import Model
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..agency_config import AgencyConfig
@@ -37,10 +38,9 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkersTlsConfig",
-    "definition_from",
     "env_layer",
     "hash_token",
-    "load_definition",
+    "layered",
     "read_signer_key",
     "read_token",
     "read_token_hashes",
@@ -48,7 +48,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from ..audit.checkpoint import Signer
-    from .definition import AgencyDefinition
 
 
 def _read_pem(path: Path) -> bytes:
@@ -574,25 +573,14 @@ def _merge(base: dict[str, Any], layer: Mapping[str, Any]) -> None:
             base[key] = value
 
 
-def definition_from(
-    data: Any = None,
-    *,
+def layered(
+    data: Any,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
-    source: str = "definition",
-) -> AgencyDefinition:
-    """An agency definition from defaults, ``data`` (the file), ``env``, then ``overrides``.
-
-    Each layer wins over the ones before it: flags (``overrides``, a partial definition
-    such as ``{"server": {"address": ...}}``) > ``AGENCY_*`` variables > the file >
-    defaults. A layer that moves the data directory without naming an audit directory
-    moves the audit log with it (``<data_dir>/audit``).
-
-    Raises:
-        InvalidInput: listing every problem by path.
-    """
-    from .definition import AgencyDefinition
-
+) -> Any:
+    """``data`` (the file) with ``env`` (``AGENCY_*``, default the process environment) then
+    ``overrides`` merged over it, each layer winning over the ones before it; a layer that moves
+    the data directory without naming an audit directory moves the audit log with it."""
     merged: Any = {} if data is None else copy.deepcopy(data)
     if isinstance(merged, dict):
         for layer in (env_layer(os.environ if env is None else env), overrides or {}):
@@ -600,39 +588,13 @@ def definition_from(
             if moves_data and isinstance(merged.get("audit"), dict):
                 merged["audit"].pop("directory", None)
             _merge(merged, layer)
-    return AgencyDefinition.from_data(merged, source=source)
+    return merged
 
 
-def load_definition(
-    path: str | os.PathLike[str],
-    env: Mapping[str, str] | None = None,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-) -> AgencyDefinition:
-    """Read and validate an agency definition file (YAML or JSON), env and ``overrides`` over it.
-
-    See :func:`definition_from` for the precedence.
-
-    Raises:
-        InvalidInput: listing every problem by path (``agents[2].contract.input_schema: ...``).
-    """
-    import yaml
-
-    from ..errors import InvalidInput, Problem
-
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(
-            [Problem("(file)", f"cannot read {source}: {exc.strerror or exc}")], what=source
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
-        raise InvalidInput(
-            [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
-        ) from None
-    return definition_from(data, env=env, overrides=overrides, source=source)
+# definition_from and load_definition build an AgencyDefinition: they live in .definition (which
+# imports this module, not the other way round) and stay importable here, on first use.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {"definition_from": "middleware.server.definition", "load_definition": "middleware.server.definition"},
+    [*__all__, "definition_from", "load_definition"],
+)
