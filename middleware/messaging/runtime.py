@@ -390,14 +390,23 @@ class Runtime:
         return result, ctx
 
     async def _read_inbox(self, host: _Host) -> list[Received]:
+        """Pull ``host``'s mailbox until empty (at most ``inbox_limit``), each message once.
+
+        A message whose visibility timeout runs out while the inbox is being read comes back
+        in a later pull of the same read (at-least-once delivery); it is the same message, so
+        it is handed over once, and a pull that brings only such copies ends the read.
+        """
         inbox: list[Received] = []
+        seen: set[str] = set()
         while len(inbox) < self.inbox_limit:
             got = await self.post_office.pull(
                 host.token, max_messages=min(100, self.inbox_limit - len(inbox))
             )
-            if not got:
+            fresh = [r for r in got if r.message.message_id not in seen]
+            if not fresh:
                 break
-            inbox += got
+            seen.update(r.message.message_id for r in fresh)
+            inbox += fresh
         return inbox
 
     @asynccontextmanager

@@ -10,7 +10,16 @@ import pytest
 from middleware._model import Model
 from middleware.audit.record import AuditEventType
 from middleware.errors import DeadlineExceeded, FailedPrecondition, InvalidInput, PermissionDenied
-from middleware.messaging import Flows, Handoff, Runtime, SendMessage, SendOptions, Turn
+from middleware.messaging import (
+    Flows,
+    Handoff,
+    ManualClock,
+    MemoryMailbox,
+    Runtime,
+    SendMessage,
+    SendOptions,
+    Turn,
+)
 
 from .helpers import Env, register
 
@@ -255,6 +264,34 @@ async def test_notify_queues_until_the_next_turn_and_wake_starts_one_at_the_turn
         assert turns[2] == (None, ["wake up"])
     assert peak == 1 and rt.turns("worker") == 3
     assert await rt.post_office.mailbox_size("worker") == 0  # everything acknowledged
+
+
+async def test_a_message_redelivered_while_the_inbox_is_read_is_handed_over_once() -> None:
+    # At-least-once: when reading the inbox outlasts the visibility timeout (a loaded machine),
+    # the next pull of the same read brings the message back; the turn must see it once.
+    # The memory transport's manual clock makes the redelivery certain (Redis runs the same code).
+    clock = ManualClock()
+    env = Env("memory", MemoryMailbox(clock=clock), clock)
+    flows = Flows()
+    lead, worker = flows.agent("lead"), flows.agent("worker")
+    _ = lead > worker
+    seen: list[list[Any]] = []
+    office = env.office()
+    pull = office.pull
+
+    async def slow_pull(*args: Any, **kwargs: Any) -> Any:
+        got = await pull(*args, **kwargs)
+        env.clock.advance(0.06)  # each pull outlasts the 0.05 s visibility timeout
+        return got
+
+    office.pull = slow_pull  # type: ignore[method-assign]
+    async with Runtime(flows, office) as rt:
+        await rt.add_agent(lead, lambda t: "lead")
+        await rt.add_agent(worker, lambda t: seen.append([r.message.content for r in t.inbox]))
+        await rt.post("lead", "worker", "wake up", trigger_turn=True)
+        await rt.wait_idle("worker")
+    assert seen == [["wake up"]]
+    assert await office.mailbox_size("worker") == 0
 
 
 async def test_the_completion_watcher_tells_the_parent_without_waking_it(env: Env) -> None:
