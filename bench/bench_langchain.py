@@ -22,10 +22,10 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 
 from middleware import Agency, AgentRequest, MemoryAuditLog
-from middleware.grpc_api import build_server
 from middleware.langchain import wrap_runnable
+from middleware.server.grpc_api import build_server
+from middleware.server.worker import Worker
 from middleware.smf import SMFMessage
-from middleware.worker import Worker
 
 CONTRACT = {"name": "faq_agent", "version": "1.0.0", "can_do": ["answer_faq"], "slo_latency_ms": 5000}
 TASK = {"text": "q", "input": {"question": "is it covered?"}, "constraints": {"action": "answer_faq"}}

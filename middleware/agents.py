@@ -19,8 +19,8 @@ from pydantic import ConfigDict, Field
 from ._model import Model
 from .contracts import CapabilityContract
 from .errors import NotFound
+from .server.tracing import current_traceparent
 from .smf import Provenance, SMFMessage
-from .tracing import current_traceparent
 
 __all__ = [
     "Agent",
@@ -110,7 +110,7 @@ RemoteFactory: TypeAlias = Callable[[CapabilityContract], AgentCallable]
 
 
 def _grpc_remote(contract: CapabilityContract) -> AgentCallable:
-    from .remote_agent import RemoteAgent  # the gRPC client is loaded only when a remote is used
+    from .server.remote_agent import RemoteAgent  # the gRPC client is loaded only when a remote is used
 
     return RemoteAgent(contract.endpoint)
 
@@ -120,7 +120,7 @@ class AgentRegistry:
 
     A contract registered without an in-process callable but with an ``endpoint``
     (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``,
-    by default a :class:`middleware.remote_agent.RemoteAgent` calling the worker's
+    by default a :class:`middleware.server.remote_agent.RemoteAgent` calling the worker's
     ``AgentWorker.Invoke`` over gRPC in plaintext; ``agency serve`` builds the registry
     with one calling over TLS (and with the gateway's token) when the definition has
     ``workers.tls`` (``Agency(agents=AgentRegistry(remote_factory=...))``). Remote agents are cached per key

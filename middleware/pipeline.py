@@ -11,7 +11,7 @@ through the explicit task states of ``middleware.tasks``, appending every step t
 audit log before moving on and persisting the task record (``middleware.task_store``)
 when it is created, claimed and stopped. A task waiting for input continues with
 ``resume`` on any gateway that shares the store. It knows nothing about gRPC:
-``middleware.grpc_api`` adapts it.
+``middleware.server.grpc_api`` adapts it.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ async def grpc_gateway(demo_agency):
     """A real gRPC server on port 0 over the demo agency, and a channel to it."""
     import grpc
 
-    from middleware.grpc_api import build_server
+    from middleware.server.grpc_api import build_server
 
     server = build_server(demo_agency, "127.0.0.1:0")
     await server.start()

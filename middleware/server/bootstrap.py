@@ -68,7 +68,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     agents = AgentRegistry()
     workers_token = definition.workers.token()
     if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
-        from ..remote_agent import RemoteAgent
+        from .remote_agent import RemoteAgent
 
         agents = AgentRegistry(
             remote_factory=RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)

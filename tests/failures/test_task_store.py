@@ -103,8 +103,8 @@ async def test_memory_store_evicts_the_oldest_finished_tasks_only():
 
 
 async def test_a_definition_with_redis_storage_gets_the_redis_task_store(tmp_path):
-    from middleware.bootstrap import build_agency
-    from middleware.definition import AgencyDefinition
+    from middleware.server.bootstrap import build_agency
+    from middleware.server.definition import AgencyDefinition
     from tests.conftest import REDIS_URL
 
     definition = AgencyDefinition.from_data(

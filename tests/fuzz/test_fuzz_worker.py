@@ -17,9 +17,9 @@ from served_in_thread import ServedInThread
 
 from middleware import Agency, AgentReply, AgentRequest
 from middleware._proto.agency.v1 import worker_pb2
-from middleware.grpc_api import build_server
-from middleware.grpc_api.server import MAX_MESSAGE_BYTES
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.server import MAX_MESSAGE_BYTES
+from middleware.server.worker import Worker
 
 INVOKE = "/agency.v1.AgentWorker/Invoke"
 CONTRACT = {

@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from middleware import Agency, FailureType, TaskState
-from middleware.grpc_api import build_server
 from middleware.langchain import wrap_runnable
 from middleware.langchain.adapter import takes_messages
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.worker import Worker
 
 OBJECT = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 

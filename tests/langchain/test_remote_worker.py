@@ -31,10 +31,10 @@ from middleware import (
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from middleware.audit.wal_reader import WalLogReader
 from middleware.errors import AgentFailure, InvalidInput, Unavailable
-from middleware.grpc_api import build_server
 from middleware.langchain import wrap_runnable
-from middleware.remote_agent import RemoteAgent
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 

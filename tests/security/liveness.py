@@ -21,9 +21,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit import MemoryAuditLog
-from middleware.config import hash_token, read_token_hashes
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
+from middleware.server.grpc_api import build_server
+from middleware.server.settings import hash_token, read_token_hashes
 from tests.served_in_thread import ServedInThread
 
 TOKENS = {

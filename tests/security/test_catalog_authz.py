@@ -34,16 +34,16 @@ from middleware._proto.agency.v1 import (
 from middleware.access import Permission, Principal, Role, authorize
 from middleware.audit import MemoryAuditLog
 from middleware.cli import main
-from middleware.config import ServerConfig, hash_token
 from middleware.contracts import CapabilityContract
 from middleware.demo import build_demo_agency
 from middleware.errors import PermissionDenied
 from middleware.grants import AgentGrant
-from middleware.grpc_api import build_server
-from middleware.grpc_api.auth import PERMISSIONS
-from middleware.grpc_api.channel import open_channel
-from middleware.grpc_api.convert import contract_to_pb
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.auth import PERMISSIONS
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.grpc_api.convert import contract_to_pb
+from middleware.server.settings import ServerConfig, hash_token
+from middleware.server.worker import Worker
 
 TOKENS = {"translator": "agt_translator", "legacy": "agt_legacy", "web": "web-frontend", "ops": "ops-admin"}
 TOKEN_FILE = (
