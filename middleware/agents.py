@@ -19,8 +19,8 @@ from pydantic import ConfigDict, Field
 from ._model import Model
 from .contracts import CapabilityContract
 from .errors import NotFound
-from .server.tracing import current_traceparent
 from .smf import Provenance, SMFMessage
+from .trace_context import current_traceparent
 
 __all__ = [
     "Agent",

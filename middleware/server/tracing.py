@@ -1,6 +1,7 @@
 """OpenTelemetry tracing: one trace per task, with the audit log's trace id.
 
-Optional: install ``agency-middleware[otel]``. Without it every helper here is a
+Optional: install ``agency-middleware[otel]`` (the current span's context is read by
+:mod:`middleware.trace_context`, re-exported here). Without it every helper here is a
 no-op (``current_trace_id()`` returns ``""``) and :class:`Tracing` refuses to start.
 
 How a task becomes one trace:
@@ -39,6 +40,18 @@ from typing import TYPE_CHECKING, Any
 from ..audit.log import AuditLog
 from ..audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
 from ..errors import FailedPrecondition
+from ..trace_context import (
+    PROPAGATOR as _PROPAGATOR,
+)
+from ..trace_context import (
+    current_trace_id,
+    current_traceparent,
+    extract,
+    inject,
+    otel_available,
+    otel_context,
+    otel_trace,
+)
 
 if TYPE_CHECKING:
     from ..agents import AgentRequest
@@ -49,54 +62,17 @@ __all__ = [
     "TracingAuditLog",
     "current_trace_id",
     "current_traceparent",
+    "extract",
+    "inject",
     "otel_available",
     "trace_metadata",
 ]
-
-try:  # the optional extra
-    from opentelemetry import context as otel_context
-    from opentelemetry import trace as otel_trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    _PROPAGATOR: Any = TraceContextTextMapPropagator()
-except ImportError:  # pragma: no cover - exercised only without the extra
-    otel_trace = None  # type: ignore[assignment]
-    otel_context = None  # type: ignore[assignment]
-    _PROPAGATOR = None
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 E = AuditEventType
 
 TRACE_HEADERS = ("traceparent", "tracestate")
 """The W3C trace context headers, as gRPC metadata keys."""
-
-
-def otel_available() -> bool:
-    """Whether the ``otel`` extra (opentelemetry-api) is installed."""
-    return otel_trace is not None
-
-
-def current_trace_id() -> str:
-    """The 32-hex trace id of the current span, or ``""`` (no span, or no OTel)."""
-    if otel_trace is None:
-        return ""
-    ctx = otel_trace.get_current_span().get_span_context()
-    return f"{ctx.trace_id:032x}" if ctx.is_valid else ""
-
-
-def current_traceparent() -> str:
-    """The W3C ``traceparent`` of the current span, or ``""``."""
-    if _PROPAGATOR is None:
-        return ""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    return carrier.get("traceparent", "")
-
-
-def inject(carrier: dict[str, str]) -> None:
-    """Write the current context's ``traceparent`` (and ``tracestate``) into ``carrier``."""
-    if _PROPAGATOR is not None:
-        _PROPAGATOR.inject(carrier)
 
 
 def trace_metadata(traceparent: str) -> tuple[tuple[str, str], ...]:
@@ -116,11 +92,6 @@ def trace_metadata(traceparent: str) -> tuple[tuple[str, str], ...]:
         if carrier.get("traceparent") == traceparent and carrier.get("tracestate"):
             headers.append(("tracestate", carrier["tracestate"]))
     return tuple(headers)
-
-
-def extract(carrier: dict[str, str]) -> Any:
-    """The OTel context a ``traceparent`` carrier describes (empty context if none)."""
-    return _PROPAGATOR.extract(carrier) if _PROPAGATOR is not None else None
 
 
 def _parent_for_trace(trace_id: str) -> Any:
