@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from middleware import (
-    Agency,
-    AgentReply,
-    FailureType,
-    FileAuditLog,
-    InvalidInput,
-    NotFound,
-    ResolutionKind,
-    TaskState,
-)
+from middleware import Agency, AgentReply, FailureType, InvalidInput, NotFound, ResolutionKind, TaskState
+from middleware.audit import FileAuditLog
 from middleware.demo import refused_request, warranty_request
 from middleware.errors import AuditCorrupted
 from middleware.testing import Hang, Raise, ScriptedAgent

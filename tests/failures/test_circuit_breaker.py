@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from middleware import BreakerConfig, CircuitBreaker, FailureType, TaskState
+from middleware import FailureType, TaskState
 from middleware.audit import MemoryAuditLog
-from middleware.circuit_breaker import CircuitState
+from middleware.circuit_breaker import BreakerConfig, CircuitBreaker, CircuitState
 from middleware.server.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Hang, Raise, ScriptedAgent
 

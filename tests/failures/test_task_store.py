@@ -6,7 +6,11 @@ import asyncio
 
 import pytest
 
-from middleware import AlreadyExists, ConcurrentUpdate, MemoryTaskStore, NotFound, RedisTaskStore, TaskStore
+from middleware import NotFound
+from middleware.errors import AlreadyExists, ConcurrentUpdate
+from middleware.memory_task_store import MemoryTaskStore
+from middleware.redis.task_store import RedisTaskStore
+from middleware.task_store import TaskStore
 from middleware.tasks import TaskRecord, TaskRequest, TaskState
 
 
