@@ -13,6 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 USER_HANDLERS = '"""The application\'s own handlers (HTTP views, say)."""\nUSER = True\n'
@@ -83,23 +85,29 @@ def test_the_product_installs_only_middleware_and_lists_every_package() -> None:
     assert packages == on_disk
 
 
-def test_the_former_server_module_paths_are_the_server_modules() -> None:
-    # Users import middleware.config (hash_token), middleware.bootstrap, middleware.definition
-    # (docs/operations.md, examples/): the old path is the very module of its new home.
+def test_the_server_side_modules_live_only_in_server() -> None:
+    # The tree shows the layers: no server-side module (or alias of one) at the top of the package.
     import importlib
 
-    moved = {
-        "config": "settings",
-        "definition": "definition",
-        "bootstrap": "bootstrap",
-        "backends": "backends",
-        "metrics": "metrics",
-        "worker": "worker",
-    }
-    for old, new in moved.items():
-        assert importlib.import_module(f"middleware.{old}") is importlib.import_module(
-            f"middleware.server.{new}"
-        )
+    for old in (
+        "config",
+        "definition",
+        "bootstrap",
+        "backends",
+        "metrics",
+        "worker",
+        "grpc_api",
+        "console",
+        "protocols",
+        "remote_agent",
+        "tracing",
+        "log_format",
+        "event_loop",
+        "protocol_settings",
+        "messaging_client",
+    ):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"middleware.{old}")
 
 
 def test_the_settings_do_not_import_the_definition() -> None:

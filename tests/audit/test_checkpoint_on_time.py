@@ -21,8 +21,8 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, audit_pb2, 
 from middleware.audit.checkpoint import Checkpoint
 from middleware.audit.record import AuditRecord
 from middleware.audit.verify import verify_path
-from middleware.definition import AgencyDefinition
 from middleware.errors import InvalidInput
+from middleware.server.definition import AgencyDefinition
 
 from .helpers import open_log
 

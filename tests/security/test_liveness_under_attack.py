@@ -20,8 +20,8 @@ from middleware.caller_limits import CallerLimits
 from middleware.contracts import CapabilityContract
 from middleware.errors import InvalidInput
 from middleware.grants import AgentGrant
-from middleware.grpc_api.convert import contract_to_pb
 from middleware.schema_guard import schema_limits
+from middleware.server.grpc_api.convert import contract_to_pb
 from tests.security.liveness import Gateway, auth, check_live, check_live_while
 
 

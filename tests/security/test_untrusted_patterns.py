@@ -11,9 +11,9 @@ import pytest
 from middleware.contracts import CapabilityContract
 from middleware.errors import InvalidInput
 from middleware.goals import GoalAssertion
-from middleware.grpc_api.convert import contract_from_pb, contract_to_pb
 from middleware.schema_guard import SchemaLimits, check_schema_bounds, schema_limits, set_schema_limits
 from middleware.schemas import CompiledSchema
+from middleware.server.grpc_api.convert import contract_from_pb, contract_to_pb
 
 
 def contract(schema: dict[str, Any]) -> dict[str, Any]:
