@@ -289,9 +289,9 @@ class WalAuditLog:
     def latest_checkpoint(self) -> Checkpoint | None:
         """The most recent durable checkpoint (None before the first).
 
-        A checkpoint is handed out only once the log holding it is synced (and, when it is
-        published at once, its ``checkpoint`` file written): nobody ever holds a signed
-        checkpoint that a crash could take back and the log then re-sign differently.
+        A checkpoint is handed out only once the log holding it is synced (its
+        ``checkpoint`` file follows): nobody ever holds a signed checkpoint that a crash
+        could take back and the log then re-sign differently.
         """
         return self._durable_cp
 
@@ -557,10 +557,10 @@ class WalAuditLog:
             self._sync()
         if self._unsigned_since is None and st.size > max(self._checkpointed, 0):
             self._unsigned_since = time.monotonic()  # durable (BATCH) and not yet signed
-        if publish:
-            self._publish_checkpoint()
         if signed:  # synced just above (a checkpoint takes this path): now it may be handed out
             self._durable_cp = st.checkpoints[-1]
+        if publish:
+            self._publish_checkpoint()
         _resolve_ok(acks)
         _resolve_ok(cp_acks)
         if self._offset >= self.options.segment_bytes:
@@ -634,9 +634,9 @@ class WalAuditLog:
                 if self._checkpointed != self._state.size or not self._state.checkpoints:
                     self._write(self._checkpoint_frame(self._synced))
                 self._seal()
+                self._durable_cp = self._state.checkpoints[-1]
                 if self._pending_cp is not None:
                     self._publish_checkpoint()
-                self._durable_cp = self._state.checkpoints[-1]
         finally:
             os.close(self._fd)
 

@@ -100,6 +100,11 @@ async def test_a_serving_gateway_publishes_a_checkpoint_covering_its_tail(tmp_pa
                         raise
                 assert time.monotonic() < deadline, "no checkpoint covers the records of a finished task"
                 await asyncio.sleep(0.05)
+            published_file = tmp_path / "g1" / "audit" / "g1" / "checkpoint"
+            while not (published_file.exists() and Checkpoint.parse(published_file.read_text()).size >= last):
+                # the file follows the durable checkpoint the RPC handed out (published on time)
+                assert time.monotonic() < deadline, "the checkpoint file does not follow the log"
+                await asyncio.sleep(0.05)
         gateway.proc.send_signal(signal.SIGKILL)  # no close: what is signed is what was signed on time
         await gateway.proc.wait()
     finally:
