@@ -8,6 +8,7 @@ first on ``sys.path``, as an application's working directory would be.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -121,3 +122,19 @@ def test_the_settings_do_not_import_the_definition() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_in_the_core_and_the_server_only_the_settings_read_the_environment() -> None:
+    # The one-reader rule (docs/architecture.md): a module that reads os.environ or getenv
+    # beside server/settings.py takes configuration the definition file cannot see.
+    package = Path(__file__).resolve().parents[1] / "middleware"
+    edges = {"cli", "client", "_proto"}  # the command and the client read their own defaults
+    passes_it_on = {"audit/segment_pool.py"}  # hands the environment to its worker processes
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.relative_to(package).parts[0] not in edges
+        and str(path.relative_to(package)) not in passes_it_on
+        and re.search(r"os\.environ|getenv\(", path.read_text(encoding="utf-8"))
+    )
+    assert readers == ["server/settings.py"]

@@ -8,19 +8,20 @@ use it. Behaviour is the same on both loops (the test suite runs on asyncio's).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["ENV_VARIABLE", "loop_factory", "loop_name", "run"]
 
-ENV_VARIABLE = "AGENCY_EVENT_LOOP"
+from .settings import EVENT_LOOP_VARIABLE as ENV_VARIABLE
+from .settings import event_loop_from_env
+
 T = TypeVar("T")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's ``new_event_loop`` if it is installed and not turned off, else None (asyncio's)."""
-    if os.environ.get(ENV_VARIABLE, "").strip().lower() == "asyncio":
+    if event_loop_from_env() == "asyncio":
         return None
     try:
         import uvloop

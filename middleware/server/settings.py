@@ -29,11 +29,17 @@ from .._lazy import lazy_exports
 from .._model import Model
 from ..access import Principal
 from ..agency_config import AgencyConfig
+from ..caller_limits import CallerLimits
+from ..errors import InvalidInput
+from ..schema_guard import SchemaLimits
 from .credentials import check_token, hash_token, read_signer_key, read_token, read_token_hashes
 from .tls_config import ClientTlsConfig, TlsConfig, WorkersTlsConfig
 
 __all__ = [
+    "CALLER_LIMIT_VARIABLES",
     "ENV_VARIABLES",
+    "EVENT_LOOP_VARIABLE",
+    "SCHEMA_LIMIT_VARIABLES",
     "WORKER_TOKEN_VARIABLE",
     "AgencyConfig",
     "ClientTlsConfig",
@@ -41,12 +47,15 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkersTlsConfig",
+    "caller_limits_from_env",
     "env_layer",
+    "event_loop_from_env",
     "hash_token",
     "layered",
     "read_signer_key",
     "read_token",
     "read_token_hashes",
+    "schema_limits_from_env",
 ]
 
 
@@ -249,6 +258,64 @@ def layered(
                 merged["audit"].pop("directory", None)
             _merge(merged, layer)
     return merged
+
+
+#: Per-caller limits (:class:`CallerLimits` field -> variable; docs/operations.md, Security).
+CALLER_LIMIT_VARIABLES = {
+    "watch_queue": "AGENCY_WATCH_QUEUE",
+    "watch_backlog_bytes": "AGENCY_WATCH_BACKLOG_BYTES",
+    "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
+    "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
+    "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
+}
+#: Bounds on registered schemas (:class:`SchemaLimits` field -> variable).
+SCHEMA_LIMIT_VARIABLES = {
+    "max_bytes": "AGENCY_MAX_SCHEMA_BYTES",
+    "max_nodes": "AGENCY_MAX_SCHEMA_NODES",
+    "max_depth": "AGENCY_MAX_SCHEMA_DEPTH",
+}
+#: ``asyncio`` turns uvloop off (:mod:`.event_loop`).
+EVENT_LOOP_VARIABLE = "AGENCY_EVENT_LOOP"
+
+
+def _numbers_from_env(
+    variables: Mapping[str, str], env: Mapping[str, str] | None, *, floats: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    for field, var in variables.items():
+        if env.get(var, "").strip():
+            try:
+                data[field] = float(env[var]) if field in floats else int(env[var])
+            except ValueError:
+                kind = "a positive number" if field in floats else "a positive integer"
+                raise InvalidInput.single(var, f"must be {kind}", what="limits") from None
+    return data
+
+
+def caller_limits_from_env(env: Mapping[str, str] | None = None) -> CallerLimits:
+    """The per-caller limits from :data:`CALLER_LIMIT_VARIABLES` (default the process environment).
+
+    Raises:
+        InvalidInput: naming the variable whose value is not a positive number.
+    """
+    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=frozenset({"catalog_writes_per_second"}))
+    return CallerLimits.parse(data, what="limits")
+
+
+def schema_limits_from_env(env: Mapping[str, str] | None = None) -> SchemaLimits:
+    """The schema bounds from :data:`SCHEMA_LIMIT_VARIABLES` (default the process environment).
+
+    Raises:
+        InvalidInput: naming the variable whose value is not a positive integer.
+    """
+    return SchemaLimits.parse(_numbers_from_env(SCHEMA_LIMIT_VARIABLES, env), what="schema limits")
+
+
+def event_loop_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``asyncio`` when :data:`EVENT_LOOP_VARIABLE` asks for it, else ``auto`` (uvloop if installed)."""
+    env = os.environ if env is None else env
+    return "asyncio" if env.get(EVENT_LOOP_VARIABLE, "").strip().lower() == "asyncio" else "auto"
 
 
 # definition_from and load_definition build an AgencyDefinition: they live in .definition (which
