@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -176,7 +178,35 @@ def _run(args: argparse.Namespace) -> int:
         argv = getattr(args, "argv", None) or sys.argv[1:]
         return run_workers(args.workers, definition, argv, explicit_sharing=definition.server.reuse_port)
     log.info("event loop: %s", loop_name())
-    return run_loop(serve(definition.server, definition=definition, demo=args.demo))
+    code = run_loop(serve(definition.server, definition=definition, demo=args.demo))
+    _exit_within(EXIT_WITHIN_SECONDS, code)
+    return code
+
+
+#: Seconds the interpreter may take to end once the gateway has stopped (audit log sealed).
+EXIT_WITHIN_SECONDS = 10.0
+
+
+def _exit_within(seconds: float, code: int) -> None:
+    """End the process ``seconds`` from now if the interpreter's own teardown has not.
+
+    Called once everything is closed and flushed. A thread someone else left running (an
+    agent module's, a library's; gRPC's C core is known to hang at exit now and then) must
+    not keep a stopped gateway alive until its supervisor's SIGKILL.
+    """
+
+    def force() -> None:
+        print(
+            f"agency: still not exited {seconds:g} s after stopping (a thread that does not end); "
+            f"exiting now with {code}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
 
 
 async def serve(
