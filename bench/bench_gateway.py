@@ -14,6 +14,10 @@ the same-sized reply and nothing else.
     python -m bench.bench_gateway --profile gateway.prof # cProfile the gateway run
     python -m bench.bench_gateway --workers-compare      # + agency serve --workers 2 vs 1 (Redis)
 
+Each line also shows the server's CPU per call (every thread of this process; the load
+generator is a child process): on a shared machine calls/s swing with the load, the CPU per
+call much less, and the throughput of a CPU-bound gateway follows it.
+
 Targets (issue 18), each printed against its baseline measured in the same run:
 throughput at 16 in flight >= 0.40x the bare server's; p50 at 1 in flight <= bare p50 +
 the disk's fdatasync p50 (measured in the gateway's data directory) + 1 ms; with
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -254,9 +259,10 @@ def rss_bytes() -> int:
 # ------------------------------------------------------------------ main
 def show(name: str, r: dict[str, Any]) -> None:
     errors = sum(r["errors"].values())
+    cpu = f"CPU {r['cpu_us']:5.0f} us/call   " if math.isfinite(r["cpu_us"]) else ""
     print(
         f"{name:<8} {r['throughput']:>9.0f} calls/s   p50 {r['p50_ms']:7.3f} ms   p99 {r['p99_ms']:7.3f} ms"
-        f"   CPU {r['cpu_us']:5.0f} us/call   ({r['calls']} calls, {errors} errors {r['errors'] or ''})"
+        f"   {cpu}({r['calls']} calls, {errors} errors {r['errors'] or ''})"
     )
 
 
@@ -390,6 +396,7 @@ async def workers_compare(args: argparse.Namespace) -> None:
                             f"agency serve --workers {n} did not start:\n{log_path.read_text()}"
                         )
                     results[n] = await drive(port, args, seconds=args.seconds, channels=args.channels)
+                    results[n]["cpu_us"] = math.nan  # the server is another process
                 finally:
                     if proc.returncode is None:
                         proc.send_signal(signal.SIGTERM)
