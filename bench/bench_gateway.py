@@ -48,8 +48,8 @@ from typing import Any, BinaryIO
 
 import grpc
 
-from middleware import event_loop
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.server import event_loop
 
 _STRING = {"type": "string"}
 ECHO_CONTRACT = {
@@ -107,8 +107,8 @@ Stop = Callable[[], Awaitable[None]]
 async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, Stop]:
     from middleware import Agency
     from middleware.audit import MemoryAuditLog, WalAuditLog
-    from middleware.grpc_api import build_server
-    from middleware.metrics import MeteredAuditLog, Metrics
+    from middleware.server.grpc_api import build_server
+    from middleware.server.metrics import MeteredAuditLog, Metrics
 
     async def echo(request: Any) -> Any:
         return request.input

@@ -19,9 +19,9 @@ import uuid
 import redis.asyncio as aioredis
 
 from middleware import Agency, CapabilityContract
-from middleware.config import hash_token
 from middleware.people import Person, RedisEscalationStore
 from middleware.people.desk import HumanDesk
+from middleware.server.settings import hash_token
 from middleware.testing import ScriptedAgent
 
 PEOPLE = [Person(name="alice", roles=["operator"], token_sha256=hash_token("bench-alice"))]

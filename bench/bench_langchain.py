@@ -22,10 +22,12 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 
 from middleware import Agency, AgentRequest, MemoryAuditLog
-from middleware.grpc_api import build_server
+from middleware.agents import AgentRegistry
 from middleware.langchain import wrap_runnable
+from middleware.server.grpc_api import build_server
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.worker import Worker
 from middleware.smf import SMFMessage
-from middleware.worker import Worker
 
 CONTRACT = {"name": "faq_agent", "version": "1.0.0", "can_do": ["answer_faq"], "slo_latency_ms": 5000}
 TASK = {"text": "q", "input": {"question": "is it covered?"}, "constraints": {"action": "answer_faq"}}
@@ -64,6 +66,7 @@ async def main(calls: int) -> None:
                 "provenance": {"source": "user", "reliability_score": 1},
                 "freshness_ttl": 60,
                 "confidence_score": 1,
+                "intention_trace": ["t"],
             },
         }
     )
@@ -80,7 +83,7 @@ async def main(calls: int) -> None:
     await measure("Agency.submit, in process", lambda: local.submit(TASK), calls, base)
     await local.close()
 
-    gateway = Agency()
+    gateway = Agency(agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     server = build_server(gateway, "127.0.0.1:0")
     await server.start()
     async with Worker(wrap_runnable(chain(), CONTRACT), gateway=f"127.0.0.1:{server.port}"):

@@ -61,10 +61,10 @@ BINDINGS = ("grpc", "a2a_jsonrpc", "a2a_rest", "mcp_http")
 async def serve(data_dir: Path, ready: Any, stop: Any) -> None:
     from middleware import Agency
     from middleware.audit import WalAuditLog
-    from middleware.grpc_api import build_server
-    from middleware.protocols.a2a_server import build_a2a_app
-    from middleware.protocols.common import HttpServer
-    from middleware.protocols.mcp_server import build_mcp_http_app
+    from middleware.server.grpc_api import build_server
+    from middleware.server.protocols.a2a_server import build_a2a_app
+    from middleware.server.protocols.common import HttpServer
+    from middleware.server.protocols.mcp_server import build_mcp_http_app
 
     async def echo(request: Any) -> Any:
         return request.input

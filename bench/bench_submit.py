@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_gateway import ECHO_CONTRACT, ECHO_GOAL, BareServicer, request_for
-from middleware import Agency, event_loop
+from middleware import Agency
 from middleware.audit import AuditRecord, WalAuditLog
 from middleware.audit.record import PlainRecord, record_bytes
-from middleware.grpc_api.agency_servicer import AgencyServicer
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.server import event_loop
+from middleware.server.grpc_api.agency_servicer import AgencyServicer
+from middleware.server.metrics import MeteredAuditLog, Metrics
 
 
 class SerialisingLog:
@@ -130,7 +131,7 @@ def count_instructions(tasks: int) -> int:
 
 
 def instructions() -> int:
-    from middleware.event_loop import loop_name
+    from middleware.server.event_loop import loop_name
 
     low, high = 160, 800
     per_task = (count_instructions(high) - count_instructions(low)) / (high - low)

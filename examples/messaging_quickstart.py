@@ -13,11 +13,11 @@ import asyncio
 
 from middleware import Agency
 from middleware.audit import MemoryAuditLog
-from middleware.bootstrap import build_post_office
-from middleware.definition import AgencyDefinition
+from middleware.client.messaging import AgentCredentials, MessagingClient
 from middleware.errors import InvalidInput, NotFound
-from middleware.grpc_api import build_server
-from middleware.messaging_client import AgentCredentials, MessagingClient
+from middleware.server.bootstrap import build_post_office
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api import build_server
 
 
 async def main() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "type_checking_imports"]
 
 
 def lazy_exports(
@@ -30,3 +32,21 @@ def lazy_exports(
         return sorted(set(vars(importlib.import_module(package))) | set(names))
 
     return __getattr__, __dir__
+
+
+def type_checking_imports(init_file: str) -> dict[str, str]:
+    """Name -> relative module of each ``from .x import Name as Name`` under ``if TYPE_CHECKING:``.
+
+    A package writes its public names once, as the imports type checkers read, and drives its
+    lazy re-exports from the same lines (the file is parsed, nothing is imported).
+    """
+    tree = ast.parse(Path(init_file).read_text(encoding="utf-8"), init_file)
+    exports: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and statement.level > 0:
+                    module = "." * statement.level + (statement.module or "")
+                    for alias in statement.names:
+                        exports[alias.asname or alias.name] = module
+    return exports

@@ -1,6 +1,6 @@
 """The knobs of the governance core (``AgencyConfig``), apart from the server's settings.
 
-The core reads its configuration from this model only; :mod:`middleware.config` (the server's
+The core reads its configuration from this model only; :mod:`middleware.server.settings` (the server's
 settings, the one reader of files and ``AGENCY_*`` variables) embeds it and re-exports it.
 """
 

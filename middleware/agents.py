@@ -18,9 +18,9 @@ from pydantic import ConfigDict, Field
 
 from ._model import Model
 from .contracts import CapabilityContract
-from .errors import NotFound
+from .errors import FailedPrecondition, NotFound
 from .smf import Provenance, SMFMessage
-from .tracing import current_traceparent
+from .trace_context import current_traceparent
 
 __all__ = [
     "Agent",
@@ -109,25 +109,21 @@ async def call_agent(agent: AgentCallable, request: AgentRequest) -> Any:
 RemoteFactory: TypeAlias = Callable[[CapabilityContract], AgentCallable]
 
 
-def _grpc_remote(contract: CapabilityContract) -> AgentCallable:
-    from .remote_agent import RemoteAgent  # the gRPC client is loaded only when a remote is used
-
-    return RemoteAgent(contract.endpoint)
-
-
 class AgentRegistry:
     """Maps a contract key (``name@version``) to the callable that implements it.
 
     A contract registered without an in-process callable but with an ``endpoint``
-    (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``,
-    by default a :class:`middleware.remote_agent.RemoteAgent` calling the worker's
-    ``AgentWorker.Invoke`` over gRPC in plaintext; ``agency serve`` builds the registry
-    with one calling over TLS (and with the gateway's token) when the definition has
-    ``workers.tls`` (``Agency(agents=AgentRegistry(remote_factory=...))``). Remote agents are cached per key
-    and endpoint and closed by :meth:`aclose`.
+    (a remote worker, see ``agency worker``) resolves to ``remote_factory(contract)``. The core
+    knows no transport, so there is no default: the server injects one
+    (``Agency(agents=AgentRegistry(remote_factory=RemoteAgent.factory(tls=..., token=...)))``,
+    :class:`middleware.server.remote_agent.RemoteAgent` calling the worker's ``AgentWorker.Invoke``
+    over gRPC, with the definition's ``workers`` TLS and token), and so can an embedded agency that
+    calls remote workers. Without one, a remote contract is refused with
+    :class:`~middleware.errors.FailedPrecondition` naming the agent. Remote agents are cached per
+    key and endpoint and closed by :meth:`aclose`.
     """
 
-    def __init__(self, *, remote_factory: RemoteFactory | None = _grpc_remote) -> None:
+    def __init__(self, *, remote_factory: RemoteFactory | None = None) -> None:
         self._agents: dict[str, AgentCallable] = {}
         self._remote_factory = remote_factory
         self._remotes: dict[str, tuple[str, AgentCallable]] = {}
@@ -145,6 +141,22 @@ class AgentRegistry:
         self._retired.extend(agent for _, agent in self._remotes.values())
         self._remotes.clear()
         self._remote_factory = factory
+
+    def check_remote(self, contract: CapabilityContract) -> None:
+        """Refuse ``contract`` if it is served elsewhere and this registry cannot call it.
+
+        Raises:
+            FailedPrecondition: ``contract`` has an ``endpoint``, no in-process callable, and
+                the registry has no remote factory.
+        """
+        if contract.endpoint and contract.key not in self._agents and self._remote_factory is None:
+            raise FailedPrecondition(
+                f"agent {contract.key} is served remotely at {contract.endpoint}, but this agency has "
+                "no remote factory to call it: build it with "
+                "Agency(agents=AgentRegistry(remote_factory=...)), e.g. "
+                "middleware.server.remote_agent.RemoteAgent.factory() (agency serve does), or attach "
+                "an in-process callable"
+            )
 
     def add(self, key: str, agent: AgentCallable) -> None:
         if not callable(agent):
@@ -167,13 +179,16 @@ class AgentRegistry:
         """The callable for ``contract``: in process if attached, else remote via its endpoint.
 
         Raises:
-            NotFound: neither an in-process callable nor an endpoint (with a factory).
+            NotFound: neither an in-process callable nor an endpoint.
+            FailedPrecondition: an endpoint, but no remote factory (:meth:`check_remote`).
         """
         key = contract.key
         if key in self._agents:
             return self._agents[key]
-        if not contract.endpoint or self._remote_factory is None:
+        if not contract.endpoint:
             return self.get(key)
+        self.check_remote(contract)
+        assert self._remote_factory is not None  # checked just above
         cached = self._remotes.get(key)
         if cached is not None and cached[0] == contract.endpoint:
             return cached[1]

@@ -12,21 +12,19 @@
 
 The per-caller limits apply with tokens on (without tokens there is no caller to count
 for); the bounded backlog applies always. ``agency serve`` reads the limits from the
-environment (:meth:`CallerLimits.from_env`).
+environment (:func:`middleware.server.settings.caller_limits_from_env`).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from pydantic import Field
 
 from ._model import Model
-from .errors import InvalidInput, ResourceExhausted
+from .errors import ResourceExhausted
 
 __all__ = ["CallerLimits", "StreamCounter", "WriteRateLimiter"]
 
@@ -43,34 +41,6 @@ class CallerLimits(Model):
         default=10.0, gt=0, description="Catalog writes per second per caller."
     )
     catalog_write_burst: int = Field(default=50, ge=1, description="Catalog writes one caller may burst.")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CallerLimits:
-        """The limits from ``AGENCY_WATCH_QUEUE``, ``AGENCY_WATCH_BACKLOG_BYTES``,
-        ``AGENCY_WATCH_STREAMS_PER_CALLER``,
-        ``AGENCY_CATALOG_WRITES_PER_SECOND`` and ``AGENCY_CATALOG_WRITE_BURST``.
-
-        Raises:
-            InvalidInput: naming the variable whose value is not a positive number.
-        """
-        env = os.environ if env is None else env
-        data: dict[str, Any] = {}
-        for field, var in _ENV.items():
-            if env.get(var, "").strip():
-                try:
-                    data[field] = float(env[var]) if field == "catalog_writes_per_second" else int(env[var])
-                except ValueError:
-                    raise InvalidInput.single(var, "must be a positive number", what="limits") from None
-        return cls.parse(data, what="limits")
-
-
-_ENV = {
-    "watch_queue": "AGENCY_WATCH_QUEUE",
-    "watch_backlog_bytes": "AGENCY_WATCH_BACKLOG_BYTES",
-    "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
-    "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
-    "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
-}
 
 
 class StreamCounter:

@@ -23,7 +23,15 @@ from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import AgentResult, Detectors, SourcedOutput
 from .drift import Answer, IntentJudge, RuleBasedIntentJudge, judge_all
-from .errors import AgencyError, AgentFailure, ContractViolation, InvalidInput, NotFound, Unavailable
+from .errors import (
+    AgencyError,
+    AgentFailure,
+    ContractViolation,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+)
 from .executor import StepCursor
 from .failures import FailureType
 from .intake import ANCHOR_ACTION, Intake
@@ -127,7 +135,7 @@ class Dispatcher:
         try:
             entry = await self._catalog.get(key)
             agent = self._agents.resolve(entry.contract)
-        except NotFound as exc:
+        except (NotFound, FailedPrecondition) as exc:  # gone, or remote with no way to call it
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
         _check_inputs_fresh(run, step, self._clock())

@@ -4,7 +4,7 @@ Every error the product raises on purpose derives from :class:`AgencyError`. Eac
 subclass carries structured fields (a machine-readable ``reason``, whether the
 operation may be ``retryable``, and for bad input every ``problems`` entry with its
 field) and a default message, so transports can map them to status codes in one
-place (see ``middleware.grpc_api.status``) without parsing strings::
+place (see ``middleware.server.grpc_api.status``) without parsing strings::
 
     AgencyError                      reason            gRPC status
     ├── InvalidInput                 INVALID_INPUT     INVALID_ARGUMENT

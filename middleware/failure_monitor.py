@@ -5,7 +5,7 @@ took part in and the failure types attributed to it in each. When one type is
 seen in more than ``threshold`` (15 %) of the agent's tasks (with at least
 ``min_tasks`` tasks in the window), the agent's contract is **flagged for review**:
 a :class:`ReviewFlag` is returned (the pipeline writes a ``contract.review`` audit
-record, from which ``middleware.metrics`` sets the ``agency_contract_review_flagged``
+record, from which ``middleware.server.metrics`` sets the ``agency_contract_review_flagged``
 gauge), and ``agency contracts review`` lists it. The monitor's own gauge,
 ``agency_agent_failure_rate{agent,failure_type}``, lives on the registry it is given.
 The flag clears when the rate is back at or under the threshold over at least

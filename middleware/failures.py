@@ -410,7 +410,7 @@ class FailureProcessor:
         policy: The policy of every type without its own.
         policies: Per-type policies (caps, backoff, forced resolution, backup agent).
         load_entry_points: Discover handlers from installed packages (off unless asked; the
-            served gateway asks, see :mod:`middleware.bootstrap`).
+            served gateway asks, see :mod:`middleware.server.bootstrap`).
         entry_points: The discovery seam (``importlib.metadata.entry_points`` by default).
     """
 

@@ -15,7 +15,7 @@ SLA attainment             tasks whose handling time is below the SLA (3 s by de
 =========================  ==================================================================
 
 :class:`KpiMetrics` exports them to Prometheus as the tasks go (counters, a histogram
-and ratio gauges, fed by :class:`~middleware.metrics.Metrics`); :func:`compute_kpis`
+and ratio gauges, fed by :class:`~middleware.server.metrics.Metrics`); :func:`compute_kpis`
 reads them from an audit log over a period (``agency report``).
 """
 
@@ -189,7 +189,7 @@ class KpiMetrics:
     """The measures as Prometheus metrics, updated as each task reaches its first stop.
 
     Args:
-        registry: Where to register (the gateway's :class:`~middleware.metrics.Metrics` registry).
+        registry: Where to register (the gateway's :class:`~middleware.server.metrics.Metrics` registry).
         sla_seconds: The SLA a task's handling time is compared with.
     """
 

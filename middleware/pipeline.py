@@ -11,7 +11,7 @@ through the explicit task states of ``middleware.tasks``, appending every step t
 audit log before moving on and persisting the task record (``middleware.task_store``)
 when it is created, claimed and stopped. A task waiting for input continues with
 ``resume`` on any gateway that shares the store. It knows nothing about gRPC:
-``middleware.grpc_api`` adapts it.
+``middleware.server.grpc_api`` adapts it.
 """
 
 from __future__ import annotations
@@ -197,8 +197,15 @@ class Agency:
         """Register a contract (validated) and, for in-process agents, its callable.
 
         ``actor`` (the authenticated client, if any) is recorded as the change's user.
+
+        Raises:
+            FailedPrecondition: the contract names an ``endpoint`` (a remote worker), no
+                ``agent`` is given, and the agent registry has no remote factory
+                (``Agency(agents=AgentRegistry(remote_factory=...))``).
         """
         contract = CapabilityContract.parse(contract, what="capability contract")
+        if agent is None:
+            self.agents.check_remote(contract)
         entry = await self.catalog.register(contract, replace=replace)
         if agent is not None:
             self.agents.add(contract.key, agent)

@@ -13,13 +13,12 @@ meta-schema, compiled or used, :func:`check_schema_bounds` refuses it when
 
 Each refusal names the field (e.g. ``input_schema.properties.code.pattern``). The limits
 are process-wide (:func:`set_schema_limits`; ``agency serve`` reads them from the
-environment, see docs/operations.md).
+environment with :func:`middleware.server.settings.schema_limits_from_env`, see
+docs/operations.md).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -38,29 +37,7 @@ class SchemaLimits(Model):
     max_nodes: int = Field(default=5_000, ge=1, description="Most objects, arrays and values in one schema.")
     max_depth: int = Field(default=64, ge=1, description="Deepest nesting of objects and arrays.")
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> SchemaLimits:
-        """``AGENCY_MAX_SCHEMA_BYTES`` / ``AGENCY_MAX_SCHEMA_NODES`` / ``AGENCY_MAX_SCHEMA_DEPTH``.
 
-        Raises:
-            InvalidInput: naming the variable whose value is not a positive integer.
-        """
-        env = os.environ if env is None else env
-        data: dict[str, Any] = {}
-        for field, var in _ENV.items():
-            if env.get(var, "").strip():
-                try:
-                    data[field] = int(env[var])
-                except ValueError:
-                    raise InvalidInput.single(var, "must be a positive integer", what="limits") from None
-        return cls.parse(data, what="schema limits")
-
-
-_ENV = {
-    "max_bytes": "AGENCY_MAX_SCHEMA_BYTES",
-    "max_nodes": "AGENCY_MAX_SCHEMA_NODES",
-    "max_depth": "AGENCY_MAX_SCHEMA_DEPTH",
-}
 _limits = SchemaLimits()
 
 

@@ -43,12 +43,16 @@ def redis_prefix() -> str:
 async def demo_agency():
     """The reference scenario's agency, with no real backoff sleeping."""
     from middleware import Agency
+    from middleware.agents import AgentRegistry
     from middleware.demo import build_demo_agency
+    from middleware.server.remote_agent import RemoteAgent
 
     async def no_sleep(_: float) -> None:
         return None
 
-    agency = await build_demo_agency(Agency(sleep=no_sleep))
+    # served over gRPC by grpc_gateway, where workers register: the gateway calls them over gRPC
+    remote = AgentRegistry(remote_factory=RemoteAgent.factory())
+    agency = await build_demo_agency(Agency(sleep=no_sleep, agents=remote))
     yield agency
     await agency.close()
 
@@ -58,7 +62,7 @@ async def grpc_gateway(demo_agency):
     """A real gRPC server on port 0 over the demo agency, and a channel to it."""
     import grpc
 
-    from middleware.grpc_api import build_server
+    from middleware.server.grpc_api import build_server
 
     server = build_server(demo_agency, "127.0.0.1:0")
     await server.start()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from middleware import event_loop
+from middleware.server import event_loop
 
 
 async def _loop_module() -> str:

@@ -8,10 +8,13 @@ first on ``sys.path``, as an application's working directory would be.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,23 +86,29 @@ def test_the_product_installs_only_middleware_and_lists_every_package() -> None:
     assert packages == on_disk
 
 
-def test_the_former_server_module_paths_are_the_server_modules() -> None:
-    # Users import middleware.config (hash_token), middleware.bootstrap, middleware.definition
-    # (docs/operations.md, examples/): the old path is the very module of its new home.
+def test_the_server_side_modules_live_only_in_server() -> None:
+    # The tree shows the layers: no server-side module (or alias of one) at the top of the package.
     import importlib
 
-    moved = {
-        "config": "settings",
-        "definition": "definition",
-        "bootstrap": "bootstrap",
-        "backends": "backends",
-        "metrics": "metrics",
-        "worker": "worker",
-    }
-    for old, new in moved.items():
-        assert importlib.import_module(f"middleware.{old}") is importlib.import_module(
-            f"middleware.server.{new}"
-        )
+    for old in (
+        "config",
+        "definition",
+        "bootstrap",
+        "backends",
+        "metrics",
+        "worker",
+        "grpc_api",
+        "console",
+        "protocols",
+        "remote_agent",
+        "tracing",
+        "log_format",
+        "event_loop",
+        "protocol_settings",
+        "messaging_client",
+    ):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"middleware.{old}")
 
 
 def test_the_settings_do_not_import_the_definition() -> None:
@@ -113,3 +122,19 @@ def test_the_settings_do_not_import_the_definition() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_in_the_core_and_the_server_only_the_settings_read_the_environment() -> None:
+    # The one-reader rule (docs/architecture.md): a module that reads os.environ or getenv
+    # beside server/settings.py takes configuration the definition file cannot see.
+    package = Path(__file__).resolve().parents[1] / "middleware"
+    edges = {"cli", "client", "_proto"}  # the command and the client read their own defaults
+    passes_it_on = {"audit/segment_pool.py"}  # hands the environment to its worker processes
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.relative_to(package).parts[0] not in edges
+        and str(path.relative_to(package)) not in passes_it_on
+        and re.search(r"os\.environ|getenv\(", path.read_text(encoding="utf-8"))
+    )
+    assert readers == ["server/settings.py"]

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from middleware import (
-    Agency,
-    AgentReply,
-    FailureType,
-    FileAuditLog,
-    InvalidInput,
-    NotFound,
-    ResolutionKind,
-    TaskState,
-)
+from middleware import Agency, AgentReply, FailureType, InvalidInput, NotFound, ResolutionKind, TaskState
+from middleware.audit import FileAuditLog
 from middleware.demo import refused_request, warranty_request
 from middleware.errors import AuditCorrupted
 from middleware.testing import Hang, Raise, ScriptedAgent
@@ -235,3 +227,33 @@ async def test_torn_tail_of_the_simple_audit_file_is_cut_and_kept_aside(tmp_path
     assert (tmp_path / "audit.jsonl.broken").read_bytes() == b'{"crc":1,"hash"'
     assert await log.append(AuditRecord(event_type="y")) == 2
     await log.close()
+
+
+async def test_an_embedded_agency_refuses_a_remote_contract_it_has_no_way_to_call():
+    # The core knows no transport: without an injected remote factory, a contract served at an
+    # endpoint is refused at registration, naming the agent and the way to inject one.
+    from middleware import FailedPrecondition
+
+    agency = Agency(sleep=no_sleep)
+    with pytest.raises(FailedPrecondition) as info:
+        await agency.register(contract("far_agent", "answer_faq", endpoint="127.0.0.1:1"))
+    assert "far_agent@1.0.0" in str(info.value) and "remote_factory" in str(info.value)
+    assert "far_agent@1.0.0" not in [e.key for e in await agency.catalog.all()]
+    # with an in-process callable the endpoint is only information
+    await agency.register(contract("near_agent", "answer_faq", endpoint="127.0.0.1:1"), ScriptedAgent("hi"))
+    await agency.close()
+
+
+async def test_a_remote_contract_from_a_shared_catalog_is_tool_unavailable_without_a_factory():
+    # Another replica registered it (here: straight into the catalog); this agency cannot call it.
+    from middleware.contracts import CapabilityContract
+
+    agency = Agency(sleep=no_sleep)
+    agency.failures.policy.max_retries = 0
+    far = CapabilityContract.parse(contract("far_agent", "answer_faq", endpoint="127.0.0.1:1"))
+    await agency.catalog.register(far)
+    outcome = await agency.submit({"text": "q", "constraints": {"action": "answer_faq"}})
+    assert outcome.failures[0].type is FailureType.TOOL_UNAVAILABLE
+    assert "far_agent@1.0.0" in outcome.failures[0].detail
+    assert "no remote factory" in outcome.failures[0].detail
+    await agency.close()

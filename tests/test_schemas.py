@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from middleware import CapabilityContract, ContractViolation
+from middleware import CapabilityContract
 from middleware.contracts import check_against_schema
+from middleware.errors import ContractViolation
 from middleware.schemas import CompiledSchema, compile_schema
 
 SCHEMAS = [

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from middleware import Agency, ConcurrentUpdate, PermissionDenied, TaskState
+from middleware import Agency, PermissionDenied, TaskState
 from middleware.demo import build_demo_agency, tracking_request, warranty_request
+from middleware.errors import ConcurrentUpdate
 from middleware.memory_session_store import MemorySessionStore
 from middleware.redis.session_store import RedisSessionStore
 from middleware.sessions import ConversationState, SessionStore

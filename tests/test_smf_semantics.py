@@ -6,8 +6,8 @@ import pytest
 
 from middleware import Agency, AgentReply, FailureType, InvalidInput, SMFMessage, TaskState, reliability
 from middleware.audit import MemoryAuditLog
-from middleware.config import AgencyConfig
 from middleware.reliability import ReliabilityConfig, WeightedReliabilityScorer
+from middleware.server.settings import AgencyConfig
 from middleware.smf import Provenance, freshness_problem
 from middleware.testing import ScriptedAgent
 

@@ -12,10 +12,10 @@ import pytest
 from middleware import Agency, FailureType, InvalidInput, TaskState
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit.record import AuditEventType
-from middleware.config import AgencyConfig
-from middleware.definition import AgencyDefinition
-from middleware.grpc_api import build_server
 from middleware.limits import MiB, TaskLimits
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api import build_server
+from middleware.server.settings import AgencyConfig
 
 
 async def no_sleep(_: float) -> None:

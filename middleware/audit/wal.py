@@ -153,6 +153,7 @@ class WalAuditLog:
     _synced: int
     _last_sync: float
     _pending_cp: Checkpoint | None
+    _durable_cp: Checkpoint | None  #: the latest checkpoint a crash can no longer take back
     _published_at: float
     _unsigned_since: float | None
     _segment_path: Path
@@ -286,12 +287,20 @@ class WalAuditLog:
                 yield frame.index, AuditRecord.model_validate_json(bytes(frame.payload))
 
     def latest_checkpoint(self) -> Checkpoint | None:
-        """The most recent signed checkpoint (None before the first)."""
-        return self._state.checkpoints[-1] if self._state.checkpoints else None
+        """The most recent durable checkpoint (None before the first).
+
+        A checkpoint is handed out only once the log holding it is synced (its
+        ``checkpoint`` file follows): nobody ever holds a signed checkpoint that a crash
+        could take back and the log then re-sign differently.
+        """
+        return self._durable_cp
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every checkpoint signed so far, oldest first."""
-        return list(self._state.checkpoints)
+        """Every durable checkpoint, oldest first (see :meth:`latest_checkpoint`)."""
+        durable = self._durable_cp
+        if durable is None:
+            return []
+        return [cp for cp in self._state.checkpoints if cp.size <= durable.size]
 
     @property
     def tree(self) -> MerkleTree:
@@ -521,7 +530,8 @@ class WalAuditLog:
             and self.options.checkpoint_interval is not None
             and time.monotonic() - self._unsigned_since >= self.options.checkpoint_interval
         )
-        if want_checkpoint or on_time or st.size - self._checkpointed >= self.options.checkpoint_every:
+        signed = want_checkpoint or on_time or st.size - self._checkpointed >= self.options.checkpoint_every
+        if signed:
             parts.append(self._checkpoint_frame(synced))
         if parts:
             self._write(b"".join(parts))
@@ -531,6 +541,7 @@ class WalAuditLog:
         if (
             self.options.fsync is FsyncPolicy.BATCH
             and parts
+            and not signed
             and not publish
             and not cp_acks
             and self._offset < self.options.segment_bytes
@@ -546,9 +557,11 @@ class WalAuditLog:
             self._sync()
         if self._unsigned_since is None and st.size > max(self._checkpointed, 0):
             self._unsigned_since = time.monotonic()  # durable (BATCH) and not yet signed
-        _resolve_ok(acks)
+        if signed:  # synced just above (a checkpoint takes this path): now it may be handed out
+            self._durable_cp = st.checkpoints[-1]
         if publish:
             self._publish_checkpoint()
+        _resolve_ok(acks)
         _resolve_ok(cp_acks)
         if self._offset >= self.options.segment_bytes:
             self._rotate()
@@ -621,6 +634,7 @@ class WalAuditLog:
                 if self._checkpointed != self._state.size or not self._state.checkpoints:
                     self._write(self._checkpoint_frame(self._synced))
                 self._seal()
+                self._durable_cp = self._state.checkpoints[-1]
                 if self._pending_cp is not None:
                     self._publish_checkpoint()
         finally:
@@ -647,6 +661,7 @@ class WalAuditLog:
         self._sealed_segments = found.sealed
         st = self._state
         self._checkpointed = st.checkpoints[-1].size if st.checkpoints else -1
+        self._durable_cp = st.checkpoints[-1] if st.checkpoints else None  # read back from the log
         return found.report
 
     def _open_for_append(self) -> None:

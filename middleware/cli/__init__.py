@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..log_format import configure_logging
+from ..server.log_format import configure_logging
 from .exit_codes import ERROR, EXIT_CODES_HELP, INTERRUPTED, NOTHING_FOUND, UNAVAILABLE
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]

@@ -14,7 +14,7 @@ import json
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ..grpc_api.channel import open_channel
+from ..server.grpc_api.channel import open_channel
 from ..server.settings import ClientTlsConfig
 from ._client_tls import add_client_tls_options, client_tls
 from .exit_codes import CHECK_FAILED, NOTHING_FOUND, OK, UNAVAILABLE

@@ -6,7 +6,7 @@
   file (creating the file when it does not exist); a running gateway reads it at start-up.
 - ``send``, ``pull``, ``ack`` and ``subscribe`` call a gateway's ``MessageService`` as the
   agent ``--as NAME`` with the credentials in ``--dir`` (see
-  :mod:`middleware.messaging_client`).
+  :mod:`middleware.client.messaging`).
 """
 
 from __future__ import annotations
@@ -142,8 +142,8 @@ def _dir(args: argparse.Namespace) -> Path:
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    from ..client.messaging import AgentCredentials
     from ..messaging.identity import AGENT_NAME_PATTERN
-    from ..messaging_client import AgentCredentials
 
     folder = _dir(args)
     for name in args.names:
@@ -167,7 +167,7 @@ def _keygen(args: argparse.Namespace) -> int:
 def _enroll(args: argparse.Namespace) -> int:
     import yaml
 
-    from ..messaging_client import AgentCredentials
+    from ..client.messaging import AgentCredentials
 
     folder = _dir(args)
     entries = [AgentCredentials.load(folder, name).enrollment(args.description) for name in args.names]
@@ -196,7 +196,7 @@ def _enroll(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from ..messaging_client import AgentCredentials, MessagingClient
+    from ..client.messaging import AgentCredentials, MessagingClient
     from ._client_tls import client_tls
 
     token = args.client_token_file.read_text().strip() if args.client_token_file else None
@@ -315,7 +315,7 @@ def _ack(args: argparse.Namespace) -> int:
 
 
 def _register(args: argparse.Namespace) -> int:
-    from ..messaging_client import register_agent
+    from ..client.messaging import register_agent
     from ._client_tls import client_tls
 
     folder = _dir(args)

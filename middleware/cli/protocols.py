@@ -84,10 +84,10 @@ def _mcp_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_stdio(definition: Any, *, demo: bool, client: str) -> int:
-    from ..protocol_settings import ProtocolSettings
-    from ..protocols.mcp_server import serve_stdio
-    from ..protocols.serving import Protocols
     from ..server.bootstrap import build_agency
+    from ..server.protocol_settings import ProtocolSettings
+    from ..server.protocols.mcp_server import serve_stdio
+    from ..server.protocols.serving import Protocols
 
     agency = await build_agency(definition)
     try:
@@ -109,7 +109,7 @@ async def _serve_stdio(definition: Any, *, demo: bool, client: str) -> int:
 
 
 def _mcp_tool(args: argparse.Namespace) -> int:
-    from ..protocols.mcp_agent import describe_tool
+    from ..server.protocols.mcp_agent import describe_tool
 
     tool, digest = asyncio.run(describe_tool(args.url or list(args.command or []), args.tool))
     print(json.dumps({"tool": tool, "tool_sha256": digest}, indent=2, ensure_ascii=False))
@@ -117,7 +117,7 @@ def _mcp_tool(args: argparse.Namespace) -> int:
 
 
 def _a2a_card(args: argparse.Namespace) -> int:
-    from ..protocols.a2a_agent import check_card, fetch_card
+    from ..server.protocols.a2a_agent import check_card, fetch_card
 
     card, digest = asyncio.run(fetch_card(args.url))
     entry: dict[str, Any] = {"card_url": args.url.rstrip("/"), "card_sha256": digest}

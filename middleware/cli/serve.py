@@ -18,19 +18,18 @@ from prometheus_client import start_http_server
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
-from ..caller_limits import CallerLimits
 from ..errors import InvalidInput, Unavailable
-from ..event_loop import loop_name
-from ..event_loop import run as run_loop
-from ..grpc_api import build_server
-from ..grpc_api.gate import BackendGate
 from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
-from ..schema_guard import SchemaLimits, set_schema_limits
+from ..schema_guard import set_schema_limits
 from ..server.bootstrap import build_agency, build_post_office, start_webhooks
 from ..server.definition import AgencyDefinition, definition_from, load_definition
+from ..server.event_loop import loop_name
+from ..server.event_loop import run as run_loop
+from ..server.grpc_api import build_server
+from ..server.grpc_api.gate import BackendGate
 from ..server.metrics import Metrics
-from ..server.settings import ENV_VARIABLES, ServerConfig
+from ..server.settings import ENV_VARIABLES, ServerConfig, caller_limits_from_env, schema_limits_from_env
 
 log = logging.getLogger("agency.serve")
 
@@ -196,8 +195,8 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
-    limits = CallerLimits.from_env()  # per-caller and schema limits (docs/operations.md, Security)
-    set_schema_limits(SchemaLimits.from_env())
+    limits = caller_limits_from_env()  # per-caller and schema limits (docs/operations.md, Security)
+    set_schema_limits(schema_limits_from_env())
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
         _warn_ungranted(clients, definition.grants)
@@ -223,8 +222,8 @@ async def serve(
     )
     try:
         if config.tracing != "off":
-            from ..grpc_api.tracing import TracingServerInterceptor
-            from ..tracing import Tracing
+            from ..server.grpc_api.tracing import TracingServerInterceptor
+            from ..server.tracing import Tracing
 
             tracing = Tracing.with_exporter(config.tracing, service_name=f"agency-{node_id}")
             agency.audit = tracing.audit_log(agency.audit)
@@ -241,7 +240,7 @@ async def serve(
             desk = await HumanDesk.from_definition(definition, agency, post_office, metrics=metrics)
             desk.start_sweeper()  # ends tasks whose approvals timed out
             if humans.console.address:
-                from ..console import ConsoleServer
+                from ..server.console import ConsoleServer
 
                 console = ConsoleServer.from_definition(definition, desk)
                 await console.start()
@@ -271,7 +270,7 @@ async def serve(
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         if definition.protocols.needed:  # the A2A / MCP extra is loaded only when asked for
-            from ..protocols.serving import Protocols
+            from ..server.protocols.serving import Protocols
 
             protocols = Protocols(agency, definition.protocols, token_hashes=clients)
             await protocols.start()

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import InvalidInput
-from ..grpc_api.ports import check_port_free
 from ..server.definition import AgencyDefinition
+from ..server.grpc_api.ports import check_port_free
 
 __all__ = ["run_workers", "worker_argv", "worker_node"]
 

@@ -173,7 +173,7 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
         audit = agent.audit = worker_audit_log(args.audit_dir, agent, contract)
     tracing = None
     if args.tracing != "off":
-        from ..tracing import Tracing
+        from ..server.tracing import Tracing
 
         tracing = Tracing.with_exporter(args.tracing, service_name="agency-worker")
     gateway_token = None

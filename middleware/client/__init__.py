@@ -14,7 +14,8 @@ models (:class:`~middleware.tasks.Outcome`, :class:`~middleware.router.RoutingDe
 :class:`~middleware.catalog.CatalogEntry`, :class:`~middleware.goals.GoalAssertion`) and raise
 the library's errors (:mod:`middleware.errors`), mapped back from the gRPC status and the
 ``agency-reason``/``agency-problems`` trailers. Audit checkpoints and proofs are verified on
-the client side with the library's own code.
+the client side with the library's own code. An agent talks to other agents through the
+gateway's post office with :mod:`middleware.client.messaging` (``MessagingClient``).
 """
 
 from __future__ import annotations

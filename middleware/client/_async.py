@@ -101,7 +101,7 @@ class CatalogClient:
             AlreadyExists: that name@version is registered and ``replace`` is false.
             PermissionDenied: the token may not register this name.
         """
-        from ..grpc_api.convert import contract_to_pb, entry_from_pb
+        from ..server.grpc_api.convert import contract_to_pb, entry_from_pb
 
         c = contract if isinstance(contract, CapabilityContract) else CapabilityContract.parse(dict(contract))
         request = catalog_pb2.RegisterRequest(contract=contract_to_pb(c), replace=replace)
@@ -113,7 +113,7 @@ class CatalogClient:
         Raises:
             NotFound: nothing is registered under that name@version.
         """
-        from ..grpc_api.convert import contract_to_pb, entry_from_pb
+        from ..server.grpc_api.convert import contract_to_pb, entry_from_pb
 
         c = contract if isinstance(contract, CapabilityContract) else CapabilityContract.parse(dict(contract))
         request = catalog_pb2.UpdateRequest(contract=contract_to_pb(c))
@@ -125,7 +125,7 @@ class CatalogClient:
         Raises:
             NotFound: no such entry (the message lists the versions of that name, if any).
         """
-        from ..grpc_api.convert import entry_from_pb
+        from ..server.grpc_api.convert import entry_from_pb
 
         return entry_from_pb(
             await self._calls.unary(self._stub.Get, catalog_pb2.GetCapabilityRequest(key=key))
@@ -142,7 +142,7 @@ class CatalogClient:
         version_range: str = "",
     ) -> list[CatalogEntry]:
         """The entries matching every given criterion (live ones unless ``include_stale``)."""
-        from ..grpc_api.convert import entry_from_pb
+        from ..server.grpc_api.convert import entry_from_pb
 
         query = CatalogQuery.parse(
             {
@@ -164,7 +164,7 @@ class CatalogClient:
 
     async def heartbeat(self, key: str) -> CatalogEntry:
         """Renew the lease of ``name@version`` (a stale entry becomes routable again)."""
-        from ..grpc_api.convert import entry_from_pb
+        from ..server.grpc_api.convert import entry_from_pb
 
         return entry_from_pb(
             await self._calls.unary(self._stub.Heartbeat, catalog_pb2.HeartbeatRequest(key=key))
@@ -175,7 +175,7 @@ class CatalogClient:
 
         Runs until the caller stops iterating or the gateway goes away.
         """
-        from ..grpc_api.convert import entry_from_pb
+        from ..server.grpc_api.convert import entry_from_pb
 
         request = catalog_pb2.WatchRequest(include_existing=include_existing)
         async for event in self._calls.stream(self._stub.Watch, request, None):
@@ -345,7 +345,7 @@ class AgencyClient:
         timeout: float | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        from ..grpc_api.channel import open_channel
+        from ..server.grpc_api.channel import open_channel
 
         self.address = address
         self._owns = channel is None
@@ -429,7 +429,7 @@ class AgencyClient:
             session_id=session_id,
             trace_id=trace_id,
         )
-        from ..grpc_api.convert import outcome_from_pb
+        from ..server.grpc_api.convert import outcome_from_pb
 
         return outcome_from_pb(await self._calls.unary(self._stub.Submit, request))
 
@@ -438,7 +438,7 @@ class AgencyClient:
 
         A refusal is a decision with ``refused`` true and the rejections, not an error.
         """
-        from ..grpc_api.convert import decision_from_pb
+        from ..server.grpc_api.convert import decision_from_pb
 
         request = agency_pb2.RouteRequest(text=text, constraints_json=_json(constraints, "constraints"))
         return decision_from_pb(await self._calls.unary(self._stub.Route, request))
@@ -459,7 +459,7 @@ class AgencyClient:
             FailedPrecondition: the task is not waiting for input.
             PermissionDenied: the task belongs to another client.
         """
-        from ..grpc_api.convert import outcome_from_pb
+        from ..server.grpc_api.convert import outcome_from_pb
 
         request = agency_pb2.ResumeRequest(
             task_id=task_id, answer=answer or "", decision_json=_json(decision, "decision")
@@ -468,7 +468,7 @@ class AgencyClient:
 
     async def get_task(self, task_id: str) -> Outcome:
         """The task's current outcome (any state). Raises NotFound if there is no such task."""
-        from ..grpc_api.convert import outcome_from_pb
+        from ..server.grpc_api.convert import outcome_from_pb
 
         reply = await self._calls.unary(self._stub.GetTask, agency_pb2.GetTaskRequest(task_id=task_id))
         return outcome_from_pb(reply)

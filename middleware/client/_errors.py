@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from ..errors import AgencyError
-from ..grpc_api.status import error_from_status
+from ..server.grpc_api.status import error_from_status
 
 __all__ = ["error_from_rpc"]
 

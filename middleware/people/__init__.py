@@ -1,7 +1,7 @@
 """People as members of the agency: who they are, approval gates, escalations to them.
 
 ``middleware.people.desk`` (the :class:`~middleware.people.desk.HumanDesk`) routes
-escalations and applies decisions; ``middleware.console`` is the web console on top.
+escalations and applies decisions; ``middleware.server.console`` is the web console on top.
 """
 
 from .._lazy import lazy_exports

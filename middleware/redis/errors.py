@@ -6,7 +6,7 @@ an optional ``on_redis_error`` hook, called with the name of the operation that 
 of its operations. The error then reaches the caller as
 :class:`~middleware.errors.BackendUnavailable` (``UNAVAILABLE`` with reason
 ``BACKEND_UNAVAILABLE`` on the wire; the Redis error is its ``__cause__``). ``agency serve`` passes
-:meth:`middleware.metrics.Metrics.redis_error`, so the errors show up as
+:meth:`middleware.server.metrics.Metrics.redis_error`, so the errors show up as
 ``agency_redis_errors_total{operation=...}``; without a hook nothing is counted.
 
 An error is counted once, by the innermost operation it escapes (a catalog ``all``

@@ -2,8 +2,8 @@
 the definition file, the backends chosen in one place (:mod:`.backends`, :mod:`.bootstrap`),
 metrics and the remote worker runtime.
 
-The gRPC servicers and channels are in :mod:`middleware.grpc_api`, the command line in
-:mod:`middleware.cli`. The former module paths (``middleware.config``, ``middleware.definition``,
-``middleware.bootstrap``, ``middleware.backends``, ``middleware.metrics``, ``middleware.worker``)
-still import: each is the same module object as its new home here.
+Beside them, the transports and services of the server: the gRPC servicers, channels and TLS
+(:mod:`.grpc_api`), the gRPC client of remote workers (:mod:`.remote_agent`), tracing, log
+format, the event loop, the operator console (:mod:`.console`) and the A2A/MCP bindings
+(:mod:`.protocols`, :mod:`.protocol_settings`). The command line is :mod:`middleware.cli`.
 """

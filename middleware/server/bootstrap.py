@@ -65,14 +65,13 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         policies=definition.agency.failure_policies,
         load_entry_points=True,
     )
-    agents = AgentRegistry()
-    workers_token = definition.workers.token()
-    if definition.workers.tls is not None or workers_token:  # (m)TLS and/or the gateway's token
-        from ..remote_agent import RemoteAgent
+    # the core has no transport: the gateway injects how it calls remote workers (gRPC, with the
+    # definition's workers TLS and token; plaintext and no token when it names none)
+    from .remote_agent import RemoteAgent  # grpc, loaded when an agency is built
 
-        agents = AgentRegistry(
-            remote_factory=RemoteAgent.factory(tls=definition.workers.tls, token=workers_token)
-        )
+    agents = AgentRegistry(
+        remote_factory=RemoteAgent.factory(tls=definition.workers.tls, token=definition.workers.token())
+    )
     agency = Agency(
         agents=agents,
         audit=audit,

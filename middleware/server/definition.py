@@ -35,7 +35,7 @@ Example (``examples/ecommerce.yaml`` is the reference scenario)::
       approvals:
         - {agent: refund_executor, path: $.amount, above: 100}
       console: {address: 127.0.0.1:8080}
-    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.protocol_settings
+    protocols: {a2a: {address: 127.0.0.1:8470}}   # A2A / MCP, see middleware.server.protocol_settings
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
 from ..messaging.webhooks import WebhookSettings
 from ..people.model import HumansSettings
-from ..protocol_settings import ProtocolSettings
+from .protocol_settings import ProtocolSettings
 from .settings import (
     AgencyConfig,
     ServerConfig,

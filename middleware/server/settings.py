@@ -1,36 +1,45 @@
-"""Typed configuration. This is the one module that reads environment variables and files.
+"""Typed configuration of the server. This is the one module that reads environment variables.
 
-``AgencyConfig`` holds the knobs of the core; ``ServerConfig`` those of
-``agency serve``; ``WorkerConfig`` the security settings of ``agency worker`` (TLS
-both ways, its bearer token from a file or ``AGENCY_WORKER_TOKEN``). ``TlsConfig`` and
-``ClientTlsConfig`` check their PEM files when parsed. Each field says what it does.
-The ``AGENCY_*`` environment variables (:data:`ENV_VARIABLES`) override the agency
-definition file and are overridden by command-line flags: :func:`definition_from` /
-:func:`load_definition` build the whole definition that way, ``ServerConfig.from_env``
-just the server part.
+``ServerConfig`` holds the settings of ``agency serve`` (``AgencyConfig``, the knobs of the
+core, is re-exported from :mod:`middleware.agency_config`); ``WorkerConfig`` the security
+settings of ``agency worker`` (TLS both ways, its bearer token from a file or
+``AGENCY_WORKER_TOKEN``). Each field says what it does. The ``AGENCY_*`` environment variables
+(:data:`ENV_VARIABLES`) override the agency definition file and are overridden by command-line
+flags: :func:`layered` lays them over the file, :func:`definition_from` /
+:func:`load_definition` (in :mod:`.definition`) build the whole definition that way,
+``ServerConfig.from_env`` just the server part.
+
+The files the settings name are read beside this module and re-exported here: the TLS PEM
+files in :mod:`.tls_config` (``TlsConfig``, ``ClientTlsConfig``, ``WorkersTlsConfig``, checked
+when parsed), the token files and the checkpoint key in :mod:`.credentials` (``hash_token``,
+``read_token_hashes``, ``read_token``, ``read_signer_key``).
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import logging
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 
 from .._lazy import lazy_exports
 from .._model import Model
-from ..access import DEFAULT_ROLE, Principal, Role
+from ..access import Principal
 from ..agency_config import AgencyConfig
+from ..caller_limits import CallerLimits
 from ..errors import InvalidInput
+from ..schema_guard import SchemaLimits
+from .credentials import check_token, hash_token, read_signer_key, read_token, read_token_hashes
+from .tls_config import ClientTlsConfig, TlsConfig, WorkersTlsConfig
 
 __all__ = [
+    "CALLER_LIMIT_VARIABLES",
     "ENV_VARIABLES",
+    "EVENT_LOOP_VARIABLE",
+    "SCHEMA_LIMIT_VARIABLES",
     "WORKER_TOKEN_VARIABLE",
     "AgencyConfig",
     "ClientTlsConfig",
@@ -38,325 +47,16 @@ __all__ = [
     "TlsConfig",
     "WorkerConfig",
     "WorkersTlsConfig",
+    "caller_limits_from_env",
     "env_layer",
+    "event_loop_from_env",
     "hash_token",
     "layered",
     "read_signer_key",
     "read_token",
     "read_token_hashes",
+    "schema_limits_from_env",
 ]
-
-if TYPE_CHECKING:
-    from ..audit.checkpoint import Signer
-
-
-def _read_pem(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _certificates(path: Path | None) -> Path | None:
-    """``path`` if it names a readable file of PEM certificates (raises ValueError saying why not)."""
-    if path is None:
-        return None
-    if not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    from cryptography import x509
-
-    data = _read_pem(path)
-    try:
-        x509.load_pem_x509_certificates(data)
-    except ValueError:
-        raise ValueError(f"{path} holds no PEM certificate") from None
-    return path
-
-
-def _private_key_of(key: Path | None, cert: Path | None) -> Path | None:
-    """``key`` if it is a readable, unencrypted PEM private key for the first certificate in
-    ``cert`` (``cert`` None: not compared; it failed its own check). Raises ValueError."""
-    if key is None:
-        return None
-    if not key.is_file():
-        raise ValueError(f"no such file: {key}")
-    from cryptography import x509
-    from cryptography.exceptions import UnsupportedAlgorithm
-    from cryptography.hazmat.primitives import serialization
-
-    data = _read_pem(key)
-    try:
-        private = serialization.load_pem_private_key(data, password=None)
-    except TypeError:
-        raise ValueError(f"{key} is encrypted: gRPC needs an unencrypted PEM private key") from None
-    except (ValueError, UnsupportedAlgorithm):
-        raise ValueError(f"{key} holds no PEM private key") from None
-    if cert is not None:
-        spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-        leaf = x509.load_pem_x509_certificates(_read_pem(cert))[0]
-        if private.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
-            raise ValueError(f"{key} is not the private key of the certificate {cert}")
-    return key
-
-
-class TlsConfig(Model):
-    """TLS for a gRPC server (the gateway, a worker); with ``client_ca`` and
-    ``require_client_cert``, mutual TLS.
-
-    Files are checked when the configuration is parsed: a missing or unreadable file, one
-    that holds no PEM certificate or key, or a key that does not belong to the certificate
-    is refused naming the field. :meth:`read` loads the PEM bytes.
-    """
-
-    cert: Path = Field(description="PEM certificate chain of the server.")
-    key: Path = Field(description="PEM private key of the server.")
-    client_ca: Path | None = Field(default=None, description="PEM CA bundle that signs client certificates.")
-    require_client_cert: bool = Field(
-        default=False,
-        description="Refuse clients without a certificate signed by client_ca (mTLS). Default: true "
-        "when client_ca is given (a CA alone would otherwise silently give TLS without client "
-        "certificates); an explicit false with a client_ca is logged as a warning.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mtls_when_a_ca_is_given(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is None:
-            data = {**data, "require_client_cert": True}
-        elif isinstance(data, dict) and data.get("client_ca") and data.get("require_client_cert") is False:
-            logging.getLogger("agency.config").warning(
-                "tls.client_ca is set but require_client_cert is false: clients without a certificate "
-                "are accepted (TLS, not mutual TLS)"
-            )
-        return data
-
-    @field_validator("cert", "client_ca")
-    @classmethod
-    def _pem_certificates(cls, v: Path | None) -> Path | None:
-        return _certificates(v)
-
-    @field_validator("key")
-    @classmethod
-    def _key_of_cert(cls, v: Path, info: ValidationInfo) -> Path | None:
-        return _private_key_of(v, info.data.get("cert"))
-
-    @model_validator(mode="after")
-    def _ca_for_mtls(self) -> TlsConfig:
-        if self.require_client_cert and self.client_ca is None:
-            raise ValueError("require_client_cert needs client_ca (the CA that signs client certificates)")
-        return self
-
-    @property
-    def scheme(self) -> str:
-        """``TLS`` or ``mTLS``, for start-up lines."""
-        return "mTLS" if self.require_client_cert else "TLS"
-
-    def read(self) -> tuple[bytes, bytes, bytes | None]:
-        """``(cert_chain, private_key, client_ca)`` as PEM bytes."""
-        ca = self.client_ca.read_bytes() if self.client_ca else None
-        return self.cert.read_bytes(), self.key.read_bytes(), ca
-
-
-class ClientTlsConfig(Model):
-    """TLS for a gRPC client (a worker or the CLI calling the gateway, the gateway calling its
-    workers): the CA to trust, and for mTLS its own certificate and key.
-
-    Files are checked when the configuration is parsed, as for :class:`TlsConfig`.
-    """
-
-    ca: Path | None = Field(default=None, description="PEM CA bundle to verify the server (default: system).")
-    cert: Path | None = Field(default=None, description="PEM client certificate (mutual TLS).")
-    key: Path | None = Field(default=None, description="PEM client private key (mutual TLS).")
-    server_name: str = Field(default="", description="Expected server name, if not the address's host.")
-
-    @field_validator("ca", "cert")
-    @classmethod
-    def _pem_certificates(cls, v: Path | None) -> Path | None:
-        return _certificates(v)
-
-    @field_validator("key")
-    @classmethod
-    def _key_of_cert(cls, v: Path | None, info: ValidationInfo) -> Path | None:
-        return _private_key_of(v, info.data.get("cert"))
-
-    @model_validator(mode="after")
-    def _pair(self) -> ClientTlsConfig:
-        if (self.cert is None) != (self.key is None):
-            raise ValueError("give both cert and key for a client certificate, or neither")
-        return self
-
-    def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """``(ca, cert_chain, private_key)`` as PEM bytes (None where not configured)."""
-
-        def rd(p: Path | None) -> bytes | None:
-            return p.read_bytes() if p else None
-
-        return rd(self.ca), rd(self.cert), rd(self.key)
-
-
-_CERT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,253}$")
-
-
-class WorkersTlsConfig(ClientTlsConfig):
-    """TLS from the gateway to its remote workers (the definition's ``workers.tls``).
-
-    With ``verify_agent_identity`` (the default) each worker is bound to its agent: the
-    gateway calls the worker of agent ``translator`` expecting a certificate issued for the
-    name ``translator`` (or ``identities["translator"]``), whatever address the contract
-    registered; a worker presenting another name (another agent's certificate) fails the
-    handshake, and the attempt is ``TOOL_UNAVAILABLE``.
-    """
-
-    verify_agent_identity: bool = Field(
-        default=True,
-        description="Require each worker's certificate to be issued for its agent's name (or the "
-        "name in identities): a worker cannot answer for another agent. false = any certificate "
-        "from the CA (for the address called, or server_name) will do.",
-    )
-    identities: dict[str, str] = Field(
-        default_factory=dict,
-        description="Agent name -> the name its worker's certificate carries, when it is not the "
-        "agent's name (e.g. translator: translator.workers.example.com).",
-    )
-
-    @field_validator("identities")
-    @classmethod
-    def _names(cls, v: dict[str, str]) -> dict[str, str]:
-        for agent, name in v.items():
-            if not _CERT_NAME.match(name):
-                raise ValueError(
-                    f"identities.{agent}: {name[:64]!r} is not a certificate name "
-                    "(letters, digits, '.', '-', '_'; at most 253 characters)"
-                )
-        return v
-
-    @model_validator(mode="after")
-    def _one_name_or_each_its_own(self) -> WorkersTlsConfig:
-        if self.verify_agent_identity and self.server_name:
-            raise ValueError(
-                "server_name gives every worker one name, so no worker would be bound to its agent: "
-                "drop it (each worker's certificate then names its agent, or the name in identities), "
-                "or set verify_agent_identity: false"
-            )
-        return self
-
-    def identity(self, agent: str) -> str:
-        """The name the certificate of ``agent``'s worker must carry; ``""`` = not checked."""
-        if not self.verify_agent_identity:
-            return ""
-        return self.identities.get(agent, agent)
-
-
-_HASH = re.compile(r"^[0-9a-f]{64}$")
-
-
-def hash_token(token: str) -> str:
-    """The hex SHA-256 of a bearer token: what the server's token file stores."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def unsafe_permissions(path: Path) -> str | None:
-    """Why a secret file (token file, key) must not be trusted, or None: it is group- or
-    world-writable, so anyone on the host could add an admin token or swap the key."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return None  # reading it reports the problem
-    if mode & 0o022:
-        return (
-            f"{path} is group- or world-writable (mode {mode & 0o777:04o}): anyone on the host could "
-            f"change it; run chmod go-w {path} (0600 or 0640 recommended)"
-        )
-    return None
-
-
-def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
-    """Read a token file: one ``CLIENT_NAME SHA256_HEX [ROLE]`` per line (``#`` comments).
-
-    ``ROLE`` is ``client``, ``agent``, ``auditor`` or ``admin`` (see :mod:`middleware.access`); a line
-    without one gets :data:`~middleware.access.DEFAULT_ROLE` (``role_given`` false).
-    Several lines may name one client (token rotation); one token on two lines must mean
-    the same client and role; two names that differ only in case are refused. A file that
-    is group- or world-writable is refused (anyone on the host could add an admin line).
-
-    Returns ``{hash: principal}``. Raises :class:`InvalidInput` naming each bad line
-    (``PATH:LINE``).
-    """
-    from ..errors import InvalidInput, Problem
-
-    p = Path(path)
-    if (why := unsafe_permissions(p)) is not None:
-        raise InvalidInput([Problem("auth_tokens", why)], what="token file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput([Problem("auth_tokens", f"cannot read {p}: {exc.strerror}")]) from None
-    except UnicodeDecodeError:
-        raise InvalidInput([Problem("auth_tokens", f"{p} is not UTF-8 text")]) from None
-    out: dict[str, Principal] = {}
-    seen: dict[str, int] = {}
-    names: dict[str, str] = {}
-    problems = []
-    roles = ", ".join(r.value for r in Role)
-    for n, line in enumerate(text.splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) not in (2, 3) or not _HASH.match(parts[1].lower()):
-            problems.append(
-                Problem(
-                    f"{p}:{n}", f"expected 'CLIENT_NAME SHA256_HEX [ROLE]' (64 hex digits; ROLE: {roles})"
-                )
-            )
-            continue
-        digest = parts[1].lower()
-        if len(parts) == 3:
-            try:
-                role = Role(parts[2].lower())
-            except ValueError:
-                problems.append(Problem(f"{p}:{n}", f"unknown role {parts[2]!r} (expected {roles})"))
-                continue
-            principal = Principal(name=parts[0], role=role)
-        else:
-            principal = Principal(name=parts[0], role=DEFAULT_ROLE, role_given=False)
-        other = names.setdefault(principal.name.strip().casefold(), principal.name)
-        if other != principal.name:  # one name rule (access.same_name): Bob and bob are one client
-            problems.append(Problem(f"{p}:{n}", f"{principal.name!r} differs from {other!r} only in case"))
-            continue
-        earlier = out.get(digest)
-        if earlier is not None and (earlier.name, earlier.role) != (principal.name, principal.role):
-            problems.append(
-                Problem(f"{p}:{n}", f"the same token as line {seen[digest]}, for another client or role")
-            )
-            continue
-        seen.setdefault(digest, n)
-        out[digest] = principal
-    if problems:
-        raise InvalidInput(problems, what="token file")
-    return out
-
-
-def read_signer_key(path: Path) -> Signer:
-    """The audit checkpoint signer in the key file at ``path`` (``PRIVATE+KEY+...`` text).
-
-    Raises:
-        ValueError: saying why (missing, unreadable, not a signer key), for a field validator.
-    """
-    from ..audit.checkpoint import Signer
-
-    if (why := unsafe_permissions(path)) is not None:
-        raise ValueError(why)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read the checkpoint key {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a checkpoint signer key (PRIVATE+KEY+... text)") from None
-    try:
-        return Signer.from_skey(text)
-    except InvalidInput as exc:
-        raise ValueError(f"{path}: {exc.problems[0].reason}") from None
 
 
 class ServerConfig(Model):
@@ -422,39 +122,8 @@ class ServerConfig(Model):
 WORKER_TOKEN_VARIABLE = "AGENCY_WORKER_TOKEN"
 
 
-def _check_token(token: str) -> str:
-    token = token.strip()
-    if not token:
-        raise ValueError("empty: expected the bearer token itself")
-    parts = token.split()
-    if len(parts) == 2 and _HASH.match(parts[1].lower()):
-        raise ValueError(
-            "this is a line of the gateway's token file (CLIENT_NAME SHA256_HEX); "
-            "the worker needs the token itself, whose hash is on that line"
-        )
-    if len(parts) != 1:
-        raise ValueError("expected one token (no spaces; one line)")
-    return token
-
-
-def read_token(path: str | os.PathLike[str], *, field: str = "token_file") -> str:
-    """The bearer token in the file at ``path`` (the whole file, surrounding whitespace removed).
-
-    Raises:
-        InvalidInput: naming ``field`` (unreadable, empty, or not one token).
-    """
-    p = Path(path)
-    if (unsafe := unsafe_permissions(p)) is not None:
-        raise InvalidInput.single(field, unsafe, what="token")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidInput.single(field, f"cannot read {p}: {why}", what="token") from None
-    try:
-        return _check_token(text)
-    except ValueError as exc:
-        raise InvalidInput.single(field, f"{p}: {exc}", what="token") from None
+#: Where ``agency worker`` finds its bearer token when no ``--token-file`` is given.
+WORKER_TOKEN_VARIABLE = "AGENCY_WORKER_TOKEN"
 
 
 class WorkerConfig(Model):
@@ -480,7 +149,7 @@ class WorkerConfig(Model):
     @field_validator("token")
     @classmethod
     def _one_token(cls, v: SecretStr | None) -> SecretStr | None:
-        return None if v is None else SecretStr(_check_token(v.get_secret_value()))
+        return None if v is None else SecretStr(check_token(v.get_secret_value()))
 
     @classmethod
     def from_env(
@@ -589,6 +258,64 @@ def layered(
                 merged["audit"].pop("directory", None)
             _merge(merged, layer)
     return merged
+
+
+#: Per-caller limits (:class:`CallerLimits` field -> variable; docs/operations.md, Security).
+CALLER_LIMIT_VARIABLES = {
+    "watch_queue": "AGENCY_WATCH_QUEUE",
+    "watch_backlog_bytes": "AGENCY_WATCH_BACKLOG_BYTES",
+    "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
+    "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
+    "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
+}
+#: Bounds on registered schemas (:class:`SchemaLimits` field -> variable).
+SCHEMA_LIMIT_VARIABLES = {
+    "max_bytes": "AGENCY_MAX_SCHEMA_BYTES",
+    "max_nodes": "AGENCY_MAX_SCHEMA_NODES",
+    "max_depth": "AGENCY_MAX_SCHEMA_DEPTH",
+}
+#: ``asyncio`` turns uvloop off (:mod:`.event_loop`).
+EVENT_LOOP_VARIABLE = "AGENCY_EVENT_LOOP"
+
+
+def _numbers_from_env(
+    variables: Mapping[str, str], env: Mapping[str, str] | None, *, floats: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    for field, var in variables.items():
+        if env.get(var, "").strip():
+            try:
+                data[field] = float(env[var]) if field in floats else int(env[var])
+            except ValueError:
+                kind = "a positive number" if field in floats else "a positive integer"
+                raise InvalidInput.single(var, f"must be {kind}", what="limits") from None
+    return data
+
+
+def caller_limits_from_env(env: Mapping[str, str] | None = None) -> CallerLimits:
+    """The per-caller limits from :data:`CALLER_LIMIT_VARIABLES` (default the process environment).
+
+    Raises:
+        InvalidInput: naming the variable whose value is not a positive number.
+    """
+    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=frozenset({"catalog_writes_per_second"}))
+    return CallerLimits.parse(data, what="limits")
+
+
+def schema_limits_from_env(env: Mapping[str, str] | None = None) -> SchemaLimits:
+    """The schema bounds from :data:`SCHEMA_LIMIT_VARIABLES` (default the process environment).
+
+    Raises:
+        InvalidInput: naming the variable whose value is not a positive integer.
+    """
+    return SchemaLimits.parse(_numbers_from_env(SCHEMA_LIMIT_VARIABLES, env), what="schema limits")
+
+
+def event_loop_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``asyncio`` when :data:`EVENT_LOOP_VARIABLE` asks for it, else ``auto`` (uvloop if installed)."""
+    env = os.environ if env is None else env
+    return "asyncio" if env.get(EVENT_LOOP_VARIABLE, "").strip().lower() == "asyncio" else "auto"
 
 
 # definition_from and load_definition build an AgencyDefinition: they live in .definition (which

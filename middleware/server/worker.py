@@ -43,15 +43,15 @@ from ..agents import AgentCallable
 from ..background import LoopErrors
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, PermissionDenied, Unauthenticated, Unavailable
-from ..grpc_api.channel import open_channel
-from ..grpc_api.convert import contract_to_pb
-from ..grpc_api.decode import DecodeGuardInterceptor
-from ..grpc_api.gateway_token import GatewayTokenInterceptor
-from ..grpc_api.server import MAX_MESSAGE_BYTES
-from ..grpc_api.tls import TlsSettingNames, add_port, tls_hint
-from ..grpc_api.worker_servicer import AgentWorkerServicer
-from ..tracing import Tracing
+from .grpc_api.channel import open_channel
+from .grpc_api.convert import contract_to_pb
+from .grpc_api.decode import DecodeGuardInterceptor
+from .grpc_api.gateway_token import GatewayTokenInterceptor
+from .grpc_api.server import MAX_MESSAGE_BYTES
+from .grpc_api.tls import TlsSettingNames, add_port, tls_hint
+from .grpc_api.worker_servicer import AgentWorkerServicer
 from .settings import ClientTlsConfig, TlsConfig
+from .tracing import Tracing
 
 __all__ = ["Worker"]
 

@@ -13,8 +13,8 @@ from middleware._proto.agency.v1 import audit_pb2, audit_pb2_grpc
 from middleware.audit.checkpoint import Verifier
 from middleware.audit.merkle import leaf_hash, verify_consistency, verify_inclusion
 from middleware.demo import build_demo_agency, warranty_request
-from middleware.grpc_api import build_server
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.server.grpc_api import build_server
+from middleware.server.metrics import MeteredAuditLog, Metrics
 
 from .helpers import open_log
 

@@ -21,8 +21,8 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, audit_pb2, 
 from middleware.audit.checkpoint import Checkpoint
 from middleware.audit.record import AuditRecord
 from middleware.audit.verify import verify_path
-from middleware.definition import AgencyDefinition
 from middleware.errors import InvalidInput
+from middleware.server.definition import AgencyDefinition
 
 from .helpers import open_log
 
@@ -99,6 +99,11 @@ async def test_a_serving_gateway_publishes_a_checkpoint_covering_its_tail(tmp_pa
                     if exc.code() is not grpc.StatusCode.NOT_FOUND:
                         raise
                 assert time.monotonic() < deadline, "no checkpoint covers the records of a finished task"
+                await asyncio.sleep(0.05)
+            published_file = tmp_path / "g1" / "audit" / "g1" / "checkpoint"
+            while not (published_file.exists() and Checkpoint.parse(published_file.read_text()).size >= last):
+                # the file follows the durable checkpoint the RPC handed out (published on time)
+                assert time.monotonic() < deadline, "the checkpoint file does not follow the log"
                 await asyncio.sleep(0.05)
         gateway.proc.send_signal(signal.SIGKILL)  # no close: what is signed is what was signed on time
         await gateway.proc.wait()

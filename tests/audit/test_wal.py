@@ -395,3 +395,32 @@ async def test_the_checkpoint_file_follows_the_log_at_most_once_per_interval(
     await append_batch(log, 15, 3)
     await log.close()
     assert published() == 18, "closing publishes the final checkpoint"
+
+
+async def test_a_checkpoint_is_handed_out_only_once_the_log_holding_it_is_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkpoint read before its frame is synced could be taken back by a crash, and the
+    # recovered log then re-signed at the same size with another root: a fork to an auditor.
+    log = open_log(tmp_path, checkpoint_every=5)
+    await append_batch(log, 0, 5)
+    assert log.latest_checkpoint().size == 5
+    entered, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def held_fdatasync(fd: int) -> None:
+        entered.set()
+        release.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held_fdatasync)
+    appending = asyncio.ensure_future(append_batch(log, 5, 5))  # signs a checkpoint at 10
+    try:
+        assert await asyncio.to_thread(entered.wait, 10)
+        assert log.latest_checkpoint().size == 5, "signed at 10 but not yet durable"
+        assert [cp.size for cp in log.checkpoints()] == [5]
+    finally:
+        release.set()
+    await appending
+    assert log.latest_checkpoint().size == 10
+    await log.close()

@@ -12,9 +12,9 @@ import pytest
 from middleware.cli import build_parser
 from middleware.cli.catalog import _main
 from middleware.errors import AlreadyExists, InvalidInput, NotFound, Unavailable
-from middleware.grpc_api import build_server
 from middleware.memory_catalog import MemoryCatalog
 from middleware.pipeline import Agency
+from middleware.server.grpc_api import build_server
 
 pytestmark = pytest.mark.timeout(30)
 

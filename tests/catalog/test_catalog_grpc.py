@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc, common_pb2
-from middleware.grpc_api import build_server
 from middleware.memory_catalog import MemoryCatalog
 from middleware.pipeline import Agency
+from middleware.server.grpc_api import build_server
 from middleware.testing import ManualClock
 
 pytestmark = pytest.mark.timeout(30)

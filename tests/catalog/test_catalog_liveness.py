@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from middleware.bootstrap import build_agency
 from middleware.contracts import CapabilityContract
-from middleware.definition import AgencyDefinition
 from middleware.liveness import KeepAlive
 from middleware.memory_catalog import MemoryCatalog
 from middleware.redis.catalog import RedisCatalog
 from middleware.router import Router
+from middleware.server.bootstrap import build_agency
+from middleware.server.definition import AgencyDefinition
 from middleware.testing import ManualClock
 
 pytestmark = pytest.mark.timeout(20)

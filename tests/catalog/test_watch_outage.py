@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 
 from middleware.catalog import CatalogEventType
 from middleware.contracts import CapabilityContract
-from middleware.metrics import Metrics
 from middleware.redis.catalog import RedisCatalog
+from middleware.server.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,7 +15,7 @@ from served_in_thread import ServedInThread
 from middleware import Agency
 from middleware.cli import main
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
+from middleware.server.grpc_api import build_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -140,7 +140,7 @@ def test_one_command_imports_only_its_own_module() -> None:
         "import sys\n"
         "from middleware.cli import build_parser\n"
         "build_parser(['worker', '--agent', 'm:a', '--gateway', 'h:1'])\n"
-        "print('middleware.bootstrap' in sys.modules, 'middleware.cli.serve' in sys.modules)\n"
+        "print('middleware.server.bootstrap' in sys.modules, 'middleware.cli.serve' in sys.modules)\n"
         "build_parser(['--help'])\n"
         "print('middleware.cli.serve' in sys.modules)\n"
     )

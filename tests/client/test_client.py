@@ -18,7 +18,7 @@ from middleware.errors import (
     NotFound,
     Unavailable,
 )
-from middleware.grpc_api import build_server
+from middleware.server.grpc_api import build_server
 from middleware.testing import ScriptedAgent
 
 WARRANTY_STEPS = [
@@ -75,7 +75,7 @@ async def test_reasons_map_to_the_most_specific_class() -> None:
     import grpc
 
     from middleware.errors import ConcurrentUpdate, RoutingRefused
-    from middleware.grpc_api.status import error_from_status
+    from middleware.server.grpc_api.status import error_from_status
 
     e = error_from_status(
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -178,7 +178,7 @@ async def audit_client(tmp_path: Path):
     from audit.helpers import open_log
     from prometheus_client import CollectorRegistry
 
-    from middleware.metrics import MeteredAuditLog, Metrics
+    from middleware.server.metrics import MeteredAuditLog, Metrics
 
     async def no_sleep(_: float) -> None:
         return None

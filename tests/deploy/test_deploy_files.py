@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from middleware.cli import COMMAND_MODULES, build_parser
-from middleware.metrics import Metrics
+from middleware.server.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

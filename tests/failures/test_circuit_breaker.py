@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from middleware import BreakerConfig, CircuitBreaker, FailureType, TaskState
+from middleware import FailureType, TaskState
 from middleware.audit import MemoryAuditLog
-from middleware.circuit_breaker import CircuitState
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.circuit_breaker import BreakerConfig, CircuitBreaker, CircuitState
+from middleware.server.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Hang, Raise, ScriptedAgent
 
 from .conftest import Clock, audit_records, build, contract, task

@@ -8,17 +8,16 @@ from datetime import timedelta
 from middleware import (
     AgencyConfig,
     AgentReply,
-    DetectorConfig,
     FailurePolicy,
     FailureType,
     GoalAssertion,
-    PolicyRules,
     Provenance,
     ResolutionKind,
     TaskState,
     TaskStep,
 )
 from middleware.audit import MemoryAuditLog
+from middleware.detectors import DetectorConfig, PolicyRules
 from middleware.smf import utcnow
 from middleware.testing import Hang, Raise, ScriptedAgent
 
@@ -155,8 +154,7 @@ async def test_policy_violation_is_quarantined_and_never_reaches_anyone():
 
 
 async def test_policy_violation_by_deny_term_and_by_a_pluggable_classifier():
-    from middleware import Detectors
-    from middleware.detectors import PolicyFinding
+    from middleware.detectors import Detectors, PolicyFinding
 
     def classifier(text: str) -> PolicyFinding | None:
         return PolicyFinding(rule="toxicity", reason="classifier score 0.97") if "idiot" in text else None

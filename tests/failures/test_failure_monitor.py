@@ -7,12 +7,12 @@ import io
 import pytest
 from prometheus_client import CollectorRegistry
 
-from middleware import FailureMonitor, FailureType, MonitorConfig
+from middleware import FailureType
 from middleware.audit import FileAuditLog
 from middleware.cli import main as cli_main
 from middleware.cli.contracts import flagged_contracts, print_review
-from middleware.failure_monitor import BUCKETS
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.failure_monitor import BUCKETS, FailureMonitor, MonitorConfig
+from middleware.server.metrics import MeteredAuditLog, Metrics
 from middleware.testing import Raise, ScriptedAgent
 
 from .conftest import Clock, audit_records, build, contract, task

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
-from middleware.grpc_api import build_server
+from middleware.server.grpc_api import build_server
 from middleware.testing import Raise, ScriptedAgent
 
 from .conftest import build, contract

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from middleware import Detectors, MemoryTaskStore, RedisTaskStore, TaskStore
-from middleware.detectors import Detector, PolicyClassifier
+from middleware.detectors import Detector, Detectors, PolicyClassifier
 from middleware.executor import AlertSink, LoggingAlertSink, MemoryAlertSink
 from middleware.failures import FailureHandler
+from middleware.memory_task_store import MemoryTaskStore
+from middleware.redis.task_store import RedisTaskStore
+from middleware.task_store import TaskStore
 
 
 def test_builtins_conform(redis_client):

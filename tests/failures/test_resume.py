@@ -6,17 +6,9 @@ import asyncio
 
 import pytest
 
-from middleware import (
-    Agency,
-    AgentReply,
-    ConcurrentUpdate,
-    FailedPrecondition,
-    InvalidInput,
-    NotFound,
-    RedisTaskStore,
-    TaskState,
-    TaskStep,
-)
+from middleware import Agency, AgentReply, FailedPrecondition, InvalidInput, NotFound, TaskState, TaskStep
+from middleware.errors import ConcurrentUpdate
+from middleware.redis.task_store import RedisTaskStore
 from middleware.testing import Raise, ScriptedAgent
 
 from .conftest import audit_records, build, contract, task

@@ -6,7 +6,11 @@ import asyncio
 
 import pytest
 
-from middleware import AlreadyExists, ConcurrentUpdate, MemoryTaskStore, NotFound, RedisTaskStore, TaskStore
+from middleware import NotFound
+from middleware.errors import AlreadyExists, ConcurrentUpdate
+from middleware.memory_task_store import MemoryTaskStore
+from middleware.redis.task_store import RedisTaskStore
+from middleware.task_store import TaskStore
 from middleware.tasks import TaskRecord, TaskRequest, TaskState
 
 
@@ -103,8 +107,8 @@ async def test_memory_store_evicts_the_oldest_finished_tasks_only():
 
 
 async def test_a_definition_with_redis_storage_gets_the_redis_task_store(tmp_path):
-    from middleware.bootstrap import build_agency
-    from middleware.definition import AgencyDefinition
+    from middleware.server.bootstrap import build_agency
+    from middleware.server.definition import AgencyDefinition
     from tests.conftest import REDIS_URL
 
     definition = AgencyDefinition.from_data(

@@ -274,8 +274,8 @@ def test_entry_points_are_loaded_only_when_asked(plugin_path):
 
 
 async def test_the_served_gateway_asks_for_entry_point_handlers(plugin_path, tmp_path):
-    from middleware.bootstrap import build_agency
-    from middleware.definition import AgencyDefinition
+    from middleware.server.bootstrap import build_agency
+    from middleware.server.definition import AgencyDefinition
 
     _install_plugin(
         plugin_path,

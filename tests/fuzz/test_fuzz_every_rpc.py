@@ -26,10 +26,10 @@ from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, audit_pb2, catalog_pb2, goals_pb2, messages_pb2
 from middleware.audit import WalAuditLog
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
-from middleware.grpc_api.server import MAX_MESSAGE_BYTES
 from middleware.messaging import generate_key, public_key_b64
 from middleware.messaging.post_office import PostOffice
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.server import MAX_MESSAGE_BYTES
 
 METHODS: dict[str, MethodDescriptor] = {
     f"/{service.full_name}/{method.name}": method

@@ -17,8 +17,8 @@ from served_in_thread import ServedInThread
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, catalog_pb2, common_pb2, goals_pb2
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
-from middleware.grpc_api.server import MAX_MESSAGE_BYTES
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.server import MAX_MESSAGE_BYTES
 
 METHODS = {
     "/agency.v1.AgencyService/Submit": agency_pb2.SubmitRequest,

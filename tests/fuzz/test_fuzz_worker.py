@@ -17,9 +17,11 @@ from served_in_thread import ServedInThread
 
 from middleware import Agency, AgentReply, AgentRequest
 from middleware._proto.agency.v1 import worker_pb2
-from middleware.grpc_api import build_server
-from middleware.grpc_api.server import MAX_MESSAGE_BYTES
-from middleware.worker import Worker
+from middleware.agents import AgentRegistry
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.server import MAX_MESSAGE_BYTES
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.worker import Worker
 
 INVOKE = "/agency.v1.AgentWorker/Invoke"
 CONTRACT = {
@@ -43,7 +45,7 @@ class Served(ServedInThread):
         super().__init__()
 
     async def start(self) -> None:
-        self.agency = Agency()
+        self.agency = Agency(agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
         self.gateway = build_server(self.agency, "127.0.0.1:0")
         await self.gateway.start()
         self.worker = Worker(echo, CONTRACT, gateway=f"127.0.0.1:{self.gateway.port}")

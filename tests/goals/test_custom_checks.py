@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from middleware import AlreadyExists, InvalidInput, NotFound
+from middleware import InvalidInput, NotFound
+from middleware.errors import AlreadyExists
 from middleware.goals import CheckRegistry, CheckResult, GoalAssertion, Verifier, verify_goal
 
 

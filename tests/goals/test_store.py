@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from middleware import AlreadyExists, GoalAssertion, GoalStore, MemoryGoalStore, NotFound
+from middleware import GoalAssertion, NotFound
+from middleware.errors import AlreadyExists
+from middleware.goals import GoalStore, MemoryGoalStore
 
 GOAL = GoalAssertion(id="GOAL_STORE_001", description="d", verification_steps=["output contains ok"])
 

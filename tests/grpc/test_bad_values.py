@@ -22,7 +22,7 @@ from middleware._proto.agency.v1 import (
 )
 from middleware.audit.record import AuditEventType
 from middleware.errors import InvalidInput
-from middleware.grpc_api.convert import loads
+from middleware.server.grpc_api.convert import loads
 
 LONE = '{"a": "\\ud800"}'  # the JSON text holds the escape, as a client would send it
 LONE_KEY = '{"\\udfff": 1}'

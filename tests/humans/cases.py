@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from middleware.agents import AgentReply, AgentRequest
-from middleware.config import hash_token
+from middleware.server.settings import hash_token
 from middleware.smf import Provenance
 from middleware.testing import ScriptedAgent
 

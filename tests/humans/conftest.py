@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from middleware import Agency, CapabilityContract, TaskRequest, TaskStep
-from middleware.config import hash_token
 from middleware.people import ApprovalGate, ApprovalGates, Person
 from middleware.people.desk import HumanDesk
+from middleware.server.settings import hash_token
 from middleware.testing import ScriptedAgent
 
 TOKENS = {"alice": "tok-alice-operator", "bob": "tok-bob-approver", "carol": "tok-carol-compliance"}

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from middleware import FailedPrecondition, InvalidInput, PermissionDenied, RedisTaskStore, TaskState
+from middleware import FailedPrecondition, InvalidInput, PermissionDenied, TaskState
 from middleware.access import Principal, Role
 from middleware.people import ApprovalGate, RedisEscalationStore
+from middleware.redis.task_store import RedisTaskStore
 from middleware.smf import utcnow
 
 from .conftest import TOKENS, people, records, refund_agency, refund_request

@@ -23,8 +23,8 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit.export import iter_records
-from middleware.config import hash_token
-from middleware.messaging_client import AgentCredentials, MessagingClient
+from middleware.client.messaging import AgentCredentials, MessagingClient
+from middleware.server.settings import hash_token
 
 from .cases import SHIPMENT, TOKENS, WARRANTY_INPUT, WARRANTY_TEXT, XSS, definition
 

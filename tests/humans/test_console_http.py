@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from middleware import Agency, CapabilityContract, GoalAssertion, TaskRequest, TaskStep
-from middleware.console import build_app
 from middleware.people import ApprovalGate, ApprovalGates, Person
 from middleware.people.desk import HumanDesk
+from middleware.server.console import build_app
 
 from .cases import CONTRACTS, GOAL, SHIPMENT, TOKENS, WARRANTY_INPUT, WARRANTY_TEXT, make, people
 
@@ -21,7 +21,7 @@ async def _no_sleep(_: float) -> None:
 
 @pytest.fixture
 async def desk() -> HumanDesk:
-    from middleware.config import AgencyConfig
+    from middleware.server.settings import AgencyConfig
 
     agency = Agency(
         sleep=_no_sleep,

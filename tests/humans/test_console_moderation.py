@@ -18,8 +18,7 @@ from gateway_processes import start_gateway, write_definition
 
 from middleware import Agency
 from middleware.access import HumanRole, Principal, Role
-from middleware.config import hash_token
-from middleware.console import build_app
+from middleware.client.messaging import AgentCredentials, MessagingClient
 from middleware.errors import PermissionDenied
 from middleware.messaging import PostOffice, generate_key, public_key_b64, sign_message
 from middleware.messaging.moderation import (
@@ -31,10 +30,11 @@ from middleware.messaging.moderation import (
     RedisBoard,
     RepeatedContent,
 )
-from middleware.messaging_client import AgentCredentials, MessagingClient
 from middleware.people import Person, RedisEscalationStore
 from middleware.people.desk import HumanDesk
 from middleware.redis.mailbox import RedisMailbox
+from middleware.server.console import build_app
+from middleware.server.settings import hash_token
 from middleware.smf import SMFMessage
 
 from . import cases

@@ -8,9 +8,9 @@ import ssl
 import httpx
 
 from middleware import Agency
-from middleware.console import ConsoleServer
 from middleware.people import Person
 from middleware.people.desk import HumanDesk
+from middleware.server.console import ConsoleServer
 
 from .cases import TOKENS, people
 

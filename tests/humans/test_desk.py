@@ -7,13 +7,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from middleware import Agency, AgencyConfig, CapabilityContract, InvalidInput, TaskRequest
-from middleware.definition import AgencyDefinition
 from middleware.detectors import DetectorConfig, PolicyRules
 from middleware.failures import FailurePolicy, FailureType, ResolutionKind
 from middleware.messaging.post_office import PostOffice
-from middleware.metrics import Metrics
 from middleware.people import Person
 from middleware.people.desk import HumanDesk
+from middleware.server.definition import AgencyDefinition
+from middleware.server.metrics import Metrics
 from middleware.testing import ScriptedAgent
 
 from .cases import TOKENS, people
@@ -141,9 +141,9 @@ async def test_a_clarification_answer_must_be_one_of_its_options():
 
 
 async def test_a_receive_only_human_ops_agent_also_gets_every_notice():
-    from middleware.bootstrap import build_post_office
-    from middleware.config import hash_token
     from middleware.messaging.identity import generate_key, public_key_b64
+    from middleware.server.bootstrap import build_post_office
+    from middleware.server.settings import hash_token
 
     ops = {
         "name": "human_ops",

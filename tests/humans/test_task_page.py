@@ -12,11 +12,11 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 
 from middleware import Agency
-from middleware.console import build_app
-from middleware.console.views import task_bars
 from middleware.langchain import wrap_runnable
 from middleware.people import Person
 from middleware.people.desk import HumanDesk
+from middleware.server.console import build_app
+from middleware.server.console.views import task_bars
 
 from .cases import TOKENS, people
 
@@ -97,7 +97,7 @@ async def test_a_wrapped_langchain_agent_shows_its_llm_and_tool_calls_as_bars():
 
 async def test_the_contracts_page_figures_rates_review_flags_circuits_and_latency():
     from middleware import AgencyConfig, CapabilityContract, TaskRequest
-    from middleware.console.views import contract_rows
+    from middleware.server.console.views import contract_rows
     from middleware.testing import ScriptedAgent
 
     def flaky_answer(request: Any) -> dict[str, Any]:

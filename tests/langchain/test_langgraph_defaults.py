@@ -17,10 +17,12 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from middleware import Agency, FailureType, TaskState
-from middleware.grpc_api import build_server
+from middleware.agents import AgentRegistry
 from middleware.langchain import wrap_runnable
 from middleware.langchain.adapter import takes_messages
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.worker import Worker
 
 OBJECT = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 
@@ -45,7 +47,7 @@ async def test_create_agent_gets_the_request_as_messages_by_default() -> None:
     agent = create_agent(model, tools=[])
     assert takes_messages(agent)
     wrapped = wrap_runnable(agent, contract("warranty_agent", "warranty_claim"))
-    agency = Agency(sleep=no_sleep)
+    agency = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     await agency.register(wrapped.contract, wrapped)
     outcome = await agency.submit(
         {
@@ -73,7 +75,7 @@ async def test_a_messages_state_graph_is_detected_too() -> None:
     g.add_node("n", node)
     g.add_edge(START, "n")
     wrapped = wrap_runnable(g.compile(), contract("calc", "compute", output_schema=OBJECT))
-    agency = Agency(sleep=no_sleep)
+    agency = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     await agency.register(wrapped.contract, wrapped)
     outcome = await agency.submit({"text": "six times seven", "constraints": {"action": "compute"}})
     assert outcome.state is TaskState.COMPLETED, outcome.reason
@@ -108,7 +110,7 @@ async def test_structured_output_conventions() -> None:
         messages=iter([AIMessage("", tool_calls=[{"name": "Answer", "args": {"answer": 7}, "id": "c1"}])])
     )
     agent = create_agent(model, tools=[], response_format=ToolStrategy(Answer))
-    agency = Agency(sleep=no_sleep)
+    agency = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     wrapped = wrap_runnable(agent, schema)
     await agency.register(wrapped.contract, wrapped)
     outcome = await agency.submit({"text": "compute", "constraints": {"action": "compute"}})
@@ -144,7 +146,7 @@ async def test_a_remote_workers_failure_names_the_tool_that_raised() -> None:
         )
     )
     agent = create_agent(model, tools=[lookup_order])
-    gateway = Agency(sleep=no_sleep)
+    gateway = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     gateway.failures.policy.max_retries = 0
     server = build_server(gateway, "127.0.0.1:0")
     await server.start()

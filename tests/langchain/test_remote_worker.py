@@ -29,12 +29,13 @@ from middleware import (
     TaskState,
 )
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
+from middleware.agents import AgentRegistry
 from middleware.audit.wal_reader import WalLogReader
 from middleware.errors import AgentFailure, InvalidInput, Unavailable
-from middleware.grpc_api import build_server
 from middleware.langchain import wrap_runnable
-from middleware.remote_agent import RemoteAgent
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,7 +47,7 @@ def faq_chain(answer: str) -> Any:
 
 @pytest.fixture
 async def gateway():
-    agency = Agency(sleep=no_sleep)
+    agency = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     server = build_server(agency, "127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
@@ -208,7 +209,7 @@ async def test_worker_waits_for_a_gateway_that_starts_after_it():
     # refused connections are retried (the gateway may be starting), not reported at once
     done, _ = await asyncio.wait({starting}, timeout=0.3)
     assert not done
-    agency = Agency(sleep=no_sleep)
+    agency = Agency(sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
     server = build_server(agency, f"127.0.0.1:{port}")
     await server.start()
     try:

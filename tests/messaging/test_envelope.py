@@ -14,9 +14,9 @@ from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.audit.record import AuditEventType
 from middleware.errors import InvalidInput, PermissionDenied
-from middleware.grpc_api import build_server
-from middleware.grpc_api.message_servicer import smf_to_pb
 from middleware.messaging import PostOfficeConfig, SendOptions, signing_bytes
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.message_servicer import smf_to_pb
 
 from .helpers import VISIBILITY, Env, register
 

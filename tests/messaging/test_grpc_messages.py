@@ -12,8 +12,6 @@ import pytest
 
 from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
-from middleware.grpc_api import build_server
-from middleware.grpc_api.message_servicer import smf_from_pb, smf_to_pb
 from middleware.messaging import (
     PostOffice,
     PostOfficeConfig,
@@ -22,6 +20,8 @@ from middleware.messaging import (
     generate_key,
     sign_message,
 )
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.message_servicer import smf_from_pb, smf_to_pb
 
 from .helpers import Agent, Env, register
 

@@ -13,10 +13,7 @@ import pytest
 from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.audit.record import AuditEventType
-from middleware.definition import AgencyDefinition
 from middleware.errors import InvalidInput, PermissionDenied, ResourceExhausted
-from middleware.grpc_api import build_server
-from middleware.grpc_api.message_servicer import smf_to_pb
 from middleware.messaging import (
     MemoryBuckets,
     RateLimits,
@@ -24,6 +21,9 @@ from middleware.messaging import (
     RedisBuckets,
     SendOptions,
 )
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.message_servicer import smf_to_pb
 
 from .helpers import Agent, Env, register
 
@@ -132,8 +132,8 @@ async def test_two_post_offices_on_one_redis_draw_from_the_same_buckets(
 
 
 def test_definition_file_rate_limits_and_acls_are_validated_by_path() -> None:
-    from middleware.config import hash_token
     from middleware.messaging import generate_key, public_key_b64
+    from middleware.server.settings import hash_token
 
     agent = {"name": "alice", "public_key": public_key_b64(generate_key()), "token_sha256": hash_token("t")}
     with pytest.raises(ValueError) as err:
@@ -162,9 +162,9 @@ def test_definition_file_rate_limits_and_acls_are_validated_by_path() -> None:
 
 async def test_the_definition_builds_acls_and_limits_into_the_post_office() -> None:
     from middleware.audit import MemoryAuditLog
-    from middleware.bootstrap import build_post_office
-    from middleware.config import hash_token
     from middleware.messaging import generate_key, public_key_b64
+    from middleware.server.bootstrap import build_post_office
+    from middleware.server.settings import hash_token
 
     from .helpers import Agent as A
 

@@ -11,7 +11,7 @@ from redis.backoff import NoBackoff
 
 from middleware.errors import BackendUnavailable
 from middleware.messaging import PostOffice, RedisMailbox, SendOptions
-from middleware.metrics import Metrics
+from middleware.server.metrics import Metrics
 
 from .helpers import Env, register
 

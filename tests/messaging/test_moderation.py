@@ -13,10 +13,7 @@ import pytest
 from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.access import Principal, Role
-from middleware.config import hash_token
 from middleware.errors import NotFound, PermissionDenied
-from middleware.grpc_api import build_server
-from middleware.grpc_api.message_servicer import smf_to_pb
 from middleware.messaging import PostOfficeConfig, SendOptions
 from middleware.messaging.moderation import (
     MESSAGE_DELETED,
@@ -29,6 +26,9 @@ from middleware.messaging.moderation import (
     RedisBoard,
     RepeatedContent,
 )
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.message_servicer import smf_to_pb
+from middleware.server.settings import hash_token
 
 from .helpers import VISIBILITY, Env, register
 

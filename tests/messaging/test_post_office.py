@@ -224,9 +224,9 @@ async def test_every_call_needs_a_valid_token_and_the_sender_must_be_the_tokens_
 
 
 async def test_agents_enrolled_with_an_out_of_band_token_hash_authenticate_with_the_token(env: Env) -> None:
-    from middleware.config import hash_token
     from middleware.errors import AlreadyExists
     from middleware.messaging import public_key_b64
+    from middleware.server.settings import hash_token
 
     po = env.office()
     key = generate_key()

@@ -12,8 +12,8 @@ import pytest
 from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.errors import InvalidInput
-from middleware.grpc_api import build_server
 from middleware.messaging import PostOfficeConfig, SendOptions
+from middleware.server.grpc_api import build_server
 
 from .helpers import Agent, Env, register
 

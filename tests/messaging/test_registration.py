@@ -13,6 +13,7 @@ import pytest
 from middleware import Agency
 from middleware.access import Principal, Role
 from middleware.audit.record import AuditEventType
+from middleware.client.messaging import AgentCredentials, MessagingClient, register_agent
 from middleware.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -20,7 +21,6 @@ from middleware.errors import (
     PermissionDenied,
     Unauthenticated,
 )
-from middleware.grpc_api import build_server
 from middleware.messaging import (
     PostOffice,
     SendOptions,
@@ -29,7 +29,7 @@ from middleware.messaging import (
 )
 from middleware.messaging.directory import MemoryDirectory, RedisDirectory
 from middleware.messaging.subscriptions import MemorySubscriptions, RedisSubscriptions
-from middleware.messaging_client import AgentCredentials, MessagingClient, register_agent
+from middleware.server.grpc_api import build_server
 
 from .helpers import Agent, Env
 

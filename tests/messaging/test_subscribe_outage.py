@@ -18,8 +18,8 @@ from middleware import Agency
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.audit import MemoryAuditLog
 from middleware.errors import BackendUnavailable
-from middleware.grpc_api import build_server
 from middleware.messaging import PostOffice, RedisMailbox
+from middleware.server.grpc_api import build_server
 
 from .helpers import register
 

@@ -22,9 +22,8 @@ from served_in_thread import ServedInThread
 
 from middleware import Agency
 from middleware.audit import MemoryAuditLog
-from middleware.bootstrap import build_post_office
 from middleware.cli import main as cli
-from middleware.definition import AgencyDefinition
+from middleware.client.messaging import AgentCredentials, MessagingClient
 from middleware.errors import (
     InvalidInput,
     NotFound,
@@ -32,9 +31,10 @@ from middleware.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from middleware.grpc_api import build_server
 from middleware.messaging import PostOffice
-from middleware.messaging_client import AgentCredentials, MessagingClient
+from middleware.server.bootstrap import build_post_office
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api import build_server
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -11,7 +11,7 @@ from middleware.audit import AuditRecord, MemoryAuditLog
 from middleware.audit.wal import WalAuditLog
 from middleware.cli import main
 from middleware.kpi import compute_kpis
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.server.metrics import MeteredAuditLog, Metrics
 
 T0 = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 

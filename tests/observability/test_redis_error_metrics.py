@@ -12,14 +12,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from middleware.bootstrap import build_agency, build_post_office
 from middleware.catalog import CatalogQuery
-from middleware.config import definition_from
 from middleware.errors import BackendUnavailable
-from middleware.metrics import Metrics
 from middleware.redis.catalog import RedisCatalog
 from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.redis.task_store import RedisTaskStore
+from middleware.server.bootstrap import build_agency, build_post_office
+from middleware.server.metrics import Metrics
+from middleware.server.settings import definition_from
 
 
 def closed_port() -> int:

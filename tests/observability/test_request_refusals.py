@@ -16,10 +16,10 @@ from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit import MemoryAuditLog
 from middleware.errors import InvalidInput, Unauthenticated
-from middleware.grpc_api import build_server
 from middleware.messaging import generate_key, public_key_b64
 from middleware.messaging.post_office import PostOffice
-from middleware.metrics import MeteredAuditLog, Metrics
+from middleware.server.grpc_api import build_server
+from middleware.server.metrics import MeteredAuditLog, Metrics
 
 
 def value(metrics: Metrics, name: str, **labels: str) -> float:

@@ -18,10 +18,10 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.agents import AgentRequest
 from middleware.audit import MemoryAuditLog
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
-from middleware.grpc_api.channel import open_channel
-from middleware.grpc_api.tracing import TracingClientInterceptor, TracingServerInterceptor
-from middleware.tracing import Tracing
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.grpc_api.tracing import TracingClientInterceptor, TracingServerInterceptor
+from middleware.server.tracing import Tracing
 
 WARRANTY = agency_pb2.SubmitRequest(  # the seed's request: greeting_agent anchors the goal
     text="我上周买的手机屏幕碎了，要换新",

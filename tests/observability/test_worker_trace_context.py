@@ -10,8 +10,8 @@ from worker_requests import ECHO, agent_request
 
 from middleware import AgentRequest
 from middleware._proto.agency.v1 import worker_pb2_grpc
-from middleware.grpc_api.worker_servicer import AgentWorkerServicer
-from middleware.remote_agent import RemoteAgent
+from middleware.server.grpc_api.worker_servicer import AgentWorkerServicer
+from middleware.server.remote_agent import RemoteAgent
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

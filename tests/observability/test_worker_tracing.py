@@ -28,11 +28,12 @@ from worker_requests import agent_request
 
 from middleware import Agency, AgentRequest, MemoryAuditLog
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
-from middleware.grpc_api import build_server
-from middleware.grpc_api.tracing import TracingServerInterceptor
-from middleware.remote_agent import RemoteAgent
-from middleware.tracing import Tracing
-from middleware.worker import Worker
+from middleware.agents import AgentRegistry
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.tracing import TracingServerInterceptor
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.tracing import Tracing
+from middleware.server.worker import Worker
 
 CONTRACT = {"name": "echo", "version": "1.0.0", "can_do": ["echo"], "slo_latency_ms": 5000}
 SUBMIT = agency_pb2.SubmitRequest(
@@ -65,7 +66,11 @@ async def gateway():
     """A traced gateway (server interceptor + spans from the audit stream) on port 0."""
     tracing, exporter = _tracing()
     audit = MemoryAuditLog()
-    agency = Agency(audit=tracing.audit_log(audit), sleep=_no_sleep)
+    agency = Agency(
+        audit=tracing.audit_log(audit),
+        sleep=_no_sleep,
+        agents=AgentRegistry(remote_factory=RemoteAgent.factory()),
+    )
     agency.failures.policy.max_retries = 0
     server = build_server(agency, "127.0.0.1:0", interceptors=[TracingServerInterceptor(tracing)])
     await server.start()

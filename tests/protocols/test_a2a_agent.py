@@ -27,8 +27,8 @@ from starlette.applications import Starlette
 from middleware import Agency, FailureType, InvalidInput
 from middleware import TaskState as AgencyState
 from middleware.audit.record import AuditEventType
-from middleware.protocols.a2a_agent import fetch_card, register_a2a_agent
-from middleware.protocols.common import HttpServer
+from middleware.server.protocols.a2a_agent import fetch_card, register_a2a_agent
+from middleware.server.protocols.common import HttpServer
 
 pytestmark = pytest.mark.asyncio
 

@@ -29,8 +29,8 @@ from middleware.access import Principal
 from middleware.access import Role as AgencyRole
 from middleware.audit.record import AuditEventType
 from middleware.demo import WARRANTY_GOAL, warranty_request
-from middleware.protocols.a2a_server import build_a2a_app
-from middleware.protocols.common import HttpServer
+from middleware.server.protocols.a2a_server import build_a2a_app
+from middleware.server.protocols.common import HttpServer
 from middleware.testing import ScriptedAgent
 
 pytestmark = pytest.mark.asyncio
@@ -257,8 +257,8 @@ async def test_a_waiting_task_canceled_through_a2a_is_canceled_in_the_pipeline()
 
 
 async def test_a_task_whose_agents_all_fail_is_failed_and_an_unknown_goal_is_refused():
-    from middleware.config import AgencyConfig
     from middleware.failures import FailurePolicy
+    from middleware.server.settings import AgencyConfig
     from middleware.testing import Raise
 
     agency = Agency(config=AgencyConfig(failure_policy=FailurePolicy(max_retries=0, on_exhausted="abort")))

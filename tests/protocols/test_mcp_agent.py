@@ -13,8 +13,8 @@ from mcp.server.mcpserver import MCPServer
 
 from middleware import Agency, FailureType, InvalidInput, TaskState
 from middleware.audit.record import AuditEventType
-from middleware.protocols.common import HttpServer
-from middleware.protocols.mcp_agent import describe_tool, register_mcp_tool
+from middleware.server.protocols.common import HttpServer
+from middleware.server.protocols.mcp_agent import describe_tool, register_mcp_tool
 
 pytestmark = pytest.mark.asyncio
 

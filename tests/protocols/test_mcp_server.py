@@ -14,8 +14,8 @@ from mcp import Client, StdioServerParameters
 from middleware import Agency, AgentReply
 from middleware.access import Principal, Role
 from middleware.demo import WARRANTY_GOAL, warranty_request
-from middleware.protocols.common import HttpServer
-from middleware.protocols.mcp_server import build_mcp_http_app
+from middleware.server.protocols.common import HttpServer
+from middleware.server.protocols.mcp_server import build_mcp_http_app
 from middleware.testing import ScriptedAgent
 
 pytestmark = pytest.mark.asyncio

@@ -16,8 +16,8 @@ from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from gateway_processes import start_gateway, write_definition
 from mcp import Client
 
-from middleware.config import load_definition
 from middleware.errors import InvalidInput
+from middleware.server.settings import load_definition
 
 from .test_a2a_agent import CONTRACT, RemoteAgent
 

@@ -9,13 +9,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from middleware.audit.record import AuditEventType
-from middleware.config import AgencyConfig
 from middleware.contracts import CapabilityContract
 from middleware.failures import FailurePolicy
 from middleware.pipeline import Agency
 from middleware.redis.catalog import RedisCatalog
 from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.router import Router
+from middleware.server.settings import AgencyConfig
 from middleware.tasks import TaskState
 from middleware.testing import Hang, ScriptedAgent
 

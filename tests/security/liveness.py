@@ -20,10 +20,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.agents import AgentRegistry
 from middleware.audit import MemoryAuditLog
-from middleware.config import hash_token, read_token_hashes
 from middleware.demo import build_demo_agency
-from middleware.grpc_api import build_server
+from middleware.server.grpc_api import build_server
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.settings import hash_token, read_token_hashes
 from tests.served_in_thread import ServedInThread
 
 TOKENS = {
@@ -75,7 +77,13 @@ class Gateway(ServedInThread):
         async def no_sleep(_: float) -> None:
             return None
 
-        self.agency = await build_demo_agency(Agency(audit=self.audit, sleep=no_sleep))
+        self.agency = await build_demo_agency(
+            Agency(
+                audit=self.audit,
+                sleep=no_sleep,
+                agents=AgentRegistry(remote_factory=RemoteAgent.factory()),
+            )
+        )
         self.server = build_server(
             self.agency, "127.0.0.1:0", token_hashes=read_token_hashes(self.tokens), **self.server_kwargs
         )

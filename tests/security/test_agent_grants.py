@@ -16,9 +16,9 @@ import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc
 from middleware.contracts import CapabilityContract
-from middleware.definition import AgencyDefinition
 from middleware.grants import AgentGrant
-from middleware.grpc_api.convert import contract_to_pb
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api.convert import contract_to_pb
 from tests.security.liveness import WARRANTY, Gateway, auth
 
 GRANTS = {

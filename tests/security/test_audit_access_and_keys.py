@@ -23,10 +23,10 @@ from middleware._proto.agency.v1 import agency_pb2_grpc, audit_pb2, audit_pb2_gr
 from middleware.access import Principal, Role, authorize_task, same_name
 from middleware.audit import AuditRecord, WalAuditLog
 from middleware.audit.checkpoint import default_key_path, load_or_create_signer
-from middleware.bootstrap import build_agency
 from middleware.cli import main
-from middleware.config import definition_from, hash_token, read_token, read_token_hashes
 from middleware.errors import AuditError, InvalidInput, PermissionDenied
+from middleware.server.bootstrap import build_agency
+from middleware.server.settings import definition_from, hash_token, read_token, read_token_hashes
 from tests.security.liveness import WARRANTY, Gateway, auth
 
 

@@ -32,18 +32,20 @@ from middleware._proto.agency.v1 import (
     messages_pb2,
 )
 from middleware.access import Permission, Principal, Role, authorize
+from middleware.agents import AgentRegistry
 from middleware.audit import MemoryAuditLog
 from middleware.cli import main
-from middleware.config import ServerConfig, hash_token
 from middleware.contracts import CapabilityContract
 from middleware.demo import build_demo_agency
 from middleware.errors import PermissionDenied
 from middleware.grants import AgentGrant
-from middleware.grpc_api import build_server
-from middleware.grpc_api.auth import PERMISSIONS
-from middleware.grpc_api.channel import open_channel
-from middleware.grpc_api.convert import contract_to_pb
-from middleware.worker import Worker
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.auth import PERMISSIONS
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.grpc_api.convert import contract_to_pb
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.settings import ServerConfig, hash_token
+from middleware.server.worker import Worker
 
 TOKENS = {"translator": "agt_translator", "legacy": "agt_legacy", "web": "web-frontend", "ops": "ops-admin"}
 TOKEN_FILE = (
@@ -91,7 +93,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     async def no_sleep(_: float) -> None:
         return None
 
-    agency = await build_demo_agency(Agency(audit=audit, sleep=no_sleep))
+    agency = await build_demo_agency(
+        Agency(audit=audit, sleep=no_sleep, agents=AgentRegistry(remote_factory=RemoteAgent.factory()))
+    )
     server = build_server(agency, "127.0.0.1:0", token_hashes=config.token_hashes(), grants=GRANTS)
     await server.start()
     yield Gateway(agency, audit, f"127.0.0.1:{server.port}")

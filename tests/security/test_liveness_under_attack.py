@@ -20,8 +20,9 @@ from middleware.caller_limits import CallerLimits
 from middleware.contracts import CapabilityContract
 from middleware.errors import InvalidInput
 from middleware.grants import AgentGrant
-from middleware.grpc_api.convert import contract_to_pb
 from middleware.schema_guard import schema_limits
+from middleware.server.grpc_api.convert import contract_to_pb
+from middleware.server.settings import caller_limits_from_env
 from tests.security.liveness import Gateway, auth, check_live, check_live_while
 
 
@@ -250,8 +251,8 @@ def test_catalog_writes_are_rate_limited_per_caller(tmp_path: Path) -> None:
 
 def test_caller_limits_come_from_the_environment() -> None:
     env = {"AGENCY_WATCH_QUEUE": "16", "AGENCY_CATALOG_WRITES_PER_SECOND": "2.5"}
-    limits = CallerLimits.from_env(env)
+    limits = caller_limits_from_env(env)
     assert limits.watch_queue == 16 and limits.catalog_writes_per_second == 2.5
     with pytest.raises(InvalidInput) as info:
-        CallerLimits.from_env({"AGENCY_WATCH_STREAMS_PER_CALLER": "many"})
+        caller_limits_from_env({"AGENCY_WATCH_STREAMS_PER_CALLER": "many"})
     assert info.value.field == "AGENCY_WATCH_STREAMS_PER_CALLER"

@@ -16,13 +16,13 @@ from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.audit import MemoryAuditLog
 from middleware.audit.record import AuditRecord
-from middleware.config import ServerConfig, hash_token
 from middleware.demo import build_demo_agency
 from middleware.errors import Unauthenticated
-from middleware.grpc_api import build_server
-from middleware.grpc_api.channel import open_channel
-from middleware.grpc_api.server import GrpcServer
 from middleware.refusals import RefusalAggregator, source_of
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.grpc_api.server import GrpcServer
+from middleware.server.settings import ServerConfig, hash_token
 
 TOKENS = {"web": "web-frontend", "other": "other-frontend"}
 TOKEN_FILE = "".join(f"{name} {hash_token(token)} client\n" for name, token in TOKENS.items())

@@ -13,7 +13,7 @@ import pytest
 
 from middleware.audit import Actors, AuditRecord, WalAuditLog
 from middleware.audit.export import csv_cell, export
-from middleware.config import TlsConfig
+from middleware.server.settings import TlsConfig
 
 EVIL = {
     "task_id": "=cmd|' /C calc'!A0",

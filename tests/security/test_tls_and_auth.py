@@ -9,10 +9,10 @@ from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.access import Principal, Role
 from middleware.cli import main
 from middleware.cli.health import check
-from middleware.config import ClientTlsConfig, ServerConfig, TlsConfig, hash_token, read_token_hashes
 from middleware.errors import InvalidInput
-from middleware.grpc_api import build_server
-from middleware.grpc_api.channel import open_channel
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.settings import ClientTlsConfig, ServerConfig, TlsConfig, hash_token, read_token_hashes
 
 ROUTE = agency_pb2.RouteRequest(text="I need a replacement for my shattered screen")
 

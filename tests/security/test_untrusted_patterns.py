@@ -11,9 +11,10 @@ import pytest
 from middleware.contracts import CapabilityContract
 from middleware.errors import InvalidInput
 from middleware.goals import GoalAssertion
-from middleware.grpc_api.convert import contract_from_pb, contract_to_pb
 from middleware.schema_guard import SchemaLimits, check_schema_bounds, schema_limits, set_schema_limits
 from middleware.schemas import CompiledSchema
+from middleware.server.grpc_api.convert import contract_from_pb, contract_to_pb
+from middleware.server.settings import schema_limits_from_env
 
 
 def contract(schema: dict[str, Any]) -> dict[str, Any]:
@@ -87,8 +88,8 @@ def test_schema_size_node_and_depth_caps_name_the_field() -> None:
 
 
 def test_schema_limits_come_from_the_environment() -> None:
-    limits = SchemaLimits.from_env({"AGENCY_MAX_SCHEMA_NODES": "100"})
+    limits = schema_limits_from_env({"AGENCY_MAX_SCHEMA_NODES": "100"})
     assert limits.max_nodes == 100 and limits.max_bytes == SchemaLimits().max_bytes
     with pytest.raises(InvalidInput) as info:
-        SchemaLimits.from_env({"AGENCY_MAX_SCHEMA_BYTES": "lots"})
+        schema_limits_from_env({"AGENCY_MAX_SCHEMA_BYTES": "lots"})
     assert info.value.field == "AGENCY_MAX_SCHEMA_BYTES"

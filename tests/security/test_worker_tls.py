@@ -23,10 +23,15 @@ import pytest
 
 from middleware import AgentRequest, FailureType, NotFound
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, worker_pb2, worker_pb2_grpc
-from middleware.bootstrap import build_agency
 from middleware.cli import build_parser, main
 from middleware.cli.worker import worker_config
-from middleware.config import (
+from middleware.errors import InvalidInput, Unauthenticated, Unavailable
+from middleware.pipeline import Agency
+from middleware.server.bootstrap import build_agency
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.channel import open_channel
+from middleware.server.remote_agent import RemoteAgent
+from middleware.server.settings import (
     ClientTlsConfig,
     ServerConfig,
     TlsConfig,
@@ -34,12 +39,7 @@ from middleware.config import (
     definition_from,
     hash_token,
 )
-from middleware.errors import InvalidInput, Unauthenticated, Unavailable
-from middleware.grpc_api import build_server
-from middleware.grpc_api.channel import open_channel
-from middleware.pipeline import Agency
-from middleware.remote_agent import RemoteAgent
-from middleware.worker import Worker
+from middleware.server.worker import Worker
 
 CONTRACT = {"name": "translator", "version": "1.0.0", "can_do": ["translate"], "slo_latency_ms": 3000}
 SUBMIT = agency_pb2.SubmitRequest(

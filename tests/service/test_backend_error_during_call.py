@@ -28,14 +28,14 @@ from middleware.audit import MemoryAuditLog
 from middleware.audit.open_tasks import open_tasks
 from middleware.audit.verify import verify_path
 from middleware.audit.wal_reader import WalLogReader
-from middleware.bootstrap import build_agency
 from middleware.cli import main
-from middleware.definition import AgencyDefinition
-from middleware.grpc_api import build_server
 from middleware.memory_catalog import MemoryCatalog
 from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.redis.task_store import RedisTaskStore
 from middleware.router import Router
+from middleware.server.bootstrap import build_agency
+from middleware.server.definition import AgencyDefinition
+from middleware.server.grpc_api import build_server
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,9 +12,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware import Agency
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
-from middleware.grpc_api import build_server
-from middleware.grpc_api.gate import BackendGate
 from middleware.redis.health import BackendMonitor, redis_check
+from middleware.server.grpc_api import build_server
+from middleware.server.grpc_api.gate import BackendGate
 
 
 async def test_health_and_fail_fast_follow_a_redis_outage():

@@ -15,10 +15,10 @@ import yaml
 
 from middleware import InvalidInput, TaskState
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
-from middleware.bootstrap import build_agency
 from middleware.cli import main
-from middleware.config import load_definition
 from middleware.demo import CONTRACTS, WARRANTY_GOAL, warranty_request
+from middleware.server.bootstrap import build_agency
+from middleware.server.settings import load_definition
 
 ROOT = Path(__file__).resolve().parents[2]
 ECOMMERCE = ROOT / "examples" / "ecommerce.yaml"

@@ -17,7 +17,7 @@ from middleware.audit.record import AuditRecord
 from middleware.audit.verify import verify_path
 from middleware.audit.wal import WalAuditLog, WalOptions
 from middleware.audit.wal_reader import WalLogReader
-from middleware.definition import AgencyDefinition
+from middleware.server.definition import AgencyDefinition
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 

@@ -14,11 +14,11 @@ import yaml
 
 from middleware import InvalidInput
 from middleware.audit.checkpoint import Signer, load_or_create_signer
-from middleware.bootstrap import build_agency, build_post_office
 from middleware.cli import build_parser, main
 from middleware.cli.serve import _overrides
-from middleware.config import definition_from, hash_token, load_definition
 from middleware.messaging import generate_key, public_key_b64
+from middleware.server.bootstrap import build_agency, build_post_office
+from middleware.server.settings import definition_from, hash_token, load_definition
 
 ROOT = Path(__file__).resolve().parents[2]
 ECOMMERCE = ROOT / "examples" / "ecommerce.yaml"
@@ -302,7 +302,7 @@ def test_the_audit_directory_follows_the_layer_that_last_names_a_place(tmp_path)
 
 
 def test_serve_help_lists_every_variable_and_the_precedence(capsys):
-    from middleware.config import ENV_VARIABLES
+    from middleware.server.settings import ENV_VARIABLES
 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])

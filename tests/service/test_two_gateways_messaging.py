@@ -26,9 +26,9 @@ import yaml
 from gateway_processes import GatewayProcess, start_gateway, start_gateways
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
-from middleware.config import hash_token
-from middleware.grpc_api.message_servicer import smf_to_pb
 from middleware.messaging import SendOptions, generate_key, public_key_b64, sign_message
+from middleware.server.grpc_api.message_servicer import smf_to_pb
+from middleware.server.settings import hash_token
 from middleware.smf import SMFMessage
 
 pytestmark = pytest.mark.timeout(90)
@@ -288,8 +288,8 @@ async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_af
 async def test_an_agent_registered_through_one_gateway_works_through_the_other_until_deregistered(
     gateways,
 ) -> None:
+    from middleware.client.messaging import MessagingClient, register_agent
     from middleware.errors import Unauthenticated
-    from middleware.messaging_client import MessagingClient, register_agent
 
     gw1, gw2, alice, _, _ = gateways
     creds, info = await register_agent(

@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webhook_server import HookServer
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
+from middleware.client.messaging import AgentCredentials, MessagingClient
 from middleware.messaging.webhooks import verify_signature
-from middleware.messaging_client import AgentCredentials, MessagingClient
 
 pytestmark = pytest.mark.timeout(90)
 

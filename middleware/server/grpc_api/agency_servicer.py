@@ -1,0 +1,55 @@
+"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting tasks, read tasks."""
+
+from __future__ import annotations
+
+import grpc
+
+from ..._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from ...access import current_caller, current_principal
+from ...errors import InvalidInput
+from ...pipeline import Agency
+from ..tracing import current_trace_id
+from .convert import decision_to_pb, loads, outcome_to_pb, task_from_pb
+from .status import rpc
+
+
+class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
+    def __init__(self, agency: Agency) -> None:
+        self._agency = agency
+
+    @rpc
+    async def Submit(
+        self, request: agency_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        try:
+            task = task_from_pb(request)
+        except InvalidInput as exc:
+            await self._agency.record_rejection(exc)
+            raise
+        if not task["trace_id"]:  # adopt the call's OTel trace id (see middleware.server.tracing)
+            task["trace_id"] = current_trace_id()
+        return outcome_to_pb(await self._agency.submit(task, client=current_caller()))
+
+    @rpc
+    async def Route(
+        self, request: agency_pb2.RouteRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.RoutingDecision:
+        constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)
+        decision = await self._agency.route(request.text, constraints)
+        return decision_to_pb(decision)
+
+    @rpc
+    async def Resume(
+        self, request: agency_pb2.ResumeRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        decision = loads(request.decision_json, "decision_json", want=dict)
+        outcome = await self._agency.resume(
+            request.task_id, answer=request.answer or None, decision=decision, caller=current_principal()
+        )
+        return outcome_to_pb(outcome)
+
+    @rpc
+    async def GetTask(
+        self, request: agency_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        return outcome_to_pb(await self._agency.get_task(request.task_id, caller=current_principal()))

@@ -1,0 +1,220 @@
+"""``agency.v1.CatalogService`` over the core catalog."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+
+from ..._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from ...access import Role, current_caller, current_principal
+from ...caller_limits import CallerLimits, StreamCounter, WriteRateLimiter
+from ...catalog import CatalogEntry, CatalogEvent, CatalogWatch
+from ...contracts import CapabilityContract
+from ...errors import PermissionDenied, ResourceExhausted
+from ...grants import Grants, check_grant
+from ...pipeline import Agency
+from .convert import contract_from_pb, entry_to_pb, query_from_pb
+from .status import rpc, rpc_stream
+
+
+def event_to_pb(event: CatalogEvent) -> catalog_pb2.CatalogEvent:
+    return catalog_pb2.CatalogEvent(
+        type=event.type.value,
+        key=event.key,
+        entry=entry_to_pb(event.entry) if event.entry is not None else None,
+        at=event.at.isoformat(),
+    )
+
+
+def _existing(entry: CatalogEntry) -> catalog_pb2.CatalogEvent:
+    return catalog_pb2.CatalogEvent(
+        type="existing", key=entry.key, entry=entry_to_pb(entry), at=entry.last_heartbeat.isoformat()
+    )
+
+
+def _contract(pb: common_pb2.CapabilityContract) -> CapabilityContract:
+    """The contract in a request, with its schemas checked and compiled (CPU work: run off the loop)."""
+    contract = contract_from_pb(pb)
+    if contract.input_schema:
+        contract.compiled_schema("input")
+    if contract.output_schema:
+        contract.compiled_schema("output")
+    return contract
+
+
+class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
+    """Catalog reads and writes; an agent's writes must stay within its grant (:mod:`..grants`).
+
+    Args:
+        agency: The agency whose catalog is served.
+        grants: What each agent identity may declare (checked when tokens are on).
+        on_deny: Awaited with each refusal before the call ends (the gateway audits it).
+    """
+
+    def __init__(
+        self,
+        agency: Agency,
+        *,
+        grants: Grants | None = None,
+        on_deny: Callable[[PermissionDenied], Awaitable[None]] | None = None,
+        limits: CallerLimits | None = None,
+    ) -> None:
+        self._agency = agency
+        self._grants: Grants = grants or {}
+        self._on_deny = on_deny
+        self._limits = limits or CallerLimits()
+        self._streams = StreamCounter(self._limits.watch_streams)
+        self._writes = WriteRateLimiter(
+            self._limits.catalog_writes_per_second, self._limits.catalog_write_burst
+        )
+
+    def _write(self, operation: str) -> None:
+        """Spend one catalog write of the caller (admins, and everyone with tokens off, are not
+        limited: without tokens there is no caller to count for)."""
+        principal = current_principal()
+        if principal is not None and principal.role is not Role.ADMIN:
+            self._writes.take(principal.name, operation=operation)
+
+    @contextmanager
+    def _stream(self) -> Iterator[None]:
+        principal = current_principal()
+        if principal is None:  # tokens off: no caller to count for
+            yield
+            return
+        with self._streams.holding(principal.name):
+            yield
+
+    async def _granted(self, contract: CapabilityContract, operation: str) -> None:
+        try:
+            check_grant(current_principal(), contract, self._grants, operation=operation)
+        except PermissionDenied as exc:
+            if self._on_deny is not None:
+                await self._on_deny(exc)
+            raise
+
+    @rpc
+    async def Register(
+        self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Register")
+        contract = await asyncio.to_thread(_contract, request.contract)
+        await self._granted(contract, "CatalogService/Register")
+        entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
+        return entry_to_pb(entry)
+
+    @rpc
+    async def Get(
+        self, request: catalog_pb2.GetCapabilityRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        return entry_to_pb(await self._agency.catalog.get(request.key))
+
+    @rpc
+    async def Query(
+        self, request: catalog_pb2.QueryRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.QueryResponse:
+        entries = await self._agency.catalog.query(query_from_pb(request))
+        return catalog_pb2.QueryResponse(entries=[entry_to_pb(e) for e in entries])
+
+    @rpc
+    async def Update(
+        self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Update")
+        contract = await asyncio.to_thread(_contract, request.contract)
+        await self._granted(contract, "CatalogService/Update")
+        await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
+        return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))
+
+    @rpc
+    async def Deregister(
+        self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.DeregisterResponse:
+        self._write("CatalogService/Deregister")
+        await self._agency.deregister(request.key, actor=current_caller())
+        return catalog_pb2.DeregisterResponse()
+
+    @rpc
+    async def Heartbeat(
+        self, request: catalog_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> catalog_pb2.CatalogEntry:
+        self._write("CatalogService/Heartbeat")
+        return entry_to_pb(await self._agency.catalog.heartbeat(request.key))
+
+    @rpc_stream
+    async def Watch(
+        self, request: catalog_pb2.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[catalog_pb2.CatalogEvent]:
+        # One caller holds a bounded number of streams, each with a bounded backlog: a
+        # consumer that does not read is dropped instead of growing the gateway's memory.
+        with self._stream():
+            # subscribe first, then list: nothing that happens in between is lost
+            async with self._agency.catalog.watch() as events:
+                backlog = _Backlog(self._limits.watch_queue, self._limits.watch_backlog_bytes)
+                pump = asyncio.create_task(backlog.pump(events))
+                waiting: set[asyncio.Future[Any]] = set()
+                try:
+                    if request.include_existing:
+                        for entry in await self._agency.catalog.all():
+                            backlog.check()
+                            yield _existing(entry)
+                    while True:
+                        backlog.check()
+                        get = asyncio.ensure_future(backlog.queue.get())
+                        dropped = asyncio.ensure_future(backlog.overflowed.wait())
+                        waiting = {get, dropped}
+                        await asyncio.wait({get, dropped, pump}, return_when=asyncio.FIRST_COMPLETED)
+                        dropped.cancel()
+                        if not get.done():
+                            get.cancel()
+                            if pump.done() and not backlog.overflowed.is_set():
+                                pump.result()  # the watch ended (or failed): so does the stream
+                                while not backlog.queue.empty():
+                                    yield backlog.taken(backlog.queue.get_nowait())
+                                return
+                            continue
+                        yield backlog.taken(get.result())
+                finally:
+                    pending = [f for f in (pump, *waiting) if not f.done()]
+                    for f in pending:
+                        f.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+
+
+class _Backlog:
+    """One Watch stream's events not yet sent, bounded in count and in bytes."""
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self.max_events, self.max_bytes = max_events, max_bytes
+        self.queue: asyncio.Queue[tuple[catalog_pb2.CatalogEvent, int]] = asyncio.Queue()
+        self.bytes = 0
+        self.overflowed = asyncio.Event()
+
+    async def pump(self, events: CatalogWatch) -> None:
+        """Move a watch's events into the backlog (as the messages to send). On overflow,
+        unsubscribe at once: the subscription's own queue would grow while the stream waits."""
+        async for event in events:
+            message = event_to_pb(event)
+            size = message.ByteSize()
+            if self.queue.qsize() >= self.max_events or self.bytes + size > self.max_bytes:
+                self.overflowed.set()
+                await events.aclose()
+                return
+            self.bytes += size
+            self.queue.put_nowait((message, size))
+
+    def taken(self, item: tuple[catalog_pb2.CatalogEvent, int]) -> catalog_pb2.CatalogEvent:
+        self.bytes -= item[1]
+        return item[0]
+
+    def check(self) -> None:
+        if self.overflowed.is_set():
+            raise ResourceExhausted(
+                f"this Watch stream fell more than {self.max_events} events or {self.max_bytes} bytes "
+                "behind (AGENCY_WATCH_QUEUE, AGENCY_WATCH_BACKLOG_BYTES): the consumer reads too "
+                "slowly and was dropped; re-read with Query, then watch again",
+                retryable=True,
+            )

@@ -1,0 +1,52 @@
+"""``agency.v1.GoalService`` over the core goal registry."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+
+from ..._model import parse_model
+from ..._proto.agency.v1 import goals_pb2, goals_pb2_grpc
+from ...errors import InvalidInput
+from ...goals import GoalAssertion
+from ...pipeline import Agency
+from .convert import loads
+from .status import rpc
+
+__all__ = ["GoalServicer", "goal_to_pb"]
+
+
+def goal_to_pb(goal: GoalAssertion) -> goals_pb2.Goal:
+    return goals_pb2.Goal(
+        id=goal.id,
+        description=goal.description,
+        timeout_seconds=goal.timeout_seconds,
+        criticality=goal.criticality,
+        stages=[s.name for s in goal.stages],
+        verification_step_count=len(goal.verification_steps),
+        goal_json=json.dumps(goal.model_dump(mode="json"), ensure_ascii=False),
+    )
+
+
+class GoalServicer(goals_pb2_grpc.GoalServiceServicer):
+    def __init__(self, agency: Agency) -> None:
+        self._agency = agency
+
+    @rpc
+    async def RegisterGoal(
+        self, request: goals_pb2.RegisterGoalRequest, context: grpc.aio.ServicerContext
+    ) -> goals_pb2.Goal:
+        data = loads(request.goal_json, "goal_json", want=dict)
+        if data is None:
+            raise InvalidInput.single("goal_json", "the goal assertion is required", what="goal assertion")
+        goal = parse_model(GoalAssertion, data, what="goal assertion", prefix="goal_json")
+        return goal_to_pb(self._agency.register_goal(goal, replace=request.replace))
+
+    @rpc
+    async def GetGoal(
+        self, request: goals_pb2.GetGoalRequest, context: grpc.aio.ServicerContext
+    ) -> goals_pb2.Goal:
+        if not request.goal_id:
+            raise InvalidInput.single("goal_id", "required")
+        return goal_to_pb(self._agency.get_goal(request.goal_id))

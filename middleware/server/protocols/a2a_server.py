@@ -1,0 +1,501 @@
+"""The gateway as an A2A server (official ``a2a-sdk``): every A2A message is a governed task.
+
+One Agent Card for the gateway, at ``/.well-known/agent-card.json``: its skills are the
+actions of the registered contracts (rebuilt from the catalog on every fetch), because the
+gateway, not the client, chooses the agent — a card per capability would let a client pick
+an agent and skip the router. Bindings: JSON-RPC at ``/a2a/jsonrpc`` and HTTP+JSON under
+``/a2a/rest`` (both from the SDK's Starlette routes).
+
+A message becomes a :class:`~middleware.tasks.TaskRequest`: its text parts are the request
+text, its data parts the structured input, and ``metadata.agency`` (the governance extension,
+:data:`GOVERNANCE_EXTENSION`) names the goal, steps, constraints, skill, session and trace;
+a W3C ``traceparent`` in the metadata continues the caller's trace. The provenance source is
+``a2a:<client>``. The task runs through :meth:`Agency.submit` under the A2A task id, and its
+state maps onto the A2A states: completed (the output as an artifact), input-required (a
+clarification or a human handover: the packet as a data part), rejected (a refusal),
+failed, canceled. A follow-up message on an input-required task resumes it
+(:meth:`Agency.resume`): a data part ``{"answer": ID}`` or ``{"decision": {...}}``, or the
+option id as text. ``SendStreamingMessage`` streams every pipeline state as a ``working``
+status update (``metadata.agency_state``) before the final one.
+
+Callers authenticate with the A2A security scheme ``bearer`` (HTTP bearer), checked against
+the gateway's token file: the same clients and roles as gRPC. Everything is audited by the
+pipeline as for any task, under the client's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from a2a.auth.user import User
+from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
+from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentExtension,
+    AgentInterface,
+    AgentSkill,
+    CancelTaskRequest,
+    HTTPAuthSecurityScheme,
+    Message,
+    Part,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+    TaskState,
+    TaskStatus,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ...access import Permission, Principal, authorize
+from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from ...pipeline import Agency
+from ...tasks import Outcome
+from ...tasks import TaskState as AgencyState
+from .common import FRESHNESS_TTL, Callers, answer_ttl, outcome_data, outcome_text, task_request
+from .watch import TaskWatch
+
+__all__ = [
+    "GOVERNANCE_EXTENSION",
+    "JSONRPC_PATH",
+    "REST_PATH",
+    "GovernedExecutor",
+    "build_a2a_app",
+    "gateway_card",
+]
+
+log = logging.getLogger("agency.a2a")
+
+#: The extension a client uses to name goals, steps and constraints (``metadata.agency``).
+GOVERNANCE_EXTENSION = "urn:agency-middleware:a2a:governance:v1"
+JSONRPC_PATH = "/a2a/jsonrpc"
+REST_PATH = "/a2a/rest"
+_PRINCIPAL = "agency.principal"
+
+_STATE: dict[AgencyState, Any] = {  # A2A TaskState values
+    AgencyState.COMPLETED: TaskState.TASK_STATE_COMPLETED,
+    AgencyState.INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
+    AgencyState.REJECTED: TaskState.TASK_STATE_REJECTED,
+    AgencyState.FAILED: TaskState.TASK_STATE_FAILED,
+    AgencyState.CANCELED: TaskState.TASK_STATE_CANCELED,
+}
+
+
+async def gateway_card(agency: Agency, url: str, *, auth: bool, name: str = "Agency Middleware") -> AgentCard:
+    """The gateway's Agent Card: one skill per action of the registered contracts.
+
+    Args:
+        agency: Whose catalog the skills come from (stale contracts are left out).
+        url: The gateway's A2A base URL (``http://host:port``).
+        auth: Whether callers must send a bearer token (declared as the ``bearer`` scheme).
+        name: The card's name.
+    """
+    actions: dict[str, dict[str, Any]] = {}
+    for entry in sorted(await agency.catalog.all(), key=lambda e: e.key):
+        if entry.stale:
+            continue
+        contract = entry.contract
+        for action in contract.can_do:
+            skill = actions.setdefault(action, {"contracts": [], "tags": set()})
+            about = f" ({contract.description})" if contract.description else ""
+            skill["contracts"].append(f"{contract.key}{about}")
+            skill["tags"].update(contract.tags)
+    skills = [
+        AgentSkill(
+            id=action,
+            name=action,
+            description=f"Routed by contract to: {'; '.join(info['contracts'])}",
+            tags=sorted(info["tags"]) or [action],
+            input_modes=["text/plain", "application/json"],
+            output_modes=["application/json", "text/plain"],
+        )
+        for action, info in sorted(actions.items())
+    ]
+    return _card(url, [_ANY_SKILL, *skills], auth=auth, name=name)
+
+
+#: The skill every card has: a request that names none is routed from its text.
+_ANY_SKILL = AgentSkill(
+    id="governed_task",
+    name="governed_task",
+    description="Any request: the router picks the capability from the text (or metadata.agency.skill, "
+    "goal_id, steps) and refuses what no contract allows.",
+    tags=["governance"],
+    input_modes=["text/plain", "application/json"],
+    output_modes=["application/json", "text/plain"],
+)
+
+
+def _card(url: str, skills: list[AgentSkill], *, auth: bool, name: str = "Agency Middleware") -> AgentCard:
+    card = AgentCard(
+        name=name,
+        description="Governance gateway: every message is a task routed by capability contract, "
+        "checked against its goal, handled by typed failure semantics and audited. Name a skill, "
+        f"a goal or steps in metadata.agency ({GOVERNANCE_EXTENSION}).",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=f"{url}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"),
+            AgentInterface(url=f"{url}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+        ],
+        capabilities=AgentCapabilities(
+            streaming=True,
+            push_notifications=False,
+            extensions=[
+                AgentExtension(
+                    uri=GOVERNANCE_EXTENSION,
+                    description="metadata.agency: goal_id, goal, steps, input, constraints, skill, "
+                    "user_id, session_id, trace_id, freshness_ttl, confidence_score, reliability_score",
+                    required=False,
+                )
+            ],
+        ),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["application/json", "text/plain"],
+        skills=skills,
+    )
+    if auth:
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(
+                    scheme="bearer", description="the gateway's client tokens (same as gRPC)"
+                )
+            )
+        )
+        card.security_requirements.append(SecurityRequirement(schemes={"bearer": StringList()}))
+    return card
+
+
+class _Caller(User):
+    """The authenticated client, as the SDK sees it (its task store scopes tasks by it)."""
+
+    def __init__(self, principal: Principal | None) -> None:
+        self.principal = principal
+
+    @property
+    def is_authenticated(self) -> bool:
+        return self.principal is not None
+
+    @property
+    def user_name(self) -> str:
+        return self.principal.name if self.principal is not None else ""
+
+
+class _ContextBuilder(DefaultServerCallContextBuilder):
+    def build_user(self, request: Request) -> User:
+        return _Caller(request.scope.get(_PRINCIPAL))
+
+
+class _BearerGate:
+    """ASGI middleware: a known bearer token on every request but the Agent Card's (401)."""
+
+    def __init__(self, app: ASGIApp, callers: Callers) -> None:
+        self.app, self.callers = app, callers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == AGENT_CARD_WELL_KNOWN_PATH:
+            await self.app(scope, receive, send)
+            return
+        header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+        try:
+            scope[_PRINCIPAL] = self.callers.from_header(header)
+        except Unauthenticated as exc:
+            response = JSONResponse(
+                {"error": "UNAUTHENTICATED", "message": str(exc)},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="agency"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _principal(context: RequestContext | ServerCallContext) -> Principal | None:
+    call = context.call_context if isinstance(context, RequestContext) else context
+    user = call.user
+    return user.principal if isinstance(user, _Caller) else None
+
+
+class GovernedExecutor(AgentExecutor):
+    """Runs each A2A request through the governance pipeline (see the module docstring)."""
+
+    def __init__(self, agency: Agency) -> None:
+        self.agency = agency
+        self.watch = TaskWatch.install(agency)
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        if message is None or not task_id:
+            raise InvalidParamsError(message="message: required")
+        principal = _principal(context)
+        if context.current_task is not None:  # a follow-up: the task's own context
+            context_id = context.current_task.context_id
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        if context.current_task is None:
+            await self._submit(context, message, principal, event_queue, updater)
+        else:
+            await self._resume(context, message, principal, updater)
+
+    async def _submit(
+        self,
+        context: RequestContext,
+        message: Message,
+        principal: Principal | None,
+        event_queue: EventQueue,
+        updater: TaskUpdater,
+    ) -> None:
+        task_id = context.task_id or ""
+        try:
+            if principal is not None:  # any known token may submit (as gRPC Submit)
+                authorize(principal, Permission.CALL, operation="A2A/SendMessage")
+            request = _request(message, context.metadata, principal, task_id)
+            if request.goal_id:
+                self.agency.get_goal(request.goal_id)  # NotFound before the task exists
+        except NotFound as exc:
+            raise InvalidParamsError(message=f"metadata.agency.goal_id: {exc}") from None
+        except InvalidInput as exc:
+            await self.agency.record_rejection(exc, component="a2a")
+            raise InvalidParamsError(
+                message=str(exc), data={"problems": [str(p) for p in exc.problems]}
+            ) from None
+        except PermissionDenied as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        await event_queue.enqueue_event(
+            Task(
+                id=task_id,
+                context_id=context.context_id or "",
+                status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                history=[message],
+            )
+        )
+        client = principal.name if principal is not None else ""
+        outcome = await self._follow(task_id, self.agency.submit(request, client=client), updater)
+        if outcome is not None:
+            await _report(outcome, updater)
+
+    async def _resume(
+        self, context: RequestContext, message: Message, principal: Principal | None, updater: TaskUpdater
+    ) -> None:
+        task_id = context.task_id or ""
+        answer, decision = _answer(message)
+        outcome = await self._follow(
+            task_id,
+            self.agency.resume(task_id, answer=answer, decision=decision, caller=principal),
+            updater,
+        )
+        if outcome is not None:
+            await _report(outcome, updater)
+
+    async def _follow(self, task_id: str, work: Awaitable[Outcome], updater: TaskUpdater) -> Outcome | None:
+        """Run ``work`` and stream each pipeline state of the task as a ``working`` update.
+
+        A refused resume (an answer that is not an option, another client's task) leaves
+        the task waiting: it is told as input-required again, with the reason.
+        """
+        with self.watch.watching(task_id) as changes:
+            try:
+                outcome = await _streaming(work, changes, updater)
+            except (InvalidInput, PermissionDenied) as exc:
+                try:
+                    current = await self.agency.tasks.get(task_id)
+                except NotFound:  # refused before the task existed (a submit)
+                    raise InvalidParamsError(message=str(exc)) from None
+                if current.state is AgencyState.INPUT_REQUIRED:
+                    pending = current.outcome()
+                    text = f"Not accepted: {exc}. {outcome_text(pending)}"
+                    await updater.requires_input(
+                        updater.new_agent_message([new_text_part(text), new_data_part(outcome_data(pending))])
+                    )
+                    return None
+                raise InvalidParamsError(message=str(exc)) from None
+            except NotFound as exc:  # a goal named in metadata that is not registered
+                raise InvalidParamsError(message=str(exc)) from None
+            except AgencyError as exc:  # e.g. the task is not waiting (another resume won)
+                raise InvalidParamsError(message=str(exc)) from None
+        return outcome
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Cancel a task waiting for input (the handler refuses running ones before this)."""
+        task_id = context.task_id or ""
+        outcome = await self.agency.resume(
+            task_id,
+            decision={"action": "cancel", "note": "canceled through A2A", "by": _name(context)},
+            caller=_principal(context),
+        )
+        updater = TaskUpdater(event_queue, task_id, context.context_id or "")
+        await _report(outcome, updater)
+
+
+async def _streaming(work: Awaitable[Outcome], changes: Any, updater: TaskUpdater) -> Outcome:
+    job = asyncio.ensure_future(work)
+    try:
+        while True:
+            getter = asyncio.ensure_future(changes.get())
+            done, _ = await asyncio.wait({job, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+            else:
+                await _working(getter.result(), updater)
+            if job in done:
+                while not changes.empty():
+                    await _working(changes.get_nowait(), updater)
+                return job.result()
+    finally:
+        if not job.done():
+            job.cancel()
+
+
+async def _working(change: dict[str, Any], updater: TaskUpdater) -> None:
+    state = AgencyState(change["to"])
+    if state.terminal or state is AgencyState.INPUT_REQUIRED:
+        return  # the final update carries it, with the outcome
+    await updater.update_status(
+        TaskState.TASK_STATE_WORKING,
+        metadata={
+            "agency_state": state.value,
+            "from": change.get("from", ""),
+            "node": change.get("node", ""),
+        },
+    )
+
+
+def _name(context: RequestContext) -> str:
+    p = _principal(context)
+    return p.name if p is not None else "a2a client"
+
+
+def _request(message: Message, metadata: dict[str, Any], principal: Principal | None, task_id: str) -> Any:
+    """The task request for a new A2A message (``metadata`` is the request's, then the message's)."""
+    meta = {**_struct(message), **metadata}
+    governance = meta.get("agency") or {}
+    if not isinstance(governance, dict):
+        raise InvalidInput.single("metadata.agency", "must be an object", what="A2A message")
+    governance = dict(governance)
+    traceparent = str(meta.get("traceparent", ""))
+    if traceparent and "trace_id" not in governance:
+        parts = traceparent.split("-")
+        if len(parts) != 4 or len(parts[1]) != 32:
+            raise InvalidInput.single("metadata.traceparent", "not a W3C traceparent", what="A2A message")
+        governance["trace_id"] = parts[1]
+    data: dict[str, Any] = {}
+    for i, item in enumerate(get_data_parts(list(message.parts))):
+        if not isinstance(item, dict):
+            raise InvalidInput.single(f"message.parts[{i}].data", "must be an object", what="A2A message")
+        data.update(item)
+    text = get_message_text(message, " ").strip()
+    if not text:
+        raise InvalidInput.single(
+            "message.parts", "no text part: the request text is required", what="A2A message"
+        )
+    client = principal.name if principal is not None else "anonymous"
+    governance.setdefault("user_id", client)
+    return task_request(
+        text, governance, data=data, source=f"a2a:{client}", where="metadata.agency", task_id=task_id
+    )
+
+
+def _struct(message: Message) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+
+    meta: dict[str, Any] = MessageToDict(message.metadata)
+    return meta
+
+
+def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None]:
+    """The answer (option id) or human decision a follow-up message carries."""
+    for item in get_data_parts(list(message.parts)):
+        if isinstance(item, dict) and "decision" in item:
+            return None, dict(item["decision"])
+        if isinstance(item, dict) and "answer" in item:
+            return str(item["answer"]), None
+    return get_message_text(message, " ").strip() or None, None
+
+
+async def _report(outcome: Outcome, updater: TaskUpdater) -> None:
+    """The final (or waiting) A2A status of ``outcome``; a completed output as an artifact."""
+    data = outcome_data(outcome)
+    if outcome.state is AgencyState.COMPLETED:
+        output = outcome.output
+        meta: dict[str, Any] = {"trace_id": outcome.trace_id, "goal_id": outcome.goal_id}
+        ttl = answer_ttl(outcome)
+        if ttl is not None:  # a caller in a time-critical domain needs it (docs/semantics.md)
+            meta[FRESHNESS_TTL] = ttl
+        await updater.add_artifact(
+            [new_data_part(output) if output is not None else new_text_part("")],
+            name="output",
+            metadata=meta,
+        )
+    parts: list[Part] = [new_text_part(outcome_text(outcome)), new_data_part(data)]
+    await updater.update_status(
+        _STATE[outcome.state],
+        message=updater.new_agent_message(parts),
+        metadata={"agency_state": outcome.state.value, "trace_id": outcome.trace_id},
+    )
+
+
+class _GovernedHandler(DefaultRequestHandler):
+    """The SDK's handler, but a running task is not cancelable (only a waiting one is): the
+    pipeline has no safe point to stop a step an agent is running."""
+
+    def __init__(self, agency: Agency, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._agency = agency
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        try:
+            outcome = await self._agency.get_task(params.id, caller=_principal(context))
+        except (NotFound, PermissionDenied):
+            task: Task | None = await super().on_cancel_task(params, context)  # the SDK's not-found
+            return task
+        if not outcome.state.terminal and outcome.state is not AgencyState.INPUT_REQUIRED:
+            raise TaskNotCancelableError(
+                message=f"task {params.id} is {outcome.state.value}: only a task waiting for input can be "
+                "canceled (a running step is not interrupted)"
+            )
+        canceled: Task | None = await super().on_cancel_task(params, context)
+        return canceled
+
+
+def build_a2a_app(agency: Agency, *, url: str, token_hashes: dict[str, Principal] | None = None) -> Starlette:
+    """The A2A application of ``agency``: Agent Card, JSON-RPC and HTTP+JSON bindings.
+
+    Args:
+        agency: The governance core every message goes through.
+        url: The base URL clients reach it at (written into the card).
+        token_hashes: The gateway's token file (``ServerConfig.token_hashes()``); None = no
+            tokens required.
+    """
+    callers = Callers(token_hashes)
+    base = _card(url, [_ANY_SKILL], auth=callers.required)  # what the handler checks: capabilities
+    handler = _GovernedHandler(
+        agency, agent_executor=GovernedExecutor(agency), task_store=InMemoryTaskStore(), agent_card=base
+    )
+
+    async def current_card(_: AgentCard) -> AgentCard:
+        return await gateway_card(agency, url, auth=callers.required)
+
+    builder = _ContextBuilder()
+    routes = [
+        *create_agent_card_routes(base, card_modifier=current_card),
+        *create_jsonrpc_routes(handler, JSONRPC_PATH, context_builder=builder),
+        *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PATH),
+    ]
+    app = Starlette(routes=routes)
+    app.add_middleware(_BearerGate, callers=callers)
+    return app
