@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from middleware._proto.agency.v1 import agency_pb2
-from middleware.grpc_api.decode import DecodeGuardInterceptor, _suspect, value_problems
+from middleware.server.grpc_api.decode import DecodeGuardInterceptor, _suspect, value_problems
 
 #: The one-regex form the guard used before (the reference :func:`_suspect` must agree with).
 SUSPECT = re.compile(r"\\u[dD][89abcdefABCDEF]|NaN|Infinity|[eE][+]?0*\d{3}")
