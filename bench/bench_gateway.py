@@ -14,6 +14,10 @@ the same-sized reply and nothing else.
     python -m bench.bench_gateway --profile gateway.prof # cProfile the gateway run
     python -m bench.bench_gateway --workers-compare      # + agency serve --workers 2 vs 1 (Redis)
 
+Each line also shows the server's CPU per call (every thread of this process; the load
+generator is a child process): on a shared machine calls/s swing with the load, the CPU per
+call much less, and the throughput of a CPU-bound gateway follows it.
+
 Targets (issue 18), each printed against its baseline measured in the same run:
 throughput at 16 in flight >= 0.40x the bare server's; p50 at 1 in flight <= bare p50 +
 the disk's fdatasync p50 (measured in the gateway's data directory) + 1 ms; with
@@ -28,9 +32,11 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import multiprocessing as mp
 import os
 import re
+import resource
 import signal
 import statistics
 import sys
@@ -146,11 +152,12 @@ async def _load(
         for _ in range(max(1, channels))
     ]
     stubs = [agency_pb2_grpc.AgencyServiceStub(c) for c in opened]
-    turn = 0
+    turn = warmup = 0
     try:
         for stub in stubs:
             for _ in range(max(5, 50 // len(stubs))):  # warm-up: connections, caches, compiled schemas
                 await stub.Submit(payload, timeout=30)
+                warmup += 1
 
         async def one() -> None:
             nonlocal turn
@@ -199,6 +206,7 @@ async def _load(
     n = len(latencies)
     return {
         "calls": n,
+        "warmup": warmup,
         "errors": errors,
         "seconds": elapsed,
         "throughput": n / elapsed,
@@ -223,10 +231,19 @@ async def drive(
     proc = ctx.Process(
         target=_client, args=(f"127.0.0.1:{port}", args.size, inflight, seconds, rate, channels, child)
     )
+    before = _cpu_seconds()
     proc.start()
     result: dict[str, Any] = await asyncio.to_thread(parent.recv)
+    # the server's CPU (this process, every thread; the load generator is a child) per call,
+    # warm-up calls included: a figure the machine's load moves less than calls/s
+    result["cpu_us"] = (_cpu_seconds() - before) / max(1, result["calls"] + result["warmup"]) * 1e6
     await asyncio.to_thread(proc.join)
     return result
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _disk_bytes(directory: Path) -> int:
@@ -242,9 +259,10 @@ def rss_bytes() -> int:
 # ------------------------------------------------------------------ main
 def show(name: str, r: dict[str, Any]) -> None:
     errors = sum(r["errors"].values())
+    cpu = f"CPU {r['cpu_us']:5.0f} us/call   " if math.isfinite(r["cpu_us"]) else ""
     print(
         f"{name:<8} {r['throughput']:>9.0f} calls/s   p50 {r['p50_ms']:7.3f} ms   p99 {r['p99_ms']:7.3f} ms"
-        f"   ({r['calls']} calls, {errors} errors {r['errors'] or ''})"
+        f"   {cpu}({r['calls']} calls, {errors} errors {r['errors'] or ''})"
     )
 
 
@@ -285,6 +303,11 @@ async def run(args: argparse.Namespace) -> int:
     print(
         f"throughput at {args.concurrency} in flight: {ratio:.2f}x bare "
         f"(target >= 0.40x: {'met' if ratio >= 0.40 else 'MISSED'})"
+    )
+    print(
+        f"server CPU per call at {args.concurrency} in flight: bare {bare['cpu_us']:.0f} us, gateway "
+        f"{gateway['cpu_us']:.0f} us = {bare['cpu_us'] / gateway['cpu_us']:.2f}x (the throughput ratio "
+        "a CPU-bound gateway would reach with the same CPU as the bare server)"
     )
     allowed = bare1["p50_ms"] + fsync_ms + 1.0
     print(
@@ -373,6 +396,7 @@ async def workers_compare(args: argparse.Namespace) -> None:
                             f"agency serve --workers {n} did not start:\n{log_path.read_text()}"
                         )
                     results[n] = await drive(port, args, seconds=args.seconds, channels=args.channels)
+                    results[n]["cpu_us"] = math.nan  # the server is another process
                 finally:
                     if proc.returncode is None:
                         proc.send_signal(signal.SIGTERM)

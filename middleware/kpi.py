@@ -32,7 +32,15 @@ from pydantic import Field
 from ._model import Model
 from .audit.record import AuditEventType, AuditRecord
 
-__all__ = ["DEFAULT_SLA_SECONDS", "KpiMetrics", "KpiReport", "TaskFigures", "TaskTally", "compute_kpis"]
+__all__ = [
+    "DEFAULT_SLA_SECONDS",
+    "KPI_EVENTS",
+    "KpiMetrics",
+    "KpiReport",
+    "TaskFigures",
+    "TaskTally",
+    "compute_kpis",
+]
 
 #: The seed's SLA: a task answered within 3 seconds.
 DEFAULT_SLA_SECONDS = 3.0
@@ -61,7 +69,7 @@ class TaskFigures:
 
 
 #: The records a task's KPI figures are folded from (every other record is skipped at once).
-_KPI_EVENTS = frozenset(
+KPI_EVENTS = frozenset(
     {
         AuditEventType.TASK_SUBMITTED,
         AuditEventType.HUMAN_HANDOVER,
@@ -228,7 +236,7 @@ class KpiMetrics:
 
     def observe_fields(self, task_id: str, kind: str, time: datetime, outcome: str) -> None:
         """:meth:`observe` from a record's task id, event type, time and outcome."""
-        if kind not in _KPI_EVENTS:
+        if kind not in KPI_EVENTS:
             return
         done = self._tally.add_fields(task_id, kind, time, outcome)
         if done is None:

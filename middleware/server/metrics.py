@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..audit.log import AuditLog
 from ..audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
-from ..kpi import DEFAULT_SLA_SECONDS, KpiMetrics
+from ..kpi import DEFAULT_SLA_SECONDS, KPI_EVENTS, KpiMetrics
 
 __all__ = ["BREAKER_STATES", "MeteredAuditLog", "Metrics", "is_smf_failure", "refusal_reason"]
 
@@ -224,11 +224,13 @@ class Metrics:
         self.audit_append_latency.observe(seconds)
         counts: dict[str, int] = {}
         for record in records:
-            kind, outcome, agent, detail = _fields(record)
+            kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
             counts[kind] = counts.get(kind, 0) + 1
             if kind in _OBSERVED:
+                _, outcome, agent, detail = _fields(record)
                 self._observe(record, kind, outcome, agent, detail)
-            self.kpis.observe_fields(*_kpi_fields(record))
+            if kind in KPI_EVENTS:  # the others' fields (a time to parse) would not be read
+                self.kpis.observe_fields(*_kpi_fields(record))
         for kind, n in counts.items():
             self._child(self.audit_appends, kind).inc(n)
 
@@ -378,12 +380,10 @@ class MeteredAuditLog:
         return indexes
 
     def _track_task(self, record: AuditRecord | PlainRecord) -> None:
-        if isinstance(record, AuditRecord):
-            kind, task_id = record.event_type, record.task_id
-        else:
-            kind, task_id = record["event_type"], record["task_id"]
-        if kind not in _TRACKED:
+        kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
+        if kind not in _TRACKED:  # most records
             return
+        task_id: str = record["task_id"] if isinstance(record, dict) else record.task_id
         if kind in (AuditEventType.MESSAGE_REJECTED, AuditEventType.CATALOG_CHANGE):
             _log_refusal(record)
             return

@@ -57,6 +57,10 @@ def _no_constant(name: str) -> Any:
     raise _NotJson(f"{name} is not a JSON value (JSON numbers are finite)")
 
 
+#: ``json.loads`` with an option builds a decoder per call; one shared decoder reads the same.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def loads(text: str, field: str, *, default: Any = None, want: type | None = None) -> Any:
     """Parse a ``*_json`` field; bad JSON is an InvalidInput naming the field.
 
@@ -68,7 +72,9 @@ def loads(text: str, field: str, *, default: Any = None, want: type | None = Non
     if not text:
         return default
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        if text.startswith("\ufeff"):  # as json.loads refuses it (the decoder alone does not)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _DECODER.decode(text)
     except ValueError as exc:  # _NotJson included
         raise InvalidInput([Problem(field, f"not valid JSON: {exc}")]) from None
     except RecursionError:
