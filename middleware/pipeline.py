@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._model import trusted
 from .access import Principal, authorize_task, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
@@ -275,8 +276,7 @@ class Agency:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
-        run.client = client
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
         if goal is not None:
@@ -346,7 +346,7 @@ class Agency:
             await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
-        return run.request.steps or [TaskStep(name="main")]
+        return run.request.steps or [_main_step()]
 
     async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
         steps = self._steps(run)
@@ -370,13 +370,14 @@ class Agency:
         decision = await self._dispatcher.route(run, step)
         if agent:  # a resume names the agent: only one the contracts allow for this step
             decision = prefer(decision, agent)
-        run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
+        dumped = decision.model_dump(mode="json")
+        run.routing.append({"step": step.name, **dumped})
         if decision.refused:
             await self._audit(
                 run,
                 AuditEventType.ROUTING_REFUSED,
                 "refused",
-                {"step": step.name, **decision_detail(decision)},
+                {"step": step.name, **decision_detail(decision, dumped)},
             )
             event = run.failure_event(
                 FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
@@ -391,13 +392,17 @@ class Agency:
             run,
             AuditEventType.ROUTING_DECISION,
             "chosen",
-            {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
+            {
+                "step": step.name,
+                **decision_detail(decision, dumped),
+                "circuit_open": self.breaker.open_agents(),
+            },
             agent=decision.chosen,
         )
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
         record = run.step_record(step.name)
         if record is None:
-            record = StepRecord(name=step.name)
+            record = StepRecord.begin(step.name)
             run.steps.append(record)
         record.status = "running"
         while True:
@@ -797,7 +802,7 @@ class Agency:
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
-        run.transitions.append(Transition(from_state=old, to_state=new, node=self.config.node_id))
+        run.transitions.append(Transition.now(old, new, self.config.node_id))
         await self._audit(
             run, AuditEventType.STATE_TRANSITION, new.value, {"from": old.value, "to": new.value}
         )
@@ -1013,6 +1018,11 @@ class Agency:
                     await self.tasks.close()
                 finally:
                     await self.sessions.close()
+
+
+def _main_step() -> TaskStep:
+    """The one step of a task that names none (a fresh object: steps are the pipeline's input)."""
+    return trusted(TaskStep, {"name": "main", "action": "", "tags": [], "text": "", "input": {}})
 
 
 def _why(error: BaseException) -> str:
