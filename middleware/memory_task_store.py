@@ -29,7 +29,7 @@ class MemoryTaskStore:
 
     def __init__(self, *, max_finished: int = 1_000) -> None:
         # task id -> (version, its JSON, or a new task's copy not serialised yet)
-        self._data: dict[str, tuple[int, str | TaskRecord]] = {}
+        self._data: dict[str, tuple[int, bytes | TaskRecord]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._finished: deque[str] = deque()
         self._max_finished = max_finished
@@ -39,7 +39,7 @@ class MemoryTaskStore:
             raise AlreadyExists(f"task {record.task_id!r} already exists")
         record.version = 1
         fresh = _fresh_copy(record)
-        self._data[record.task_id] = (1, fresh if fresh is not None else record.model_dump_json())
+        self._data[record.task_id] = (1, fresh if fresh is not None else _json(record))
 
     async def get(self, task_id: str) -> TaskRecord:
         try:
@@ -47,7 +47,7 @@ class MemoryTaskStore:
         except KeyError:
             raise NotFound(f"no task {task_id!r}") from None
         if isinstance(data, TaskRecord):  # a new task read before it stopped: serialised now
-            data = data.model_dump_json()
+            data = _json(data)
             self._data[task_id] = (version, data)
         return TaskRecord.model_validate_json(data)
 
@@ -61,7 +61,7 @@ class MemoryTaskStore:
                 f"(stored v{stored[0]}, writing over v{record.version})"
             )
         record.version += 1
-        self._data[record.task_id] = (record.version, record.model_dump_json())
+        self._data[record.task_id] = (record.version, _json(record))
         if record.state.terminal:
             self._finished.append(record.task_id)
             while len(self._finished) > self._max_finished:
@@ -86,6 +86,9 @@ class MemoryTaskStore:
     async def close(self) -> None:
         return None
 
+
+#: A record's JSON as UTF-8 bytes (what ``model_dump_json`` decodes to text).
+_json = TaskRecord.__pydantic_serializer__.to_json
 
 #: What a task record holds besides its containers: its validated request and goal (never
 #: changed once the task exists), strings, numbers, states and times.

@@ -876,7 +876,7 @@ class Agency:
         """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
         ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
         can receive, not a response too big to send)."""
-        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        size = len(_OUTCOME_JSON(run.outcome()))  # its UTF-8 JSON, as the response carries it
         limit = self.config.limits.max_outcome_bytes
         if size <= limit:
             return state, reason
@@ -1018,6 +1018,10 @@ class Agency:
                     await self.tasks.close()
                 finally:
                     await self.sessions.close()
+
+
+#: An outcome's JSON as UTF-8 bytes (``model_dump_json`` is these bytes decoded).
+_OUTCOME_JSON = Outcome.__pydantic_serializer__.to_json
 
 
 def _main_step() -> TaskStep:
