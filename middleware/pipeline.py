@@ -28,7 +28,7 @@ from .access import Principal, authorize_task, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
-from .audit.record import AuditEventType
+from .audit.record import AuditEventType, PlainRecord
 from .catalog import Catalog, CatalogEntry
 from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
@@ -52,7 +52,7 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
-from .task_journal import TaskJournal
+from .task_journal import TaskJournal, observer_of
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -168,6 +168,7 @@ class Agency:
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
+        self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
@@ -921,6 +922,7 @@ class Agency:
         if journal is None:
             journal = self._journals[run.request.task_id] = TaskJournal(
                 self.audit,
+                observer=self._record_observer(),
                 node=self.config.node_id,
                 task_id=run.request.task_id,
                 trace_id=run.trace_id,
@@ -933,6 +935,14 @@ class Agency:
         journal.add(event_type, outcome, detail, agent=agent, rule=rule)
         if event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
+
+    def _record_observer(self) -> Callable[[PlainRecord], None] | None:
+        """The audit log's record observer, looked up once per log (``self.audit`` may be
+        replaced: ``agency serve`` wraps it for tracing)."""
+        audit, observer = self._observer_of
+        if audit is not self.audit:
+            self._observer_of = (self.audit, observer := observer_of(self.audit))
+        return observer
 
     async def _flush_audit(self, run: TaskRecord) -> None:
         """Hand this task's pending records to the log as one batch and wait until durable.
