@@ -445,7 +445,11 @@ def envelope(
     ttl: float | None = run.request.freshness_ttl
     trace = [run.goal.id] if run.goal else [run.request.task_id]
     extra: dict[str, Any] = {}
-    if reply is None and provenance is None and _gateway_message_valid(sender, receiver, content, run, trace):
+    if (
+        reply is None
+        and provenance is None
+        and _gateway_message_valid(sender, receiver, content, run, trace, domain)
+    ):
         # the gateway's own message of validated parts: built as validation would build it
         return trusted(
             SMFMessage,
@@ -495,7 +499,7 @@ def envelope(
 
 
 def _gateway_message_valid(
-    sender: str, receiver: str, content: Any, run: TaskRecord, trace: list[str]
+    sender: str, receiver: str, content: Any, run: TaskRecord, trace: list[str], domain: str
 ) -> bool:
     """Whether validating the gateway's own message would pass: its parts come from the
     validated request, the task record and the catalog, so only these bounds can fail (a
@@ -512,6 +516,7 @@ def _gateway_message_valid(
         and isinstance(source, Provenance)
         and ttl >= 0
         and 0 <= confidence <= 1
+        and len(domain) <= 64
     )
 
 

@@ -158,6 +158,13 @@ def test_a_gateway_message_validation_refuses_is_still_refused(sender: str, task
         envelope(run, "gateway", "work", sender=sender)
 
 
+def test_a_gateway_message_in_a_domain_name_too_long_is_still_refused() -> None:
+    run = TaskRecord.start(_request(), None, "t")
+    with pytest.raises(InvalidInput):
+        envelope(run, "gateway", "work", domain="d" * 65)
+    assert envelope(run, "gateway", "work", domain="d" * 64).metadata.domain == "d" * 64
+
+
 async def test_the_agent_request_and_the_routing_detail_are_the_validated_ones() -> None:
     seen: list[Any] = []
 
