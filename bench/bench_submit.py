@@ -17,12 +17,20 @@ instructions: ``python -m bench.bench_submit --instructions`` runs this benchmar
 ``valgrind --tool=cachegrind --cache-sim=no`` with ``--tasks 160`` and ``--tasks 800``
 (``--rounds 1``) and divides the difference in instructions by the difference in tasks
 (start-up and warm-up cancel out); it prints the figure against the baseline and target.
+
+What each part of the path costs: ``--without PART[,PART]`` takes parts out (the task then
+does less than a governed task must: for attribution only) and the difference in
+instructions against a run without it is that part's cost; ``--profile FILE`` writes a
+cProfile of the measured rounds (``python -m pstats FILE``).
+
+    python -m bench.bench_submit --instructions --without metrics
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import tempfile
 import time
@@ -34,9 +42,14 @@ from bench.bench_gateway import ECHO_CONTRACT, ECHO_GOAL, BareServicer, request_
 from middleware import Agency
 from middleware.audit import AuditRecord, WalAuditLog
 from middleware.audit.record import PlainRecord, record_bytes
+from middleware.constraints import Constraints
+from middleware.errors import NotFound
+from middleware.memory_catalog import MemoryCatalog
+from middleware.router import Router, RoutingDecision
 from middleware.server import event_loop
 from middleware.server.grpc_api.agency_servicer import AgencyServicer
 from middleware.server.metrics import MeteredAuditLog, Metrics
+from middleware.tasks import TaskRecord
 
 
 class SerialisingLog:
@@ -66,6 +79,67 @@ class SerialisingLog:
     @property
     def location(self) -> str:
         return "nowhere"
+
+
+class _NoTaskStore:
+    """``--without task_store``: versions counted, nothing kept."""
+
+    async def create(self, record: TaskRecord) -> None:
+        record.version = 1
+
+    async def get(self, task_id: str) -> TaskRecord:
+        raise NotFound(f"no task {task_id!r}")
+
+    async def save(self, record: TaskRecord) -> None:
+        record.version += 1
+
+    def lock(self, task_id: str, *, wait_s: float = 2.0) -> Any:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+class _OnceRouter(Router):
+    """``--without routing``: the first task's constraints and decision, reused."""
+
+    _constraints: Constraints | None = None
+    _decision: RoutingDecision | None = None
+
+    async def constraints_for(self, text: str, explicit: Any = None) -> Constraints:
+        if self._constraints is None:
+            self._constraints = await super().constraints_for(text, explicit)
+        return self._constraints
+
+    async def decide(self, constraints: Constraints, *, exclude: Sequence[str] = ()) -> RoutingDecision:
+        if self._decision is None:
+            self._decision = await super().decide(constraints, exclude=exclude)
+        return self._decision
+
+
+#: What ``--without`` takes out, each the whole of one part of a governed task.
+PARTS = {
+    "metrics": "the metrics wrapper of the audit log (MeteredAuditLog)",
+    "outcome_pb": "the outcome's protobuf conversion (outcome_to_pb)",
+    "audit_records": "the task's audit records (TaskJournal.add: nothing recorded, barriers still waited)",
+    "routing": "constraint extraction and the routing decision (the first task's reused)",
+    "task_store": "the task store (nothing kept)",
+    "outcome_bound": "the outcome-size bound (limits.max_outcome_bytes)",
+}
+
+
+def take_out(parts: set[str]) -> None:
+    """Patch out what ``--without`` names that cannot be injected (this process only)."""
+    if "outcome_pb" in parts:
+        import middleware.server.grpc_api.agency_servicer as servicer
+
+        servicer.outcome_to_pb = lambda outcome: outcome  # type: ignore[assignment]
+    if "audit_records" in parts:
+        from middleware.task_journal import TaskJournal
+
+        TaskJournal.add = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
+    if "outcome_bound" in parts:
+        Agency._bound_outcome = lambda self, run, state, reason: (state, reason)  # type: ignore[method-assign]
 
 
 class _Context:
@@ -109,7 +183,7 @@ with ``--instructions`` on the same machine."""
 TARGET_INSTRUCTIONS = 1.6e6
 
 
-def count_instructions(tasks: int) -> int:
+def count_instructions(tasks: int, without: str = "") -> int:
     """Instructions of one ``--tasks N --rounds 1`` run under cachegrind."""
     import os
     import re
@@ -121,6 +195,7 @@ def count_instructions(tasks: int) -> int:
             [
                 "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={tmp}/cg.out",
                 sys.executable, "-m", "bench.bench_submit", "--tasks", str(tasks), "--rounds", "1",
+                *(["--without", without] if without else []),
             ],
             capture_output=True, text=True, check=True, env=os.environ,
         )  # fmt: skip
@@ -130,11 +205,14 @@ def count_instructions(tasks: int) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def instructions() -> int:
+def instructions(without: str) -> int:
     from middleware.server.event_loop import loop_name
 
     low, high = 160, 800
-    per_task = (count_instructions(high) - count_instructions(low)) / (high - low)
+    per_task = (count_instructions(high, without) - count_instructions(low, without)) / (high - low)
+    if without:
+        print(f"instructions per task without {without} (valgrind, {loop_name()}): {per_task / 1e6:.3f} M")
+        return 0
     print(
         f"instructions per governed Submit in process (valgrind, {loop_name()}): {per_task / 1e6:.2f} M "
         f"= {per_task / BASELINE_INSTRUCTIONS:.2f}x the baseline {BASELINE_INSTRUCTIONS / 1e6:.2f} M "
@@ -153,9 +231,18 @@ async def run(args: argparse.Namespace) -> int:
 
     show("bare", await rounds(answer, args.tasks, args.rounds, args.concurrency))
 
+    without = set(filter(None, args.without.split(",")))
+    take_out(without)
     with tempfile.TemporaryDirectory(prefix="bench-submit-") as tmp:
         inner = WalAuditLog(Path(tmp), "bench") if args.audit == "file" else SerialisingLog()
-        agency = Agency(audit=MeteredAuditLog(inner, Metrics()))
+        audit = inner if "metrics" in without else MeteredAuditLog(inner, Metrics())
+        catalog = MemoryCatalog()
+        agency = Agency(
+            audit=audit,
+            catalog=catalog,
+            router=_OnceRouter(catalog) if "routing" in without else None,
+            tasks=_NoTaskStore() if "task_store" in without else None,
+        )
 
         async def echo(agent_request: Any) -> Any:
             return agent_request.input
@@ -171,7 +258,13 @@ async def run(args: argparse.Namespace) -> int:
 
         await rounds(submit, 200, 1, args.concurrency)  # warm-up: caches, compiled schemas
         gc.freeze()  # as agency serve does after start-up
+        profile = cProfile.Profile() if args.profile else None
+        if profile is not None:
+            profile.enable()
         show("governed", await rounds(submit, args.tasks, args.rounds, args.concurrency))
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
         await agency.close()
     return 0
 
@@ -193,9 +286,18 @@ def main() -> int:
         action="store_true",
         help="count instructions per task under valgrind (two runs) instead of measuring CPU time",
     )
+    p.add_argument(
+        "--without",
+        default="",
+        help="take parts out, comma-separated, to count what each costs: " + ", ".join(PARTS),
+    )
+    p.add_argument("--profile", metavar="FILE", help="write a cProfile of the measured rounds to FILE")
     args = p.parse_args()
+    unknown = set(filter(None, args.without.split(","))) - set(PARTS)
+    if unknown:
+        p.error(f"--without: unknown part(s) {sorted(unknown)}; known: {', '.join(PARTS)}")
     if args.instructions:
-        return instructions()
+        return instructions(args.without)
     return event_loop.run(run(args))
 
 

@@ -86,6 +86,45 @@ def parse_model(cls: type[M], data: Any, *, what: str | None = None, prefix: str
         raise InvalidInput(problems_from(exc, prefix, data), what=what or _describe(cls)) from None
 
 
+def trusted(cls: type[M], values: dict[str, Any]) -> M:
+    """Build ``cls`` from values the gateway itself produced, without validating them again.
+
+    For the core's own working records on the hot path (state transitions, step records, the
+    outcome, the messages the gateway sends): every value is already of its field's type, taken
+    from validated models or made by the core. Data from a client or an agent is never built
+    this way. ``values`` must hold every field, defaults included (a missing one would only
+    show when read).
+
+    Raises:
+        TypeError: more or fewer values than fields (a bug in the caller).
+    """
+    # every field is set, so the instances of a class share one fields-set: pydantic only
+    # ever adds names to it (on assignment), and every name is already in it
+    fields_set = _FIELDS_SETS.get(cls)
+    if fields_set is None:
+        fields_set = _FIELDS_SETS[cls] = set(cls.model_fields)
+    # the count only (comparing the names costs more than the build): each builder is tested
+    # to dump exactly as its validated twin, which a misnamed field would not
+    if len(values) != len(fields_set):
+        missing = sorted(fields_set - set(values))
+        unknown = sorted(set(values) - fields_set)
+        raise TypeError(f"{cls.__name__}: missing {missing}, unknown {unknown}")
+    obj = cls.__new__(cls)
+    _set_dict(obj, "__dict__", values)
+    _set_fields_set(obj, fields_set)
+    _set_extra(obj, None)
+    _set_private(obj, None)
+    return obj
+
+
+_FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
+# BaseModel's slot setters, looked up once
+_set_dict = object.__setattr__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
 def _describe(cls: type[BaseModel]) -> str:
     name = cls.__name__
     words: list[str] = []

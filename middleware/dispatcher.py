@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ._model import trusted
 from .agents import AgentRegistry, AgentReply, AgentRequest, call_agent
 from .audit.record import AuditEventType
 from .catalog import Catalog
@@ -39,8 +40,9 @@ from .limits import json_size
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
-from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, utcnow
+from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, SMFMetadata, new_id, utcnow
 from .tasks import TaskRecord, TaskStep
+from .tracing import current_traceparent
 
 __all__ = ["AttemptFailed", "AttemptResult", "Dispatcher", "brief", "decision_detail", "envelope"]
 
@@ -146,15 +148,7 @@ class Dispatcher:
             raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
         message = envelope(run, key, payload)
         deadline = contract.slo_latency_ms * self._deadline_factor / 1000
-        request = AgentRequest(
-            message=message,
-            contract=contract,
-            task_id=run.request.task_id,
-            step=step.name,
-            attempt=cursor.attempt,
-            text=step.text or run.request.text,
-            deadline_ms=deadline * 1000,
-        )
+        request = _agent_request(run, step, cursor, message, contract, deadline)
         await self._audit(
             run,
             AuditEventType.DISPATCH,
@@ -373,6 +367,41 @@ class Dispatcher:
             )
 
 
+def _agent_request(
+    run: TaskRecord,
+    step: TaskStep,
+    cursor: StepCursor,
+    message: SMFMessage,
+    contract: CapabilityContract,
+    deadline: float,
+) -> AgentRequest:
+    """What the agent gets: the gateway's own validated parts, put together without validating
+    them again (a contract's SLO is positive, so the deadline is too)."""
+    if not deadline > 0:  # a configuration that makes no deadline: the validated form says why
+        return AgentRequest(
+            message=message,
+            contract=contract,
+            task_id=run.request.task_id,
+            step=step.name,
+            attempt=cursor.attempt,
+            text=step.text or run.request.text,
+            deadline_ms=deadline * 1000,
+        )
+    return trusted(
+        AgentRequest,
+        {
+            "message": message,
+            "contract": contract,
+            "task_id": run.request.task_id,
+            "step": step.name,
+            "attempt": cursor.attempt,
+            "text": step.text or run.request.text,
+            "deadline_ms": deadline * 1000,
+            "traceparent": current_traceparent(),
+        },
+    )
+
+
 def _take_intake(run: TaskRecord, intake: Intake) -> None:
     """An intake agent's answer: its context joins the task's; the goal it names is anchored
     by the pipeline once the step is done."""
@@ -424,6 +453,33 @@ def envelope(
     ttl: float | None = run.request.freshness_ttl
     trace = [run.goal.id] if run.goal else [run.request.task_id]
     extra: dict[str, Any] = {}
+    if (
+        reply is None
+        and provenance is None
+        and _gateway_message_valid(sender, receiver, content, run, trace, domain)
+    ):
+        # the gateway's own message of validated parts: built as validation would build it
+        return trusted(
+            SMFMessage,
+            {
+                "message_id": new_id("msg"),
+                "sender": sender,
+                "receiver": receiver,
+                "content": content,
+                "metadata": trusted(
+                    SMFMetadata,
+                    {
+                        "provenance": run.last_source,
+                        "intention_trace": trace,
+                        "freshness_ttl": ttl,
+                        "confidence_score": confidence,
+                        "domain": domain,
+                    },
+                ),
+                "trace_id": run.trace_id,
+                "created_at": utcnow(),
+            },
+        )
     if reply is not None:
         provenance = provenance or reply.provenance or Provenance(source=sender, reliability_score=0.5)
         confidence = reply.confidence_score
@@ -450,18 +506,43 @@ def envelope(
     )
 
 
+def _gateway_message_valid(
+    sender: str, receiver: str, content: Any, run: TaskRecord, trace: list[str], domain: str
+) -> bool:
+    """Whether validating the gateway's own message would pass: its parts come from the
+    validated request, the task record and the catalog, so only these bounds can fail (a
+    message that would not pass is validated, and refused with the reason)."""
+    source = run.last_source
+    ttl, confidence = run.request.freshness_ttl, run.request.confidence_score
+    return (
+        0 < len(sender) <= 256
+        and 0 < len(receiver) <= 256
+        and content is not None
+        and 0 < len(run.trace_id) <= 64
+        and 0 < len(trace) <= 64
+        and all(goal_id.strip() for goal_id in trace)
+        and isinstance(source, Provenance)
+        and ttl >= 0
+        and 0 <= confidence <= 1
+        and len(domain) <= 64
+    )
+
+
 def brief(message: SMFMessage) -> dict[str, Any]:
     """A message as it goes into the audit log."""
     return message.model_dump(mode="json")
 
 
-def decision_detail(decision: RoutingDecision) -> dict[str, Any]:
-    """A routing decision as it goes into the audit log."""
+def decision_detail(decision: RoutingDecision, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A routing decision as it goes into the audit log (``dumped``: the decision's
+    ``model_dump(mode="json")`` when the caller has it already)."""
+    if dumped is None:
+        dumped = decision.model_dump(mode="json")
     return {
-        "chosen": decision.chosen,
-        "fallbacks": decision.fallbacks,
-        "explanation": decision.explanation,
-        "constraints": decision.constraints.model_dump(mode="json"),
-        "candidates": [c.model_dump() for c in decision.candidates[:10]],
-        "rejected": [r.model_dump() for r in decision.rejected[:20]],
+        "chosen": dumped["chosen"],
+        "fallbacks": dumped["fallbacks"],
+        "explanation": dumped["explanation"],
+        "constraints": dumped["constraints"],
+        "candidates": dumped["candidates"][:10],
+        "rejected": dumped["rejected"][:20],
     }

@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ._model import trusted
 from .access import Principal, authorize_task, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
-from .audit.record import AuditEventType
+from .audit.record import AuditEventType, PlainRecord
 from .catalog import Catalog, CatalogEntry
 from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
@@ -51,7 +52,7 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
-from .task_journal import TaskJournal
+from .task_journal import TaskJournal, observer_of
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -167,6 +168,7 @@ class Agency:
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
+        self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
         self._deadlines: dict[str, tuple[asyncio.Timeout, float]] = {}  # task id -> (timeout, start)
         self._dispatcher = Dispatcher(
@@ -282,8 +284,7 @@ class Agency:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id())
-        run.client = client
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
         if goal is not None:
@@ -353,7 +354,7 @@ class Agency:
             await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
-        return run.request.steps or [TaskStep(name="main")]
+        return run.request.steps or [_main_step()]
 
     async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
         steps = self._steps(run)
@@ -377,13 +378,14 @@ class Agency:
         decision = await self._dispatcher.route(run, step)
         if agent:  # a resume names the agent: only one the contracts allow for this step
             decision = prefer(decision, agent)
-        run.routing.append({"step": step.name, **decision.model_dump(mode="json")})
+        dumped = decision.model_dump(mode="json")
+        run.routing.append({"step": step.name, **dumped})
         if decision.refused:
             await self._audit(
                 run,
                 AuditEventType.ROUTING_REFUSED,
                 "refused",
-                {"step": step.name, **decision_detail(decision)},
+                {"step": step.name, **decision_detail(decision, dumped)},
             )
             event = run.failure_event(
                 FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
@@ -398,13 +400,17 @@ class Agency:
             run,
             AuditEventType.ROUTING_DECISION,
             "chosen",
-            {"step": step.name, **decision_detail(decision), "circuit_open": self.breaker.open_agents()},
+            {
+                "step": step.name,
+                **decision_detail(decision, dumped),
+                "circuit_open": self.breaker.open_agents(),
+            },
             agent=decision.chosen,
         )
         cursor = StepCursor(agent=decision.chosen, fallbacks=list(decision.fallbacks))
         record = run.step_record(step.name)
         if record is None:
-            record = StepRecord(name=step.name)
+            record = StepRecord.begin(step.name)
             run.steps.append(record)
         record.status = "running"
         while True:
@@ -804,7 +810,7 @@ class Agency:
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
-        run.transitions.append(Transition(from_state=old, to_state=new, node=self.config.node_id))
+        run.transitions.append(Transition.now(old, new, self.config.node_id))
         await self._audit(
             run, AuditEventType.STATE_TRANSITION, new.value, {"from": old.value, "to": new.value}
         )
@@ -878,7 +884,7 @@ class Agency:
         """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
         ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
         can receive, not a response too big to send)."""
-        size = len(run.outcome().model_dump_json().encode("utf-8", "surrogatepass"))
+        size = len(_OUTCOME_JSON(run.outcome()))  # its UTF-8 JSON, as the response carries it
         limit = self.config.limits.max_outcome_bytes
         if size <= limit:
             return state, reason
@@ -923,6 +929,7 @@ class Agency:
         if journal is None:
             journal = self._journals[run.request.task_id] = TaskJournal(
                 self.audit,
+                observer=self._record_observer(),
                 node=self.config.node_id,
                 task_id=run.request.task_id,
                 trace_id=run.trace_id,
@@ -935,6 +942,14 @@ class Agency:
         journal.add(event_type, outcome, detail, agent=agent, rule=rule)
         if event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
+
+    def _record_observer(self) -> Callable[[PlainRecord], None] | None:
+        """The audit log's record observer, looked up once per log (``self.audit`` may be
+        replaced: ``agency serve`` wraps it for tracing)."""
+        audit, observer = self._observer_of
+        if audit is not self.audit:
+            self._observer_of = (self.audit, observer := observer_of(self.audit))
+        return observer
 
     async def _flush_audit(self, run: TaskRecord) -> None:
         """Hand this task's pending records to the log as one batch and wait until durable.
@@ -1020,6 +1035,15 @@ class Agency:
                     await self.tasks.close()
                 finally:
                     await self.sessions.close()
+
+
+#: An outcome's JSON as UTF-8 bytes (``model_dump_json`` is these bytes decoded).
+_OUTCOME_JSON = Outcome.__pydantic_serializer__.to_json
+
+
+def _main_step() -> TaskStep:
+    """The one step of a task that names none (a fresh object: steps are the pipeline's input)."""
+    return trusted(TaskStep, {"name": "main", "action": "", "tags": [], "text": "", "input": {}})
 
 
 def _why(error: BaseException) -> str:

@@ -18,7 +18,12 @@ from typing import Any
 from .audit.log import AuditLog
 from .audit.record import PlainRecord, plain_record
 
-__all__ = ["TaskJournal"]
+__all__ = ["TaskJournal", "observer_of"]
+
+
+def observer_of(log: AuditLog) -> Callable[[PlainRecord], None] | None:
+    """The log's ``on_task_record``, if it (or a log it wraps) wants records as they are recorded."""
+    return getattr(log, "on_task_record", None)
 
 
 class TaskJournal:
@@ -29,19 +34,30 @@ class TaskJournal:
         node: The gateway's node id (each record's ``node``).
         task_id, trace_id, goal_id, user, session: What every record of the task carries
             (``goal_id`` may be set later: an intake agent anchors the goal mid-task).
+        observer: Told of each record as it is recorded: :func:`observer_of` the log (tracing
+            starts the task's span there), looked up once by the caller, not per journal.
     """
 
     __slots__ = ("_common", "_log", "_observer", "_pending", "goal_id")
 
     def __init__(
-        self, log: AuditLog, *, node: str, task_id: str, trace_id: str, goal_id: str, user: str, session: str
+        self,
+        log: AuditLog,
+        *,
+        node: str,
+        task_id: str,
+        trace_id: str,
+        goal_id: str,
+        user: str,
+        session: str,
+        observer: Callable[[PlainRecord], None] | None,
     ) -> None:
         self._log = log
         self._common = (node, task_id, trace_id, user, session)
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
         # an observer that wants records as they are recorded (tracing: the task's span)
-        self._observer: Callable[[PlainRecord], None] | None = getattr(log, "on_task_record", None)
+        self._observer = observer
 
     def add(
         self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ._model import Model
+from ._model import Model, trusted
 from .errors import FailedPrecondition
 from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
@@ -173,6 +173,26 @@ class StepRecord(Model):
     provenance: Provenance | None = Field(default=None, description="Source of the output.")
     fresh_until: datetime | None = Field(default=None, description="The output's freshness TTL ends here.")
 
+    @classmethod
+    def begin(cls, name: str) -> StepRecord:
+        """A new step record (``name`` is a validated step's name), built without validation."""
+        return trusted(
+            cls,
+            {
+                "name": name,
+                "agent": "",
+                "attempts": 0,
+                "output": None,
+                "confidence_score": None,
+                "started_at": utcnow(),
+                "finished_at": None,
+                "duration_ms": 0.0,
+                "status": "pending",
+                "provenance": None,
+                "fresh_until": None,
+            },
+        )
+
 
 class Outcome(Model):
     """What the client gets back."""
@@ -202,11 +222,14 @@ class Outcome(Model):
 
     @model_validator(mode="after")
     def _a2a(self) -> Outcome:
-        a2a = A2A_STATE[self.state]
-        if self.state is TaskState.INPUT_REQUIRED and self.pending.get("kind") == "approval":
-            a2a = "TASK_STATE_AUTH_REQUIRED"  # waits for a person's authorization, not for the user
-        object.__setattr__(self, "a2a_state", a2a)
+        object.__setattr__(self, "a2a_state", _a2a_state(self.state, self.pending))
         return self
+
+
+def _a2a_state(state: TaskState, pending: dict[str, Any]) -> str:
+    if state is TaskState.INPUT_REQUIRED and pending.get("kind") == "approval":
+        return "TASK_STATE_AUTH_REQUIRED"  # waits for a person's authorization, not for the user
+    return A2A_STATE[state]
 
 
 class Transition(Model):
@@ -216,6 +239,11 @@ class Transition(Model):
     to_state: TaskState
     at: datetime = Field(default_factory=utcnow)
     node: str = ""
+
+    @classmethod
+    def now(cls, from_state: TaskState, to_state: TaskState, node: str) -> Transition:
+        """The pipeline's own transition, happening now (built without validation)."""
+        return trusted(cls, {"from_state": from_state, "to_state": to_state, "at": utcnow(), "node": node})
 
 
 class TaskRecord(Model):
@@ -276,14 +304,50 @@ class TaskRecord(Model):
         return self.request.task_id
 
     @classmethod
-    def start(cls, request: TaskRequest, goal: GoalAssertion | None, trace_id: str) -> TaskRecord:
-        return cls(
-            request=request,
-            goal=goal,
-            trace_id=trace_id,
-            last_source=Provenance(
-                source=request.provenance.source, reliability_score=request.provenance.reliability_score
-            ),
+    def start(
+        cls, request: TaskRequest, goal: GoalAssertion | None, trace_id: str, *, client: str = ""
+    ) -> TaskRecord:
+        """A new task of a validated ``request`` (and ``goal``), built without validating them
+        again; ``trace_id`` is the request's (validated) or a new one."""
+        source = request.provenance
+        now = utcnow()
+        return trusted(
+            cls,
+            {
+                "request": request,
+                "goal": goal,
+                "trace_id": trace_id,
+                "client": client,
+                "state": TaskState.SUBMITTED,
+                "version": 0,
+                "step_index": 0,
+                "steps": [],
+                "outputs": {},
+                "failures": [],
+                "resolutions": [],
+                "routing": [],
+                "pending": {},
+                "step_inputs": {},
+                "held": {},
+                "approvals": {},
+                "output": None,
+                "verdict": None,
+                "stage_verdicts": [],
+                "reason": "",
+                "last_index": 0,
+                "last_source": trusted(
+                    Provenance, {"source": source.source, "reliability_score": source.reliability_score}
+                ),
+                "intent": "",
+                "language": "",
+                "context": {},
+                "anchor_goal": "",
+                "active_ms": 0.0,
+                "rewinds": 0,
+                "transitions": [],
+                "created_at": now,
+                "updated_at": now,
+            },
         )
 
     def step_record(self, name: str) -> StepRecord | None:
@@ -364,7 +428,7 @@ class TaskRecord(Model):
         """The output of step ``name`` (the current one) is final: record it and move on."""
         record = self.step_record(name)
         if record is None:
-            record = StepRecord(name=name)
+            record = StepRecord.begin(name)
             self.steps.append(record)
         record.agent = agent or record.agent
         record.output, record.confidence_score, record.status = output, confidence, "completed"
@@ -395,21 +459,30 @@ class TaskRecord(Model):
         }
 
     def outcome(self) -> Outcome:
-        """What a client sees of this task now."""
-        return Outcome(
-            task_id=self.task_id,
-            trace_id=self.trace_id,
-            state=self.state,
-            output=self.output,
-            goal_id=self.goal.id if self.goal else "",
-            goal_verdict=self.verdict,
-            failed_stage=next((v.stage for v in self.stage_verdicts if not v.passed), ""),
-            stage_verdicts=self.stage_verdicts,
-            steps=self.steps,
-            failures=self.failures,
-            resolutions=self.resolutions,
-            routing=self.routing,
-            reason=self.reason,
-            pending=self.pending,
-            audit_index=self.last_index,
+        """What a client sees of this task now.
+
+        Built from the record's own (validated) values without validating them again; its
+        containers are copies, as validation would make them (the record goes on changing).
+        """
+        state = self.state
+        return trusted(
+            Outcome,
+            {
+                "task_id": self.request.task_id,
+                "trace_id": self.trace_id,
+                "state": state,
+                "output": self.output,
+                "goal_id": self.goal.id if self.goal else "",
+                "goal_verdict": self.verdict,
+                "failed_stage": next((v.stage for v in self.stage_verdicts if not v.passed), ""),
+                "stage_verdicts": list(self.stage_verdicts),
+                "steps": list(self.steps),
+                "failures": list(self.failures),
+                "resolutions": list(self.resolutions),
+                "routing": [dict(r) for r in self.routing],
+                "reason": self.reason,
+                "pending": dict(self.pending),
+                "audit_index": self.last_index,
+                "a2a_state": _a2a_state(state, self.pending),
+            },
         )

@@ -106,25 +106,18 @@ class RedisTaskStore:
 
     @redis_operation("task_store.save")
     async def save(self, record: TaskRecord) -> None:
-        new = record.version + 1
+        old = record.version
+        record.version = old + 1  # written as the new version (no copy of the record for it)
+        data = record.model_dump_json()
+        record.version = old  # until the write is known to have won
         result = int(
-            await self._cas(
-                keys=[self._key(record.task_id)],
-                args=[
-                    str(record.version),
-                    new,
-                    record.model_copy(update={"version": new}).model_dump_json(),
-                    self._ttl_ms,
-                ],
-            )
+            await self._cas(keys=[self._key(record.task_id)], args=[str(old), old + 1, data, self._ttl_ms])
         )
         if result == -1:
             raise NotFound(f"no task {record.task_id!r}")
         if result == 0:
-            raise ConcurrentUpdate(
-                f"task {record.task_id} changed concurrently (writing over v{record.version})"
-            )
-        record.version = new
+            raise ConcurrentUpdate(f"task {record.task_id} changed concurrently (writing over v{old})")
+        record.version = old + 1
 
     @asynccontextmanager
     async def lock(self, task_id: str, *, wait_s: float = 2.0) -> AsyncIterator[None]:

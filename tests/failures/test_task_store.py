@@ -11,7 +11,7 @@ from middleware.errors import AlreadyExists, ConcurrentUpdate
 from middleware.memory_task_store import MemoryTaskStore
 from middleware.redis.task_store import RedisTaskStore
 from middleware.task_store import TaskStore
-from middleware.tasks import TaskRecord, TaskRequest, TaskState
+from middleware.tasks import StepRecord, TaskRecord, TaskRequest, TaskState
 
 
 def record(task_id: str = "task_1") -> TaskRecord:
@@ -121,3 +121,26 @@ async def test_a_definition_with_redis_storage_gets_the_redis_task_store(tmp_pat
             await agency.get_task("task_that_does_not_exist")
     finally:
         await agency.close()
+
+
+async def test_memory_store_a_new_task_reads_as_it_was_created_whatever_the_task_did_since():
+    store = MemoryTaskStore()
+    r = record()
+    r.context = {"order": {"id": 7}}
+    await store.create(r)
+    r.state = TaskState.ROUTING
+    r.steps.append(StepRecord.begin("main"))
+    r.outputs["main"] = {"ok": 1}
+    r.context["more"] = 1
+    r.routing.append({"step": "main"})
+    loaded = await store.get("task_1")
+    assert loaded.state is TaskState.SUBMITTED and loaded.version == 1
+    assert (loaded.steps, loaded.outputs, loaded.routing) == ([], {}, [])
+    assert loaded.context == {"order": {"id": 7}}
+    assert (await store.get("task_1")).model_dump_json() == loaded.model_dump_json()
+
+    started = record("task_2")  # a record that already holds items is copied as JSON at once
+    started.steps.append(StepRecord.begin("a"))
+    await store.create(started)
+    started.steps[0].status = "running"
+    assert (await store.get("task_2")).steps[0].status == "pending"
