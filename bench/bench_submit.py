@@ -139,7 +139,7 @@ def take_out(parts: set[str]) -> None:
 
         TaskJournal.add = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
     if "outcome_bound" in parts:
-        Agency._bound_outcome = lambda self, run, state, reason: (state, reason)  # type: ignore[method-assign]
+        Agency._bound_outcome = lambda self, run, state, reason: (state, reason, None)  # type: ignore[method-assign]
 
 
 class _Context:

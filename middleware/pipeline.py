@@ -63,6 +63,8 @@ from .tasks import (
     TaskStep,
     Transition,
     check_transition,
+    keep_outcome_json,
+    outcome_json,
 )
 
 __all__ = ["Agency"]
@@ -832,7 +834,7 @@ class Agency:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
         run.verdict, run.reason, run.pending = verdict, reason, pending or {}
-        state, reason = self._bound_outcome(run, state, reason)
+        state, reason, measured = self._bound_outcome(run, state, reason)
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
@@ -858,7 +860,10 @@ class Agency:
                     run.task_id,
                 )
         await self._tell_humans("task_stopped", run)
-        return run.outcome()
+        outcome = run.outcome()
+        if measured is not None:  # its JSON, measured once, is what the edge sends
+            keep_outcome_json(outcome, *measured)
+        return outcome
 
     async def _recall(self, run: TaskRecord) -> None:
         """Seed ``run`` with its session's context (PermissionDenied: another client's session)."""
@@ -880,21 +885,26 @@ class Agency:
         run.context = state.context()
         run.intent, run.language = state.intent_id, state.language
 
-    def _bound_outcome(self, run: TaskRecord, state: TaskState, reason: str) -> tuple[TaskState, str]:
-        """``state`` and ``reason``, or, when the outcome would exceed ``limits.max_outcome_bytes``,
-        ``failed`` and a reason naming the limit, the outputs left out (a typed end the client
-        can receive, not a response too big to send)."""
-        size = len(_OUTCOME_JSON(run.outcome()))  # its UTF-8 JSON, as the response carries it
+    def _bound_outcome(
+        self, run: TaskRecord, state: TaskState, reason: str
+    ) -> tuple[TaskState, str, tuple[Outcome, bytes] | None]:
+        """``state``, ``reason`` and the outcome measured with its JSON, or, when the outcome
+        would exceed ``limits.max_outcome_bytes``, ``failed``, a reason naming the limit and
+        nothing measured, the outputs left out (a typed end the client can receive, not a
+        response too big to send)."""
+        outcome = run.outcome(state)  # as it ends, but for the index of its last record
+        data = outcome_json(outcome)  # its UTF-8 JSON, as the response carries it
+        size = len(data)
         limit = self.config.limits.max_outcome_bytes
         if size <= limit:
-            return state, reason
+            return state, reason, (outcome, data)
         run.output, run.pending = None, {}
         for step in run.steps:
             step.output = None
         run.reason = (
             f"the outcome ({size} bytes) exceeds limits.max_outcome_bytes ({limit}); its outputs are left out"
         )
-        return TaskState.FAILED, run.reason
+        return TaskState.FAILED, run.reason, None
 
     async def _monitor(self, run: TaskRecord) -> None:
         """Feed the failure-rate monitor; audit every contract it newly flags for review."""
@@ -1035,10 +1045,6 @@ class Agency:
                     await self.tasks.close()
                 finally:
                     await self.sessions.close()
-
-
-#: An outcome's JSON as UTF-8 bytes (``model_dump_json`` is these bytes decoded).
-_OUTCOME_JSON = Outcome.__pydantic_serializer__.to_json
 
 
 def _main_step() -> TaskStep:

@@ -18,6 +18,8 @@ Only the transitions in ``_LEGAL`` are allowed; an illegal one is a bug and rais
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -41,6 +43,8 @@ __all__ = [
     "TaskState",
     "TaskStep",
     "check_transition",
+    "keep_outcome_json",
+    "outcome_json",
 ]
 
 
@@ -224,6 +228,49 @@ class Outcome(Model):
     def _a2a(self) -> Outcome:
         object.__setattr__(self, "a2a_state", _a2a_state(self.state, self.pending))
         return self
+
+
+#: An outcome's JSON as UTF-8 bytes (``model_dump_json`` is these bytes decoded).
+_OUTCOME_JSON: Callable[[Outcome], bytes] = Outcome.__pydantic_serializer__.to_json
+
+# The JSON kept for an outcome the pipeline returned (by id, while the outcome lives): the
+# pipeline serialises the outcome to bound its size, and the gRPC edge sends the same bytes.
+_KEPT_JSON: dict[int, tuple[weakref.ref[Outcome], bytes]] = {}
+
+
+def outcome_json(outcome: Outcome) -> bytes:
+    """``outcome``'s JSON as UTF-8 bytes (``model_dump_json``'s text, encoded).
+
+    The bytes kept by :func:`keep_outcome_json` when there are (an outcome is not changed
+    once the pipeline returned it), else serialised now.
+    """
+    kept = _KEPT_JSON.get(id(outcome))
+    if kept is not None and kept[0]() is outcome:
+        return kept[1]
+    return _OUTCOME_JSON(outcome)
+
+
+def keep_outcome_json(outcome: Outcome, measured: Outcome, data: bytes) -> None:
+    """Keep ``outcome``'s JSON, made from ``data``, the JSON of ``measured``, for :func:`outcome_json`.
+
+    ``measured`` is the same outcome before its last records were durable: it may differ
+    from ``outcome`` in ``audit_index`` alone (the index of the task's last record), which
+    is the JSON's last field but one. Anything else different (compared value by value, the
+    containers' items by identity first) and nothing is kept: the edge serialises ``outcome``.
+    """
+    values = dict(outcome.__dict__)
+    values["audit_index"] = measured.audit_index
+    if values != measured.__dict__:
+        return
+    end = b'"a2a_state":"' + outcome.a2a_state.encode() + b'"}'
+    old, new = b',"audit_index":%d,' % measured.audit_index, b',"audit_index":%d,' % outcome.audit_index
+    if not data.endswith(old + end):
+        return
+    key = id(outcome)
+    _KEPT_JSON[key] = (
+        weakref.ref(outcome, lambda _: _KEPT_JSON.pop(key, None)),
+        data[: len(data) - len(old) - len(end)] + new + end,
+    )
 
 
 def _a2a_state(state: TaskState, pending: dict[str, Any]) -> str:
@@ -458,13 +505,13 @@ class TaskRecord(Model):
             ],
         }
 
-    def outcome(self) -> Outcome:
-        """What a client sees of this task now.
+    def outcome(self, state: TaskState | None = None) -> Outcome:
+        """What a client sees of this task now (``state``: as it will be in that state).
 
         Built from the record's own (validated) values without validating them again; its
         containers are copies, as validation would make them (the record goes on changing).
         """
-        state = self.state
+        state = self.state if state is None else state
         return trusted(
             Outcome,
             {

@@ -13,14 +13,25 @@ from typing import Any
 
 import pytest
 
-from middleware import Agency
+from middleware import Agency, tasks
 from middleware._model import trusted
 from middleware.dispatcher import decision_detail, envelope
 from middleware.errors import InvalidInput
 from middleware.executor import StepCursor
 from middleware.goals import GoalAssertion
+from middleware.server.grpc_api.convert import outcome_to_pb
 from middleware.smf import Provenance, SMFMessage
-from middleware.tasks import Outcome, StepRecord, TaskRecord, TaskRequest, TaskState, TaskStep, Transition
+from middleware.tasks import (
+    Outcome,
+    StepRecord,
+    TaskRecord,
+    TaskRequest,
+    TaskState,
+    TaskStep,
+    Transition,
+    keep_outcome_json,
+    outcome_json,
+)
 from middleware.testing import ScriptedAgent
 
 GOAL = {"id": "GOAL_OK_001", "description": "ok", "verification_steps": ["output contains ok"]}
@@ -195,3 +206,60 @@ async def test_the_agent_request_and_the_routing_detail_are_the_validated_ones()
         "text": "",
         "input": {},
     }
+
+
+AGENT_SAYS = {"ok": "é ✓ \u2028", "n": [1, 2.5, None]}  # non-ASCII: the bound measures UTF-8 bytes
+
+
+@pytest.mark.parametrize(
+    ("submit", "state"),
+    [
+        ({"text": "work", "goal": GOAL, "constraints": {"action": "work"}}, TaskState.COMPLETED),
+        ({"text": "work", "constraints": {"action": "work"}}, TaskState.COMPLETED),
+        (
+            {
+                "text": "work",
+                "constraints": {"action": "work"},
+                "goal": {**GOAL, "verification_steps": ["output contains nope"]},
+            },
+            TaskState.INPUT_REQUIRED,
+        ),
+        ({"text": "nobody does this", "constraints": {"action": "fly"}}, TaskState.REJECTED),
+    ],
+)
+async def test_the_outcome_json_on_the_wire_is_the_outcomes_json(
+    submit: dict[str, Any], state: TaskState
+) -> None:
+    """The pipeline serialises the outcome once (for its size bound); the edge sends those bytes
+    (a failed goal ends waiting for a person: its handover packet is in ``pending``)."""
+    agency = Agency()
+    await agency.register(
+        {"name": "w", "can_do": ["work"], "slo_latency_ms": 5000}, ScriptedAgent(AGENT_SAYS)
+    )
+    outcome = await agency.submit(submit)
+    await agency.close()
+    assert outcome.state is state and outcome.audit_index > 0
+    assert id(outcome) in tasks._KEPT_JSON  # the kept bytes, not a new serialisation
+    assert outcome_json(outcome) == outcome.model_dump_json().encode()
+    assert outcome_to_pb(outcome).outcome_json == outcome.model_dump_json()
+
+
+def test_outcome_json_is_kept_only_when_it_differs_in_the_last_records_index_alone() -> None:
+    run = TaskRecord.start(_request(), None, "t")
+    run.state, run.last_index = TaskState.COMPLETED, 7
+    measured = run.outcome()
+    data = outcome_json(measured)
+    run.last_index = 12
+    final = run.outcome()
+    keep_outcome_json(final, measured, data)
+    assert outcome_json(final) == final.model_dump_json().encode() != data
+    copy = final.model_copy(update={"reason": "changed"})  # a new object: serialised anew
+    assert outcome_json(copy) == copy.model_dump_json().encode()
+    run.reason = "changed after it was measured"
+    changed = run.outcome()
+    keep_outcome_json(changed, measured, data)
+    assert id(changed) not in tasks._KEPT_JSON
+    assert outcome_json(changed) == changed.model_dump_json().encode()
+    key = id(final)
+    del final
+    assert key not in tasks._KEPT_JSON  # kept only while the outcome lives

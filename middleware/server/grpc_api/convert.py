@@ -18,7 +18,7 @@ from ...errors import InvalidInput, Problem, ResourceExhausted
 from ...router import RoutingDecision
 from ...schema_guard import check_schema_text
 from ...smf import SMFMessage
-from ...tasks import Outcome
+from ...tasks import Outcome, outcome_json
 
 __all__ = [
     "contract_from_pb",
@@ -313,7 +313,7 @@ def outcome_to_pb(o: Outcome) -> agency_pb2.Outcome:
         reason=o.reason,
         pending_json=dumps(o.pending) if o.pending else "",
         audit_index=o.audit_index,
-        outcome_json=o.model_dump_json(),
+        outcome_json=outcome_json(o).decode(),  # the bytes the pipeline measured for its size bound
     )
     size = pb.ByteSize()
     if size > MAX_MESSAGE_BYTES:  # the core bounds outcomes (limits.max_outcome_bytes): a net
