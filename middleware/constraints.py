@@ -94,7 +94,7 @@ class Constraints(Model):
                 if isinstance(value, str) or not isinstance(value, Sequence):
                     value = [value]
                 data["tags"] = [*data["tags"], *value]
-            elif key in Constraints.model_fields and key != "extras":
+            elif key in _SETTABLE:
                 data[key] = value
             else:
                 data["extras"][key] = value
@@ -103,7 +103,7 @@ class Constraints(Model):
     def described(self) -> str:
         """``action=x region=y ...``: the requirements that are set, for explanations."""
         parts = []
-        for key in Constraints.model_fields:
+        for key in _FIELDS:
             value = getattr(self, key)
             if key == "extras" or value in ("", [], None, 0, False):
                 continue
@@ -111,6 +111,12 @@ class Constraints(Model):
                 value = ",".join(value)
             parts.append(f"{key}={value}")
         return " ".join(parts) or "no constraints"
+
+
+# the field names, read once: ``model_fields`` is a property that builds a dict on each read
+# (pydantic 2.14), and routing reads them for every task
+_FIELDS = tuple(Constraints.model_fields)
+_SETTABLE = frozenset(_FIELDS) - {"extras"}  # what a stated constraint may set (the rest: extras)
 
 
 @runtime_checkable
@@ -606,7 +612,7 @@ def _from_llm(text: str) -> Constraints:
         key = _ALIASES.get(str(key), str(key))
         if value is None:
             continue
-        if key in Constraints.model_fields and key != "extras":
+        if key in _SETTABLE:
             fields[key] = value
         else:
             extras[key] = value
