@@ -25,9 +25,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
-from ._model import Model
+from ._model import Model, trusted
 from .contracts import normalise_label, normalise_tag_set
 from .errors import InvalidInput
 from .versions import checked_range_text
@@ -88,12 +88,30 @@ class Constraints(Model):
         Raises:
             InvalidInput: an explicit constraint has the wrong type or value.
         """
+        # these are valid: only what the client stated is validated (field by field, as
+        # assigned); the whole is validated again only to name every offending field
+        merged = self.model_copy()
+        extras: dict[str, Any] = {}
+        try:
+            for key, value in explicit.items():
+                if key == "tags":
+                    merged.tags = [*merged.tags, *_listed(value)]
+                elif key in _SETTABLE:
+                    setattr(merged, key, value)
+                else:
+                    extras[key] = value
+        except ValidationError:
+            return self._merged_validated(explicit)
+        if extras:
+            merged.extras = {**self.extras, **extras}
+        return merged
+
+    def _merged_validated(self, explicit: Mapping[str, Any]) -> Constraints:
+        """:meth:`merged` by validating the whole (InvalidInput names every offending field)."""
         data = self.model_dump()
         for key, value in explicit.items():
             if key == "tags":
-                if isinstance(value, str) or not isinstance(value, Sequence):
-                    value = [value]
-                data["tags"] = [*data["tags"], *value]
+                data["tags"] = [*data["tags"], *_listed(value)]
             elif key in _SETTABLE:
                 data[key] = value
             else:
@@ -117,6 +135,11 @@ class Constraints(Model):
 # (pydantic 2.14), and routing reads them for every task
 _FIELDS = tuple(Constraints.model_fields)
 _SETTABLE = frozenset(_FIELDS) - {"extras"}  # what a stated constraint may set (the rest: extras)
+
+
+def _listed(tags: Any) -> Any:
+    """Stated tags as a sequence (one tag may be stated alone)."""
+    return [tags] if isinstance(tags, str) or not isinstance(tags, Sequence) else tags
 
 
 @runtime_checkable
@@ -468,16 +491,24 @@ class RuleBasedExtractor:
         for label, start, end in self._actions.matches(text):
             if best is None or end - start > best[0]:
                 best = (end - start, label)
-        return Constraints(
-            action=best[1] if best else "",
-            tags=sorted({label for label, _, _ in self._tags.matches(text)}),
-            region=self._regions.first(rest),
-            data_residency=residency,
-            time_window=self._windows.first(text),
-            freshness_tolerance_ms=self._freshness_of(text),
-            metric=self._metrics.first(text),
-            granularity=self._granularities.first(text),
-            needs_human_review=bool(self._review.first(text)),
+        # labels from the validated vocabulary, normalised when it was read: valid as they are
+        return trusted(
+            Constraints,
+            {
+                "action": best[1] if best else "",
+                "tags": normalise_tag_set([label for label, _, _ in self._tags.matches(text)]),
+                "name": "",
+                "version_range": "",
+                "max_latency_ms": 0,
+                "region": self._regions.first(rest),
+                "data_residency": residency,
+                "time_window": self._windows.first(text),
+                "freshness_tolerance_ms": self._freshness_of(text),
+                "metric": self._metrics.first(text),
+                "granularity": self._granularities.first(text),
+                "needs_human_review": bool(self._review.first(text)),
+                "extras": {},
+            },
         )
 
     def _residency_of(self, text: str) -> tuple[str, str]:

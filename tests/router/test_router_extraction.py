@@ -139,6 +139,55 @@ def test_phrases_match_as_defined_longest_whole_word_at_each_spot(parts: list[st
     assert c.metric == (metrics[0][0] if metrics else "")
 
 
+_TEXTS = [
+    SEED,
+    "Get me yesterday's refund rate for the Shanghai region, hourly, real-time, data must stay in the EU",
+    "需要人工审核：北京的近实时订单量，数据不能出境，延迟不超过2小时",
+    "",
+    "nothing to see",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([*_PIECES, *_TEXTS, " ", "-", "9", "的"]), max_size=8))
+def test_extraction_builds_the_constraints_validation_would(parts: list[str]) -> None:
+    """The extractor builds its constraints without validating them again (its labels come
+    from the validated vocabulary): they are what validation makes of them."""
+    c = RuleBasedExtractor().extract_sync("".join(parts))
+    validated = Constraints.model_validate(c.model_dump())
+    assert c == validated and c.model_dump_json() == validated.model_dump_json()
+
+
+_STATED = st.dictionaries(
+    st.sampled_from(["action", "tags", "region", "max_latency_ms", "version_range", "priority", "extras"]),
+    st.one_of(
+        st.sampled_from(["Query Metric", "Real Time", "^2.1", ">>1", "", "near-realtime"]),
+        st.integers(min_value=-2, max_value=5000),
+        st.none(),
+        st.lists(st.sampled_from(["Real Time", "audit", " "]), max_size=3),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(_TEXTS), _STATED)
+def test_merging_validates_only_what_was_stated_and_gives_what_whole_validation_gives(
+    text: str, stated: dict[str, object]
+) -> None:
+    base = RuleBasedExtractor().extract_sync(text)
+    try:
+        expected = base._merged_validated(stated)
+    except InvalidInput as exc:
+        with pytest.raises(InvalidInput) as err:
+            base.merged(stated)
+        assert err.value.problems == exc.problems  # every offending field named, as before
+        return
+    merged = base.merged(stated)
+    assert merged == expected and merged.model_dump_json() == expected.model_dump_json()
+    assert merged is not base and base == RuleBasedExtractor().extract_sync(text)  # base unchanged
+
+
 async def test_a_longer_phrase_wins_over_the_ascii_word_it_starts_with() -> None:
     extractor = RuleBasedExtractor(actions={"gmv": ["GMV"], "gmv_total": ["GMV总额"]}, tags={})
     assert (await extractor.extract("查一下GMV总额")).action == "gmv_total"
