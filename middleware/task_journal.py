@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .audit.log import AuditLog
-from .audit.record import PlainRecord, plain_record
+from .audit.record import PlainRecord, task_record_template, utc_now_text
+from .smf import new_id
 
 __all__ = ["TaskJournal", "observer_of"]
 
@@ -38,7 +39,7 @@ class TaskJournal:
             starts the task's span there), looked up once by the caller, not per journal.
     """
 
-    __slots__ = ("_common", "_log", "_observer", "_pending", "goal_id")
+    __slots__ = ("_log", "_observer", "_pending", "_session", "_template", "_user", "goal_id")
 
     def __init__(
         self,
@@ -53,7 +54,9 @@ class TaskJournal:
         observer: Callable[[PlainRecord], None] | None,
     ) -> None:
         self._log = log
-        self._common = (node, task_id, trace_id, user, session)
+        # what every record of the task carries, built once: each record is a copy of it
+        self._template = task_record_template(node=node, task_id=task_id, trace_id=trace_id)
+        self._user, self._session = user, session
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
         # an observer that wants records as they are recorded (tracing: the task's span)
@@ -63,20 +66,16 @@ class TaskJournal:
         self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
     ) -> None:
         """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
-        node, task_id, trace_id, user, session = self._common
-        record = plain_record(
-            event_type,
-            node=node,
-            outcome=outcome,
-            detail=detail,
-            agent=agent,
-            rule=rule,
-            task_id=task_id,
-            trace_id=trace_id,
-            goal_id=self.goal_id,
-            user=user,
-            session=session,
-        )
+        # plain_record's record (the same keys in the same order), the task's fields copied
+        record = self._template.copy()
+        record["event_id"] = new_id("evt")
+        record["event_type"] = event_type
+        record["time"] = utc_now_text()
+        record["actors"] = {"user": self._user, "agent": agent, "session": self._session}
+        record["goal_id"] = self.goal_id
+        record["rule"] = rule
+        record["outcome"] = outcome
+        record["detail"] = detail
         self._pending.append(record)
         if self._observer is not None:
             self._observer(record)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -26,6 +28,8 @@ __all__ = [
     "plain_record",
     "record_bytes",
     "record_view",
+    "task_record_template",
+    "utc_now_text",
 ]
 
 AUDIT_SCHEMA_VERSION = 1
@@ -129,7 +133,7 @@ def plain_record(
     return {
         "event_id": new_id("evt"),
         "event_type": event_type,
-        "time": _utc_text(utcnow()),
+        "time": utc_now_text(),
         "component": component,
         "node": node,
         "actors": {"user": user, "agent": agent, "session": session},
@@ -143,9 +147,49 @@ def plain_record(
     }
 
 
-def _utc_text(now: datetime) -> str:
-    """``now`` (UTC) as pydantic's JSON mode writes it: ISO 8601 with ``Z``."""
-    return now.isoformat().replace("+00:00", "Z")
+def task_record_template(
+    *, node: str, task_id: str, trace_id: str, component: str = "gateway"
+) -> PlainRecord:
+    """What every record of one task carries, built once per task: a copy of it, the record's
+    own fields set, is the record :func:`plain_record` builds (the same keys in the same order)."""
+    return {
+        "event_id": "",
+        "event_type": "",
+        "time": "",
+        "component": component,
+        "node": node,
+        "actors": {},
+        "task_id": task_id,
+        "trace_id": trace_id,
+        "goal_id": "",
+        "rule": "",
+        "outcome": "",
+        "detail": {},
+        "schema_version": AUDIT_SCHEMA_VERSION,
+    }
+
+
+def utc_now_text() -> str:
+    """Now (UTC) as pydantic's JSON mode writes it: ISO 8601, the microseconds when not zero, ``Z``.
+
+    The same text as ``utcnow().isoformat()`` with ``Z`` for ``+00:00`` (the same clock, its
+    microseconds floored as ``datetime.now`` floors them), with the date and time of day
+    formatted once a second instead of once a record.
+    """
+    return utc_text_of(time.time_ns())
+
+
+def utc_text_of(ns: int) -> str:
+    """:func:`utc_now_text` at ``ns`` nanoseconds since the epoch."""
+    micro = ns // 1000 % 1_000_000
+    prefix = _second_text(ns // 1_000_000_000)
+    return f"{prefix}.{micro:06d}Z" if micro else f"{prefix}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _second_text(seconds: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a second since the epoch (UTC)."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat()[:-6]  # without "+00:00"
 
 
 def record_bytes(record: AuditRecord | PlainRecord) -> bytes:
