@@ -42,7 +42,7 @@ from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, SMFMetadata, new_id, utcnow
 from .tasks import TaskRecord, TaskStep
-from .tracing import current_traceparent
+from .trace_context import current_traceparent
 
 __all__ = ["AttemptFailed", "AttemptResult", "Dispatcher", "brief", "decision_detail", "envelope"]
 
