@@ -204,6 +204,7 @@ class Metrics:
         # validates and locks on every call. (Never removed, so a cached child stays the
         # exported one; gauges, which could be, are not cached.)
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+        self._appended: dict[str, Any] = {}  # event type -> its child of agency_audit_appends_total
 
     def _child(self, metric: Counter | Histogram, *values: str) -> Any:
         key = (metric, values)
@@ -227,21 +228,19 @@ class Metrics:
         observation for the batch, one counter update per event type) and fold in what its
         records imply: outcomes, the KPIs, and with ``started`` (task id -> submit time, kept
         by the caller) each task's end-to-end time."""
-        counts: dict[str, int] = {}
-        read = []
-        for record in records:
-            kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
-            counts[kind] = counts.get(kind, 0) + 1
-            if kind in _READ:  # most records (transitions, dispatches ...) imply nothing more
-                read.append(record)
+        folded, appended = self._folded, self._appended
         refused = []
-        folded = self._folded
         with folded.lock:
             folded.observe(self.audit_append_latency, seconds)
-            for kind, n in counts.items():
-                folded.inc(self._child(self.audit_appends, kind), n)
-            for record in read:
-                if self._fold(record, started):
+            incs = folded.incs
+            for record in records:
+                kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
+                child = appended.get(kind)
+                if child is None:
+                    child = appended[kind] = self.audit_appends.labels(kind)
+                incs[child] = incs.get(child, 0) + 1
+                # most records (transitions, dispatches ...) imply nothing more than their count
+                if kind in _READ and self._fold(record, started):
                     refused.append(record)
             folded.publish_if_full()
         for record in refused:  # logged outside the lock
@@ -345,13 +344,13 @@ class _Folded:
     def __init__(self, *metrics: Counter | Histogram, publish_every: int = 1024) -> None:
         self.metrics = metrics
         self.lock = Lock()
-        self._incs: dict[Any, float] = {}  # counter child -> increments not applied yet
+        self.incs: dict[Any, float] = {}  # counter child -> increments not applied yet
         self._observations: list[tuple[Any, float]] = []  # (histogram child, value)
         self._publish_every = publish_every
 
     def inc(self, child: Any, n: float) -> None:
         """Add ``n`` to a counter (holding the lock)."""
-        self._incs[child] = self._incs.get(child, 0) + n
+        self.incs[child] = self.incs.get(child, 0) + n
 
     def observe(self, child: Any, value: float) -> None:
         """Observe ``value`` in a histogram (holding the lock)."""
@@ -363,7 +362,7 @@ class _Folded:
             self._publish()
 
     def _publish(self) -> None:  # holding the lock
-        incs, self._incs = self._incs, {}
+        incs, self.incs = self.incs, {}
         observations, self._observations = self._observations, []
         for child, n in incs.items():
             child.inc(n)
