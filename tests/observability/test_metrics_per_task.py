@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from middleware import Agency
 from middleware.audit import AuditRecord, MemoryAuditLog
@@ -110,3 +110,41 @@ async def test_the_warranty_demo_gives_the_same_metrics_per_record_and_per_hand_
     assert value("agency_kpi_first_contact_resolution_ratio") == 0.25
     assert value("agency_kpi_human_transfer_ratio") == 0.5
     assert value("agency_kpi_intent_drift_ratio") == 0.25
+
+
+def _task(n: int) -> list[AuditRecord]:
+    return [
+        AuditRecord(event_type="task.submitted", task_id=f"t{n}", node="n1"),
+        AuditRecord(event_type="task.completed", task_id=f"t{n}", outcome="completed", node="n1"),
+    ]
+
+
+def _own(metric: Counter | Histogram, sample: str) -> float:
+    """A sample as the Prometheus metric object itself holds it (not through the registry,
+    whose collectors bring it up to date first)."""
+    return next(s.value for f in metric.collect() for s in f.samples if s.name == sample)
+
+
+async def test_a_scrape_of_some_metrics_only_sees_every_hand_over() -> None:
+    """The HTTP endpoint's ``name[]`` filter collects only the collectors of those names."""
+    metrics = Metrics(CollectorRegistry())
+    metered = MeteredAuditLog(MemoryAuditLog(), metrics)
+    for n in range(3):
+        await metered.append_batch(_task(n))
+    some = metrics.registry.restricted_registry(["agency_tasks_total", "agency_kpi_tasks_total"])
+    values = {s.name: s.value for f in some.collect() for s in f.samples if not s.name.endswith("_created")}
+    assert values == {"agency_tasks_total": 3.0, "agency_kpi_tasks_total": 3.0}
+
+
+async def test_updates_waiting_for_a_scrape_are_bounded() -> None:
+    """Without any scrape the folded updates still reach the metrics (memory stays bounded)."""
+    metrics = Metrics(CollectorRegistry())
+    metered = MeteredAuditLog(MemoryAuditLog(), metrics)
+    for n in range(700):  # 1,400 hand-overs, 1,400 append latencies and 700 task durations
+        for record in _task(n):
+            await metered.append(record)
+    assert _own(metrics.audit_append_latency, "agency_audit_append_duration_seconds_count") >= 1024
+    assert _own(metrics.kpis.tasks, "agency_kpi_tasks_total") >= 512
+    assert metrics.registry.get_sample_value("agency_audit_append_duration_seconds_count") == 1400
+    assert metrics.registry.get_sample_value("agency_kpi_tasks_total") == 700
+    assert _own(metrics.kpis.tasks, "agency_kpi_tasks_total") == 700  # the read published the rest
