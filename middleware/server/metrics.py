@@ -7,6 +7,11 @@ of its own, and metrics can never disagree with the audit trail. Subsystems with
 state of their own (circuit breakers, mailboxes, Redis clients) update the gauges
 and counters on :class:`Metrics` directly.
 
+The records of one hand-over (a task's batch at a durability barrier, or one append) are
+folded once into plain counter increments and histogram observations; the Prometheus
+metrics are brought up to date from them when they are read (every scrape) and, between
+scrapes, every 1,024 waiting observations.
+
 All metrics live in the ``registry`` given (a fresh ``CollectorRegistry`` in tests);
 there is no module-level singleton. Names follow Prometheus conventions (base
 units, ``_total`` for counters, ``_seconds`` for durations).
@@ -440,8 +445,9 @@ def _log_refusal(record: AuditRecord | PlainRecord) -> None:
 
 
 class MeteredAuditLog:
-    """An :class:`AuditLog` that updates :class:`Metrics` for every record it appends to
-    ``inner``, and logs SMF validation failures at ERROR, refused client requests at INFO
+    """An :class:`AuditLog` that updates :class:`Metrics` once per hand-over for the records it
+    appends to ``inner`` (and times each task from its ``task.submitted`` to its first
+    ``task.completed``), and logs SMF validation failures at ERROR, refused client requests at INFO
     (invalid input) or WARNING (authentication, permission)."""
 
     def __init__(self, inner: AuditLog, metrics: Metrics) -> None:
