@@ -15,18 +15,21 @@ SLA attainment             tasks whose handling time is below the SLA (3 s by de
 =========================  ==================================================================
 
 :class:`KpiMetrics` exports them to Prometheus as the tasks go (counters, a histogram
-and ratio gauges, fed by :class:`~middleware.server.metrics.Metrics`); :func:`compute_kpis`
+and ratio gauges, fed by :class:`~middleware.server.metrics.Metrics`; a stopped task adds to
+plain totals, the metrics are updated from them when read); :func:`compute_kpis`
 reads them from an audit log over a period (``agency report``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from threading import Lock
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 from pydantic import Field
 
 from ._model import Model
@@ -186,49 +189,83 @@ def compute_kpis(
 
 
 class KpiMetrics:
-    """The measures as Prometheus metrics, updated as each task reaches its first stop.
+    """The measures as Prometheus metrics, counted as each task reaches its first stop.
+
+    A task's figures are added to plain totals when it stops (on the event loop, no metric
+    call); the Prometheus metrics are brought up to date from the totals when they are read
+    (this object is the registry's collector for them) or when ``publish_every`` tasks wait,
+    so whoever reads them sees every task that has stopped.
 
     Args:
         registry: Where to register (the gateway's :class:`~middleware.server.metrics.Metrics` registry).
         sla_seconds: The SLA a task's handling time is compared with.
+        publish_every: Stopped tasks kept as totals at most before the metrics are updated.
     """
 
-    def __init__(self, registry: CollectorRegistry, *, sla_seconds: float = DEFAULT_SLA_SECONDS) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        sla_seconds: float = DEFAULT_SLA_SECONDS,
+        publish_every: int = 256,
+    ) -> None:
         self.sla_seconds = sla_seconds
+        self._publish_every = publish_every
         self._tally = TaskTally()
+        self._lock = Lock()  # the totals are added on the event loop, published by a scrape too
         self._n = self._resolved = self._handover = self._drift = self._sla = 0
-        r = registry
-        self.tasks = Counter("agency_kpi_tasks_total", "Tasks that reached their first stop.", registry=r)
+        self._total_seconds = 0.0
+        self._handling: list[float] = []  # handling times not observed by the histogram yet
+        self._shown = (0, 0, 0, 0, 0)  # the totals the counters show
+        self.tasks = Counter("agency_kpi_tasks_total", "Tasks that reached their first stop.", registry=None)
         self.resolved = Counter(
-            "agency_kpi_first_contact_resolved_total", "Tasks completed at their first stop.", registry=r
+            "agency_kpi_first_contact_resolved_total", "Tasks completed at their first stop.", registry=None
         )
         self.handovers = Counter(
-            "agency_kpi_human_transfers_total", "Tasks handed over to a person.", registry=r
+            "agency_kpi_human_transfers_total", "Tasks handed over to a person.", registry=None
         )
         self.drifts = Counter(
-            "agency_kpi_intent_drift_tasks_total", "Tasks with an INTENT_DRIFT failure.", registry=r
+            "agency_kpi_intent_drift_tasks_total", "Tasks with an INTENT_DRIFT failure.", registry=None
         )
-        self.sla_met = Counter("agency_kpi_sla_met_total", "Tasks handled within the SLA.", registry=r)
+        self.sla_met = Counter("agency_kpi_sla_met_total", "Tasks handled within the SLA.", registry=None)
         self.handling = Histogram(
             "agency_kpi_handling_seconds",
             "Handling time: task submitted to its first stop.",
             buckets=_HANDLING_BUCKETS,
-            registry=r,
+            registry=None,
         )
-        self.sla = Gauge("agency_kpi_sla_seconds", "The SLA handling times are compared with.", registry=r)
+        self.sla = Gauge("agency_kpi_sla_seconds", "The SLA handling times are compared with.", registry=None)
         self.sla.set(sla_seconds)
         self.fcr = Gauge(
-            "agency_kpi_first_contact_resolution_ratio", "First-contact resolution since start.", registry=r
+            "agency_kpi_first_contact_resolution_ratio",
+            "First-contact resolution since start.",
+            registry=None,
         )
         self.aht = Gauge(
-            "agency_kpi_average_handling_seconds", "Average handling time since start.", registry=r
+            "agency_kpi_average_handling_seconds", "Average handling time since start.", registry=None
         )
         self.transfer_rate = Gauge(
-            "agency_kpi_human_transfer_ratio", "Human-transfer rate since start.", registry=r
+            "agency_kpi_human_transfer_ratio", "Human-transfer rate since start.", registry=None
         )
-        self.drift_rate = Gauge("agency_kpi_intent_drift_ratio", "Intent-drift rate since start.", registry=r)
-        self.sla_rate = Gauge("agency_kpi_sla_attainment_ratio", "SLA attainment since start.", registry=r)
-        self._total_seconds = 0.0
+        self.drift_rate = Gauge(
+            "agency_kpi_intent_drift_ratio", "Intent-drift rate since start.", registry=None
+        )
+        self.sla_rate = Gauge("agency_kpi_sla_attainment_ratio", "SLA attainment since start.", registry=None)
+        self._metrics = (
+            self.tasks,
+            self.resolved,
+            self.handovers,
+            self.drifts,
+            self.sla_met,
+            self.handling,
+            self.sla,
+            self.fcr,
+            self.aht,
+            self.transfer_rate,
+            self.drift_rate,
+            self.sla_rate,
+        )
+        registry.register(self)
 
     def observe(self, record: AuditRecord) -> None:
         """Take one audit record (called for every record appended)."""
@@ -241,25 +278,48 @@ class KpiMetrics:
         done = self._tally.add_fields(task_id, kind, time, outcome)
         if done is None:
             return
-        self._n += 1
-        self._total_seconds += done.handling_seconds
-        self.tasks.inc()
-        self.handling.observe(done.handling_seconds)
-        if done.resolved:
-            self._resolved += 1
-            self.resolved.inc()
-        if done.handover:
-            self._handover += 1
-            self.handovers.inc()
-        if done.drift:
-            self._drift += 1
-            self.drifts.inc()
-        if done.handling_seconds < self.sla_seconds:
-            self._sla += 1
-            self.sla_met.inc()
+        with self._lock:
+            self._n += 1
+            self._total_seconds += done.handling_seconds
+            self._handling.append(done.handling_seconds)
+            self._resolved += done.resolved
+            self._handover += done.handover
+            self._drift += done.drift
+            self._sla += done.handling_seconds < self.sla_seconds
+            if len(self._handling) >= self._publish_every:
+                self._publish()
+
+    def publish(self) -> None:
+        """Bring the metrics up to date with every task that has stopped."""
+        with self._lock:
+            self._publish()
+
+    def _publish(self) -> None:  # holding the lock
+        totals = (self._n, self._resolved, self._handover, self._drift, self._sla)
+        if totals == self._shown:
+            return
+        counters = (self.tasks, self.resolved, self.handovers, self.drifts, self.sla_met)
+        for counter, total, shown in zip(counters, totals, self._shown, strict=True):
+            if total > shown:
+                counter.inc(total - shown)
+        self._shown = totals
+        for seconds in self._handling:
+            self.handling.observe(seconds)
+        self._handling.clear()
         n = self._n
         self.fcr.set(self._resolved / n)
         self.aht.set(self._total_seconds / n)
         self.transfer_rate.set(self._handover / n)
         self.drift_rate.set(self._drift / n)
         self.sla_rate.set(self._sla / n)
+
+    def describe(self) -> Iterator[Metric]:
+        """The metrics' descriptions (the registry's duplicate check)."""
+        for metric in self._metrics:
+            yield from metric.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics, up to date (what a scrape reads)."""
+        self.publish()
+        for metric in self._metrics:
+            yield from metric.collect()

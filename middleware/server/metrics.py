@@ -7,6 +7,11 @@ of its own, and metrics can never disagree with the audit trail. Subsystems with
 state of their own (circuit breakers, mailboxes, Redis clients) update the gauges
 and counters on :class:`Metrics` directly.
 
+The records of one hand-over (a task's batch at a durability barrier, or one append) are
+folded once into plain counter increments and histogram observations; the Prometheus
+metrics are brought up to date from them when they are read (every scrape) and, between
+scrapes, every 1,024 waiting observations.
+
 All metrics live in the ``registry`` given (a fresh ``CollectorRegistry`` in tests);
 there is no module-level singleton. Names follow Prometheus conventions (base
 units, ``_total`` for counters, ``_seconds`` for durations).
@@ -18,9 +23,11 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from threading import Lock
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 from ..audit.log import AuditLog
 from ..audit.record import AuditEventType, AuditRecord, PlainRecord, record_view
@@ -52,6 +59,11 @@ _OBSERVED = frozenset(
     }
 )
 
+#: Refused requests, logged (``catalog.change`` only with the outcome ``refused``).
+_REFUSALS = frozenset({AuditEventType.MESSAGE_REJECTED, AuditEventType.CATALOG_CHANGE})
+#: Every record type a metric reads more than the event type of.
+_READ = _OBSERVED | KPI_EVENTS | _REFUSALS
+
 
 class Metrics:
     """Every metric Agency Middleware exports, registered on one registry."""
@@ -63,61 +75,63 @@ class Metrics:
         r = self.registry
         #: The seed's section 4.4 measures (first-contact resolution, handling time ...).
         self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
-        self.tasks = Counter("agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=r)
+        self.tasks = Counter(
+            "agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=None
+        )
         self.routing = Counter(
             "agency_routing_decisions_total",
             "Routing decisions, by outcome (chosen|refused).",
             ["outcome"],
-            registry=r,
+            registry=None,
         )
         self.failures = Counter(
             "agency_failures_total",
             "Failure events, by failure type and agent.",
             ["type", "agent"],
-            registry=r,
+            registry=None,
         )
         self.resolutions = Counter(
-            "agency_resolutions_total", "Resolutions applied, by kind.", ["kind"], registry=r
+            "agency_resolutions_total", "Resolutions applied, by kind.", ["kind"], registry=None
         )
         self.verifications = Counter(
             "agency_goal_verifications_total",
             "Goal verifications, by result (passed|failed).",
             ["result"],
-            registry=r,
+            registry=None,
         )
         self.smf_errors = Counter(
             "smf_validation_errors_total",
             "SMF messages between agents refused because they failed SMF validation.",
-            registry=r,
+            registry=None,
         )
         self.requests_refused = Counter(
             "agency_requests_refused_total",
             "Client requests refused at the gateway, by reason (invalid_input, permission_denied, "
             "unauthenticated ...).",
             ["reason"],
-            registry=r,
+            registry=None,
         )
         self.dispatch_latency = Histogram(
             "agency_dispatch_duration_seconds",
             "Time an agent took to answer one dispatch.",
             ["agent"],
             buckets=_LATENCY_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.task_latency = Histogram(
             "agency_task_duration_seconds",
             "End-to-end time of a task, submit to outcome.",
             buckets=_LATENCY_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.audit_appends = Counter(
-            "agency_audit_appends_total", "Records appended to the audit log.", ["event_type"], registry=r
+            "agency_audit_appends_total", "Records appended to the audit log.", ["event_type"], registry=None
         )
         self.audit_append_latency = Histogram(
             "agency_audit_append_duration_seconds",
             "Time until an audit append was durable (acknowledged).",
             buckets=_LATENCY_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.audit_fsync_latency = Histogram(
             "agency_audit_fsync_duration_seconds",
@@ -173,11 +187,29 @@ class Metrics:
             buckets=(10, 60, 300, 900, 3600, 4 * 3600, 86400, float("inf")),
             registry=r,
         )
-        # Children of the counters and histograms fed per audit record, looked up once per
-        # label value: ``labels()`` validates and locks on every call, which was most of the
-        # cost of metering a task's dozen records. (Never removed, so a cached child stays
-        # the exported one; gauges, which could be, are not cached.)
+        # The counters and histograms derived from audit records are updated once per
+        # hand-over (a journal's batch, an append): its records are folded into plain
+        # increments and observations, which reach the Prometheus metrics when they are read
+        # (``_Folded`` is the registry's collector for them) or when enough are waiting.
+        self._folded = _Folded(
+            self.tasks,
+            self.routing,
+            self.failures,
+            self.resolutions,
+            self.verifications,
+            self.smf_errors,
+            self.requests_refused,
+            self.dispatch_latency,
+            self.task_latency,
+            self.audit_appends,
+            self.audit_append_latency,
+        )
+        r.register(self._folded)
+        # Children of the folded metrics, looked up once per label value: ``labels()``
+        # validates and locks on every call. (Never removed, so a cached child stays the
+        # exported one; gauges, which could be, are not cached.)
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+        self._appended: dict[str, Any] = {}  # event type -> its child of agency_audit_appends_total
 
     def _child(self, metric: Counter | Histogram, *values: str) -> Any:
         key = (metric, values)
@@ -188,10 +220,68 @@ class Metrics:
 
     def appended(self, record: AuditRecord, seconds: float) -> None:
         """Count one audit append that took ``seconds`` until durable, and observe its record."""
-        self.audit_append_latency.observe(seconds)
-        self._child(self.audit_appends, record.event_type).inc()
-        self.kpis.observe(record)
-        self.observe(record)
+        self.appended_batch((record,), seconds)
+
+    def appended_batch(
+        self,
+        records: Sequence[AuditRecord | PlainRecord],
+        seconds: float,
+        *,
+        started: dict[str, datetime] | None = None,
+    ) -> None:
+        """Count a batch of audit records that took ``seconds`` until durable (one latency
+        observation for the batch, one counter update per event type) and fold in what its
+        records imply: outcomes, the KPIs, and with ``started`` (task id -> submit time, kept
+        by the caller) each task's end-to-end time."""
+        folded, appended = self._folded, self._appended
+        refused = []
+        with folded.lock:
+            folded.observe(self.audit_append_latency, seconds)
+            incs = folded.incs
+            for record in records:
+                kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
+                child = appended.get(kind)
+                if child is None:
+                    child = appended[kind] = self.audit_appends.labels(kind)
+                incs[child] = incs.get(child, 0) + 1
+                # most records (transitions, dispatches ...) imply nothing more than their count
+                if kind in _READ and self._fold(record, started):
+                    refused.append(record)
+            folded.publish_if_full()
+        for record in refused:  # logged outside the lock
+            _log_refusal(record)
+
+    def observe(self, record: AuditRecord) -> None:
+        """Update the metrics one audit record implies (its outcome; not the KPIs, not its
+        append)."""
+        if record.event_type in _OBSERVED:
+            with self._folded.lock:
+                self._observe(record, record.event_type, record.outcome, record.actors.agent, record.detail)
+
+    def _fold(self, record: AuditRecord | PlainRecord, started: dict[str, datetime] | None) -> bool:
+        """Fold one record the metrics read (holding the lock); whether it is a refusal to log."""
+        if isinstance(record, AuditRecord):
+            kind, task_id, outcome = record.event_type, record.task_id, record.outcome
+            agent, detail, at = record.actors.agent, record.detail, record.time
+        else:
+            kind, task_id, outcome = record["event_type"], record["task_id"], record["outcome"]
+            agent, detail, text = record["actors"]["agent"], record["detail"], record["time"]
+            # the time is parsed only where it is read: the KPIs' records (and the task's duration)
+            at = datetime.fromisoformat(text) if kind in KPI_EVENTS and isinstance(text, str) else text
+        if kind in _OBSERVED:
+            self._observe(record, kind, outcome, agent, detail)
+        if kind in KPI_EVENTS:
+            self.kpis.observe_fields(task_id, kind, at, outcome)
+            if started is not None:
+                if kind == AuditEventType.TASK_SUBMITTED:
+                    if task_id:
+                        started[task_id] = at
+                elif kind == AuditEventType.TASK_COMPLETED:
+                    begun = started.pop(task_id, None)
+                    if begun is not None:
+                        self._folded.observe(self.task_latency, (at - begun).total_seconds())
+            return False
+        return kind in _REFUSALS and (kind == AuditEventType.MESSAGE_REJECTED or outcome == "refused")
 
     def background_error(self, loop: str) -> None:
         """Count one failed round of a background loop (their ``on_error`` hook)."""
@@ -213,84 +303,88 @@ class Metrics:
         """Record a mailbox's live messages (the post office's ``on_depth`` hook)."""
         self.mailbox_depth.labels(mailbox=mailbox).set(depth)
 
-    def observe(self, record: AuditRecord) -> None:
-        """Update the metrics one audit record implies."""
-        if record.event_type in _OBSERVED:  # most records (transitions ...) imply nothing more
-            self._observe(record, record.event_type, record.outcome, record.actors.agent, record.detail)
-
-    def appended_batch(self, records: Sequence[AuditRecord | PlainRecord], seconds: float) -> None:
-        """Count a batch of audit records that took ``seconds`` until durable (one latency
-        observation for the batch, one counter update per event type)."""
-        self.audit_append_latency.observe(seconds)
-        counts: dict[str, int] = {}
-        for record in records:
-            kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
-            counts[kind] = counts.get(kind, 0) + 1
-            if kind in _OBSERVED:
-                _, outcome, agent, detail = _fields(record)
-                self._observe(record, kind, outcome, agent, detail)
-            if kind in KPI_EVENTS:  # the others' fields (a time to parse) would not be read
-                self.kpis.observe_fields(*_kpi_fields(record))
-        for kind, n in counts.items():
-            self._child(self.audit_appends, kind).inc(n)
-
     def _observe(
         self, record: AuditRecord | PlainRecord, kind: str, outcome: str, agent: str, d: dict[str, Any]
-    ) -> None:
+    ) -> None:  # holding the fold's lock
+        inc = self._folded.inc
         if kind == AuditEventType.TASK_COMPLETED:
-            self._child(self.tasks, outcome).inc()
+            inc(self._child(self.tasks, outcome), 1)
         elif kind == AuditEventType.ROUTING_DECISION:
-            self._child(self.routing, "chosen").inc()
+            inc(self._child(self.routing, "chosen"), 1)
         elif kind == AuditEventType.ROUTING_REFUSED:
-            self._child(self.routing, "refused").inc()
+            inc(self._child(self.routing, "refused"), 1)
         elif kind == AuditEventType.FAILURE:
-            self._child(self.failures, outcome, agent or "-").inc()
+            inc(self._child(self.failures, outcome, agent or "-"), 1)
         elif kind == AuditEventType.RESOLUTION:
-            self._child(self.resolutions, outcome).inc()
+            inc(self._child(self.resolutions, outcome), 1)
         elif kind == AuditEventType.VERIFICATION:
-            self._child(self.verifications, "passed" if outcome == "passed" else "failed").inc()
+            inc(self._child(self.verifications, "passed" if outcome == "passed" else "failed"), 1)
         elif kind == AuditEventType.MESSAGE_REJECTED:  # rare: the plain form is validated here
             view = record_view(record)
             if is_smf_failure(view):
-                self.smf_errors.inc()
+                inc(self.smf_errors, 1)
             else:
-                self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
+                inc(self._child(self.requests_refused, refusal_reason(view)), _count(view))
         elif kind == AuditEventType.CATALOG_CHANGE and outcome == "refused":
             view = record_view(record)
-            self._child(self.requests_refused, refusal_reason(view)).inc(_count(view))
+            inc(self._child(self.requests_refused, refusal_reason(view)), _count(view))
         elif kind == AuditEventType.CONTRACT_REVIEW:
             flagged = 0 if outcome == "cleared" else 1
             self.contract_review.labels(agent=agent or "-", type=d.get("failure_type", "-")).set(flagged)
         elif kind == AuditEventType.CIRCUIT_CHANGE:
             self.breaker_state.labels(agent=agent or "-").set(BREAKER_STATES.get(outcome, 0))
         elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
-            self._child(self.dispatch_latency, agent or "-").observe(d["duration_ms"] / 1000)
+            self._folded.observe(self._child(self.dispatch_latency, agent or "-"), d["duration_ms"] / 1000)
 
 
-_TRACKED = frozenset(
-    {
-        AuditEventType.MESSAGE_REJECTED,
-        AuditEventType.CATALOG_CHANGE,
-        AuditEventType.TASK_SUBMITTED,
-        AuditEventType.TASK_COMPLETED,
-    }
-)
+class _Folded:
+    """The collector of the metrics derived from audit records, and their updates not yet
+    applied: counter increments summed per series, histogram observations in order.
 
+    The event loop adds to them holding ``lock`` (once per hand-over); they are applied to
+    the Prometheus metrics before every read (a scrape, ``get_sample_value``) and whenever
+    ``publish_every`` observations wait, so memory stays bounded without a scrape.
+    """
 
-def _kpi_fields(record: AuditRecord | PlainRecord) -> tuple[str, str, datetime, str]:
-    """(task id, event type, time, outcome) of a record in either form, for the KPIs."""
-    if isinstance(record, AuditRecord):
-        return record.task_id, record.event_type, record.time, record.outcome
-    at = record["time"]
-    when = at if isinstance(at, datetime) else datetime.fromisoformat(at)
-    return record["task_id"], record["event_type"], when, record["outcome"]
+    def __init__(self, *metrics: Counter | Histogram, publish_every: int = 1024) -> None:
+        self.metrics = metrics
+        self.lock = Lock()
+        self.incs: dict[Any, float] = {}  # counter child -> increments not applied yet
+        self._observations: list[tuple[Any, float]] = []  # (histogram child, value)
+        self._publish_every = publish_every
 
+    def inc(self, child: Any, n: float) -> None:
+        """Add ``n`` to a counter (holding the lock)."""
+        self.incs[child] = self.incs.get(child, 0) + n
 
-def _fields(record: AuditRecord | PlainRecord) -> tuple[str, str, str, dict[str, Any]]:
-    """(event type, outcome, agent, detail) of a record in either form."""
-    if isinstance(record, AuditRecord):
-        return record.event_type, record.outcome, record.actors.agent, record.detail
-    return record["event_type"], record["outcome"], record["actors"]["agent"], record["detail"]
+    def observe(self, child: Any, value: float) -> None:
+        """Observe ``value`` in a histogram (holding the lock)."""
+        self._observations.append((child, value))
+
+    def publish_if_full(self) -> None:
+        """Apply the updates if enough wait (holding the lock)."""
+        if len(self._observations) >= self._publish_every:
+            self._publish()
+
+    def _publish(self) -> None:  # holding the lock
+        incs, self.incs = self.incs, {}
+        observations, self._observations = self._observations, []
+        for child, n in incs.items():
+            child.inc(n)
+        for child, value in observations:
+            child.observe(value)
+
+    def describe(self) -> Iterator[Metric]:
+        """The metrics' descriptions (the registry's duplicate check)."""
+        for metric in self.metrics:
+            yield from metric.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics with every update applied (what a scrape reads)."""
+        with self.lock:
+            self._publish()
+        for metric in self.metrics:
+            yield from metric.collect()
 
 
 #: Rules of SMF validation failures (an SMF message between agents that does not validate).
@@ -351,8 +445,9 @@ def _log_refusal(record: AuditRecord | PlainRecord) -> None:
 
 
 class MeteredAuditLog:
-    """An :class:`AuditLog` that updates :class:`Metrics` for every record it appends to
-    ``inner``, and logs SMF validation failures at ERROR, refused client requests at INFO
+    """An :class:`AuditLog` that updates :class:`Metrics` once per hand-over for the records it
+    appends to ``inner`` (and times each task from its ``task.submitted`` to its first
+    ``task.completed``), and logs SMF validation failures at ERROR, refused client requests at INFO
     (invalid input) or WARNING (authentication, permission)."""
 
     def __init__(self, inner: AuditLog, metrics: Metrics) -> None:
@@ -365,35 +460,16 @@ class MeteredAuditLog:
         return self.inner.location
 
     async def append(self, record: AuditRecord) -> int:
-        started = time.perf_counter()
+        began = time.perf_counter()
         index = await self.inner.append(record)
-        self.metrics.appended(record, time.perf_counter() - started)
-        self._track_task(record)
+        self.metrics.appended_batch((record,), time.perf_counter() - began, started=self._started)
         return index
 
     async def append_batch(self, records: Sequence[AuditRecord | PlainRecord]) -> range:
-        started = time.perf_counter()
+        began = time.perf_counter()
         indexes = await self.inner.append_batch(records)
-        self.metrics.appended_batch(records, time.perf_counter() - started)
-        for record in records:
-            self._track_task(record)
+        self.metrics.appended_batch(records, time.perf_counter() - began, started=self._started)
         return indexes
-
-    def _track_task(self, record: AuditRecord | PlainRecord) -> None:
-        kind: str = record["event_type"] if isinstance(record, dict) else record.event_type
-        if kind not in _TRACKED:  # most records
-            return
-        task_id: str = record["task_id"] if isinstance(record, dict) else record.task_id
-        if kind in (AuditEventType.MESSAGE_REJECTED, AuditEventType.CATALOG_CHANGE):
-            _log_refusal(record)
-            return
-        at = record.time if isinstance(record, AuditRecord) else datetime.fromisoformat(record["time"])
-        if kind == AuditEventType.TASK_SUBMITTED and task_id:
-            self._started[task_id] = at
-        elif kind == AuditEventType.TASK_COMPLETED:
-            started = self._started.pop(task_id, None)
-            if started is not None:
-                self.metrics.task_latency.observe((at - started).total_seconds())
 
     def records(self) -> Iterator[tuple[int, AuditRecord]]:
         return self.inner.records()
