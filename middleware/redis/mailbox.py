@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ResourceExhausted
 from ..messaging.clock import Clock, system_clock
@@ -190,14 +191,25 @@ class RedisMailbox:
         out, lost = reply
         deliveries = [Delivery(_s(i), bytes(d), int(n)) for i, d, n in out]
         remaining = block
+        late = False
         while not deliveries and not lost and remaining > 0:
             # in slices shorter than the client's socket timeout (redis-py >= 6 defaults to 5 s):
             # a long wait must not end in a read timeout
             wait = min(remaining, self._block_slice)
             remaining -= wait
-            resp: Any = await self._r.xreadgroup(
-                GROUP, consumer, {key: ">"}, count=count, block=max(int(wait * 1000), 1)
-            )
+            try:
+                resp: Any = await self._r.xreadgroup(
+                    GROUP, consumer, {key: ">"}, count=count, block=max(int(wait * 1000), 1)
+                )
+            except RedisTimeoutError:
+                # The slice's answer came after the socket timeout (a starved event loop, a slow
+                # link): once per wait that is a late reply, not an outage. redis-py dropped the
+                # connection; anything XREADGROUP handed out meanwhile stays pending for this
+                # consumer and comes back through XAUTOCLAIM after the visibility timeout.
+                if late:
+                    raise
+                late = True
+                continue
             for _, entries in resp or []:
                 for entry_id, fields in entries:
                     if fields:  # a nil entry cannot come from '>', but never trust it blindly

@@ -8,6 +8,9 @@ import signal
 import sys
 from typing import Any
 
+import pytest
+
+from middleware.errors import BackendUnavailable
 from middleware.messaging import ManualClock, PostOfficeConfig, RedisMailbox
 
 from .helpers import Env, register
@@ -68,6 +71,30 @@ async def test_a_long_wait_outlasts_the_clients_socket_timeout(redis_prefix: str
     try:
         batch = await mailbox.receive("bob", "bob", count=1, visibility_timeout=30, block=1.2)
         assert batch.deliveries == [] and batch.lost == []
+    finally:
+        await mailbox.purge()
+        await client.aclose()
+
+
+async def test_a_wait_slice_answered_after_the_socket_timeout_is_a_late_reply_not_an_error(
+    redis_prefix: str,
+) -> None:
+    """A loaded machine can read a slice's reply after the socket timeout: the pull goes on."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(
+        os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"), socket_timeout=0.3
+    )
+    mailbox = RedisMailbox(client, prefix=redis_prefix)
+    mailbox._block_slice = 0.6  # every slice outlasts the socket timeout, as a starved loop makes it
+    try:
+        batch = await mailbox.receive("bob", "bob", count=1, visibility_timeout=30, block=0.6)
+        assert batch.deliveries == [] and batch.lost == []
+        await mailbox.enqueue("bob", b"hello", max_len=10)  # the client reconnects for the next call
+        batch = await mailbox.receive("bob", "bob", count=1, visibility_timeout=30)
+        assert [d.data for d in batch.deliveries] == [b"hello"]
+        with pytest.raises(BackendUnavailable):  # twice in one wait: that is an outage, and says so
+            await mailbox.receive("bob", "bob", count=1, visibility_timeout=30, block=1.2)
     finally:
         await mailbox.purge()
         await client.aclose()
