@@ -129,6 +129,32 @@ async def test_every_json_field_refuses_what_json_has_not(grpc_gateway, bad: str
         assert len(audited) == 1 and field in audited[0], (method, field, audited)
 
 
+@pytest.mark.parametrize(
+    ("method", "request_", "field"),
+    [
+        ("Route", agency_pb2.RouteRequest(text="x", constraints_json="[1]"), "constraints_json"),
+        (
+            "Route",
+            agency_pb2.RouteRequest(text="x", constraints_json='{"max_latency_ms": -5}'),
+            "max_latency_ms",
+        ),
+        ("Resume", agency_pb2.ResumeRequest(task_id="t", decision_json='"approve"'), "decision_json"),
+    ],
+)
+async def test_well_formed_json_of_the_wrong_shape_is_refused_and_audited(
+    grpc_gateway, method: str, request_: Any, field: str
+) -> None:
+    # Valid JSON, wrong shape or value: refused at the transport or the router, and audited
+    # like any refused input (the previous note's "not audited" gap).
+    agency, channel, _ = grpc_gateway
+    before = len(_rejections(agency))
+    err = await _call(channel, method, request_)
+    assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert field in dict(err.trailing_metadata() or ())["agency-field"]
+    audited = _rejections(agency)[before:]
+    assert len(audited) == 1 and field in audited[0], audited
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 async def test_non_finite_floats_are_refused_naming_the_field(grpc_gateway, value: float) -> None:
     agency, channel, _ = grpc_gateway

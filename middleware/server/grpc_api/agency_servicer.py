@@ -34,15 +34,23 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
     async def Route(
         self, request: agency_pb2.RouteRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.RoutingDecision:
-        constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)
-        decision = await self._agency.route(request.text, constraints)
+        try:  # a refused dry run is audited like a refused task (message.rejected)
+            constraints = loads(request.constraints_json, "constraints_json", default={}, want=dict)
+            decision = await self._agency.route(request.text, constraints)
+        except InvalidInput as exc:
+            await self._agency.record_rejection(exc)
+            raise
         return decision_to_pb(decision)
 
     @rpc
     async def Resume(
         self, request: agency_pb2.ResumeRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
-        decision = loads(request.decision_json, "decision_json", want=dict)
+        try:
+            decision = loads(request.decision_json, "decision_json", want=dict)
+        except InvalidInput as exc:  # the task's own refusals are audited by Agency.resume
+            await self._agency.record_rejection(exc)
+            raise
         outcome = await self._agency.resume(
             request.task_id, answer=request.answer or None, decision=decision, caller=current_principal()
         )
