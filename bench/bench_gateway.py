@@ -13,6 +13,11 @@ the same-sized reply and nothing else.
     python -m bench.bench_gateway --soak 600             # + 10 min at 70 % of gateway throughput
     python -m bench.bench_gateway --profile gateway.prof # cProfile the gateway run
     python -m bench.bench_gateway --workers-compare      # + agency serve --workers 2 vs 1 (Redis)
+    python -m bench.bench_gateway --side-effects         # the echo under the default contract
+
+The echo agent's contract declares ``side_effect_free`` (a pure function): in process, a task
+waits for one fdatasync (the outcome barrier). ``--side-effects`` registers it with the default
+contract (an agent that may act: the dispatch barrier too, two waits). Every run prints which.
 
 Each line also shows the server's CPU per call (every thread of this process; the load
 generator is a child process): on a shared machine calls/s swing with the load, the CPU per
@@ -60,7 +65,24 @@ ECHO_CONTRACT = {
     "slo_latency_ms": 5000,
     "input_schema": {"type": "object", "required": ["payload"], "properties": {"payload": _STRING}},
     "output_schema": {"type": "object", "required": ["payload"], "properties": {"payload": _STRING}},
+    # A pure function: run in process, its dispatch is no durability barrier (one fdatasync
+    # wait per task, at the outcome). --side-effects measures the default contract (two).
+    "side_effect_free": True,
 }
+
+
+def echo_contract(side_effects: bool) -> dict[str, Any]:
+    """The echo's contract: side-effect free (the default here), or as any contract by default."""
+    return {**ECHO_CONTRACT, "side_effect_free": not side_effects}
+
+
+def barrier_mode(side_effects: bool) -> str:
+    """What the run measures, in words (printed with the figures)."""
+    if side_effects:
+        return "default contract (may act): 2 fdatasync waits per task (dispatch + outcome)"
+    return "side-effect-free agent in process: 1 fdatasync wait per task (outcome)"
+
+
 ECHO_GOAL = {
     "id": "GOAL_ECHO",
     "description": "The payload comes back.",
@@ -104,7 +126,9 @@ async def start_bare() -> tuple[grpc.aio.Server, int, Callable[[], Awaitable[Non
 Stop = Callable[[], Awaitable[None]]
 
 
-async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, Stop]:
+async def start_gateway(
+    data_dir: Path, audit: str = "file", *, side_effects: bool = False
+) -> tuple[Any, int, Stop]:
     from middleware import Agency
     from middleware.audit import MemoryAuditLog, WalAuditLog
     from middleware.server.grpc_api import build_server
@@ -117,7 +141,7 @@ async def start_gateway(data_dir: Path, audit: str = "file") -> tuple[Any, int, 
     (data_dir / "audit").mkdir(parents=True, exist_ok=True)
     log = WalAuditLog(data_dir / "audit", "bench") if audit == "file" else MemoryAuditLog()
     agency = Agency(audit=MeteredAuditLog(log, metrics))
-    await agency.register(ECHO_CONTRACT, echo)
+    await agency.register(echo_contract(side_effects), echo)
     agency.register_goal(ECHO_GOAL)
     server = build_server(agency, "127.0.0.1:0")
     await server.start()
@@ -272,6 +296,7 @@ async def run(args: argparse.Namespace) -> int:
         f"concurrency {args.concurrency}, {args.seconds:.0f} s each, {os.cpu_count()} CPUs, "
         f"client in a separate process, gateway audit: {args.audit}, event loop: {event_loop.loop_name()}"
     )
+    print(f"echo agent: {barrier_mode(args.side_effects)}")
     _, port, stop = await start_bare()
     try:
         bare = await drive(port, args, seconds=args.seconds)
@@ -279,7 +304,7 @@ async def run(args: argparse.Namespace) -> int:
     finally:
         await stop()
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        _, port, stop = await start_gateway(Path(tmp), args.audit)
+        _, port, stop = await start_gateway(Path(tmp), args.audit, side_effects=args.side_effects)
         profiler = None
         if args.profile:
             import cProfile
@@ -313,7 +338,7 @@ async def run(args: argparse.Namespace) -> int:
     print(
         f"p50 at 1 in flight: gateway {gateway1['p50_ms']:.2f} ms vs bare {bare1['p50_ms']:.2f} ms "
         f"+ fdatasync p50 {fsync_ms:.2f} ms + 1 ms = {allowed:.2f} ms "
-        f"({'met' if gateway1['p50_ms'] <= allowed else 'MISSED'})"
+        f"({'met' if gateway1['p50_ms'] <= allowed else 'MISSED'}; {barrier_mode(args.side_effects)})"
     )
     if args.workers_compare:
         await workers_compare(args)
@@ -365,7 +390,7 @@ async def workers_compare(args: argparse.Namespace) -> None:
         "version": 1,
         "server": {"address": "127.0.0.1:0", "metrics_address": ""},
         "storage": {"backend": "redis", "redis_url": redis_url, "key_prefix": prefix},
-        "agents": [{"agent": "bench.bench_gateway:echo_agent", "contract": ECHO_CONTRACT}],
+        "agents": [{"agent": "bench.bench_gateway:echo_agent", "contract": echo_contract(args.side_effects)}],
         "goals": [ECHO_GOAL],
     }
     root = _REPO
@@ -422,7 +447,7 @@ async def workers_compare(args: argparse.Namespace) -> None:
 async def soak(args: argparse.Namespace, rate: float) -> None:
     print(f"\nsoak: {args.soak:.0f} s at {rate:.0f} calls/s (70% of the gateway's measured throughput)")
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
-        _, port, stop = await start_gateway(Path(tmp))
+        _, port, stop = await start_gateway(Path(tmp), side_effects=args.side_effects)
         samples: list[tuple[float, int]] = []
         try:
             load = asyncio.create_task(drive(port, args, seconds=args.soak, rate=rate))
@@ -474,6 +499,12 @@ def main() -> int:
         help="also run agency serve --workers 1 and 2 (Redis: AGENCY_REDIS_URL, default local DB 15)",
     )
     p.add_argument("--channels", type=int, default=8, help="connections for --workers-compare (default 8)")
+    p.add_argument(
+        "--side-effects",
+        action="store_true",
+        help="register the echo with the default contract (it may act: dispatch barrier kept) instead "
+        "of as side-effect free",
+    )
     return event_loop.run(run(p.parse_args()))
 
 

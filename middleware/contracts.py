@@ -107,6 +107,14 @@ class CapabilityContract(Model):
         default=False,
         description="Its answers are time-critical data: each must carry a freshness_ttl (SMF).",
     )
+    side_effect_free: bool = Field(
+        default=False,
+        description="It cannot act on the world (a read-only lookup, a pure function): a call "
+        "changes nothing outside the gateway. Run in process, its task's dispatch records become "
+        "durable with the outcome instead of before the call (one fdatasync wait per task fewer); "
+        "a remote agent keeps the dispatch barrier. The declarer's word, not checked "
+        "(docs/audit-log.md, the write-ahead promise).",
+    )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())

@@ -111,6 +111,16 @@ class Dispatcher:
         self._deadline_factor = deadline_factor
         self._audit = audit
 
+    def _in_process(self, contract: CapabilityContract, agent: Any) -> bool:
+        """Whether a call of ``agent`` stays in this process: a callable attached here, for a
+        contract that names no endpoint, that does not forward the message elsewhere itself
+        (such as an MCP tool over stdio, marked ``leaves_process``)."""
+        return (
+            not contract.endpoint
+            and contract.key in self._agents
+            and not getattr(agent, "leaves_process", False)
+        )
+
     async def route(self, run: TaskRecord, step: TaskStep) -> RoutingDecision:
         """Route ``step``, skipping agents whose circuit is open; when only those fit, pick the
         best of them anyway so the dispatch turns into TOOL_UNAVAILABLE (and its resolution)."""
@@ -160,6 +170,7 @@ class Dispatcher:
                 "message": brief(message),
             },
             agent=key,
+            barrier=not (contract.side_effect_free and self._in_process(contract, agent)),
         )
         if not self._breaker.allow(key):  # just before the call: a half-open probe is always settled
             raise AttemptFailed(

@@ -78,7 +78,11 @@ log = logging.getLogger("agency.pipeline")
 
 #: Records after which a task waits until everything it has logged is durable: before
 #: anything leaves the gateway (a dispatch to an agent, an outcome). Acceptance is not one:
-#: nothing leaves between it and the next barrier, which makes it durable too.
+#: nothing leaves between it and the next barrier, which makes it durable too. Nor is the
+#: dispatch to a side-effect-free agent that runs in process (its contract's
+#: ``side_effect_free``; the dispatcher passes ``barrier=False``): nothing leaves the process
+#: and the call cannot act on the world, so its records become durable with the next barrier
+#: (the outcome at the latest, before the client sees it).
 _DURABLE_BARRIERS = frozenset(
     {
         AuditEventType.DISPATCH,
@@ -927,6 +931,7 @@ class Agency:
         *,
         agent: str = "",
         rule: str = "",
+        barrier: bool = True,
     ) -> None:
         """Append a record of this task's progress.
 
@@ -934,6 +939,8 @@ class Agency:
         a barrier (before an agent is dispatched, when the task ends, and when the
         segment returns), so one group commit covers several steps and nothing leaves the
         gateway — a dispatch or an outcome — before the records that precede it are on disk.
+        ``barrier=False``: this record, though of a barrier type, waits for the next barrier
+        (a dispatch to a side-effect-free agent in process).
         """
         journal = self._journals.get(run.request.task_id)
         if journal is None:
@@ -950,7 +957,7 @@ class Agency:
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id
         journal.add(event_type, outcome, detail, agent=agent, rule=rule)
-        if event_type in _DURABLE_BARRIERS:
+        if barrier and event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
 
     def _record_observer(self) -> Callable[[PlainRecord], None] | None:

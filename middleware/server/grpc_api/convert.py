@@ -155,6 +155,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "metrics": list(pb.metrics),
         "human_review": pb.human_review,
         "time_critical": pb.time_critical,
+        "side_effect_free": pb.side_effect_free,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -184,6 +185,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         metrics=c.metrics,
         human_review=c.human_review,
         time_critical=c.time_critical,
+        side_effect_free=c.side_effect_free,
     )
 
 

@@ -137,6 +137,10 @@ class MCPToolAgent:
         on_change: Awaited once when the listed definition no longer matches the pin.
     """
 
+    #: The call goes to another process (a URL, or a stdio command that has no endpoint):
+    #: a dispatch to it is always preceded by the dispatch barrier (``Dispatcher``).
+    leaves_process = True
+
     def __init__(
         self,
         server: Server,
