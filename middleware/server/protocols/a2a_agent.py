@@ -192,6 +192,10 @@ class A2AAgent:
         clock: Monotonic seconds (injected in tests).
     """
 
+    #: The call goes to another process (the agent's URL): a dispatch to it is always
+    #: preceded by the dispatch barrier (``Dispatcher``), whatever its contract declares.
+    leaves_process = True
+
     def __init__(
         self,
         card_url: str,
