@@ -20,11 +20,11 @@ import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from pydantic import BaseModel
 
+from .._model import trusted as _trusted
 from ..errors import InvalidInput, Problem
 from ..jsonpath import JsonPath
 from ..safe_regex import compile_linear
@@ -109,38 +109,6 @@ class _Subject:
         if self._folded is None:
             self._folded = _norm(self.text, False)
         return self._folded
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _trusted(cls: type[M], values: dict[str, Any]) -> M:
-    """Build a model from trusted values holding every field, without validation.
-
-    What ``model_construct`` does minus its per-field default handling: verdicts are
-    built on the hot path (several per goal), from values this module produced.
-    """
-    obj = cls.__new__(cls)
-    _set_dict(obj, "__dict__", values)
-    # Every field is set, so all instances can share one fields-set: pydantic only ever
-    # adds names to it (on assignment), and every name is already in it.
-    fields_set = _FIELDS_SETS.get(cls)
-    if fields_set is None or len(fields_set) != len(values):
-        fields_set = _FIELDS_SETS[cls] = set(values)
-    _set_fields_set(obj, fields_set)
-    _set_extra(obj, None)
-    _set_private(obj, None)
-    return obj
-
-
-_FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
-
-
-# The slot setters of BaseModel, looked up once (this runs several times per goal).
-_set_dict = object.__setattr__
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def _verdict(step: str, kind: str, ok: bool, expected: Any, actual: Any, reason: str) -> StepVerdict:
