@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import AuditCorrupted, InvalidInput
+from ..errors import AuditCorrupted, InvalidInput, NotFound
 from .checkpoint import Checkpoint, Verifier
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
 from .segment import (
@@ -101,6 +101,8 @@ class Verdict:
 def find_node_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """Node log directories at ``path``: itself if it holds segments, else its sub-directories that do."""
     p = Path(path)
+    if not p.exists():
+        raise NotFound(f"no audit log at {p}")
     if not p.is_dir():
         raise InvalidInput.single("path", f"{p} is not a directory", what="audit log")
     if any(SegmentName.parse(c.name) for c in p.iterdir()):

@@ -123,6 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             # a local resource (a taken port to serve on) is an error of the command line: 2
             called = isinstance(exc, Unavailable) and "grpc_code" in exc.details
             return UNAVAILABLE if called else ERROR
+        if isinstance(exc, OSError) and exc.errno is not None:  # a path the user named: say which
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"agency: error: {exc.strerror or exc}{where}", file=sys.stderr)
+            return ERROR
+        if type(exc).__module__.split(".")[0] == "yaml":  # a YAML file the user named
+            print(f"agency: error: not valid YAML: {exc}", file=sys.stderr)
+            return ERROR
         raise
 
 

@@ -23,7 +23,7 @@ def add_gateway_options(parser: argparse.ArgumentParser) -> None:
         "--token-file", type=Path, help="file holding the bearer token for the gateway (the token alone)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=None, help="seconds to wait for the reply (default: no limit)"
+        "--timeout", type=_seconds, default=None, help="seconds to wait for the reply (default: no limit)"
     )
     add_client_tls_options(parser)
 
@@ -37,3 +37,14 @@ def open_client(args: argparse.Namespace) -> AgencyClient:
     token = read_token(args.token_file, field="--token-file") if args.token_file else None
     address = ServerConfig.from_env(address=args.address).address
     return AgencyClient(address, tls=tls, token=token, timeout=getattr(args, "timeout", None))
+
+
+def _seconds(value: str) -> float:
+    """A positive, finite number of seconds (argparse names the option when this refuses)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: must be a positive number of seconds")
+    return seconds

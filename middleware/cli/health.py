@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "SERVING, 1 NOT_SERVING, 3 SERVICE_UNKNOWN (the server answered that it has no such "
         "--service), 4 UNREACHABLE (nothing answered, or not in time).",
     )
-    p.add_argument("--address", default="127.0.0.1:50051", help="host:port (default 127.0.0.1:50051)")
+    p.add_argument("--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051")
     p.add_argument("--service", default="", help="service name to check (default: the whole server)")
     p.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
     p.add_argument(
@@ -43,10 +43,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..server.settings import ServerConfig
+
     tls = client_tls(args)
+    address = ServerConfig.from_env(address=args.address).address  # as the other client commands
     status = asyncio.run(
-        check(args.address, service=args.service, wait_seconds=args.timeout, tls=tls, wait=args.wait)
+        check(address, service=args.service, wait_seconds=args.timeout, tls=tls, wait=args.wait)
     )
+    if status.startswith("UNREACHABLE"):
+        status = f"{status} (at {address})"
     if args.json:
         name, _, detail = status.partition(": ")
         print(json.dumps({"status": name, "detail": detail, "service": args.service}))

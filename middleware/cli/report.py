@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from ..errors import InvalidInput, NotFound
 from ..kpi import DEFAULT_SLA_SECONDS, KpiReport, compute_kpis
+from .exit_codes import NOTHING_FOUND
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,7 +54,7 @@ def _time(value: str | None, option: str) -> datetime | None:
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise SystemExit(f"agency: error: {option} {value!r} is not an ISO 8601 time") from None
+        raise InvalidInput.single(option, f"{value!r} is not an ISO 8601 time", what="option") from None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
@@ -66,8 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     since, until = _time(args.since, "--since"), _time(args.until, "--until")
     directory = args.audit_dir or Path(ServerConfig.from_env(data_dir=args.data_dir).data_dir) / "audit"
     if not directory.is_dir():
-        print(f"agency: error: no audit log at {directory}", file=sys.stderr)
-        return 2
+        raise NotFound(f"no audit log at {directory}: is --data-dir the gateway's data directory?")
     log = open_audit_log(directory)
     report = compute_kpis(
         (r for _, r in log.records()), since=since, until=until, sla_seconds=args.sla_seconds
@@ -76,6 +77,9 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
         render(report, sys.stdout)
+    if report.tasks == 0 and (since or until):  # a period that selects no task (exit_codes: 3)
+        print("agency: warning: no task was submitted in that period", file=sys.stderr)
+        return NOTHING_FOUND
     return 0
 
 

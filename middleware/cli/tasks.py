@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="answer a task waiting for input (clarification, conflict, human handover)",
         description="Resume a task in state input_required: --answer OPTION for a clarification or "
         "a conflict (the option ids are in its pending packet), --decision JSON for a human handover "
-        '({"action": "retry|use_agent|provide_output|abort|cancel", ...}).',
+        '({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}).',
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

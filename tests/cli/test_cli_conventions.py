@@ -113,3 +113,55 @@ def test_a_trace_prefix_matching_two_traces_is_an_error(tmp_path, capsys) -> Non
     assert out.read_text().count("deadbeef00000002") == 1
     assert main(["trace", "show", "deadbeef", "--data-dir", str(tmp_path)]) == 2
     assert "matches 2 traces" in capsys.readouterr().err
+
+
+def test_a_path_the_command_cannot_use_is_an_error_naming_it_never_a_traceback(
+    data_dir, tmp_path, capsys
+) -> None:
+    root, traces = data_dir
+    audit = str(root / "audit")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("agents: [unclosed\n")
+    agents = str(tmp_path / "agents")
+    assert main(["messaging", "keygen", "alice", "--dir", agents]) == 0
+    html = str(tmp_path / "missing" / "t.html")
+    cases = [
+        ["audit", "export", audit, "--output", str(tmp_path / "missing" / "x.jsonl"), "--no-progress"],
+        ["audit", "export", audit, "--output", str(tmp_path), "--no-progress"],
+        ["audit", "verify", audit, "--checkpoint", str(tmp_path / "missing")],
+        ["trace", "show", traces[0][:10], "--data-dir", str(root), "--html", html],
+        ["demo", "--data-dir", str(a_file)],
+        ["messaging", "enroll", "alice", "--dir", agents, "--config", str(bad_yaml)],
+    ]
+    capsys.readouterr()
+    for argv in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("agency: error:") and "Traceback" not in err, (argv, err)
+        assert "missing" in err or str(tmp_path) in err or "YAML" in err, (argv, err)
+
+
+def test_missing_logs_and_empty_periods_are_nothing_found_bad_times_are_errors(data_dir, capsys) -> None:
+    root, _ = data_dir
+    assert main(["audit", "verify", str(root / "nonexistent")]) == 3
+    assert main(["audit", "export", str(root / "nonexistent"), "--no-progress"]) == 3
+    assert main(["report", "--data-dir", str(root / "nonexistent")]) == 3
+    assert "no audit log at" in capsys.readouterr().err
+    assert main(["report", "--data-dir", str(root), "--since", "yesterday"]) == 2
+    assert "--since" in capsys.readouterr().err
+    assert main(["report", "--data-dir", str(root), "--since", "2099-01-01"]) == 3
+    assert "no task was submitted in that period" in capsys.readouterr().err
+    assert main(["report", "--data-dir", str(root)]) == 0
+
+
+def test_health_reads_agency_address_and_names_the_address_it_tried(monkeypatch, capsys) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AGENCY_ADDRESS", f"127.0.0.1:{port}")
+    assert main(["health", "--timeout", "0.5"]) == 4
+    assert "UNREACHABLE" in (out := capsys.readouterr().out) and f"127.0.0.1:{port}" in out

@@ -70,7 +70,7 @@ async def test_agency_report_reads_the_audit_log(tmp_path, capsys):
     assert "First-contact resolution: 33.3% (1/3)" in text
     assert "Average handling time:    2.333 s" in text
     assert "SLA attainment (< 3 s): 66.7% (2/3)" in text
-    assert main(["report", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    assert main(["report", "--data-dir", str(tmp_path / "nowhere")]) == 3  # nothing found (exit_codes)
 
 
 async def test_live_kpi_metrics_follow_the_audit_stream():
