@@ -189,3 +189,16 @@ async def test_cli_mcp_tool_prints_the_definition_and_its_pin(capsys):
         _, digest = await describe_tool(orders.url, "lookup_order")
     printed = json.loads(capsys.readouterr().out)
     assert printed["tool_sha256"] == digest and printed["tool"]["name"] == "lookup_order"
+
+
+async def test_an_unreachable_mcp_server_is_named_with_the_real_cause() -> None:
+    import socket
+
+    from middleware.errors import Unavailable
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"
+    with pytest.raises(Unavailable) as info:
+        await describe_tool(url, "lookup_order")
+    assert url in info.value.message and "TaskGroup" not in info.value.message

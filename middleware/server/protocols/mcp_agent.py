@@ -57,18 +57,19 @@ def tool_definition(tool: types.Tool) -> dict[str, Any]:
     }
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or one it groups or chains) says the server could not be reached."""
+def _unreachable(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc`` (itself, or one it groups or chains) that says the server could
+    not be reached, to name it (not the task group around it); None if there is none."""
     seen: list[BaseException] = [exc]
     while seen:
         e = seen.pop()
         if isinstance(e, OSError | ConnectionError) or type(e).__name__ in ("ConnectError", "ConnectTimeout"):
-            return True
+            return e
         if isinstance(e, BaseExceptionGroup):
             seen.extend(e.exceptions)
         if e.__cause__ is not None:
             seen.append(e.__cause__)
-    return False
+    return None
 
 
 def _find(exc: BaseException, kind: type[MCPError]) -> MCPError | None:
@@ -106,8 +107,8 @@ async def describe_tool(server: Server, name: str) -> tuple[dict[str, Any], str]
         async with Client(_target(server)) as client:
             tool = await _listed(client, name)
     except Exception as exc:
-        if _unreachable(exc):
-            raise Unavailable(f"cannot reach the MCP server {server}: {exc}") from None
+        if (cause := _unreachable(exc)) is not None:
+            raise Unavailable(f"cannot reach the MCP server {server}: {cause}") from None
         raise
     if tool is None:
         raise InvalidInput.single("tool", f"the MCP server {server} has no tool {name!r}", what="MCP tool")
@@ -169,9 +170,9 @@ class MCPToolAgent:
                 raise AgentFailure(
                     "TOOL_ERROR", f"the MCP server answered with an error: {error}", cause=exc
                 ) from None
-            if _unreachable(exc):
+            if (cause := _unreachable(exc)) is not None:
                 raise AgentFailure(
-                    "TOOL_UNAVAILABLE", f"cannot reach the MCP server: {exc}", cause=exc
+                    "TOOL_UNAVAILABLE", f"cannot reach the MCP server: {cause}", cause=exc
                 ) from None
             raise
         if result is None:
