@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
 import heapq
 import io
 import itertools
@@ -291,6 +292,7 @@ def export(
     key: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
+    cef_max_bytes: int | None = None,
 ) -> ExportSummary:
     """Verify the log(s) under ``path`` and write the matching records to ``out``.
 
@@ -305,6 +307,9 @@ def export(
         progress: Called as ``progress(done, total)`` now and then.
         verify_progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for
             the verification of its log that comes first.
+        cef_max_bytes: The longest CEF line (UTF-8, without its newline), at least
+            ``CEF_MIN_BYTES``; default ``CEF_MAX_BYTES`` (1024, what UDP syslog carries; a TCP
+            or TLS collector takes more). ``cef`` only.
 
     Raises:
         InvalidInput: unknown format or bad path.
@@ -316,11 +321,22 @@ def export(
         raise InvalidInput.single(
             "format", f"must be one of {[f.value for f in ExportFormat]}", what="export"
         ) from None
+    if cef_max_bytes is not None:
+        if fmt is not ExportFormat.CEF:
+            raise InvalidInput.single("cef_max_bytes", "applies to the cef format only", what="export")
+        if cef_max_bytes < CEF_MIN_BYTES:
+            raise InvalidInput.single(
+                "cef_max_bytes",
+                f"must be at least {CEF_MIN_BYTES} (the default; raise it for TCP or TLS collectors)",
+                what="export",
+            )
     flt = flt or ExportFilter()
     verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
     total = sum(v.events for v in verdicts)
     summary = ExportSummary(nodes=verdicts)
     writer = _WRITERS[fmt]
+    if fmt is ExportFormat.CEF:
+        writer = functools.partial(_cef, max_bytes=cef_max_bytes or CEF_MAX_BYTES)
     for chunk in writer(verdicts, records, flt, summary, progress, total):
         out.write(chunk)
     if progress:
@@ -503,6 +519,9 @@ def cef_ext(value: Any) -> str:
 #: (RFC 3164) carries. Longer values are cut (see ``cef_line``); the JSON Lines export keeps
 #: every record whole.
 CEF_MAX_BYTES = 1024
+#: The shortest line limit ``export`` takes: the default (the header and the keys that are
+#: never cut take ~600 bytes; a limit exists to be raised for TCP or TLS collectors).
+CEF_MIN_BYTES = CEF_MAX_BYTES
 #: What a cut value ends with.
 CEF_CUT = "\u2026[truncated]"
 #: The extension values that may be cut, the longest-growing first.
@@ -590,8 +609,9 @@ def cef_line(rec: ExportedRecord, max_bytes: int = CEF_MAX_BYTES) -> str:
     return render()
 
 
-def _cef(verdicts, records, flt, summary, progress, total):  # type: ignore[no-untyped-def]
-    yield from _batched((cef_line(r) + "\n").encode() for r in _counted(records, summary, progress, total))
+def _cef(verdicts, records, flt, summary, progress, total, max_bytes=CEF_MAX_BYTES):  # type: ignore[no-untyped-def]
+    lines = (cef_line(r, max_bytes) + "\n" for r in _counted(records, summary, progress, total))
+    yield from _batched(line.encode() for line in lines)
 
 
 def _pruned(value: Any) -> Any:

@@ -54,6 +54,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
     ex.add_argument("--format", choices=["jsonl", "jsonl-flat", "csv", "cef", "ocsf"], default="jsonl")
+    ex.add_argument(
+        "--cef-max-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cef only: the longest line in bytes, longer values cut with a marker (default and "
+        "least 1024, what UDP syslog carries; raise it for a TCP or TLS collector)",
+    )
     ex.add_argument("--since", help="records at or after this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--until", help="records before this time (ISO 8601; UTC if no zone)")
     ex.add_argument("--trace", default="", help="only this trace id (or its first 8+ characters)")
@@ -177,6 +185,7 @@ def _export(args: argparse.Namespace) -> int:
                         key=_key(args.key),
                         progress=progress,
                         verify_progress=checking,
+                        cef_max_bytes=args.cef_max_bytes,
                     )
                 _one_trace(flt)
             except BaseException:
@@ -192,6 +201,7 @@ def _export(args: argparse.Namespace) -> int:
                 key=_key(args.key),
                 progress=progress,
                 verify_progress=checking,
+                cef_max_bytes=args.cef_max_bytes,
             )
             sys.stdout.flush()
             _one_trace(flt)

@@ -194,3 +194,26 @@ def test_every_event_type_exports_valid_ocsf_and_parseable_cef(tmp_path: Path, o
     for line, etype in zip(_export(tmp_path, "cef"), EVENT_TYPES, strict=True):
         parsed = pycef.parse(line)
         assert parsed is not None and parsed["DeviceEventClassID"] == etype
+
+
+def test_the_cef_line_limit_can_be_raised_for_collectors_that_take_more(log_dir: Path, capsys) -> None:
+    from middleware.cli import main
+    from middleware.errors import InvalidInput
+
+    default = _export(log_dir, "cef")
+    cut_by_default = sum("Label=truncated" in x for x in default)
+    for limit, cut_at_most in ((2048, cut_by_default - 1), (1 << 16, 0)):  # a TCP or TLS collector's
+        out = io.BytesIO()
+        export(log_dir, out, "cef", cef_max_bytes=limit)
+        lines = out.getvalue().decode().splitlines()
+        assert len(lines) == len(default) and all(len(x.encode()) <= limit for x in lines)
+        assert all(pycef.parse(x) is not None for x in lines)
+        assert sum("Label=truncated" in x for x in lines) <= cut_at_most
+    for bad, fmt in ((512, "cef"), (4096, "jsonl")):
+        with pytest.raises(InvalidInput) as info:
+            export(log_dir, io.BytesIO(), fmt, cef_max_bytes=bad)
+        assert info.value.field == "cef_max_bytes"
+    argv = ["audit", "export", str(log_dir), "--format", "cef", "--cef-max-bytes", "65536", "--no-progress"]
+    assert main(argv) == 0
+    assert max(len(x.encode()) for x in capsys.readouterr().out.splitlines()) > CEF_MAX_BYTES
+    assert main(["audit", "export", str(log_dir), "--cef-max-bytes", "4096", "--no-progress"]) == 2
