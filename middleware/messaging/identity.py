@@ -46,6 +46,7 @@ from .clock import Clock, system_clock
 __all__ = [
     "AGENT_NAME_PATTERN",
     "CONTENT_TYPE_PATTERN",
+    "TOKEN_HASH_PROBLEM",
     "TOPIC_PATTERN",
     "AclSettings",
     "AgentIdentity",
@@ -61,12 +62,29 @@ __all__ = [
     "public_key_b64",
     "sign_message",
     "signing_bytes",
+    "token_hash",
 ]
 
 #: Agent (and mailbox) names: 1-128 letters, digits and ``_ . : -``, not starting with a symbol.
 AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 _NAME = AGENT_NAME_PATTERN
 _TOKEN_HASH = re.compile(r"^[0-9a-f]{64}$")
+#: What a bad token hash is told (agents, people, the definition file: one rule).
+TOKEN_HASH_PROBLEM = "must be the hex SHA-256 of the token (64 digits; see hash_token)"
+
+
+def token_hash(value: str) -> str:
+    """``value`` as a token hash (trimmed, lower case).
+
+    Raises:
+        ValueError: it is not the hex SHA-256 of a token (:data:`TOKEN_HASH_PROBLEM`).
+    """
+    digest = value.strip().lower()
+    if not _TOKEN_HASH.match(digest):
+        raise ValueError(TOKEN_HASH_PROBLEM)
+    return digest
+
+
 #: A MIME type: ``type/subtype``, optionally ``+suffix`` and ``; parameters``.
 CONTENT_TYPE_PATTERN = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,62}(\s*;[ -~]{0,60})?$"
@@ -248,9 +266,10 @@ class IdentityRegistry:
         if not _NAME.match(name or ""):
             raise InvalidInput.single("name", "1-128 characters: letters, digits and _ . : - (not first)")
         key = parse_public_key(public_key)
-        digest = token_sha256.lower()
-        if not _TOKEN_HASH.match(digest):
-            raise InvalidInput.single("token_sha256", "must be the hex SHA-256 of the token (64 digits)")
+        try:
+            digest = token_hash(token_sha256)
+        except ValueError as exc:
+            raise InvalidInput.single("token_sha256", str(exc)) from None
         if name in self._agents:
             raise AlreadyExists(f"agent {name!r} is already registered")
         if digest in self._by_hash:

@@ -21,6 +21,7 @@ from .._model import Model
 from ..access import HumanRole
 from ..failures import FailureType
 from ..jsonpath import JsonPath, JsonPathError
+from ..messaging.identity import token_hash
 from ..smf import new_id, utcnow
 
 __all__ = [
@@ -99,10 +100,7 @@ class Person(Model):
     @field_validator("token_sha256")
     @classmethod
     def _hash(cls, v: str) -> str:
-        v = v.strip().lower()
-        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
-            raise ValueError("must be the hex SHA-256 of the token (64 digits; see hash_token)")
-        return v
+        return token_hash(v)
 
     @property
     def mailbox(self) -> str:

@@ -60,7 +60,7 @@ from ..goals import GoalAssertion
 from ..grants import AgentGrant
 from ..messaging.directory import RegistrationMode
 from ..messaging.flows import Flows
-from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key
+from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key, token_hash
 from ..messaging.limits import RateLimitSettings
 from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
@@ -314,10 +314,7 @@ class MessagingAgent(Model):
     @field_validator("token_sha256")
     @classmethod
     def _hash(cls, v: str) -> str:
-        v = v.strip().lower()
-        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
-            raise ValueError("must be the hex SHA-256 of the token (64 digits; see hash_token)")
-        return v
+        return token_hash(v)
 
 
 class RegistrationSettings(Model):
