@@ -27,7 +27,10 @@ All agents are deterministic scripted Python agents; no LLM is needed.
 
 from __future__ import annotations
 
+import calendar
 import re
+import time
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -38,7 +41,7 @@ from .goals import GoalAssertion, GoalStage, IntentionScope
 from .intake import detect_language
 from .pipeline import Agency
 from .reliability import ReliabilityConfig
-from .smf import Provenance
+from .smf import Provenance, utcnow
 from .tasks import TaskRequest, TaskStep
 from .testing import Hang, ScriptedAgent
 
@@ -49,11 +52,13 @@ __all__ = [
     "WARRANTY_GOAL",
     "WARRANTY_STEPS",
     "build_demo_agency",
+    "clock_on",
     "demo_agent",
     "demo_agents",
     "demo_config",
     "drifting_request",
     "failing_claim_request",
+    "months_before",
     "refused_request",
     "tracking_request",
     "warranty_request",
@@ -258,14 +263,23 @@ CONTRACTS = [
 ]
 
 
-def _today() -> date:
-    return datetime.now(UTC).date()
+#: The scenario's clock: the current time (the demo's ``--today`` and the tests inject one).
+Clock = Callable[[], datetime]
 
 
-def _months_ago(months: int) -> date:
-    today = _today()
-    year, month = divmod(today.month - 1 - months, 12)
-    return today.replace(year=today.year + year, month=month + 1, day=min(today.day, 28))
+def clock_on(day: date) -> Clock:
+    """A clock that reads noon UTC on ``day`` when made and moves on with real time (the demo
+    told as on another date: the agents' dates and the goal's date checks follow it)."""
+    start, origin = datetime(day.year, day.month, day.day, 12, tzinfo=UTC), time.monotonic()
+    return lambda: start + timedelta(seconds=time.monotonic() - origin)
+
+
+def months_before(day: date, months: int) -> date:
+    """``day`` moved back by whole calendar months, clamped to the month's last day
+    (31 March minus one month is 28 or 29 February)."""
+    year, month = divmod(day.month - 1 - months, 12)
+    year, month = day.year + year, month + 1
+    return date(year, month, min(day.day, calendar.monthrange(year, month)[1]))
 
 
 def _months_between(earlier: date, later: date) -> int:
@@ -278,17 +292,17 @@ _DEVICES = {"fp_7f3a": "PhoneX", "fp_19c2": "PhoneX"}
 _ORDERS = {"u_789": ("ORD-20481", 0, 7), "u_456": ("ORD-17730", 14, 0)}  # (order id, months, days) ago
 
 
-def _greeting(request: AgentRequest) -> AgentReply:
+def _greeting(request: AgentRequest, today: date) -> AgentReply:
     """L1: intent and context from the sentence (rules; an LLM would do this in production)."""
     text, data = request.text, request.input
     language = detect_language(text)
     purchase: date | None = None
     if m := re.search(r"(\d+)\s*(?:个月前|months?\s+ago)", text, re.I):
-        purchase = _months_ago(int(m.group(1)))
+        purchase = months_before(today, int(m.group(1)))
     elif re.search(r"上周|上星期|last\s+week", text, re.I):
-        purchase = _today() - timedelta(days=7)
+        purchase = today - timedelta(days=7)
     elif re.search(r"昨天|yesterday", text, re.I):
-        purchase = _today() - timedelta(days=1)
+        purchase = today - timedelta(days=1)
     shattered = re.search(r"屏幕碎|碎屏|屏幕.{0,4}裂|shatter|cracked\s+screen", text, re.I)
     accidental = bool(re.search(r"摔|掉在|掉地|砸|进水|dropped|fell|water", text, re.I))
     replace = re.search(r"换新|更换|换机|换一台|replace", text, re.I)
@@ -314,10 +328,10 @@ def _greeting(request: AgentRequest) -> AgentReply:
     )
 
 
-def _order(request: AgentRequest) -> AgentReply:
+def _order(request: AgentRequest, today: date) -> AgentReply:
     user = str(request.input["user_id"])
     order_id, months, days = _ORDERS.get(user, ("ORD-00000", 0, 0))
-    bought = _months_ago(months) - timedelta(days=days)
+    bought = months_before(today, months) - timedelta(days=days)
     return AgentReply(
         output={
             "order_id": order_id,
@@ -330,13 +344,13 @@ def _order(request: AgentRequest) -> AgentReply:
     )
 
 
-def _warranty(request: AgentRequest) -> AgentReply:
+def _warranty(request: AgentRequest, today: date) -> AgentReply:
     data = request.input
     # the order system's date when the order step ran, else what the user said
     order = data.get("order") if isinstance(data.get("order"), dict) else {}
     known = order.get("purchase_date") or data.get("purchase_date")
-    purchase = date.fromisoformat(known) if known else _today()
-    months = _months_between(purchase, _today())
+    purchase = date.fromisoformat(known) if known else today
+    months = _months_between(purchase, today)
     accidental = bool(data.get("accidental", False))
     covered = months <= 12 and not accidental and data.get("fault_type") == "screen_shattered"
     return AgentReply(
@@ -356,13 +370,13 @@ def _warranty(request: AgentRequest) -> AgentReply:
     )
 
 
-def _express(request: AgentRequest) -> AgentReply:
+def _express(request: AgentRequest, today: date) -> AgentReply:
     zh = request.input.get("language") == "zh"
     return AgentReply(
         output={
             "tracking_number": "EXP123456",
             "carrier": "顺丰" if zh else "SF Express",
-            "estimated_delivery": (_today() + timedelta(days=2)).isoformat(),
+            "estimated_delivery": (today + timedelta(days=2)).isoformat(),
         },
         freshness_ttl=3600,  # logistics is a time-critical domain: a TTL is required
         provenance=Provenance(source="express_api", reliability_score=0.9),
@@ -424,25 +438,30 @@ def _reply(request: AgentRequest) -> dict[str, Any]:
     }
 
 
-def demo_agent(name: str) -> ScriptedAgent:
+def demo_agent(name: str, *, clock: Clock = utcnow) -> ScriptedAgent:
     """A fresh scripted agent of the scenario by contract name (a factory for definition files)."""
-    for key, agent in demo_agents().items():
+    for key, agent in demo_agents(clock=clock).items():
         if key.split("@", 1)[0] == name:
             scripted: ScriptedAgent = agent
             return scripted
     raise ValueError(f"the demo has no agent named {name!r}")
 
 
-def demo_agents() -> dict[str, Any]:
-    """Fresh scripted agents, keyed by contract key."""
+def _dated(agent: Callable[[AgentRequest, date], Any], clock: Clock) -> Callable[[AgentRequest], Any]:
+    """``agent`` answering as of the clock's current date (read per request)."""
+    return lambda request: agent(request, clock().date())
+
+
+def demo_agents(*, clock: Clock = utcnow) -> dict[str, Any]:
+    """Fresh scripted agents, keyed by contract key; dates are relative to ``clock``."""
     return {
-        "greeting_agent@1.0.0": ScriptedAgent(_greeting, name="greeting_agent"),
-        "order_agent@1.0.0": ScriptedAgent(_order, name="order_agent"),
+        "greeting_agent@1.0.0": ScriptedAgent(_dated(_greeting, clock), name="greeting_agent"),
+        "order_agent@1.0.0": ScriptedAgent(_dated(_order, clock), name="order_agent"),
         "logistics_agent@1.0.0": ScriptedAgent(_logistics, name="logistics_agent"),
-        "warranty_agent@2.1.0": ScriptedAgent(_warranty, name="warranty_agent"),
+        "warranty_agent@2.1.0": ScriptedAgent(_dated(_warranty, clock), name="warranty_agent"),
         "refund_executor@1.0.0": ScriptedAgent(_refund, name="refund_executor"),
         "replacement_shipper@1.0.0": ScriptedAgent(Hang(), name="replacement_shipper"),
-        "express_shipper@1.0.0": ScriptedAgent(_express, name="express_shipper"),
+        "express_shipper@1.0.0": ScriptedAgent(_dated(_express, clock), name="express_shipper"),
         "reply_agent@1.0.0": ScriptedAgent(_reply, name="reply_agent"),
         # finance is a time-critical domain: its answers carry a TTL (docs/semantics.md)
         "financial_calculator@1.0.0": ScriptedAgent(
@@ -451,10 +470,14 @@ def demo_agents() -> dict[str, Any]:
     }
 
 
-async def build_demo_agency(agency: Agency | None = None) -> Agency:
-    """Register the scenario's contracts, agents and goal on ``agency`` (or a new one)."""
-    agency = agency or Agency(config=demo_config())
-    agents = demo_agents()
+async def build_demo_agency(agency: Agency | None = None, *, clock: Clock | None = None) -> Agency:
+    """Register the scenario's contracts, agents and goal on ``agency`` (or a new one).
+
+    The agents' dates (purchases, deliveries) are relative to ``clock``, by default the
+    agency's own clock, so that the goal's date checks and the agents agree on "today".
+    """
+    agency = agency or Agency(config=demo_config(), clock=clock or utcnow)
+    agents = demo_agents(clock=clock or agency.clock)
     for contract in CONTRACTS:
         await agency.register(contract, agents[contract.key])
     agency.register_goal(WARRANTY_GOAL)

@@ -156,7 +156,7 @@ class Dispatcher:
             contract.check_input(payload)
         except ContractViolation as exc:
             raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
-        message = envelope(run, key, payload)
+        message = envelope(run, key, payload, now=self._clock())
         deadline = contract.slo_latency_ms * self._deadline_factor / 1000
         request = _agent_request(run, step, cursor, message, contract, deadline)
         await self._audit(
@@ -244,6 +244,7 @@ class Dispatcher:
                     reply=reply,
                     provenance=Provenance(source=reliability.source, reliability_score=reliability.score),
                     domain=domain,
+                    now=self._clock(),
                 )
                 if intake is not None:
                     _take_intake(run, intake)
@@ -453,8 +454,12 @@ def envelope(
     reply: AgentReply | None = None,
     provenance: Provenance | None = None,
     domain: str = "",
+    now: datetime | None = None,
 ) -> SMFMessage:
     """The SMF message for one hop, validated (an invalid one raises InvalidInput).
+
+    ``now`` is the message's time unless the agent's reply states its own (default: the
+    wall clock; the dispatcher passes its injected clock, against which freshness is checked).
 
     A gateway message carries the latest source's provenance; an answer carries
     ``provenance`` (its computed reliability). The intention trace is the anchored goal's
@@ -463,7 +468,8 @@ def envelope(
     confidence: float | None = run.request.confidence_score
     ttl: float | None = run.request.freshness_ttl
     trace = [run.goal.id] if run.goal else [run.request.task_id]
-    extra: dict[str, Any] = {}
+    created = now or utcnow()
+    extra: dict[str, Any] = {"created_at": created}
     if (
         reply is None
         and provenance is None
@@ -488,7 +494,7 @@ def envelope(
                     },
                 ),
                 "trace_id": run.trace_id,
-                "created_at": utcnow(),
+                "created_at": created,
             },
         )
     if reply is not None:

@@ -115,7 +115,7 @@ class Agency:
         sleep: How retries wait (injected so tests need no real sleeping).
         goals: Where registered goals live (default: in memory).
         verifier: The goal verification engine and its custom checks (default: no checks).
-        clock: The current time, for freshness checks (injected in tests).
+        clock: The current time, for freshness and goal date checks (injected in tests).
         tasks: Where task state is persisted (default: in memory; Redis for several replicas).
         detectors: Finds failures in agents' answers (default: built from ``config.detectors``).
         breaker: Per-agent circuit breaker (default: from ``config.breaker``).
@@ -165,7 +165,8 @@ class Agency:
         )
         self.agents = agents if agents is not None else AgentRegistry()
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
-        self.verifier = verifier if verifier is not None else Verifier()
+        self.clock = clock
+        self.verifier = verifier if verifier is not None else Verifier(clock=clock)
         self.tasks: TaskStore = tasks or MemoryTaskStore()
         self.sessions: SessionStore = sessions or MemorySessionStore(ttl_s=self.config.session_ttl_seconds)
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
@@ -312,7 +313,7 @@ class Agency:
             if run.context:  # what the session already knew: the agents are not asked for it again
                 submitted["session_context"] = sorted(run.context)
             await self._audit(run, AuditEventType.TASK_SUBMITTED, "accepted", submitted)
-            message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}")
+            message = envelope(run, "gateway", req.text, sender=f"user:{req.user_id}", now=self.clock())
             await self._audit(run, AuditEventType.MESSAGE_ACCEPTED, "accepted", {"message": brief(message)})
             if goal:
                 await self._audit(

@@ -7,6 +7,8 @@ import asyncio
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,13 +39,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where to write (and keep) the audit log; default: a temporary directory removed at the end",
     )
     p.add_argument("--json", action="store_true", help="print the outcomes as JSON instead")
+    p.add_argument(
+        "--today",
+        type=_day,
+        metavar="YYYY-MM-DD",
+        help="tell the story as on this date (purchases, deliveries and the goal's 12-month check "
+        "follow it); default: today",
+    )
     p.set_defaults(handler=_run)
+
+
+def _day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (YYYY-MM-DD)") from None
 
 
 def _run(args: argparse.Namespace) -> int:
     import sys
 
-    return asyncio.run(run_demo(args.data_dir, as_json=args.json, out=sys.stdout))
+    from ..demo import clock_on
+
+    clock = clock_on(args.today) if args.today else None
+    return asyncio.run(run_demo(args.data_dir, as_json=args.json, out=sys.stdout, clock=clock))
 
 
 def _scenarios() -> list[tuple[str, TaskRequest, str]]:
@@ -69,15 +88,25 @@ def _scenarios() -> list[tuple[str, TaskRequest, str]]:
     ]
 
 
-async def run_demo(data_dir: Path | None, *, as_json: bool = False, out: TextIO) -> int:
-    """Run the scenarios; keep the audit log in ``data_dir`` (else a temporary one, removed)."""
+async def run_demo(
+    data_dir: Path | None,
+    *,
+    as_json: bool = False,
+    out: TextIO,
+    clock: Callable[[], datetime] | None = None,
+) -> int:
+    """Run the scenarios; keep the audit log in ``data_dir`` (else a temporary one, removed).
+
+    ``clock`` is the scenario's time (default: the real one; see :func:`middleware.demo.clock_on`).
+    """
     from ..demo import build_demo_agency, demo_config
+    from ..smf import utcnow
 
     kept = data_dir is not None
     directory = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="agency-demo-"))
     try:
         audit = WalAuditLog(directory / "audit", "demo")
-        agency = await build_demo_agency(Agency(audit=audit, config=demo_config()))
+        agency = await build_demo_agency(Agency(audit=audit, config=demo_config(), clock=clock or utcnow))
         outcomes: list[Outcome] = []
         try:
             for _, request, _ in _scenarios():

@@ -19,6 +19,7 @@ import operator
 import time
 import unicodedata
 from collections.abc import Callable, Coroutine, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,6 +51,15 @@ __all__ = ["StagedVerifier", "Verifier", "text_of", "verify_goal"]
 
 _MAX_SHOWN = 200  # characters of an actual value kept in a verdict
 _MAX_PLANS = 4096  # compiled step lists a verifier keeps
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# The verifying Verifier's clock: compiled checks are shared by every verifier (they are
+# kept on the steps), so date checks read "now" from the verification under way.
+_CLOCK: ContextVar[Callable[[], datetime]] = ContextVar("verifier_clock", default=_utcnow)
 
 
 def text_of(output: Any) -> str:
@@ -361,7 +371,7 @@ def _within_months(actual: Any, months: float) -> str:
         return f"is {actual!r}, not an ISO date"
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    now = datetime.now(UTC)
+    now = _CLOCK.get()()
     elapsed = (now.year - when.year) * 12 + (now.month - when.month) - (1 if now.day < when.day else 0)
     if when > now:
         return f"is {actual!r}, a date in the future"
@@ -435,10 +445,15 @@ class Verifier:
 
     Args:
         checks: Custom checks goals may name (default: an empty registry).
+        clock: The current time, for date checks such as "bought within 12 months"
+            (injected in tests; the :class:`~middleware.pipeline.Agency` passes its own).
     """
 
-    def __init__(self, checks: CheckRegistry | None = None) -> None:
+    def __init__(
+        self, checks: CheckRegistry | None = None, *, clock: Callable[[], datetime] = _utcnow
+    ) -> None:
         self.checks = checks if checks is not None else CheckRegistry()
+        self.clock = clock
         # Compiled plans by id of the step list (checked against the list and its steps).
         self._plans: dict[int, _Plan] = {}
 
@@ -496,6 +511,13 @@ class Verifier:
         Raises:
             InvalidInput: ``stage`` names no stage of the goal.
         """
+        token = _CLOCK.set(self.clock)
+        try:
+            return await self._verify(goal, output, stage)
+        finally:
+            _CLOCK.reset(token)
+
+    async def _verify(self, goal: GoalAssertion, output: Any, stage: GoalStage | str | None) -> GoalVerdict:
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)
         subject = _Subject(output)
@@ -517,6 +539,13 @@ class Verifier:
         Goals with custom checks are run with ``asyncio.run``; from inside a running loop
         those checks fail with a reason telling to ``await`` :meth:`verify` instead.
         """
+        token = _CLOCK.set(self.clock)
+        try:
+            return self._verify_sync(goal, output, stage)
+        finally:
+            _CLOCK.reset(token)
+
+    def _verify_sync(self, goal: GoalAssertion, output: Any, stage: GoalStage | str | None) -> GoalVerdict:
         started = time.perf_counter()
         steps, stage_name = _steps_of(goal, stage)
         plan = self._plan(steps)
@@ -648,12 +677,18 @@ def _goal_verdict(goal_id: str, stage: str, verdicts: list[StepVerdict], started
     )
 
 
-def verify_goal(goal: GoalAssertion, output: Any, *, checks: CheckRegistry | None = None) -> GoalVerdict:
+def verify_goal(
+    goal: GoalAssertion,
+    output: Any,
+    *,
+    checks: CheckRegistry | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+) -> GoalVerdict:
     """Check every final verification step of ``goal`` against ``output``; never raises.
 
     A synchronous convenience over :class:`Verifier` (see :meth:`Verifier.verify_sync`).
     """
-    return Verifier(checks).verify_sync(goal, output)
+    return Verifier(checks, clock=clock).verify_sync(goal, output)
 
 
 class StagedVerifier:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from datetime import date, timedelta
 from pathlib import Path
 
 import grpc
@@ -18,11 +19,28 @@ import pytest
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
 from middleware.cli import main
 from middleware.cli.demo import run_demo
+from middleware.demo import clock_on
+
+#: Days the demo is told on: month ends, a leap day, the year's end and start, an ordinary day.
+DEMO_DAYS = [
+    "2026-01-31",
+    "2026-02-28",
+    "2026-03-31",
+    "2026-04-30",
+    "2026-11-30",
+    "2026-12-01",
+    "2026-12-31",
+    "2027-01-01",
+    "2028-02-29",
+    "2028-03-01",
+    "2026-06-15",
+]
 
 
-async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path):
+@pytest.mark.parametrize("today", DEMO_DAYS)
+async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path, today):
     out = io.StringIO()
-    assert await run_demo(tmp_path, out=out) == 0
+    assert await run_demo(tmp_path, out=out, clock=clock_on(date.fromisoformat(today))) == 0
     text = out.getvalue()
     happy = text.split("== 2.")[0]
     assert "Goal anchored: GOAL_WARRANTY_001 by greeting_agent@1.0.0" in happy
@@ -31,7 +49,10 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path):
     # the routing score explained by its parts
     assert "score 0.782 = (0.4×SLO term 0.455 [SLO 1200 ms] + 0.4×success 1.000" in happy
     # the SMF metadata of each hop, with the computed reliability and the agent's claim beside it
-    assert "SMF: provenance warranty_db reliability 0.892 (authority 0.95" in happy
+    # the order system and the user agree on the purchase date (one week ago) on every day
+    assert "warranty_db reliability 0.975 (authority 0.95, recency 1.00, consistency 1.00" in happy
+    bought = (date.fromisoformat(today) - timedelta(days=7)).isoformat()
+    assert f"[PASS] 检查用户是否在保修期内（购机≤12个月） (actual: {bought})" in happy
     assert "agent claimed 0.98" in happy and "freshness_ttl 3600 s (logistics)" in happy
     assert happy.count("TOOL_TIMEOUT on replacement_shipper@1.0.0") == 3
     assert "use_backup" in happy and "express_shipper@1.0.0" in happy
@@ -212,3 +233,10 @@ def test_serve_reports_a_port_in_use(tmp_path, capsys):
         ]
         assert main(argv) == 2
     assert "cannot listen" in capsys.readouterr().err
+
+
+def test_demo_today_must_be_a_real_date(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--today", "2027-02-29"])
+    assert info.value.code == 2
+    assert "'2027-02-29' is not a date (YYYY-MM-DD)" in capsys.readouterr().err

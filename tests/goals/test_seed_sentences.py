@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
 from middleware.cli import main
+from middleware.demo import months_before
 from middleware.goals import GoalAssertion, parse_step_sentence, verify_goal
 
 SEED_STEPS = [
@@ -16,10 +17,25 @@ SEED_STEPS = [
 ]
 
 
-def _months_ago(months: int) -> str:
-    now = datetime.now(UTC)
-    year, month = divmod(now.month - 1 - months, 12)
-    return now.replace(year=now.year + year, month=month + 1, day=min(now.day, 28)).date().isoformat()
+#: The checks run as on these days (month ends, a leap day, the year's end and start).
+DAYS = [
+    date(2026, 1, 31),
+    date(2026, 2, 28),
+    date(2026, 3, 31),
+    date(2026, 12, 31),
+    date(2027, 1, 1),
+    date(2028, 2, 29),
+    date(2026, 6, 15),
+]
+TODAY = DAYS[-1]
+
+
+def _clock(day: date):
+    return lambda: datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
+
+
+def _months_ago(months: int, today: date = TODAY) -> str:
+    return months_before(today, months).isoformat()
 
 
 def goal() -> GoalAssertion:
@@ -31,14 +47,14 @@ def goal() -> GoalAssertion:
     )
 
 
-def reply(**changes):
+def reply(today: date = TODAY, **changes):
     out = {
         "reply": "您好，您的PhoneX屏幕更换申请已受理。",
         "model": "PhoneX",
-        "estimated_delivery": (datetime.now(UTC) + timedelta(days=2)).date().isoformat(),
+        "estimated_delivery": (today + timedelta(days=2)).isoformat(),
         "fee": 0,
         "warranty": {
-            "purchase_date": _months_ago(0),
+            "purchase_date": (today - timedelta(days=7)).isoformat(),
             "fault_type": "screen_shattered",
             "accidental": False,
             "in_warranty": True,
@@ -59,9 +75,17 @@ def test_each_seed_sentence_is_a_machine_check():
     assert kinds == ["json_path", "all_of", "all_of"]
 
 
-def test_the_happy_claim_passes():
-    verdict = verify_goal(goal(), reply())
+@pytest.mark.parametrize("today", DAYS, ids=str)
+def test_the_happy_claim_passes(today):
+    verdict = verify_goal(goal(), reply(today), clock=_clock(today))
     assert verdict.passed, verdict
+
+
+@pytest.mark.parametrize("today", DAYS, ids=str)
+def test_a_purchase_14_months_ago_is_out_of_warranty_on_every_day(today):
+    verdict = verify_goal(goal(), reply(today, purchase_date=_months_ago(14, today)), clock=_clock(today))
+    assert [s.step for s in verdict.failed_steps] == [SEED_STEPS[0]]
+    assert "14 months ago, more than 12" in verdict.failed_steps[0].reason
 
 
 @pytest.mark.parametrize(
@@ -75,7 +99,7 @@ def test_the_happy_claim_passes():
     ],
 )
 def test_each_check_fails_when_untrue(change, failed, why):
-    verdict = verify_goal(goal(), reply(**change))
+    verdict = verify_goal(goal(), reply(**change), clock=_clock(TODAY))
     assert not verdict.passed
     assert [s.step for s in verdict.failed_steps] == [failed]
     assert why in verdict.failed_steps[0].reason
@@ -84,7 +108,7 @@ def test_each_check_fails_when_untrue(change, failed, why):
 def test_an_unstated_damage_cause_does_not_pass():
     out = reply()
     del out["warranty"]["accidental"]
-    assert not verify_goal(goal(), out).passed
+    assert not verify_goal(goal(), out, clock=_clock(TODAY)).passed
 
 
 def test_goal_lint_accepts_the_seed_sentences(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import date
 from html.parser import HTMLParser
 
 import pytest
@@ -13,7 +14,7 @@ from middleware import Agency
 from middleware.audit import WalAuditLog
 from middleware.cli import main
 from middleware.cli.demo import run_demo
-from middleware.demo import build_demo_agency
+from middleware.demo import build_demo_agency, clock_on
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def demo_dir(tmp_path_factory):
 
     async def go():
         out = io.StringIO()
-        await run_demo(d, as_json=True, out=out)
+        await run_demo(d, as_json=True, out=out, clock=clock_on(date(2026, 11, 30)))
         first, *_, second = json.loads(out.getvalue())  # the happy path and the refused request
         # a second node writing its own log next to the demo's: trace show reads both
         agency = await build_demo_agency(Agency(audit=WalAuditLog(d / "audit", "gateway-2")))
@@ -65,7 +66,7 @@ def test_trace_show_prints_the_timeline_of_the_demo_task(demo_dir, capsys):
     # inputs with their SMF metadata
     assert '"device_model": "PhoneX"' in out
     # the computed reliability (the agent claimed 0.98; see middleware.reliability)
-    assert "provenance warranty_db (reliability 0.8917); confidence 0.96" in out
+    assert "provenance warranty_db (reliability 0.975); confidence 0.96" in out
     assert "intention GOAL_WARRANTY_001" in out
     # verification per step, and the per-step summary with attempts
     assert out.count("PASS ") == 3

@@ -142,3 +142,29 @@ async def test_only_a_contract_that_may_anchor_goals_anchors_one():
     outcome = await agency.submit({"text": "hi", "steps": [{"name": "intake", "action": "greet"}]})
     assert outcome.failures[0].type is FailureType.SCHEMA_VIOLATION
     assert "GOAL_NOPE_001" in outcome.failures[0].detail
+
+
+@pytest.mark.parametrize(
+    "today",
+    ["2026-01-31", "2026-02-28", "2026-03-31", "2026-12-31", "2027-01-01", "2028-02-29", "2026-12-01"],
+)
+async def test_the_case_holds_on_every_day_of_the_calendar(today):
+    """The agents' dates and the goal's 12-month check follow one injected clock: month ends,
+    a leap day and the turn of the year change nothing."""
+    from datetime import date, timedelta
+
+    from middleware.demo import build_demo_agency, clock_on, demo_config
+
+    async def no_sleep(_: float) -> None:
+        return None
+
+    day = date.fromisoformat(today)
+    agency = await build_demo_agency(Agency(config=demo_config(), sleep=no_sleep, clock=clock_on(day)))
+    happy = await agency.submit(warranty_request())
+    assert happy.state is TaskState.COMPLETED and happy.goal_verdict.passed
+    assert happy.steps[1].output["purchase_date"] == (day - timedelta(days=7)).isoformat()
+    assert happy.steps[2].provenance.reliability_score == pytest.approx(0.975)  # no disagreement
+    for kind, why in [("accidental", "is True, expected False"), ("expired", "14 months ago, more than 12")]:
+        outcome = await agency.submit(failing_claim_request(kind))
+        assert outcome.state is TaskState.INPUT_REQUIRED and why in outcome.reason
+    await agency.close()
