@@ -7,6 +7,8 @@ STAMP := $(VENV)/.installed
 TEST_WORKERS ?= 2
 # The product alone (what `make demo` and `make serve` need), without the dev toolchain.
 RUNTIME_STAMP := $(VENV)/.installed-runtime
+# Outside clients the protocol tests drive (the official A2A/MCP JavaScript SDKs, grpc-js): tests/js.
+JS_STAMP := tests/js/node_modules/.installed
 
 .PHONY: install demo serve test lint typecheck gen gen-check bench clean
 
@@ -20,7 +22,11 @@ $(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(JS_STAMP): tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
+install: $(STAMP) $(JS_STAMP)
 
 ## Run the reference scenario in process (no services needed).
 demo: $(RUNTIME_STAMP)
@@ -31,7 +37,7 @@ serve: $(RUNTIME_STAMP)
 	$(BIN)/agency serve
 
 ## Stub drift, lint, the import contract, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 	$(BIN)/ruff check middleware handlers tests scripts bench
 	$(BIN)/lint-imports --no-cache
