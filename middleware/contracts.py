@@ -115,6 +115,13 @@ class CapabilityContract(Model):
         "a remote agent keeps the dispatch barrier. The declarer's word, not checked "
         "(docs/audit-log.md, the write-ahead promise).",
     )
+    stream_progress: bool = Field(
+        default=False,
+        description="Its progress while it works (a streaming chat model's token deltas, what it "
+        "passes to emit_progress, the events of the sub-agents it asks) goes to the task's event "
+        "stream as agent.progress events, never audited. In process only (a remote worker's call "
+        "is one request and one answer).",
+    )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ._model import trusted
-from .access import Principal, authorize_task, refusal_record
+from .access import Principal, Role, authorize_task, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -35,7 +35,7 @@ from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .drift import IntentJudge
-from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
+from .errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -43,6 +43,7 @@ from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, Stage
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
+from .memory_task_events import MemoryTaskEventLog
 from .memory_task_store import MemoryTaskStore
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
@@ -52,7 +53,11 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
+from .task_events import TaskEvent, TaskEventLog, events_of, outcome_event
 from .task_journal import TaskJournal, observer_of
+from .task_listing import TaskPage, TaskQuery
+from .task_progress import TaskProgress
+from .task_runner import TaskRunner
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -130,6 +135,9 @@ class Agency:
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
+        events: Every task's events for its followers (:meth:`watch`; default: in memory;
+            Redis so that any replica serves them).
+        runner: Runs the tasks submitted without waiting (default: a :class:`TaskRunner`).
     """
 
     def __init__(
@@ -155,6 +163,8 @@ class Agency:
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
+        events: TaskEventLog | None = None,
+        runner: TaskRunner | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -174,6 +184,8 @@ class Agency:
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
+        self.events: TaskEventLog = events if events is not None else MemoryTaskEventLog()
+        self.runner = runner if runner is not None else TaskRunner()
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
@@ -191,6 +203,7 @@ class Agency:
             time_critical_domains=frozenset(self.config.time_critical_domains),
             intent_judges=intent_judges,
             max_output_bytes=self.config.limits.max_output_bytes,
+            progress=self._progress,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -270,16 +283,27 @@ class Agency:
         return await self.router.decide(wanted)
 
     # ------------------------------------------------------------------- submit
-    async def submit(self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "") -> Outcome:
+    async def submit(
+        self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "", wait: bool = True
+    ) -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
 
         ``client`` (the authenticated caller, if any) owns the task: only it, or an admin,
         may read or resume it (see :func:`middleware.access.authorize_task`).
 
+        ``wait=False`` answers as soon as the task is accepted and durable (its record stored,
+        its acceptance in the audit log): the outcome in state ``submitted``, after the same
+        validation and refusals. The task runs on in :attr:`runner`; follow it with
+        :meth:`watch` or :meth:`get_task`.
+
         Raises:
             InvalidInput: the request (or its SMF envelope) does not validate; audited.
             NotFound: the request names a goal that is not registered.
+            ResourceExhausted: ``wait=False`` and the runner is full (nothing was created).
+            Unavailable: ``wait=False`` and the gateway is shutting down.
         """
+        if not wait:
+            self.runner.check()  # refused before anything is created
         try:
             req = TaskRequest.parse(request, what="task request")
             limit = self.config.limits.max_steps_per_task
@@ -319,18 +343,34 @@ class Agency:
                 await self._audit(
                     run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
                 )
+            if not wait:
+                await self._flush_audit(run)  # durable before the client hears of it
+                self.runner.start(run.task_id, self._run_on(run))
+                return run.outcome()
             return await self._drive(run, self._run(run))
         except BaseException as exc:
             await self._cut_short(run, exc)
             raise
 
-    async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
+    async def _run_on(self, run: TaskRecord) -> Outcome:
+        """The rest of a task submitted without waiting (in the runner, cancelled only when the
+        gateway shuts down)."""
+        try:
+            return await self._drive(run, self._run(run))
+        except asyncio.CancelledError as exc:
+            await self._cut_short(run, exc, why="the gateway shut down before the task ended")
+            raise
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def _cut_short(self, run: TaskRecord, error: BaseException, *, why: str = "") -> None:
         """End a task's segment in the log with a ``task.interrupted`` record, if it began
         (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
         cut it short (a backend error, the call cancelled), every task that began in the log
         ends in it."""
         if self._running.pop(run.request.task_id, None) is not None:
-            await asyncio.shield(self._interrupted(run, _why(error)))
+            await asyncio.shield(self._interrupted(run, why or _why(error)))
 
     async def _interrupted(self, run: TaskRecord, why: str) -> None:
         """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
@@ -773,6 +813,93 @@ class Agency:
         await self._authorize_task(caller, run, "AgencyService/GetTask")
         return run.outcome()
 
+    async def watch(
+        self, task_id: str, *, after: int = 0, caller: Principal | None = None, wait_s: float = 5.0
+    ) -> AsyncIterator[TaskEvent]:
+        """The task's events after ``after`` (0: from the start), as they happen, until it ends.
+
+        The last event of an ended task is its ``task.outcome`` with ``final`` (the outcome).
+        Any gateway sharing the event log serves it. While nothing happens, the task store is
+        asked every ``wait_s`` seconds whether the task ended without its last event (a gateway
+        that stopped in between; events dropped): then a ``task.outcome`` made from the store
+        ends the stream.
+
+        Raises:
+            NotFound: no such task. PermissionDenied: another client's task (``caller``).
+        """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required")
+        if after < 0:
+            raise InvalidInput.single("after_seq", "must not be negative")
+        run = await self.tasks.get(task_id)
+        await self._authorize_task(caller, run, "AgencyService/WatchTask")
+        ended = run.state.terminal
+        while True:
+            events = await self.events.read(task_id, after=after, limit=100, wait_s=0 if ended else wait_s)
+            if not events:
+                if not ended:
+                    run = await self.tasks.get(task_id)
+                    ended = run.state.terminal
+                    if not ended:
+                        continue
+                    events = await self.events.read(task_id, after=after, limit=100)
+                if not events:
+                    if not await self._seen_end(task_id, after):  # its last event is not in the log
+                        yield self._outcome_event(run, seq=after, final=run.outcome())
+                    return
+            for event in events:
+                if event.ends_task:
+                    event = event.model_copy(update={"final": await self._final(task_id)})
+                yield event
+                after = event.seq
+                if event.ends_task:
+                    return
+
+    async def _seen_end(self, task_id: str, after: int) -> bool:
+        """Whether the task's last stored event, at or before ``after``, ended it."""
+        last = await self.events.last_seq(task_id)
+        if not 0 < last <= after:
+            return False
+        tail = await self.events.read(task_id, after=last - 1, limit=1)
+        return bool(tail) and tail[0].ends_task
+
+    async def _final(self, task_id: str) -> Outcome | None:
+        try:
+            return (await self.tasks.get(task_id)).outcome()
+        except NotFound:  # no longer kept (the memory store's finished tasks are bounded)
+            return None
+
+    async def list_tasks(
+        self, query: TaskQuery | Mapping[str, Any], *, caller: Principal | None = None
+    ) -> TaskPage:
+        """The caller's tasks (an admin: everyone's, or one client's), newest first, one page.
+
+        Raises:
+            InvalidInput: a bad filter or page token, named.
+            PermissionDenied: a client that is not an admin names another client.
+        """
+        wanted = TaskQuery.parse(query, what="task list") if not isinstance(query, TaskQuery) else query
+        if caller is not None and caller.role is not Role.ADMIN:
+            if (
+                wanted.client not in (None, "")
+                and wanted.client.strip().casefold() != caller.name.strip().casefold()
+            ):
+                error = PermissionDenied(
+                    f"client {caller.name!r} (role {caller.role.value}) may list only its own tasks, "
+                    f"not those of {wanted.client!r}: that takes an admin",
+                    details={
+                        "client": caller.name,
+                        "operation": "AgencyService/ListTasks",
+                        "target": wanted.client,
+                    },
+                )
+                await self.audit.append(refusal_record(error, node=self.config.node_id))
+                raise error
+            wanted = wanted.model_copy(update={"client": caller.name})
+        elif wanted.client == "":
+            wanted = wanted.model_copy(update={"client": None})
+        return await self.tasks.list(wanted)
+
     # ------------------------------------------------------------------ helpers
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
         """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
@@ -853,8 +980,12 @@ class Agency:
         if state.terminal:
             await self._monitor(run)
             await self._flush_audit(run)  # contract reviews the monitor recorded, if any
+        else:  # told before it is stored: a resume (any replica) may follow the save at once
+            await self._publish_outcome(run)
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        if state.terminal:  # told once stored: a follower reads the final outcome from the store
+            await self._publish_outcome(run)
         if run.request.session_id:
             try:
                 await remember(self.sessions, run)
@@ -954,12 +1085,54 @@ class Agency:
                 goal_id=run.goal.id if run.goal else "",
                 user=run.request.user_id,
                 session=run.request.session_id,
+                on_durable=self._published,
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id
-        journal.add(event_type, outcome, detail, agent=agent, rule=rule)
+        journal.add(event_type, outcome, detail, agent=agent, rule=rule, state=run.state.value)
         if barrier and event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
+
+    async def _published(self, records: Sequence[PlainRecord], states: Sequence[str], indexes: range) -> None:
+        """A task's records are durable: they join its event stream (same ids, same times)."""
+        await self.events.append(records[0]["task_id"], events_of(records, states, indexes))
+
+    async def _publish_outcome(self, run: TaskRecord) -> None:
+        """Tell the task's followers that it stopped (waiting for input, or ended)."""
+        await self.events.append(run.task_id, [self._outcome_event(run)])
+
+    def _outcome_event(self, run: TaskRecord, *, seq: int = 0, final: Outcome | None = None) -> TaskEvent:
+        detail: dict[str, Any] = {"reason": run.reason, "a2a_state": run.outcome().a2a_state}
+        if run.pending:
+            detail["pending"] = run.pending
+        event = outcome_event(
+            task_id=run.task_id,
+            trace_id=run.trace_id,
+            state=run.state,
+            detail=detail,
+            node=self.config.node_id,
+        )
+        if seq or final is not None:
+            event = event.model_copy(update={"seq": seq, "final": final})
+        return event
+
+    def _progress(self, run: TaskRecord, step: str, agent: str) -> TaskProgress:
+        """The progress of one call of ``agent`` (a contract with ``stream_progress``)."""
+
+        async def publish(events: list[TaskEvent]) -> None:
+            # a dispatch record that waits for the next barrier (a side-effect-free agent in
+            # process) is made durable first: nothing of the call leaves before it
+            await self._flush_audit(run)
+            await self.events.append(run.task_id, events)
+
+        return TaskProgress(
+            publish,
+            task_id=run.task_id,
+            trace_id=run.trace_id,
+            step=step,
+            agent=agent,
+            node=self.config.node_id,
+        )
 
     def _record_observer(self) -> Callable[[PlainRecord], None] | None:
         """The audit log's record observer, looked up once per log (``self.audit`` may be
@@ -1041,6 +1214,7 @@ class Agency:
         """Close the agents, the audit log, the task store and the session store (the log
         whatever else fails); tasks still running are first ended in the log as interrupted."""
         try:
+            await self.runner.close()  # background tasks cancelled: each ends in the log itself
             for run in list(self._running.values()):
                 if self._running.pop(run.request.task_id, None) is not None:
                     await self._interrupted(run, "the gateway shut down before the task ended")
@@ -1052,7 +1226,10 @@ class Agency:
                 try:
                     await self.tasks.close()
                 finally:
-                    await self.sessions.close()
+                    try:
+                        await self.sessions.close()
+                    finally:
+                        await self.events.close()
 
 
 def _main_step() -> TaskStep:

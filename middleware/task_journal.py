@@ -12,14 +12,17 @@ entry (its own frame and Merkle leaf in the write-ahead log), in the order it wa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .audit.log import AuditLog
 from .audit.record import PlainRecord, task_record_template, utc_now_text
 from .smf import new_id
 
-__all__ = ["TaskJournal", "observer_of"]
+__all__ = ["Durable", "TaskJournal", "observer_of"]
+
+#: Told of each batch once durable: its records, the task's state at each, their log indexes.
+Durable = Callable[[Sequence[PlainRecord], Sequence[str], range], Awaitable[None]]
 
 
 def observer_of(log: AuditLog) -> Callable[[PlainRecord], None] | None:
@@ -37,9 +40,21 @@ class TaskJournal:
             (``goal_id`` may be set later: an intake agent anchors the goal mid-task).
         observer: Told of each record as it is recorded: :func:`observer_of` the log (tracing
             starts the task's span there), looked up once by the caller, not per journal.
+        on_durable: Awaited with each batch once the log holds it durably (the task's event
+            stream publishes it there: nothing leaves before it is on disk).
     """
 
-    __slots__ = ("_log", "_observer", "_pending", "_session", "_template", "_user", "goal_id")
+    __slots__ = (
+        "_log",
+        "_observer",
+        "_on_durable",
+        "_pending",
+        "_session",
+        "_states",
+        "_template",
+        "_user",
+        "goal_id",
+    )
 
     def __init__(
         self,
@@ -52,6 +67,7 @@ class TaskJournal:
         user: str,
         session: str,
         observer: Callable[[PlainRecord], None] | None,
+        on_durable: Durable | None = None,
     ) -> None:
         self._log = log
         # what every record of the task carries, built once: each record is a copy of it
@@ -59,13 +75,24 @@ class TaskJournal:
         self._user, self._session = user, session
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
+        self._states: list[str] = []  # the task's state once each pending record happened
+        self._on_durable = on_durable
         # an observer that wants records as they are recorded (tracing: the task's span)
         self._observer = observer
 
     def add(
-        self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
+        self,
+        event_type: str,
+        outcome: str,
+        detail: dict[str, Any],
+        *,
+        agent: str = "",
+        rule: str = "",
+        state: str = "",
     ) -> None:
-        """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
+        """Record one step (time-stamped now); it reaches the log at the next ``flush``.
+
+        ``state``: the task's state once it happened (for the task's event stream)."""
         # plain_record's record (the same keys in the same order), the task's fields copied
         record = self._template.copy()
         record["event_id"] = new_id("evt")
@@ -77,6 +104,7 @@ class TaskJournal:
         record["outcome"] = outcome
         record["detail"] = detail
         self._pending.append(record)
+        self._states.append(state)
         if self._observer is not None:
             self._observer(record)
 
@@ -92,5 +120,8 @@ class TaskJournal:
         if not self._pending:
             return 0
         batch, self._pending = self._pending, []  # handed over: a cancelled wait does not re-send
+        states, self._states = self._states, []
         indexes = await self._log.append_batch(batch)
+        if self._on_durable is not None and indexes:
+            await self._on_durable(batch, states, indexes)
         return indexes[-1] if indexes else 0

@@ -1,7 +1,8 @@
 """Fakes shipped with the package, so users and tests use the same thing.
 
 ``ScriptedAgent`` plays back a script of steps: return a value, hang past any
-deadline, or raise. It records every request it receives.
+deadline, or raise. It records every request it receives. ``GatedAgent`` is a slow agent
+without a sleep: it holds each call until released.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from .agents import AgentReply, AgentRequest
 
-__all__ = ["Hang", "ManualClock", "Raise", "ScriptedAgent"]
+__all__ = ["GatedAgent", "Hang", "ManualClock", "Raise", "ScriptedAgent"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,40 @@ class ScriptedAgent:
             result = fn(request)
             return await result if inspect.isawaitable(result) else result
         return step
+
+
+class GatedAgent:
+    """A slow agent, without sleeping: each call waits until :meth:`release`, then answers ``output``.
+
+    ``entered`` is set when a call arrives (a test waits on it, not on time); ``progress``
+    lists ``(kind, data)`` reported with :func:`middleware.task_progress.emit_progress` as the
+    call starts (told only under a contract with ``stream_progress``).
+    """
+
+    def __init__(self, output: Any = None, *, progress: Iterable[tuple[str, Any]] = ()) -> None:
+        self.output = output
+        self.progress = list(progress)
+        self.entered = asyncio.Event()
+        self.requests: list[AgentRequest] = []
+        self._gate = asyncio.Event()
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def release(self) -> None:
+        """Let every waiting call (and every later one) answer."""
+        self._gate.set()
+
+    async def __call__(self, request: AgentRequest) -> Any:
+        from .task_progress import emit_progress
+
+        self.requests.append(request)
+        self.entered.set()
+        for kind, data in self.progress:
+            emit_progress(kind, data)
+        await self._gate.wait()
+        return self.output
 
 
 class ManualClock:

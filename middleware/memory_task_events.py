@@ -1,0 +1,84 @@
+"""The default task event log: in this process only (events do not survive a restart).
+
+The events of up to ``max_tasks`` tasks are kept; when another task's first event comes, the
+task whose events were appended longest ago is dropped (a running task keeps appending, so it
+stays). A follower waits on the task's signal, set by every append: no polling, no per-follower
+queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from ._model import trusted
+from .task_events import MAX_READ, TaskEvent
+
+__all__ = ["MemoryTaskEventLog"]
+
+
+class MemoryTaskEventLog:
+    """A :class:`~middleware.task_events.TaskEventLog` in a dict.
+
+    Args:
+        max_tasks: Tasks whose events are kept (the least recently appended to go first).
+    """
+
+    def __init__(self, *, max_tasks: int = 10_000) -> None:
+        if max_tasks < 1:
+            raise ValueError("max_tasks must be at least 1")
+        self._events: OrderedDict[str, list[TaskEvent]] = OrderedDict()
+        self._signals: dict[str, asyncio.Event] = {}  # task id -> set by the next append
+        self._max_tasks = max_tasks
+
+    async def append(self, task_id: str, events: Sequence[TaskEvent]) -> int:
+        if not events:
+            return await self.last_seq(task_id)
+        kept = self._events.get(task_id)
+        if kept is None:
+            kept = self._events[task_id] = []
+            while len(self._events) > self._max_tasks:
+                old, _ = self._events.popitem(last=False)
+                self._signals.pop(old, None)
+        else:
+            self._events.move_to_end(task_id)
+        seq = kept[-1].seq if kept else 0
+        for event in events:
+            seq += 1
+            values = dict(event.__dict__)
+            values["seq"], values["final"] = seq, None
+            kept.append(trusted(TaskEvent, values))  # the caller's event is left as it was
+        signal = self._signals.pop(task_id, None)
+        if signal is not None:
+            signal.set()
+        return seq
+
+    async def read(
+        self, task_id: str, *, after: int = 0, limit: int = 100, wait_s: float = 0.0
+    ) -> list[TaskEvent]:
+        found = self._after(task_id, after, limit)
+        if found or wait_s <= 0:
+            return found
+        signal = self._signals.setdefault(task_id, asyncio.Event())
+        try:
+            async with asyncio.timeout(wait_s):
+                await signal.wait()
+        except TimeoutError:
+            return []
+        return self._after(task_id, after, limit)
+
+    def _after(self, task_id: str, after: int, limit: int) -> list[TaskEvent]:
+        kept = self._events.get(task_id)
+        if not kept:
+            return []
+        # seqs are 1, 2, 3 … in a list: the event after ``after`` is at index ``after``
+        start = max(after, 0)
+        return kept[start : start + max(1, min(limit, MAX_READ))]
+
+    async def last_seq(self, task_id: str) -> int:
+        kept = self._events.get(task_id)
+        return kept[-1].seq if kept else 0
+
+    async def close(self) -> None:
+        return None
