@@ -97,12 +97,12 @@ class TaskProgress:
         self._loop = asyncio.get_running_loop()
         self._thread = threading.get_ident()
 
-    def emit(self, kind: str, data: Any = None, *, agent: str = "") -> None:
-        """Buffer one event (``agent``: a sub-agent reporting through its caller)."""
+    def emit(self, kind: str, data: Any = None) -> None:
+        """Buffer one event; it is stored soon after, in order (see the module docstring)."""
         if threading.get_ident() != self._thread:  # the agent's worker thread
-            self._loop.call_soon_threadsafe(self._put, agent or self._ids["agent"], kind, data)
+            self._loop.call_soon_threadsafe(self._put, self._ids["agent"], kind, data)
         else:
-            self._put(agent or self._ids["agent"], kind, data)
+            self._put(self._ids["agent"], kind, data)
 
     def _put(self, agent: str, kind: str, data: Any) -> None:
         if not self._open or self._error is not None:
