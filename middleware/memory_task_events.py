@@ -34,7 +34,8 @@ class MemoryTaskEventLog:
 
     async def append(self, task_id: str, events: Sequence[TaskEvent]) -> int:
         if not events:
-            return await self.last_seq(task_id)
+            last = await self.last(task_id)
+            return last.seq if last is not None else 0
         kept = self._events.get(task_id)
         if kept is None:
             kept = self._events[task_id] = []
@@ -76,9 +77,9 @@ class MemoryTaskEventLog:
         start = max(after, 0)
         return kept[start : start + max(1, min(limit, MAX_READ))]
 
-    async def last_seq(self, task_id: str) -> int:
+    async def last(self, task_id: str) -> TaskEvent | None:
         kept = self._events.get(task_id)
-        return kept[-1].seq if kept else 0
+        return kept[-1] if kept else None
 
     async def close(self) -> None:
         return None

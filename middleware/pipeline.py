@@ -55,7 +55,7 @@ from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
 from .task_events import TaskEvent, TaskEventLog, events_of, outcome_event
 from .task_journal import TaskJournal, observer_of
-from .task_listing import TaskPage, TaskQuery
+from .task_listing import RUNNING_STATES, STOPPED_STATES, TaskPage, TaskQuery, live_row
 from .task_progress import TaskProgress
 from .task_runner import TaskRunner
 from .task_store import TaskStore
@@ -857,11 +857,8 @@ class Agency:
 
     async def _seen_end(self, task_id: str, after: int) -> bool:
         """Whether the task's last stored event, at or before ``after``, ended it."""
-        last = await self.events.last_seq(task_id)
-        if not 0 < last <= after:
-            return False
-        tail = await self.events.read(task_id, after=last - 1, limit=1)
-        return bool(tail) and tail[0].ends_task
+        last = await self.events.last(task_id)
+        return last is not None and last.seq <= after and last.ends_task
 
     async def _final(self, task_id: str) -> Outcome | None:
         try:
@@ -873,6 +870,9 @@ class Agency:
         self, query: TaskQuery | Mapping[str, Any], *, caller: Principal | None = None
     ) -> TaskPage:
         """The caller's tasks (an admin: everyone's, or one client's), newest first, one page.
+
+        A running task's state is the live one (its last event's; the store holds the state it
+        was accepted or claimed in until it stops).
 
         Raises:
             InvalidInput: a bad filter or page token, named.
@@ -898,7 +898,20 @@ class Agency:
             wanted = wanted.model_copy(update={"client": caller.name})
         elif wanted.client == "":
             wanted = wanted.model_copy(update={"client": None})
-        return await self.tasks.list(wanted)
+        # a running task is stored as it was accepted or claimed: its live state is its last event's
+        asked = set(wanted.states)
+        if asked - STOPPED_STATES:
+            wanted = wanted.model_copy(update={"states": sorted(asked | RUNNING_STATES)})
+        page = await self.tasks.list(wanted)
+        running = [row for row in page.tasks if row.state not in STOPPED_STATES]
+        lasts = await asyncio.gather(*(self.events.last(row.task_id) for row in running))
+        live = {
+            row.task_id: last.state for row, last in zip(running, lasts, strict=True) if last and last.state
+        }
+        rows = [live_row(row, live.get(row.task_id, "")) for row in page.tasks]
+        if asked:
+            rows = [row for row in rows if row.state in asked]
+        return TaskPage(tasks=rows, next_page_token=page.next_page_token)
 
     # ------------------------------------------------------------------ helpers
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:

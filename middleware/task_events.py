@@ -20,7 +20,8 @@ embedded default and ``redis/task_events.RedisTaskEventLog`` the one replicas sh
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -35,6 +36,7 @@ __all__ = [
     "PROGRESS",
     "TaskEvent",
     "TaskEventLog",
+    "describe",
     "events_of",
     "follow",
     "outcome_event",
@@ -200,7 +202,7 @@ class TaskEventLog(Protocol):
         """Store ``events`` after the task's last ones, in order, each given the next ``seq``.
 
         Returns:
-            The ``seq`` of the last one (0 when ``events`` is empty).
+            The ``seq`` of the last one (when ``events`` is empty: of the task's last event, or 0).
         """
         ...
 
@@ -212,8 +214,8 @@ class TaskEventLog(Protocol):
         the first to arrive (an empty list: none came)."""
         ...
 
-    async def last_seq(self, task_id: str) -> int:
-        """The ``seq`` of the task's last event (0: none kept)."""
+    async def last(self, task_id: str) -> TaskEvent | None:
+        """The task's last event (its ``seq``, and the task's state then); None: none kept."""
         ...
 
     async def close(self) -> None: ...
@@ -234,3 +236,102 @@ async def follow(
             after = event.seq
             if event.ends_task:
                 return
+
+
+# ------------------------------------------------------------------ in words
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _step(d: dict[str, Any]) -> str:
+    return f"step {d['step']}: " if d.get("step") else ""
+
+
+def _verdict(e: TaskEvent) -> str:
+    d = e.detail
+    stage = f"stage {d['stage']}" if d.get("stage") else f"goal {e.detail.get('goal_id') or ''}".strip()
+    checks = d.get("steps") or []
+    passed = sum(1 for c in checks if isinstance(c, dict) and c.get("passed"))
+    return f"{stage}: {e.outcome} ({passed}/{len(checks)} checks)"
+
+
+def _progress(e: TaskEvent) -> str:
+    data = e.detail.get("data")
+    if e.outcome == "token" and isinstance(data, dict) and isinstance(data.get("text"), str):
+        return f"{e.agent} writes: {data['text']}"
+    shown = json.dumps(data, ensure_ascii=False, default=str) if data is not None else ""
+    return f"{e.agent} {e.outcome}: {_cut(shown, 200)}" if shown else f"{e.agent} {e.outcome}"
+
+
+def _outcome(e: TaskEvent) -> str:
+    d = e.detail
+    if e.state == "input_required":
+        pending = d.get("pending") or {}
+        question = pending.get("question") or pending.get("why") or d.get("reason") or "input required"
+        options = [str(o.get("id")) for o in pending.get("options") or [] if isinstance(o, dict)]
+        offered = f" (options: {', '.join(options)})" if options else ""
+        return f"waiting for input: {_cut(str(question), 160)}{offered}"
+    reason = f": {_cut(str(d.get('reason')), 160)}" if d.get("reason") else ""
+    return f"outcome {e.state}{reason}"
+
+
+_DESCRIBE: dict[str, Callable[[TaskEvent], str]] = {
+    "task.submitted": lambda e: f"accepted: {_cut(str(e.detail.get('text', '')), 100)}",
+    "message.accepted": lambda e: "request message accepted (SMF)",
+    "goal.anchored": lambda e: (
+        f"goal {e.detail.get('goal', {}).get('id', '')} anchored" + (f" by {e.agent}" if e.agent else "")
+    ),
+    "task.transition": lambda e: f"{e.detail.get('from', '')} -> {e.detail.get('to', '')}",
+    "routing.decision": lambda e: (
+        f"{_step(e.detail)}routed to {e.detail.get('chosen', '')}"
+        + (f" (backups: {', '.join(e.detail['fallbacks'])})" if e.detail.get("fallbacks") else "")
+    ),
+    "routing.refused": lambda e: (
+        f"{_step(e.detail)}refused: {_cut(str(e.detail.get('explanation', '')), 160)}"
+    ),
+    "agent.dispatch": lambda e: (
+        f"{_step(e.detail)}dispatched to {e.agent} (attempt {e.detail.get('attempt', 1)})"
+    ),
+    "agent.result": lambda e: (
+        f"{_step(e.detail)}{e.agent} answered in {e.detail.get('duration_ms', 0):.0f} ms"
+    ),
+    "failure.event": lambda e: (
+        f"{_step(e.detail)}failure {e.outcome} on {e.agent or '-'} "
+        f"(attempt {e.detail.get('attempt', 1)}): {_cut(str(e.detail.get('detail', '')), 140)}"
+    ),
+    "failure.resolution": lambda e: (
+        f"resolution {e.outcome}"
+        + (f" -> {e.detail['agent']}" if e.detail.get("agent") else "")
+        + f": {_cut(str(e.detail.get('reason', '')), 140)}"
+    ),
+    "goal.verification": _verdict,
+    "human.handover": lambda e: (
+        f"{e.outcome}: waiting for a person"
+        + (f" ({_cut(str(e.detail.get('why')), 120)})" if e.detail.get("why") else "")
+    ),
+    "task.resumed": lambda e: (
+        f"resumed: {e.outcome}"
+        + (f" by {e.detail['person']}" if e.detail.get("person") else "")
+        + (f" ({_cut(str(e.detail.get('reason')), 120)})" if e.detail.get("reason") else "")
+    ),
+    "task.completed": lambda e: f"stopped: {e.outcome}",
+    "task.interrupted": lambda e: f"interrupted: {_cut(str(e.detail.get('reason', '')), 160)}",
+    "failure.quarantine": lambda e: f"output of {e.agent} quarantined",
+    "agent.circuit": lambda e: (
+        f"circuit of {e.agent}: {e.detail.get('from', '')} -> {e.detail.get('to', '')}"
+    ),
+    "contract.review": lambda e: f"contract {e.agent} {e.outcome} for review",
+    PROGRESS: _progress,
+    OUTCOME: _outcome,
+}
+
+
+def describe(event: TaskEvent) -> str:
+    """What ``event`` says, in a few words (``agency task watch``, A2A and MCP progress)."""
+    how = _DESCRIBE.get(event.type)
+    if how is None:
+        return f"{event.type} {event.outcome}".strip()
+    try:
+        return how(event)
+    except (KeyError, TypeError, ValueError, AttributeError):  # an unexpected detail: the raw facts
+        return f"{event.type} {event.outcome}".strip()

@@ -25,9 +25,12 @@ from .tasks import TaskRecord, TaskState, _a2a_state
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "RUNNING_STATES",
+    "STOPPED_STATES",
     "TaskPage",
     "TaskQuery",
     "TaskSummary",
+    "live_row",
     "micros",
     "page_token",
     "parse_page_token",
@@ -38,6 +41,10 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 #: Characters of the request text a summary keeps.
 TEXT_CHARS = 200
+#: States a task stops in (a store holds them as they are).
+STOPPED_STATES = frozenset(s for s in TaskState if s.terminal or s is TaskState.INPUT_REQUIRED)
+#: States of a running task (stored as it was accepted or claimed; live in its events).
+RUNNING_STATES = frozenset(TaskState) - STOPPED_STATES
 
 
 class TaskQuery(Model):
@@ -106,6 +113,14 @@ def summary_of(record: TaskRecord) -> TaskSummary:
             "text": text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "\u2026",
         },
     )
+
+
+def live_row(summary: TaskSummary, state: str) -> TaskSummary:
+    """``summary`` in the live ``state`` of its running task ("" or a stop state: as stored)."""
+    if not state or summary.state in STOPPED_STATES or state == summary.state.value:
+        return summary
+    live = TaskState(state)
+    return summary.model_copy(update={"state": live, "a2a_state": _a2a_state(live, {})})
 
 
 def micros(when: datetime) -> int:

@@ -58,7 +58,9 @@ async def test_events_are_numbered_one_two_three_per_task_across_batches(log):
     assert [(e.seq, e.detail["data"]["text"]) for e in got] == [(1, "a"), (2, "b"), (3, "c")]
     assert [e.seq for e in await log.read("t1", after=1, limit=1)] == [2]
     assert await log.read("t1", after=3) == []
-    assert await log.last_seq("t1") == 3 and await log.last_seq("nobody") == 0
+    last = await log.last("t1")
+    assert last is not None and last.seq == 3 and last.detail["data"]["text"] == "c"
+    assert await log.last("nobody") is None
     assert await log.read("nobody") == []
     assert got[0].id and got[0].time and got[0].final is None
 
@@ -102,7 +104,7 @@ async def test_a_redis_task_stream_lives_under_the_tasks_hash_tag_until_its_ttl_
     while await redis_client.exists(key) and time.monotonic() < deadline:  # noqa: ASYNC110 (Redis's TTL)
         await asyncio.sleep(0.05)
     assert await redis_client.exists(key) == 0  # gone past its TTL
-    assert await log.read("t1") == [] and await log.last_seq("t1") == 0
+    assert await log.read("t1") == [] and await log.last("t1") is None
 
 
 async def test_a_long_redis_wait_is_cut_into_slices_shorter_than_the_socket_timeout(redis_prefix):

@@ -385,3 +385,26 @@ async def test_pages_of_a_task_list_cover_every_task_once():
         await agency.list_tasks({"page_size": 501, "states": ["sleeping"]}, caller=ALICE)
     assert {p.field for p in bad.value.problems} == {"page_size", "states[0]"}
     await agency.close()
+
+
+async def test_a_running_task_is_listed_in_its_live_state():
+    agency = Agency()
+    agent = GatedAgent({"ok": True})
+    await agency.register(contract("slow", "think"), agent)
+    running = await agency.submit(request(), client="alice", wait=False)
+    await agent.entered.wait()
+    assert (await agency.tasks.get(running.task_id)).state is TaskState.SUBMITTED  # as stored
+    row = (await agency.list_tasks({}, caller=ALICE)).tasks[0]
+    assert (row.task_id, row.state, row.a2a_state) == (
+        running.task_id,
+        TaskState.DISPATCHED,
+        "TASK_STATE_WORKING",
+    )
+    found = await agency.list_tasks({"states": ["dispatched"]}, caller=ALICE)
+    assert [t.task_id for t in found.tasks] == [running.task_id]
+    assert (await agency.list_tasks({"states": ["submitted"]}, caller=ALICE)).tasks == []
+    agent.release()
+    await agency.runner.drain(10)
+    done = await agency.list_tasks({"states": ["completed"]}, caller=ALICE)
+    assert [t.task_id for t in done.tasks] == [running.task_id]
+    await agency.close()

@@ -84,7 +84,8 @@ class RedisTaskEventLog:
     @redis_operation("task_events.append")
     async def append(self, task_id: str, events: Sequence[TaskEvent]) -> int:
         if not events:
-            return await self.last_seq(task_id)
+            last = await self.last(task_id)
+            return last.seq if last is not None else 0
         data = [orjson.dumps(event.stored()) for event in events]
         last = await self._append(keys=[self.key(task_id)], args=[self._ttl_ms, *data])
         return _seq(last)
@@ -113,10 +114,10 @@ class RedisTaskEventLog:
             entries = [entry for _, stream in reply or [] for entry in stream]
         return [_event(entry_id, fields) for entry_id, fields in entries]
 
-    @redis_operation("task_events.last_seq")
-    async def last_seq(self, task_id: str) -> int:
+    @redis_operation("task_events.last")
+    async def last(self, task_id: str) -> TaskEvent | None:
         newest = await self._redis.xrevrange(self.key(task_id), count=1)
-        return _seq(newest[0][0]) if newest else 0
+        return _event(*newest[0]) if newest else None
 
     async def close(self) -> None:
         if self._owns_client:

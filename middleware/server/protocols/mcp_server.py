@@ -13,6 +13,10 @@ Tools, rebuilt from the catalog on every ``tools/list``:
 * ``resume_task``: the answer to a clarification (``answer``) or a human decision
   (``decision``) for a task that stopped for input.
 
+A call whose request carries a progress token (``_meta.progressToken``) gets the task's events
+as they happen (the stream gRPC ``WatchTask`` follows) as ``notifications/progress``: ``progress``
+the event's seq, ``message`` the event in words (an agent's streamed text as it comes).
+
 A completed task is the tool result (``structuredContent`` the output). Everything else is a
 tool error (``isError``) whose text says why and whose structured content is the outcome:
 a refusal (rejected), a failure, and a task waiting for input. A clarification (a choice among
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Awaitable
 from typing import Any
 
 import mcp_types as types
@@ -39,6 +44,7 @@ from ...access import Permission, Principal, authorize, refusal_record
 from ...contracts import CapabilityContract
 from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
 from ...pipeline import Agency
+from ...task_events import TaskEvent, describe
 from ...tasks import Outcome, TaskState
 from .common import (
     FRESHNESS_TTL,
@@ -49,6 +55,7 @@ from .common import (
     outcome_text,
     task_request,
 )
+from .task_follow import follow_while
 
 __all__ = ["GOVERNANCE_META", "build_mcp_http_app", "build_mcp_server", "serve_stdio"]
 
@@ -258,6 +265,24 @@ def build_mcp_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        async def followed(task_id: str, work: Awaitable[Outcome], *, resuming: bool = False) -> Outcome:
+            """``work``, with the task's events as progress notifications when the caller asked
+            (a resume: those after the task's last event so far)."""
+            if (params.meta or {}).get("progress_token") is None:
+                return await work
+            after = 0
+            if resuming:
+                try:
+                    last = await agency.events.last(task_id)
+                    after = last.seq if last is not None else 0
+                except Exception:  # following is a courtesy: the resume goes on
+                    log.warning("task %s: its events cannot be read; no progress told", task_id)
+
+            async def tell(event: TaskEvent) -> None:
+                await ctx.session.report_progress(float(event.seq), None, describe(event))
+
+            return await follow_while(agency, task_id, work, tell, after=after)
+
         try:
             principal = principal_of(ctx)
             if principal is not None:
@@ -271,12 +296,11 @@ def build_mcp_server(
             governance = dict((params.meta or {}).get(GOVERNANCE_META) or {})  # type: ignore[call-overload]
             if params.name == RESUME_TASK:
                 decision = arguments.get("decision")
-                outcome = await agency.resume(
-                    str(arguments.get("task_id", "")),
-                    answer=arguments.get("answer"),
-                    decision=decision,
-                    caller=principal,
+                task_id = str(arguments.get("task_id", ""))
+                work = agency.resume(
+                    task_id, answer=arguments.get("answer"), decision=decision, caller=principal
                 )
+                outcome = await followed(task_id, work, resuming=True)
                 return _result(await _elicit(ctx, agency, outcome, principal))
             if params.name == GOVERNED_TASK:
                 text = str(arguments.pop("text", ""))
@@ -294,7 +318,7 @@ def build_mcp_server(
             request = task_request(
                 text, governance, data=data, source=f"mcp:{client or 'anonymous'}", where="arguments"
             )
-            outcome = await agency.submit(request, client=client)
+            outcome = await followed(request.task_id, agency.submit(request, client=client))
             return _result(await _elicit(ctx, agency, outcome, principal))
         except Unauthenticated as exc:
             return _error(exc)
