@@ -35,7 +35,7 @@ from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .drift import IntentJudge
-from .errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem
+from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -67,6 +67,7 @@ from .tasks import (
     TaskState,
     TaskStep,
     Transition,
+    _a2a_state,
     check_transition,
     keep_outcome_json,
     outcome_json,
@@ -845,11 +846,9 @@ class Agency:
                     events = await self.events.read(task_id, after=after, limit=100)
                 if not events:
                     if not await self._seen_end(task_id, after):  # its last event is not in the log
-                        yield self._outcome_event(run, seq=after, final=run.outcome())
+                        yield self._outcome_event(run, run.outcome()).model_copy(update={"seq": after})
                     return
             for event in events:
-                if event.ends_task:
-                    event = event.model_copy(update={"final": await self._final(task_id)})
                 yield event
                 after = event.seq
                 if event.ends_task:
@@ -859,12 +858,6 @@ class Agency:
         """Whether the task's last stored event, at or before ``after``, ended it."""
         last = await self.events.last(task_id)
         return last is not None and last.seq <= after and last.ends_task
-
-    async def _final(self, task_id: str) -> Outcome | None:
-        try:
-            return (await self.tasks.get(task_id)).outcome()
-        except NotFound:  # no longer kept (the memory store's finished tasks are bounded)
-            return None
 
     async def list_tasks(
         self, query: TaskQuery | Mapping[str, Any], *, caller: Principal | None = None
@@ -988,17 +981,16 @@ class Agency:
             AuditEventType.TASK_COMPLETED,
             state.value,
             {"reason": reason, "goal_passed": verdict.passed if verdict else None},
+            barrier=False,  # made durable below, with the contract reviews the monitor records
         )
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
-            await self._flush_audit(run)  # contract reviews the monitor recorded, if any
-        else:  # told before it is stored: a resume (any replica) may follow the save at once
-            await self._publish_outcome(run)
         run.updated_at = utcnow()
+        # durable, and told to the task's followers with its task.outcome in the same append,
+        # before it is stored: a resume (any replica) may follow the save at once
+        outcome = await self._flush_audit(run, stopped=True)
         await self.tasks.save(run)
-        if state.terminal:  # told once stored: a follower reads the final outcome from the store
-            await self._publish_outcome(run)
         if run.request.session_id:
             try:
                 await remember(self.sessions, run)
@@ -1009,7 +1001,7 @@ class Agency:
                     run.task_id,
                 )
         await self._tell_humans("task_stopped", run)
-        outcome = run.outcome()
+        assert outcome is not None
         if measured is not None:  # its JSON, measured once, is what the edge sends
             keep_outcome_json(outcome, *measured)
         return outcome
@@ -1098,7 +1090,6 @@ class Agency:
                 goal_id=run.goal.id if run.goal else "",
                 user=run.request.user_id,
                 session=run.request.session_id,
-                on_durable=self._published,
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id
@@ -1106,28 +1097,19 @@ class Agency:
         if barrier and event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
 
-    async def _published(self, records: Sequence[PlainRecord], states: Sequence[str], indexes: range) -> None:
-        """A task's records are durable: they join its event stream (same ids, same times)."""
-        await self.events.append(records[0]["task_id"], events_of(records, states, indexes))
-
-    async def _publish_outcome(self, run: TaskRecord) -> None:
-        """Tell the task's followers that it stopped (waiting for input, or ended)."""
-        await self.events.append(run.task_id, [self._outcome_event(run)])
-
-    def _outcome_event(self, run: TaskRecord, *, seq: int = 0, final: Outcome | None = None) -> TaskEvent:
-        detail: dict[str, Any] = {"reason": run.reason, "a2a_state": run.outcome().a2a_state}
+    def _outcome_event(self, run: TaskRecord, final: Outcome | None = None) -> TaskEvent:
+        """The ``task.outcome`` of a task that stopped (``final``: its outcome, when it ended)."""
+        detail: dict[str, Any] = {"reason": run.reason, "a2a_state": _a2a_state(run.state, run.pending)}
         if run.pending:
             detail["pending"] = run.pending
-        event = outcome_event(
+        return outcome_event(
             task_id=run.task_id,
             trace_id=run.trace_id,
             state=run.state,
             detail=detail,
             node=self.config.node_id,
+            final=final,
         )
-        if seq or final is not None:
-            event = event.model_copy(update={"seq": seq, "final": final})
-        return event
 
     def _progress(self, run: TaskRecord, step: str, agent: str) -> TaskProgress:
         """The progress of one call of ``agent`` (a contract with ``stream_progress``)."""
@@ -1135,8 +1117,7 @@ class Agency:
         async def publish(events: list[TaskEvent]) -> None:
             # a dispatch record that waits for the next barrier (a side-effect-free agent in
             # process) is made durable first: nothing of the call leaves before it
-            await self._flush_audit(run)
-            await self.events.append(run.task_id, events)
+            await self._flush_audit(run, then=events)
 
         return TaskProgress(
             publish,
@@ -1155,14 +1136,32 @@ class Agency:
             self._observer_of = (self.audit, observer := observer_of(self.audit))
         return observer
 
-    async def _flush_audit(self, run: TaskRecord) -> None:
-        """Hand this task's pending records to the log as one batch and wait until durable.
+    async def _flush_audit(
+        self, run: TaskRecord, *, stopped: bool = False, then: Sequence[TaskEvent] = ()
+    ) -> Outcome | None:
+        """Hand this task's pending records to the log as one batch and wait until durable;
+        then tell them to the task's followers (its event stream: same ids, same times).
 
         The batch is appended in this task's context (observers such as tracing attach
-        context here)."""
+        context here). ``stopped``: the task stopped — its ``task.outcome`` (with the final
+        outcome when it ended) is told with the records, and the outcome returned. ``then``:
+        events told after the records (an agent's progress). One append to the event log.
+        """
         journal = self._journals.pop(run.request.task_id, None)
+        told: list[TaskEvent] = []
         if journal is not None:
-            run.last_index = max(run.last_index, await journal.flush())
+            records, states, indexes = await journal.hand_over()
+            if indexes:
+                run.last_index = max(run.last_index, indexes[-1])
+                told = events_of(records, states, indexes)
+        outcome = None
+        if stopped:
+            outcome = run.outcome()
+            told.append(self._outcome_event(run, outcome if run.state.terminal else None))
+        told.extend(then)
+        if told:
+            await self.events.append(run.task_id, told)
+        return outcome
 
     async def _record(
         self,

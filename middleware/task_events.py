@@ -24,12 +24,14 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
 from pydantic import Field
+from pydantic_core import to_jsonable_python
 
 from ._model import Model, trusted
 from .audit.record import AuditEventType, PlainRecord, utc_now_text
 from .smf import new_id
-from .tasks import Outcome, TaskState
+from .tasks import Outcome, TaskState, outcome_json
 
 __all__ = [
     "OUTCOME",
@@ -85,7 +87,7 @@ class TaskEvent(Model):
     audit_index: int = Field(default=0, ge=0, description="Its index in the audit log; 0 = not audited.")
     node: str = Field(default="", description="The gateway that recorded it.")
     final: Outcome | None = Field(
-        default=None, description="On a terminal task.outcome read back: the task's outcome (never stored)."
+        default=None, description="On the terminal task.outcome: the task's outcome (stored with it)."
     )
 
     @property
@@ -93,19 +95,28 @@ class TaskEvent(Model):
         """Whether this is the last event of its task (a terminal ``task.outcome``)."""
         return self.type == OUTCOME and self.state in _TERMINAL
 
-    def stored(self) -> dict[str, Any]:
-        """What a log stores of it (JSON-ready; ``final`` is never stored)."""
-        return self.model_dump(mode="json", exclude={"final"})
+    def to_json(self) -> bytes:
+        """The event as JSON bytes, what a log keeps (bytes: nothing for the garbage collector
+        to scan, however many tasks' events a log holds; ``final`` only when set, as the
+        outcome's own JSON)."""
+        values = dict(self.__dict__)
+        final = values.pop("final")
+        if final is not None:
+            values["final"] = orjson.Fragment(outcome_json(final))
+        return orjson.dumps(values, default=_jsonable)
 
     @classmethod
-    def from_stored(cls, data: dict[str, Any] | bytes | str) -> TaskEvent:
-        """An event a log stored (validated: a store is outside the process)."""
-        if isinstance(data, dict):
-            return cls.model_validate(data)
+    def from_json(cls, data: bytes | str) -> TaskEvent:
+        """An event a log kept (validated again: a store may be outside the process)."""
         return cls.model_validate_json(data)
 
 
 _TERMINAL = frozenset(s.value for s in TaskState if s.terminal)
+
+
+def _jsonable(value: Any) -> Any:
+    """What orjson does not write itself (a model in a detail, a datetime), as pydantic writes it."""
+    return to_jsonable_python(value)
 
 
 def events_of(
@@ -169,9 +180,16 @@ def progress_event(
 
 
 def outcome_event(
-    *, task_id: str, trace_id: str, state: TaskState, detail: dict[str, Any], node: str
+    *,
+    task_id: str,
+    trace_id: str,
+    state: TaskState,
+    detail: dict[str, Any],
+    node: str,
+    final: Outcome | None = None,
 ) -> TaskEvent:
-    """The ``task.outcome`` event of a task that stopped in ``state``."""
+    """The ``task.outcome`` event of a task that stopped in ``state`` (``final``: the outcome of
+    a task that ended)."""
     return trusted(
         TaskEvent,
         {
@@ -189,7 +207,7 @@ def outcome_event(
             "detail": detail,
             "audit_index": 0,
             "node": node,
-            "final": None,
+            "final": final,
         },
     )
 

@@ -12,17 +12,14 @@ entry (its own frame and Merkle leaf in the write-ahead log), in the order it wa
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from .audit.log import AuditLog
 from .audit.record import PlainRecord, task_record_template, utc_now_text
 from .smf import new_id
 
-__all__ = ["Durable", "TaskJournal", "observer_of"]
-
-#: Told of each batch once durable: its records, the task's state at each, their log indexes.
-Durable = Callable[[Sequence[PlainRecord], Sequence[str], range], Awaitable[None]]
+__all__ = ["TaskJournal", "observer_of"]
 
 
 def observer_of(log: AuditLog) -> Callable[[PlainRecord], None] | None:
@@ -40,14 +37,11 @@ class TaskJournal:
             (``goal_id`` may be set later: an intake agent anchors the goal mid-task).
         observer: Told of each record as it is recorded: :func:`observer_of` the log (tracing
             starts the task's span there), looked up once by the caller, not per journal.
-        on_durable: Awaited with each batch once the log holds it durably (the task's event
-            stream publishes it there: nothing leaves before it is on disk).
     """
 
     __slots__ = (
         "_log",
         "_observer",
-        "_on_durable",
         "_pending",
         "_session",
         "_states",
@@ -67,7 +61,6 @@ class TaskJournal:
         user: str,
         session: str,
         observer: Callable[[PlainRecord], None] | None,
-        on_durable: Durable | None = None,
     ) -> None:
         self._log = log
         # what every record of the task carries, built once: each record is a copy of it
@@ -76,7 +69,6 @@ class TaskJournal:
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
         self._states: list[str] = []  # the task's state once each pending record happened
-        self._on_durable = on_durable
         # an observer that wants records as they are recorded (tracing: the task's span)
         self._observer = observer
 
@@ -117,11 +109,15 @@ class TaskJournal:
         Returns:
             The index of the last record (0 if there was nothing to hand over).
         """
+        _, _, indexes = await self.hand_over()
+        return indexes[-1] if indexes else 0
+
+    async def hand_over(self) -> tuple[list[PlainRecord], list[str], range]:
+        """:meth:`flush`, answering what was handed over: the records, the task's state at
+        each (the ``state`` of :meth:`add`) and their indexes in the log (the task's event
+        stream is made of them, once durable)."""
         if not self._pending:
-            return 0
+            return [], [], range(0)
         batch, self._pending = self._pending, []  # handed over: a cancelled wait does not re-send
         states, self._states = self._states, []
-        indexes = await self._log.append_batch(batch)
-        if self._on_durable is not None and indexes:
-            await self._on_durable(batch, states, indexes)
-        return indexes[-1] if indexes else 0
+        return batch, states, await self._log.append_batch(batch)

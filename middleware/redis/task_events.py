@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -86,7 +85,7 @@ class RedisTaskEventLog:
         if not events:
             last = await self.last(task_id)
             return last.seq if last is not None else 0
-        data = [orjson.dumps(event.stored()) for event in events]
+        data = [event.to_json() for event in events]
         last = await self._append(keys=[self.key(task_id)], args=[self._ttl_ms, *data])
         return _seq(last)
 
@@ -130,6 +129,6 @@ def _seq(entry_id: Any) -> int:
 
 
 def _event(entry_id: Any, fields: dict[Any, Any]) -> TaskEvent:
-    data = orjson.loads(fields[b"e"] if b"e" in fields else fields["e"])
-    data["seq"] = _seq(entry_id)
-    return TaskEvent.from_stored(data)
+    event = TaskEvent.from_json(fields[b"e"] if b"e" in fields else fields["e"])
+    event.__dict__["seq"] = _seq(entry_id)  # the stream's own number (validated: an int)
+    return event
