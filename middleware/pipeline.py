@@ -989,7 +989,7 @@ class Agency:
         run.updated_at = utcnow()
         # durable, and told to the task's followers with its task.outcome in the same append,
         # before it is stored: a resume (any replica) may follow the save at once
-        outcome = await self._flush_audit(run, stopped=True)
+        outcome = await self._flush_audit(run, stopped=True, measured=measured)
         await self.tasks.save(run)
         if run.request.session_id:
             try:
@@ -1002,8 +1002,6 @@ class Agency:
                 )
         await self._tell_humans("task_stopped", run)
         assert outcome is not None
-        if measured is not None:  # its JSON, measured once, is what the edge sends
-            keep_outcome_json(outcome, *measured)
         return outcome
 
     async def _recall(self, run: TaskRecord) -> None:
@@ -1137,15 +1135,22 @@ class Agency:
         return observer
 
     async def _flush_audit(
-        self, run: TaskRecord, *, stopped: bool = False, then: Sequence[TaskEvent] = ()
+        self,
+        run: TaskRecord,
+        *,
+        stopped: bool = False,
+        measured: tuple[Outcome, bytes] | None = None,
+        then: Sequence[TaskEvent] = (),
     ) -> Outcome | None:
         """Hand this task's pending records to the log as one batch and wait until durable;
         then tell them to the task's followers (its event stream: same ids, same times).
 
         The batch is appended in this task's context (observers such as tracing attach
         context here). ``stopped``: the task stopped — its ``task.outcome`` (with the final
-        outcome when it ended) is told with the records, and the outcome returned. ``then``:
-        events told after the records (an agent's progress). One append to the event log.
+        outcome when it ended) is told with the records, and the outcome returned, its JSON
+        made from ``measured`` when given (the edge and the event log send those bytes).
+        ``then``: events told after the records (an agent's progress). One append to the
+        event log.
         """
         journal = self._journals.pop(run.request.task_id, None)
         told: list[TaskEvent] = []
@@ -1157,6 +1162,8 @@ class Agency:
         outcome = None
         if stopped:
             outcome = run.outcome()
+            if measured is not None:  # its JSON, measured once, is what the edge sends
+                keep_outcome_json(outcome, *measured)
             told.append(self._outcome_event(run, outcome if run.state.terminal else None))
         told.extend(then)
         if told:

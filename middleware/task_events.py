@@ -97,12 +97,10 @@ class TaskEvent(Model):
 
     def to_json(self) -> bytes:
         """The event as JSON bytes, what a log keeps (bytes: nothing for the garbage collector
-        to scan, however many tasks' events a log holds; ``final`` only when set, as the
-        outcome's own JSON)."""
-        values = dict(self.__dict__)
-        final = values.pop("final")
-        if final is not None:
-            values["final"] = orjson.Fragment(outcome_json(final))
+        to scan, however many tasks' events a log holds; ``final`` as the outcome's own JSON)."""
+        values = self.__dict__
+        if values["final"] is not None:
+            values = {**values, "final": orjson.Fragment(outcome_json(values["final"]))}
         return orjson.dumps(values, default=_jsonable)
 
     @classmethod
