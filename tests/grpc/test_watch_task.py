@@ -280,3 +280,14 @@ def test_the_blocking_client_submits_without_waiting_follows_and_lists():
         assert kinds[0] == "task.submitted" and kinds[-1] == OUTCOME
         page = client.list_tasks(states=[TaskState.COMPLETED])
         assert [t.task_id for t in page.tasks] == [accepted.task_id]
+
+
+async def test_the_client_gives_up_following_when_no_gateway_answers_for_reconnect_for():
+    from gateway_processes import free_port
+
+    from middleware.errors import Unavailable
+
+    async with AgencyClient(f"127.0.0.1:{free_port()}") as client:  # nothing listens there
+        with pytest.raises(Unavailable):
+            async for _ in client.watch("task_x", reconnect_for=0.3):
+                pass

@@ -186,3 +186,27 @@ async def test_the_official_typescript_mcp_client_gets_the_task_events_as_progre
     assert [p["progress"] for p in progress] == list(range(1, len(progress) + 1))
     assert progress[-1]["message"] == "outcome completed"
     assert lines[-1]["result"] == {"isError": False, "structuredContent": {"answer": 42}}
+
+
+async def test_a2a_subscribe_refuses_a_task_that_ended_or_is_unknown():
+    from a2a.utils.errors import A2AError
+
+    agency, agent = await slow_agency()
+    agent.release()
+    done = await agency.submit({"text": "please think", "constraints": {"action": "think"}})
+    server = HttpServer(None, "127.0.0.1:0", name="a2a")
+    server.set_app(build_a2a_app(agency, url=server.url))
+    await server.start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await create_client(server.url, ClientConfig(streaming=True, httpx_client=http))
+            try:
+                for task_id in (done.task_id, "task_nope"):
+                    with pytest.raises(A2AError):
+                        async for _ in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                            pass
+            finally:
+                await client.close()
+    finally:
+        await server.stop()
+        await agency.close()
