@@ -40,6 +40,8 @@ from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
+from .guards.audit_guard import PersonalDataAuditLog
+from .guards.content_guard import ContentGuard
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
@@ -130,6 +132,9 @@ class Agency:
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
+        guard: The content guards at dispatch (default: built from ``config.guards`` when one
+            is on; with the personal-data guard, ``audit`` is wrapped so records hold no
+            personal data in clear — docs/security.md).
     """
 
     def __init__(
@@ -155,10 +160,16 @@ class Agency:
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
+        guard: ContentGuard | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
         self.audit: AuditLog = audit or MemoryAuditLog()
+        if guard is None and self.config.guards.any_enabled:
+            guard = ContentGuard(self.config.guards)
+        self.guard = guard
+        if guard is not None and guard.personal_data and guard.config.personal_data.audit:
+            self.audit = PersonalDataAuditLog(self.audit, guard.scanner)
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(
             policy=self.config.failure_policy, policies=self.config.failure_policies
@@ -191,6 +202,7 @@ class Agency:
             time_critical_domains=frozenset(self.config.time_critical_domains),
             intent_judges=intent_judges,
             max_output_bytes=self.config.limits.max_output_bytes,
+            guard=guard,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
