@@ -88,7 +88,9 @@ HEURISTIC_RULES: tuple[tuple[str, str, str], ...] = (
     (
         "injection:role",
         "gives the model a new role or mode",
-        r"\byou\s+are\s+(?:now|no longer)\b|\b(?:act|behave)\s+as\s+(?:if\s+you\s+(?:are|were)\s+)?"
+        r"\byou\s+are\s+now\s+(?:an?\s+)?(?:dan|unrestricted|unfiltered|jailbroken|evil|free\s+(?:of|from)|"
+        r"in\s+\w+\s+mode)\b|\byou\s+are\s+no\s+longer\s+(?:bound|restricted|limited|an?\s+(?:ai|assistant))\b"
+        r"|\b(?:act|behave)\s+as\s+(?:if\s+you\s+(?:are|were)\s+)?"
         r"(?:an?\s+)?(?:unrestricted|unfiltered|jailbroken|evil|dan)\b|\b(?:developer|god|jailbreak|dan)\s+mode\b"
         r"|\bpretend\s+(?:that\s+)?you\s+(?:are|have)\s+no\s+(?:rules|restrictions|limits)\b",
     ),
@@ -131,7 +133,7 @@ HEURISTIC_RULES: tuple[tuple[str, str, str], ...] = (
     (
         "injection:exfiltrate_data",
         "orders data sent to an outside address",
-        r"(?:把|将)(?:用户|客户|所有|全部|这些)?(?:的)?(?:数据|对话|聊天记录|信息|资料|记录|密码)"
+        r"(?:把|将)(?:用户|客户|所有|全部|这些|的){0,4}(?:数据|对话|聊天记录|信息|资料|记录|密码)"
         r"(?:发送|发|转发|上传|提交)(?:到|给|至)",
     ),
     (
