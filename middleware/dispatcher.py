@@ -36,6 +36,7 @@ from .errors import (
 from .executor import StepCursor
 from .failures import FailureType
 from .guards.content_guard import GUARD_RECORD, ContentGuard
+from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
@@ -96,8 +97,10 @@ class Dispatcher:
         intent_judges: list[IntentJudge] | None = None,
         max_output_bytes: int | None = None,
         guard: ContentGuard | None = None,
+        policy: PolicyGate | None = None,
     ) -> None:
         self._guard = guard
+        self._policy = policy
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
         )
@@ -135,12 +138,24 @@ class Dispatcher:
         constraints = await self._router.constraints_for(step.text or run.request.text, explicit)
         open_circuits = self._breaker.open_agents()
         decision = await self._router.decide(constraints, exclude=open_circuits)
+        if self._policy is not None:  # agents a policy forbids are left out
+            decision = await self._policy.route(
+                run,
+                step,
+                decision,
+                contract_of=self._contract_of,
+                redecide=lambda denied: self._router.decide(constraints, exclude=[*open_circuits, *denied]),
+                audit=self._audit,
+            )
         if decision.refused and open_circuits:
             unfiltered = await self._router.decide(constraints)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
                 return unfiltered
         return decision
+
+    async def _contract_of(self, key: str) -> CapabilityContract:
+        return (await self._catalog.get(key)).contract
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
@@ -160,8 +175,10 @@ class Dispatcher:
         except ContractViolation as exc:
             raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
         text = step.text or run.request.text
+        classes: set[str] = set()
         if self._guard is not None:  # injection in the user's parts; personal data the agent may not get
             screened = await self._guard.screen_request(run, step, contract, payload, text, extra)
+            classes = screened.redactions.seen
             if (stop := screened.detection) is not None:
                 raise AttemptFailed(stop.type, stop.detail, **stop.context)
             payload, text = screened.payload, screened.text
@@ -169,6 +186,10 @@ class Dispatcher:
                 mode = self._guard.config.personal_data.mode
                 detail = {"step": step.name, "mode": mode, **screened.redactions.as_detail()}
                 await self._audit(run, GUARD_RECORD, mode, detail, agent=key)
+        if self._policy is not None:  # policies as code, with the data classes of the input
+            denied = await self._policy.dispatch(run, step, contract, data_classes=classes, audit=self._audit)
+            if denied is not None:
+                raise AttemptFailed(denied.type, denied.detail, **denied.context)
         message = envelope(run, key, payload, now=self._clock())
         deadline = contract.slo_latency_ms * self._deadline_factor / 1000
         request = _agent_request(run, step, cursor, message, contract, deadline, text)

@@ -42,6 +42,7 @@ from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, R
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
 from .guards.audit_guard import PersonalDataAuditLog
 from .guards.content_guard import ContentGuard
+from .guards.policy import PolicyGate
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
@@ -135,6 +136,8 @@ class Agency:
         guard: The content guards at dispatch (default: built from ``config.guards`` when one
             is on; with the personal-data guard, ``audit`` is wrapped so records hold no
             personal data in clear — docs/security.md).
+        policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
+            ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Agency:
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
         guard: ContentGuard | None = None,
+        policy: PolicyGate | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -168,6 +172,7 @@ class Agency:
         if guard is None and self.config.guards.any_enabled:
             guard = ContentGuard(self.config.guards)
         self.guard = guard
+        self.policy = policy
         if guard is not None and guard.personal_data and guard.config.personal_data.audit:
             self.audit = PersonalDataAuditLog(self.audit, guard.scanner)
         self.router = router or Router(self.catalog)
@@ -203,6 +208,7 @@ class Agency:
             intent_judges=intent_judges,
             max_output_bytes=self.config.limits.max_output_bytes,
             guard=guard,
+            policy=policy,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -654,6 +660,14 @@ class Agency:
             if approval:
                 name, role = check_approver(run, person, caller)
                 who = {"person": name, "role": role} if name else who
+                if self.policy is not None:  # policies as code: may this person approve this step?
+                    await self.policy.approve(
+                        run,
+                        person=name,
+                        roles=[r for r in role.split(",") if r],
+                        agent=str(run.pending.get("agent", "")),
+                        audit=self._audit,
+                    )
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)

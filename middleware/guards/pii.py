@@ -115,10 +115,8 @@ class CardRecognizer:
 
     data_class = "payment_card"
     _pattern = re.compile(
-        _ALNUM_BEFORE
-        + r"(?:[2-6]\d{12,18}|[2-6]\d{3}(?P<s>[ -])\d{4}(?P=s)\d{4}(?P=s)\d{4}(?:(?P=s)\d{3})?"
-        r"|3\d{3}(?P<a>[ -])\d{6}(?P=a)\d{5})"
-        + _ALNUM_AFTER
+        _ALNUM_BEFORE + r"(?:[2-6]\d{12,18}|[2-6]\d{3}(?P<s>[ -])\d{4}(?P=s)\d{4}(?P=s)\d{4}(?:(?P=s)\d{3})?"
+        r"|3\d{3}(?P<a>[ -])\d{6}(?P=a)\d{5})" + _ALNUM_AFTER
     )
 
     def find(self, text: str) -> Iterable[tuple[int, int]]:

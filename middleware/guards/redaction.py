@@ -40,6 +40,7 @@ class Redactions:
 
     counts: dict[str, int] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)  # every class found, allowed ones included
 
     def __bool__(self) -> bool:
         return bool(self.counts)
@@ -52,6 +53,7 @@ class Redactions:
     def merge(self, other: Redactions) -> None:
         for name, n in other.counts.items():
             self.counts[name] = self.counts.get(name, 0) + n
+        self.seen |= other.seen
         for path in other.paths:
             if len(self.paths) < MAX_PATHS and path not in self.paths:
                 self.paths.append(path)
@@ -75,7 +77,10 @@ def redact_text(
     path: str = "$",
 ) -> str:
     """``text`` with every find of a class not in ``allowed`` replaced."""
-    matches = [m for m in scanner.scan(text) if m.data_class not in allowed]
+    matches = scanner.scan(text)
+    if found is not None:
+        found.seen.update(m.data_class for m in matches)
+    matches = [m for m in matches if m.data_class not in allowed]
     if not matches:
         return text
     parts: list[str] = []
