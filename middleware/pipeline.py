@@ -661,13 +661,16 @@ class Agency:
                 name, role = check_approver(run, person, caller)
                 who = {"person": name, "role": role} if name else who
                 if self.policy is not None:  # policies as code: may this person approve this step?
-                    await self.policy.approve(
-                        run,
-                        person=name,
-                        roles=[r for r in role.split(",") if r],
-                        agent=str(run.pending.get("agent", "")),
-                        audit=self._audit,
-                    )
+                    try:
+                        await self.policy.approve(
+                            run,
+                            person=name,
+                            roles=[r for r in role.split(",") if r],
+                            agent=str(run.pending.get("agent", "")),
+                            audit=self._audit,
+                        )
+                    finally:  # the decision is durable before the refusal leaves
+                        await self._flush_audit(run)
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)

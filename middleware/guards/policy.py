@@ -223,7 +223,7 @@ class PolicyGate:
         request = PolicyRequest(
             principal=PolicySubject(type="Person", id=person or "anonymous", attrs={"roles": sorted(roles)}),
             action="approve",
-            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={}),
+            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={"name": agent.split("@")[0]}),
             context={**task_context(run, None), "step": str(run.pending.get("step", ""))},
         )
         verdict = await self._ask(audit, run, request, agent=agent)

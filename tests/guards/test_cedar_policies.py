@@ -115,8 +115,7 @@ async def test_routing_leaves_out_an_agent_a_policy_forbids() -> None:
 
 async def test_approval_and_export_denials_are_typed_refusals_naming_the_policy() -> None:
     engine = CedarPolicyEngine(
-        POLICIES
-        + '@id("no-self-service") forbid(principal == Person::"mallory", action == Action::"approve", resource);',
+        POLICIES + '@id("no-self-service") forbid(principal == Person::"mallory", action, resource);',
         default="allow",
     )
     policy = PolicyGate(engine)
@@ -152,3 +151,18 @@ def test_bad_cedar_is_refused_naming_the_file(tmp_path: Path) -> None:
         AgencyDefinition.parse({"policies": {"cedar": str(bad)}})
     assert "policies.cedar" in str(err.value)
     assert AgencyDefinition.parse({}).policies.gate() is None
+
+
+def test_a_policy_that_cannot_be_evaluated_denies_naming_itself() -> None:
+    """Cedar skips a policy it cannot evaluate; a broken forbid must not let a request through."""
+    engine = CedarPolicyEngine(
+        '@id("typo") forbid(principal, action, resource) when { resource.colour == "red" };', default="allow"
+    )
+    decision = engine.decide(
+        PolicyRequest(
+            principal=PolicySubject(type="Caller", id="bob"),
+            action="dispatch",
+            resource=PolicySubject(type="Agent", id="a@1.0.0", attrs={"name": "a"}),
+        )
+    )
+    assert not decision.allowed and decision.policies == ["typo"] and "colour" in decision.errors[0]
