@@ -174,7 +174,7 @@ class Agency:
         self.guard = guard
         self.policy = policy
         if guard is not None and guard.personal_data and guard.config.personal_data.audit:
-            self.audit = PersonalDataAuditLog(self.audit, guard.scanner)
+            self.audit = PersonalDataAuditLog(self.audit, guard.scanner, replacer=guard.audit_replacer)
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(
             policy=self.config.failure_policy, policies=self.config.failure_policies

@@ -62,10 +62,10 @@ class PersonalDataAuditLog:
             ``middleware.audit.shredding.SubjectSealer.replacer`` seals them).
     """
 
-    def __init__(self, inner: AuditLog, scanner: PiiScanner, *, replacer: ReplacerFor = _redact_all) -> None:
+    def __init__(self, inner: AuditLog, scanner: PiiScanner, *, replacer: ReplacerFor | None = None) -> None:
         self.inner = inner
         self.scanner = scanner
-        self.replacer = replacer
+        self.replacer = replacer or _redact_all
         observer = getattr(inner, "on_task_record", None)
         if observer is not None:
             self.on_task_record = observer

@@ -32,6 +32,7 @@ from ..contracts import CapabilityContract
 from ..detectors import AgentResult, Detection
 from ..failures import FailureType
 from ..tasks import TaskRecord, TaskStep
+from .audit_guard import ReplacerFor
 from .config import GuardConfig
 from .injection import HeuristicInjectionDetector, InjectionDetector, InjectionFinding, detect_all
 from .pii import PiiScanner, default_recognizers
@@ -61,6 +62,9 @@ class ContentGuard:
         scanner: Finds personal data (default: the built-in recognizers of ``config``).
         injection: The injection detectors, in order (default: the heuristics).
         token_key: The key of the tokens (default: 32 random bytes per gateway process).
+        audit_replacer: How personal data in audit records is replaced, per record (default:
+            ``[redacted:<class>]``; ``middleware.audit.shredding.SubjectSealer.replacer`` seals
+            it under the subject's key).
     """
 
     def __init__(
@@ -70,7 +74,9 @@ class ContentGuard:
         scanner: PiiScanner | None = None,
         injection: Sequence[InjectionDetector] | None = None,
         token_key: bytes | None = None,
+        audit_replacer: ReplacerFor | None = None,
     ) -> None:
+        self.audit_replacer = audit_replacer
         self.config = config or GuardConfig()
         pd = self.config.personal_data
         self.scanner = scanner or PiiScanner(default_recognizers(pd.classes, phone_regions=pd.phone_regions))

@@ -437,6 +437,20 @@ def _loc(path: str) -> tuple[str | int, ...]:
     return tuple(out)
 
 
+class SubjectKeySettings(Model):
+    """Crypto-shredding (docs/security.md): with the personal-data guard on, personal data in
+    audit records is sealed under a key per subject kept here, so ``agency audit erase`` can
+    make it unreadable without touching the log."""
+
+    directory: Path | None = Field(
+        default=None,
+        description="The subject key directory (default: keys/subjects beside the audit directory).",
+    )
+    enabled: bool = Field(
+        default=True, description="Seal (true) or only redact (false) personal data in records."
+    )
+
+
 class PolicySettings(Model):
     """Policies as code (docs/security.md): a Cedar policy file asked at routing, dispatch,
     approval and export."""
@@ -486,6 +500,7 @@ class AgencyDefinition(Model):
     humans: HumansSettings = Field(default_factory=HumansSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
     policies: PolicySettings = Field(default_factory=PolicySettings)
+    subject_keys: SubjectKeySettings = Field(default_factory=SubjectKeySettings)
     grants: dict[str, AgentGrant] = Field(
         default_factory=dict,
         description="What each agent token may declare when it registers (see middleware.grants).",
@@ -495,6 +510,13 @@ class AgencyDefinition(Model):
     def audit_directory(self) -> Path:
         """``audit.directory``, or ``<server.data_dir>/audit`` when not given."""
         return self.audit.directory or Path(self.server.data_dir) / "audit"
+
+    @property
+    def subject_key_directory(self) -> Path:
+        """``subject_keys.directory``, or ``keys/subjects`` beside the audit directory."""
+        from ..audit.shredding import default_subject_key_dir
+
+        return self.subject_keys.directory or default_subject_key_dir(self.audit_directory)
 
     @property
     def mailbox_backend(self) -> Literal["memory", "redis"]:
