@@ -166,3 +166,16 @@ def test_a_policy_that_cannot_be_evaluated_denies_naming_itself() -> None:
         )
     )
     assert not decision.allowed and decision.policies == ["typo"] and "colour" in decision.errors[0]
+
+
+async def test_the_tenant_of_a_request_is_the_principals() -> None:
+    engine = CedarPolicyEngine(
+        '@id("acme-only") forbid(principal, action, resource) unless { principal.tenant == "acme" };',
+        default="allow",
+    )
+    agency = Agency(policy=PolicyGate(engine))
+    await agency.register({"name": "x", "can_do": ["x"], "slo_latency_ms": 5000}, lambda r: {"ok": 1})
+    ours = await agency.submit({"text": "x", "constraints": {"action": "x", "tenant": "acme"}})
+    theirs = await agency.submit({"text": "x", "constraints": {"action": "x", "tenant": "globex"}})
+    assert ours.state is TaskState.COMPLETED
+    assert theirs.state is TaskState.REJECTED and "policy 'acme-only' forbids routing" in theirs.reason
