@@ -300,9 +300,15 @@ async def serve(
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         if definition.protocols.needed:  # the A2A / MCP extra is loaded only when asked for
+            from ..server.protocols.card_signing import default_card_key_path
             from ..server.protocols.serving import Protocols
 
-            protocols = Protocols(agency, definition.protocols, token_hashes=clients)
+            protocols = Protocols(
+                agency,
+                definition.protocols,
+                token_hashes=clients,
+                card_key=default_card_key_path(definition.audit_directory),  # the gateway's card is signed
+            )
             await protocols.start()
         await server.start()
         webhooks = await start_webhooks(  # push delivery for agents with webhooks

@@ -58,6 +58,7 @@ from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem
 from ..goals import GoalAssertion
 from ..grants import AgentGrant
+from ..guards.policy import PolicyGate
 from ..messaging.directory import RegistrationMode
 from ..messaging.flows import Flows
 from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key, token_hash
@@ -436,6 +437,54 @@ def _loc(path: str) -> tuple[str | int, ...]:
     return tuple(out)
 
 
+class SubjectKeySettings(Model):
+    """Crypto-shredding (docs/security.md): with the personal-data guard on, personal data in
+    audit records is sealed under a key per subject kept here, so ``agency audit erase`` can
+    make it unreadable without touching the log."""
+
+    directory: Path | None = Field(
+        default=None,
+        description="The subject key directory (default: keys/subjects beside the audit directory).",
+    )
+    enabled: bool = Field(
+        default=True, description="Seal (true) or only redact (false) personal data in records."
+    )
+
+
+class PolicySettings(Model):
+    """Policies as code (docs/security.md): a Cedar policy file asked at routing, dispatch,
+    approval and export."""
+
+    cedar: Path | None = Field(default=None, description="A Cedar policy file (needs the cedar extra).")
+    default: Literal["allow", "deny"] = Field(
+        default="deny", description="What no policy decides: Cedar's deny, or allow (forbid-only policies)."
+    )
+
+    @field_validator("cedar")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            from ..guards.cedar_policy import CedarPolicyEngine
+
+            try:
+                CedarPolicyEngine.from_file(v)
+            except OSError as exc:
+                raise ValueError(f"cannot read {v}: {exc.strerror}") from None
+            except InvalidInput as exc:
+                raise ValueError(exc.problems[0].reason) from None
+            except ImportError:
+                raise ValueError("needs cedarpy: pip install 'agency-middleware[cedar]'") from None
+        return v
+
+    def gate(self) -> PolicyGate | None:
+        """The gate over the policy file (None without one)."""
+        if self.cedar is None:
+            return None
+        from ..guards.cedar_policy import CedarPolicyEngine
+
+        return PolicyGate(CedarPolicyEngine.from_file(self.cedar, default=self.default))
+
+
 class AgencyDefinition(Model):
     """A whole deployment, as read from the definition file."""
 
@@ -450,6 +499,8 @@ class AgencyDefinition(Model):
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+    policies: PolicySettings = Field(default_factory=PolicySettings)
+    subject_keys: SubjectKeySettings = Field(default_factory=SubjectKeySettings)
     grants: dict[str, AgentGrant] = Field(
         default_factory=dict,
         description="What each agent token may declare when it registers (see middleware.grants).",
@@ -459,6 +510,13 @@ class AgencyDefinition(Model):
     def audit_directory(self) -> Path:
         """``audit.directory``, or ``<server.data_dir>/audit`` when not given."""
         return self.audit.directory or Path(self.server.data_dir) / "audit"
+
+    @property
+    def subject_key_directory(self) -> Path:
+        """``subject_keys.directory``, or ``keys/subjects`` beside the audit directory."""
+        from ..audit.shredding import default_subject_key_dir
+
+        return self.subject_keys.directory or default_subject_key_dir(self.audit_directory)
 
     @property
     def mailbox_backend(self) -> Literal["memory", "redis"]:

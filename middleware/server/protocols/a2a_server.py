@@ -68,6 +68,7 @@ from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Una
 from ...pipeline import Agency
 from ...tasks import Outcome
 from ...tasks import TaskState as AgencyState
+from .card_signing import CardSigner
 from .common import FRESHNESS_TTL, Callers, answer_ttl, outcome_data, outcome_text, task_request
 from .watch import TaskWatch
 
@@ -472,7 +473,13 @@ class _GovernedHandler(DefaultRequestHandler):
         return canceled
 
 
-def build_a2a_app(agency: Agency, *, url: str, token_hashes: dict[str, Principal] | None = None) -> Starlette:
+def build_a2a_app(
+    agency: Agency,
+    *,
+    url: str,
+    token_hashes: dict[str, Principal] | None = None,
+    card_signer: CardSigner | None = None,
+) -> Starlette:
     """The A2A application of ``agency``: Agent Card, JSON-RPC and HTTP+JSON bindings.
 
     Args:
@@ -480,6 +487,7 @@ def build_a2a_app(agency: Agency, *, url: str, token_hashes: dict[str, Principal
         url: The base URL clients reach it at (written into the card).
         token_hashes: The gateway's token file (``ServerConfig.token_hashes()``); None = no
             tokens required.
+        card_signer: Signs the card served (JWS, ``card_signing``); None = unsigned.
     """
     callers = Callers(token_hashes)
     base = _card(url, [_ANY_SKILL], auth=callers.required)  # what the handler checks: capabilities
@@ -488,7 +496,8 @@ def build_a2a_app(agency: Agency, *, url: str, token_hashes: dict[str, Principal
     )
 
     async def current_card(_: AgentCard) -> AgentCard:
-        return await gateway_card(agency, url, auth=callers.required)
+        card = await gateway_card(agency, url, auth=callers.required)
+        return card_signer.sign(card) if card_signer is not None else card
 
     builder = _ContextBuilder()
     routes = [

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from ...access import Principal
+from ...errors import InvalidInput
 from ...pipeline import Agency
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
@@ -36,7 +38,9 @@ class Protocols:
         *,
         token_hashes: dict[str, Principal] | None,
         out: TextIO | None = None,
+        card_key: Path | None = None,
     ) -> None:
+        self.card_key = settings.a2a.card_key or card_key
         self.out = out or sys.stdout
         self.agency = agency
         self.settings = settings
@@ -57,6 +61,7 @@ class Protocols:
                     recheck_seconds=remote.recheck_seconds,
                     where=f"protocols.a2a_agents[{i}]",
                     replace=True,  # every replica registers the same contracts from the same file
+                    card_keys=_card_keys(remote.card_keys, f"protocols.a2a_agents[{i}].card_keys"),
                 )
                 print(
                     f"agency: A2A agent {remote.contract.key} at {remote.card_url} (card {agent.pinned})",
@@ -87,7 +92,18 @@ class Protocols:
             a2a = self.settings.a2a
             server = _Deferred(a2a.address, "A2A")
             url = a2a.public_url or server.url
-            await server.serve(build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes))
+            signer = None
+            if self.card_key is not None:  # the gateway's card is signed (card_signing)
+                from .card_signing import CardSigner
+
+                signer = CardSigner.load_or_create(self.card_key)
+                print(
+                    f"agency: A2A card signed by key {signer.kid} ({self.card_key})",
+                    file=self.out,
+                    flush=True,
+                )
+            app = build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes, card_signer=signer)
+            await server.serve(app)
             self.servers.append(server.server)
             print(
                 f"agency: A2A on {server.url} (Agent Card at {url}/.well-known/agent-card.json)",
@@ -109,6 +125,18 @@ class Protocols:
         for server in reversed(self.servers):
             await server.stop()
         self.servers.clear()
+
+
+def _card_keys(path: Path | None, field: str) -> dict[str, Any] | None:
+    """The JWK Set a remote agent's card must be signed with (None: not checked)."""
+    if path is None:
+        return None
+    from .card_signing import load_card_keys
+
+    try:
+        return load_card_keys(path)
+    except (OSError, ValueError) as exc:
+        raise InvalidInput.single(field, str(exc), what="protocols") from None
 
 
 class _Deferred:
