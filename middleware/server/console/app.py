@@ -24,6 +24,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -36,8 +37,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ...access import HumanRole
 from ...audit.export import ExportFilter, ExportFormat, export
-from ...audit.verify import verify_path
+from ...audit.verify import NodeVerdict, verify_path
 from ...errors import AgencyError, InvalidInput, NotFound
 from ...people.desk import HumanDesk
 from ...people.model import Person
@@ -227,7 +229,7 @@ def build_app(
             return render(request, template, _STATUS.get(exc.reason, 400), esc=esc, error=exc.message)
         if outcome is None:
             return RedirectResponse("/inbox", status_code=303)
-        return RedirectResponse(f"/tasks/{outcome.task_id}", status_code=303)
+        return RedirectResponse(f"/tasks/{quote(outcome.task_id, safe='/')}", status_code=303)
 
     async def tasks(request: Request) -> Response:
         person = _signed_in(request)
@@ -287,12 +289,13 @@ def build_app(
         if request.query_params.get("verify"):
             try:
                 v = await asyncio.to_thread(verify_path, agency.audit.location)
-                verdict = {"ok": v.ok, "lines": [n.describe() for n in v.nodes]}
+                verdict = {"ok": v.ok, "lines": [_verdict_line(n, agency.audit.location) for n in v.nodes]}
             except AgencyError as exc:
-                verdict = {"ok": False, "lines": [exc.message]}
+                verdict = {"ok": False, "lines": [_no_path(exc.message, agency.audit.location)]}
         return render(
             request,
             "audit.html",
+            may_sign=_may_sign(person),
             state=audit_state(agency),
             verdict=verdict,
             formats=[f.value for f in ExportFormat],
@@ -304,6 +307,12 @@ def build_app(
             return person
         if await _form(request, "checkpoint") is None:
             return render(request, "error.html", 403, error="Refused: the form is not this session's (CSRF).")
+        if not _may_sign(person):
+            why = f"{person.name} may not sign a checkpoint: it needs the role {HumanRole.AUDITOR.value}"
+            await desk.refuse_request(
+                person.name, why, {"form": "checkpoint", "roles": [r.value for r in person.roles]}
+            )
+            return render(request, "error.html", 403, error=f"Refused: {why}.")
         sign = getattr(agency.audit, "checkpoint", None)
         if not callable(sign):
             return render(request, "error.html", 409, error="This audit log does not sign checkpoints.")
@@ -353,7 +362,7 @@ def build_app(
         Route("/inbox/{esc_id}/decide", decide, methods=["POST"]),
         Route("/tasks", tasks),
         Route("/tasks.json", tasks_json),
-        Route("/tasks/{task_id}", task),
+        Route("/tasks/{task_id:path}", task),  # a task id may hold '/' (ids are the callers')
         Route("/contracts", contracts),
         Route("/audit", audit),
         Route("/audit/export", audit_export),
@@ -372,6 +381,23 @@ def build_app(
         ),
     ]
     return Starlette(routes=routes, middleware=middleware)
+
+
+def _no_path(text: str, location: str) -> str:
+    """``text`` without the server's audit directory (the page never shows server paths)."""
+    return text.replace(location, "<audit log>") if location else text
+
+
+def _verdict_line(node: NodeVerdict, location: str) -> str:
+    """One node's verification, as :meth:`NodeVerdict.describe` without the file it read."""
+    if node.ok:
+        return f"OK {node.node}: {node.events} events, {node.checkpoints} signed checkpoints"
+    return _no_path(f"FAIL {node.node}: {node.error} at {node.where}", location)
+
+
+def _may_sign(person: Person) -> bool:
+    """Signing a checkpoint is an auditor's act (it vouches for the log up to now)."""
+    return HumanRole.AUDITOR in person.roles
 
 
 def _when(value: str, name: str) -> datetime | None:
