@@ -14,6 +14,8 @@ import uvicorn
 
 from ...errors import InvalidInput
 from ...people.desk import HumanDesk
+from ..http_guard import ConnectionGuard, limit_body, uvicorn_options
+from ..http_limits import HttpLimits
 from .app import build_app
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class ConsoleServer:
     """The console on ``address`` (``host:port``; port 0 picks one), TLS when cert and key are given.
 
     Uvicorn's access log is off (a path is all it would add; tokens are never in URLs anyway).
+    ``limits`` bound it like every HTTP listener of the gateway (:mod:`..http_guard`).
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class ConsoleServer:
         tls_key: Path | None = None,
         secret: str | None = None,
         session_seconds: float = 8 * 3600,
+        limits: HttpLimits | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
@@ -56,8 +60,11 @@ class ConsoleServer:
         self.port: int = self._sock.getsockname()[1]
         self.tls = tls_cert is not None and tls_key is not None
         app = build_app(desk, secret=secret, secure_cookies=self.tls, session_seconds=session_seconds)
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard(self.limits)
         config = uvicorn.Config(
-            app,
+            limit_body(app, self.limits.max_body_bytes),
+            **uvicorn_options(self.guard),
             log_config=None,
             access_log=False,
             lifespan="off",
@@ -68,7 +75,9 @@ class ConsoleServer:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def from_definition(cls, definition: AgencyDefinition, desk: HumanDesk) -> ConsoleServer:
+    def from_definition(
+        cls, definition: AgencyDefinition, desk: HumanDesk, *, limits: HttpLimits | None = None
+    ) -> ConsoleServer:
         """The console of ``definition.humans.console``, over TLS when the gateway has TLS."""
         settings = definition.humans.console
         tls = definition.server.tls
@@ -91,6 +100,7 @@ class ConsoleServer:
             tls_key=tls.key if tls is not None else None,
             secret=secret,
             session_seconds=settings.session_seconds,
+            limits=limits,
         )
 
     @property

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from ...access import Principal
 from ...pipeline import Agency
+from ..http_limits import HttpLimits
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
 
@@ -27,6 +28,7 @@ class Protocols:
         token_hashes: The gateway's token file (None = tokens off): A2A and MCP callers use
             the same tokens and roles as gRPC.
         out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
+        http_limits: The limits of each HTTP listener (docs/operations.md, Security).
     """
 
     def __init__(
@@ -36,8 +38,10 @@ class Protocols:
         *,
         token_hashes: dict[str, Principal] | None,
         out: TextIO | None = None,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.out = out or sys.stdout
+        self.http_limits = http_limits or HttpLimits()
         self.agency = agency
         self.settings = settings
         self.token_hashes = token_hashes
@@ -85,7 +89,7 @@ class Protocols:
             from .a2a_server import build_a2a_app
 
             a2a = self.settings.a2a
-            server = _Deferred(a2a.address, "A2A")
+            server = _Deferred(a2a.address, "A2A", self.http_limits)
             url = a2a.public_url or server.url
             await server.serve(build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes))
             self.servers.append(server.server)
@@ -98,7 +102,7 @@ class Protocols:
             from .mcp_server import build_mcp_http_app
 
             mcp = self.settings.mcp
-            server = _Deferred(mcp.address, "MCP")
+            server = _Deferred(mcp.address, "MCP", self.http_limits)
             host = mcp.address.rpartition(":")[0].strip("[]")
             app = build_mcp_http_app(self.agency, path=mcp.path, token_hashes=self.token_hashes, host=host)
             await server.serve(app)
@@ -114,8 +118,8 @@ class Protocols:
 class _Deferred:
     """A socket bound first (so the URL is known), the app attached after."""
 
-    def __init__(self, address: str, name: str) -> None:
-        self.server = HttpServer(None, address, name=name)
+    def __init__(self, address: str, name: str, limits: HttpLimits) -> None:
+        self.server = HttpServer(None, address, name=name, limits=limits)
         self.url = self.server.url
 
     async def serve(self, app: object) -> None:
