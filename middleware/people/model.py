@@ -188,6 +188,10 @@ class ConsoleSettings(Model):
     secret_file: str = Field(
         default="", description="File with the session signing secret (default: a fresh one per start)."
     )
+    signin_per_minute: float = Field(
+        default=10.0, gt=0, description="Sign-in attempts one source address may make per minute (refill)."
+    )
+    signin_burst: int = Field(default=10, ge=1, description="Sign-in attempts one source may make at once.")
 
 
 class HumansSettings(Model):

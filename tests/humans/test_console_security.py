@@ -99,3 +99,60 @@ async def test_a_task_whose_id_holds_a_slash_opens(desk: HumanDesk, task_id: str
             page = await alice.get(path)
             assert page.status_code == 200, (path, page.text[:300])
             assert 'id="task-state"' in page.text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_sign_in_flood_is_rate_limited_and_audited_per_source(desk: HumanDesk) -> None:
+    """The report: 1,000 sign-in POSTs wrote 1,000 audit records, no 429."""
+    clock = Clock()
+    app = build_app(desk, secret="s" * 40, signin_per_minute=6, signin_burst=5, clock=clock)
+    log = desk.agency.audit
+    before = sum(1 for _ in log.records())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as c:
+        csrf = csrf_of((await c.get("/signin")).text)
+        answers = [
+            (await c.post("/signin", data={"csrf": csrf, "token": f"guess-{i}"})).status_code
+            for i in range(200)
+        ]
+        assert answers[:5] == [401] * 5 and set(answers[5:]) == {429}
+        r = await c.post("/signin", data={"csrf": csrf, "token": AUDREY})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1  # even the right token waits
+        forged = await c.post("/signin", data={"csrf": "forged", "token": "x"})
+        assert forged.status_code == 429
+        clock.now += 10  # one attempt back (6 a minute)
+        r = await c.post("/signin", data={"csrf": csrf, "token": AUDREY})
+        assert r.status_code == 303
+    written = [r for i, r in log.records() if i >= before and r.event_type != "catalog.change"]
+    assert len(written) <= 2, [(r.event_type, r.rule, r.detail) for r in written]  # one per source and reason
+    assert {(r.event_type, r.rule) for r in written} == {
+        ("message.rejected", "UNAUTHENTICATED"),
+        ("message.rejected", "RESOURCE_EXHAUSTED"),
+    }
+    assert all(r.detail["operation"] == "console/signin" and r.detail["count"] == 1 for r in written)
+    await app.state.refusals.flush()  # the rest of the minute, summed up
+    summaries = [r for i, r in log.records() if i >= before and r.detail.get("summary")]
+    assert sum(r.detail["count"] for r in summaries) == 4 + 196  # 4 more unknown tokens, 196 too many
+
+
+async def test_sign_out_ends_the_session_a_copied_cookie_included(desk: HumanDesk) -> None:
+    """The report: after sign-out a copied cookie kept working for 8 h."""
+    app = build_app(desk, secret="s" * 40)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as c:
+        csrf = await sign_in_as(c, AUDREY)
+        copied = dict(c.cookies)
+        assert (await c.get("/inbox")).status_code == 200
+        assert (await c.post("/signout", data={"csrf": csrf})).status_code == 303
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://console", cookies=copied
+    ) as thief:
+        for path in ("/inbox", "/audit", "/tasks"):
+            r = await thief.get(path)
+            assert r.status_code == 303 and r.headers["location"] == "/signin", path
+        assert (await thief.get("/tasks.json")).status_code == 401
