@@ -995,8 +995,13 @@ class PostOffice:
             if held is not None:
                 rule, reason, evidence = held
                 return await self._quarantine(sender, msg, envelope, list(recipients), rule, reason, evidence)
+            # one live copy per sender and message id in a mailbox: a re-sent message that is
+            # still there keeps its delivery count (a retry cannot keep it from the dead letters)
+            key, life = f"{sender}/{msg.message_id}", max(1.0, envelope.expires_at - self.clock())
             if kind == "direct":
-                await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
+                await self.transport.enqueue(
+                    recipients[0], data, max_len=self.config.mailbox_max, key=key, ttl=life
+                )
         except AgencyError as exc:
             await self._reject(sender, msg, exc, kind, topic)
             raise
@@ -1006,7 +1011,9 @@ class PostOffice:
             delivered = []
             for recipient in recipients:
                 try:
-                    await self.transport.enqueue(recipient, data, max_len=self.config.mailbox_max)
+                    await self.transport.enqueue(
+                        recipient, data, max_len=self.config.mailbox_max, key=key, ttl=life
+                    )
                 except ResourceExhausted as exc:
                     await self._audit(
                         AuditEventType.MESSAGE_REJECTED,
