@@ -270,6 +270,7 @@ CALLER_LIMIT_VARIABLES = {
     "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
     "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
     "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
+    "schema_cpu_seconds_per_minute": "AGENCY_SCHEMA_CPU_SECONDS_PER_MINUTE",
 }
 #: Bounds on registered schemas (:class:`SchemaLimits` field -> variable).
 SCHEMA_LIMIT_VARIABLES = {
@@ -312,7 +313,8 @@ def caller_limits_from_env(env: Mapping[str, str] | None = None) -> CallerLimits
     Raises:
         InvalidInput: naming the variable whose value is not a positive number.
     """
-    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=frozenset({"catalog_writes_per_second"}))
+    floats = frozenset({"catalog_writes_per_second", "schema_cpu_seconds_per_minute"})
+    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=floats)
     return CallerLimits.parse(data, what="limits")
 
 
