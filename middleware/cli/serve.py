@@ -25,7 +25,7 @@ from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import set_schema_limits
 from ..server.bootstrap import build_agency, build_post_office, start_webhooks
-from ..server.definition import AgencyDefinition, definition_from, load_definition
+from ..server.definition import AgencyDefinition, definition_from, load_definition, name_problems
 from ..server.event_loop import loop_name
 from ..server.event_loop import run as run_loop
 from ..server.grpc_api import build_server
@@ -232,6 +232,8 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    if clashes := name_problems(definition, clients):  # 'Alice' the person, 'alice' the client
+        raise InvalidInput(clashes, what="definition")
     limits = caller_limits_from_env()  # per-caller and schema limits (docs/operations.md, Security)
     set_schema_limits(schema_limits_from_env())
     http_limits = http_limits_from_env()  # every HTTP listener: console, A2A, MCP
