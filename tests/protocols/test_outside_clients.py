@@ -114,3 +114,63 @@ async def test_list_tasks_validates_its_params() -> None:
         assert typo["body"]["error"]["code"] == -32602
     finally:
         await server.stop()
+
+
+# ---------------------------------------------------------------- MCP (TypeScript SDK)
+async def serve_mcp(agency: Agency) -> tuple[HttpServer, str]:
+    from middleware.server.protocols.mcp_server import build_mcp_http_app
+
+    server = HttpServer(build_mcp_http_app(agency), "127.0.0.1:0", name="mcp")
+    await server.start()
+    return server, f"{server.url}/mcp"
+
+
+async def mcp(url: str, step: dict[str, Any]) -> Any:
+    return await node("mcp_client.mjs", url, "", json.dumps(step))
+
+
+async def test_an_unknown_mcp_tool_is_a_protocol_error() -> None:
+    """Issue 26: calling an unknown tool returned a tool result with isError, not JSON-RPC -32602
+    (MCP 2025-11-25)."""
+    agency = await hedging_agency()
+    server, url = await serve_mcp(agency)
+    try:
+        got = await mcp(url, {"op": "call", "name": "no_such_tool", "arguments": {}})
+    finally:
+        await server.stop()
+    assert got.get("error", {}).get("code") == -32602, got
+    assert "no_such_tool" in got["error"]["message"]
+
+
+async def test_the_elicitation_form_uses_titled_options_not_enum_names() -> None:
+    """Issue 26: the clarification form used the deprecated ``enumNames``."""
+    agency = await hedging_agency()
+    server, url = await serve_mcp(agency)
+    try:
+        got = await mcp(url, {"op": "call", "name": "plan_trip", "arguments": {}, "elicit": "accept"})
+    finally:
+        await server.stop()
+    (form,) = got["elicited"]
+    answer = form["requestedSchema"]["properties"]["answer"]
+    assert "enumNames" not in answer and "enum" not in answer
+    assert [o["const"] for o in answer["oneOf"]] == ["accept", "retry"]
+    assert all(o["title"] for o in answer["oneOf"])
+    assert not got["result"].get("isError"), got
+    assert got["result"]["structuredContent"] == {"plan": "probably plan A"}
+
+
+async def test_concurrent_mcp_calls_all_succeed() -> None:
+    """Issue 26: an intermittent "fetch failed" under concurrent load (2 in ~400 calls)."""
+    agency = Agency()
+    await agency.register(
+        {"name": "echo", "can_do": ["echo"], "output_schema": {"type": "object"}},
+        ScriptedAgent(*[{"echo": "ok"}] * 500),
+    )
+    server, url = await serve_mcp(agency)
+    try:
+        got = await mcp(
+            url, {"op": "concurrent", "name": "echo", "arguments": {}, "calls": 200, "clients": 4}
+        )
+    finally:
+        await server.stop()
+    assert got["failures"] == [] and got["ok"] == 200, got
