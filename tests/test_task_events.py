@@ -408,3 +408,22 @@ async def test_a_running_task_is_listed_in_its_live_state():
     done = await agency.list_tasks({"states": ["completed"]}, caller=ALICE)
     assert [t.task_id for t in done.tasks] == [running.task_id]
     await agency.close()
+
+
+async def test_with_the_personal_data_guard_the_stream_holds_the_guarded_records_only():
+    """The stream is made of the records once the guard replaced their finds (what the audit log
+    holds, not what the client sent); the final outcome is the task's, as GetTask answers it."""
+    from guards.test_personal_data import PHONE, RESIDENT_ID, guarded, two_agents
+    from guards.test_personal_data import request as personal_request
+
+    agency = Agency(config=guarded())
+    await two_agents(agency, {})
+    outcome = await agency.submit(personal_request())
+    events = [e async for e in agency.watch(outcome.task_id)]
+    audited = [e for e in events if e.audit_index]
+    shown = repr([e.detail for e in events])
+    assert audited and RESIDENT_ID not in shown and PHONE not in shown
+    records = {r.event_id: r.detail for _, r in agency.audit.records() if r.task_id == outcome.task_id}
+    assert all(e.detail == records[e.id] for e in audited)
+    assert events[-1].final is not None and events[-1].final.output == outcome.output
+    await agency.close()
