@@ -26,7 +26,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -213,6 +213,8 @@ class ChainState:
         deferred_roots: If a list, checkpoints are not compared with ``tree`` (which then
             only collects leaf hashes) but appended here with where they are, for the
             caller to compare once it has the whole tree (see ``segment_pool``).
+        check_records: Also check that each event's payload is an audit record
+            (``record.record_problem``): a malformed one is named like any other bad frame.
     """
 
     tree: MerkleTree = field(default_factory=MerkleTree)
@@ -224,6 +226,7 @@ class ChainState:
     last_time_ns: int = 0
     sealed: bool = False
     deferred_roots: list[tuple[Checkpoint, str]] | None = None
+    check_records: bool = False
 
 
 @dataclass(slots=True)
@@ -295,6 +298,7 @@ def check(
     add_leaf = leaves.append
     record = frames.append if frames is not None else None
     sealed = state.sealed = False
+    problem = _record_checker() if state.check_records else None
     try:
         while off < size:
             if sealed:
@@ -318,6 +322,8 @@ def check(
                     raise AuditCorrupted(
                         f"index {index} where {count + 1} was expected", where=f"{where}@{off}"
                     )
+                if problem is not None and (why := problem(mv[pay:end])) is not None:
+                    raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}")
                 count = index
                 add_leaf(leaf)
             else:
@@ -337,6 +343,13 @@ def check(
         if last_ts is not None:
             state.last_time_ns = last_ts
     return off
+
+
+def _record_checker() -> Callable[[memoryview], str | None]:
+    """``record.record_problem``, imported when first needed (it brings pydantic into a worker)."""
+    from .record import record_problem
+
+    return record_problem
 
 
 def _torn(mv: memoryview, off: int, magic: int, length: int, crc: int, end: int, where: str) -> None:

@@ -175,9 +175,11 @@ class _Pool:
 
     def __init__(self, count: int, segments: list[tuple[SegmentName, Path]], state: ChainState) -> None:
         vkey = state.verifier.vkey if state.verifier is not None else None
-        jobs: list[list[tuple[str, int, int, str, str | None, str | None]]] = [[] for _ in range(count)]
+        jobs: list[list[tuple[str, int, int, str, str | None, str | None, bool]]] = [[] for _ in range(count)]
         for i, (name, path) in enumerate(segments):
-            jobs[i % count].append((str(path), name.seq, name.first_index, path.name, state.origin, vkey))
+            jobs[i % count].append(
+                (str(path), name.seq, name.first_index, path.name, state.origin, vkey, state.check_records)
+            )
         self._procs: list[subprocess.Popen[bytes]] = []
         self._broken = False
         package_root = str(Path(__file__).resolve().parents[2])
@@ -240,7 +242,13 @@ class _LeafList(MerkleTree):
 
 
 def check_alone(
-    path: str, seq: int, first_index: int, where: str, origin: str | None, vkey: str | None
+    path: str,
+    seq: int,
+    first_index: int,
+    where: str,
+    origin: str | None,
+    vkey: str | None,
+    check_records: bool = False,
 ) -> _Result:
     """Check one segment as if the log ended exactly where its header says it continues."""
     data = Path(path).read_bytes()
@@ -254,6 +262,7 @@ def check_alone(
         verifier=Verifier(vkey) if vkey else None,
         origin=origin,
         deferred_roots=deferred,
+        check_records=check_records,
     )
     error = None
     try:

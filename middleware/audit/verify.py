@@ -131,7 +131,7 @@ def scan_node(
             v.error, v.where = "no verifier key (pass the published key)", str(vkey)
             return v
         verifier = Verifier(vkey.read_text())
-    state = ChainState(verifier=verifier)
+    state = ChainState(verifier=verifier, check_records=True)
     v.state = state
     # Read the published checkpoint before the segments: on a live log it may only ever lag them.
     cp_file = directory / CHECKPOINT_FILE

@@ -35,7 +35,7 @@ from .checkpoint import (
     misplaced_key_message,
 )
 from .merkle import FileLeafStore, MerkleTree
-from .record import AuditRecord, PlainRecord, canonical_json, record_bytes
+from .record import AuditRecord, PlainRecord, canonical_json, parse_record, record_bytes
 from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
 from .segment import (
     CHECKPOINT,
@@ -193,7 +193,9 @@ class WalAuditLog:
             # of 256 leaves and more in memory: ~0.25 B per record instead of 64 B, for a
             # gateway that runs for months (the file is rebuilt by recovery on every open).
             tree = MerkleTree(store=FileLeafStore(self._dir), cached_from=TREE_CACHED_FROM)
-            self._state = ChainState(tree=tree, verifier=self._signer.verifier(), origin=self.origin)
+            self._state = ChainState(
+                tree=tree, verifier=self._signer.verifier(), origin=self.origin, check_records=True
+            )
             self.recovery = self._recover()
             self._open_for_append()
         except BaseException:
@@ -284,7 +286,7 @@ class WalAuditLog:
         """Every durable record, in index order, re-read (and re-checked) from disk."""
         for frame in self._iter_frames():
             if frame.type == EVENT:
-                yield frame.index, AuditRecord.model_validate_json(bytes(frame.payload))
+                yield frame.index, parse_record(frame.payload, where=f"{self.node}: record {frame.index}")
 
     def latest_checkpoint(self) -> Checkpoint | None:
         """The most recent durable checkpoint (None before the first).

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import AuditError
 from .export import iter_records
-from .record import AuditRecord, PlainRecord
+from .record import AuditRecord, PlainRecord, parse_record
 
 __all__ = ["WalLogReader", "is_wal_directory"]
 
@@ -49,7 +49,7 @@ class WalLogReader:
         """
         _, merged = iter_records(self._dir, key=self._key)
         for rec in merged:
-            yield rec.index, AuditRecord.model_validate_json(rec.raw)
+            yield rec.index, parse_record(rec.raw, where=f"{rec.node}: record {rec.index}")
 
     async def append(self, record: AuditRecord) -> int:
         raise AuditError("this is a read-only view of the audit log")
