@@ -94,6 +94,14 @@ class Verifier:
         self.key_id = bytes.fromhex(key_id)
         self.vkey = vkey.strip()
 
+    def verify_signature(self, message: bytes, signature: bytes) -> bool:
+        """Whether ``signature`` is this key's Ed25519 signature of ``message`` (a commit frame's)."""
+        try:
+            self._public.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
     def verify(self, note: str) -> Checkpoint:
         """Parse ``note`` and check that this key signed it.
 
@@ -150,6 +158,10 @@ class Signer:
         sig = self._key.sign(body.encode())
         line = f"{_DASH}{self.name} {base64.b64encode(self._id + sig).decode()}\n"
         return Checkpoint(origin, size, root, body + "\n" + line)
+
+    def sign_bytes(self, message: bytes) -> bytes:
+        """The Ed25519 signature of ``message`` (a commit frame signs its batch this way)."""
+        return self._key.sign(message)
 
     def skey(self) -> str:
         """The private key text (store it with mode 0600, away from the log)."""

@@ -145,6 +145,9 @@ class ExportSummary:
 
     records: int = 0
     nodes: list[NodeVerdict] = field(default_factory=list)
+    #: Records a bundle left out: newer than their log's last checkpoint (signed by their
+    #: commit frames, which a bundle does not carry; the next checkpoint covers them).
+    left_out: int = 0
 
 
 Paths = str | Path | Sequence[str | Path]
@@ -223,7 +226,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
     chunk per 1,000 lines; the same bytes as ``record_line_prefix(...) + raw + b"}\n"``.
     """
     assert v.state is not None
-    size = v.state.tree.size
+    size = _signed_size(v)
     tail = b'0,"time_ns":0,"record":'
     head = record_line_prefix(v.node, 0, 0, None)[: -len(tail)]  # b'{"kind":"record",...,"index":'
     unpack, crc_of = HEADER.unpack_from, _crc32c.crc32c
@@ -421,9 +424,12 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
                     "leaves": base64.b64encode(leaves).decode(),
                 }
             )
+    summary.left_out = sum(v.events - _signed_size(v) for v in verdicts)
     if complete and len(verdicts) == 1:
         yield from _plain_bundle_lines(verdicts[0], summary, progress, total)
         return
+    signed = {v.node: _signed_size(v) for v in verdicts}
+    records = (r for r in records if r.index <= signed[r.node])
     trees = {v.node: v.state for v in verdicts}
 
     def lines() -> Iterator[bytes]:
@@ -440,6 +446,12 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
             yield record_line_prefix(rec.node, rec.index, rec.time_ns, proof) + rec.raw + b"}\n"
 
     yield from _batched(lines())
+
+
+def _signed_size(v: NodeVerdict) -> int:
+    """Events of a node's log its last signed checkpoint covers (what a bundle can prove)."""
+    assert v.state is not None
+    return v.state.checkpoints[-1].size if v.state.checkpoints else v.pruned
 
 
 CSV_COLUMNS = [

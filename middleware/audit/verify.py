@@ -23,11 +23,16 @@ from ..errors import AuditCorrupted, InvalidInput, NotFound
 from .checkpoint import Checkpoint, Verifier
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
 from .segment import (
+    EVENT,
+    HEADER,
+    HEADER_SIZE,
     ChainState,
     SegmentName,
+    event_offset,
     find_promised_frame,
     list_segments,
     load_pruned,
+    settle_signatures,
 )
 from .segment_pool import check_segments
 
@@ -149,6 +154,11 @@ def scan_node(
                 progress(done, total)
             path, end, torn = checked.path, checked.end, checked.torn
             last = i == len(segments) - 1
+            if checked.unsigned is not None:
+                bad = checked.unsigned
+                if not last:
+                    raise AuditCorrupted(f"{bad.message} in a sealed segment", where=bad.where) from None
+                raise AuditCorrupted(_unsigned_text(path.read_bytes(), bad.offset), where=bad.where)
             if torn is not None:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
@@ -167,6 +177,14 @@ def scan_node(
             v.ends[path.name] = end
             if not last and not state.sealed:
                 raise AuditCorrupted("segment not sealed but not the last one", where=path.name)
+        unsigned_from = settle_signatures(state)
+        if unsigned_from is not None and segments:
+            data = segments[-1][1].read_bytes()[: v.ends.get(segments[-1][1].name)]
+            at = event_offset(data, unsigned_from)
+            raise AuditCorrupted(
+                _unsigned_text(data, at or 0, first=unsigned_from, legacy=True),
+                where=f"{segments[-1][1].name}@{at}" if at is not None else segments[-1][1].name,
+            )
         _check_claims(cp_file, cp_text, state, verifier, trusted)
     except AuditCorrupted as exc:
         v.error, v.where = _split(exc)
@@ -175,11 +193,29 @@ def scan_node(
         signed = state.checkpoints[-1].size if state.checkpoints else 0
         if signed < state.size:
             v.warnings.append(
-                f"{state.size - signed} events after the last signed checkpoint (chain-verified)"
+                f"{state.size - signed} events after the last signed checkpoint (signed by their "
+                "commit frames; the next checkpoint covers them)"
             )
         if not segments:
             v.warnings.append("empty log")
     return v
+
+
+def _unsigned_text(data: bytes, offset: int, *, first: int = 0, legacy: bool = False) -> str:
+    """Why the events from ``offset`` on fail: nothing signed them."""
+    count, off = 0, offset
+    while off + HEADER_SIZE <= len(data):
+        fields = HEADER.unpack_from(data, off)
+        if fields[3] == EVENT:
+            count += 1
+            first = first or fields[6]
+        end = off + HEADER_SIZE + fields[1]
+        off = end + (-end % 8)
+    what = "after the last checkpoint (old format)" if legacy else "that no commit frame announces"
+    return (
+        f"{count} event(s) from index {first} are not signed by the log's key ({what}): forged, or "
+        "cut off before they were acknowledged; a gateway opening the log sets them aside"
+    )
 
 
 def _check_claims(
@@ -412,7 +448,9 @@ def _bundle_record(bn: _BundleNode, obj: dict[str, Any], line: bytes, where: str
             raise AuditCorrupted("no signed checkpoint to prove records against", where=where)
         final = bn.checkpoints[-1]
         if proof is None:
-            bn.verdict.warnings.append(f"record {index} is after the last signed checkpoint (unproven)")
+            raise AuditCorrupted(
+                f"record {index} is not covered by a signed checkpoint (no inclusion proof)", where=where
+            )
         else:
             try:
                 verify_inclusion(
@@ -445,6 +483,9 @@ def _finish_bundle_node(bn: _BundleNode, trusted: Checkpoint | None, path: Path)
             prev = cp.size
         signed = bn.checkpoints[-1].size if bn.checkpoints else 0
         if signed < bn.tree.size:
-            bn.verdict.warnings.append(f"{bn.tree.size - signed} events after the last signed checkpoint")
+            raise AuditCorrupted(
+                f"records {signed + 1}..{bn.tree.size} are not covered by a signed checkpoint",
+                where=f"{here}, records {signed + 1}..{bn.tree.size}",
+            )
     elif trusted is not None and bn.checkpoints:
         raise AuditCorrupted("a trusted checkpoint can only be checked against a complete bundle", where=here)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -36,7 +37,7 @@ from .checkpoint import (
 )
 from .merkle import FileLeafStore, MerkleTree
 from .record import AuditRecord, PlainRecord, canonical_json, parse_record, record_bytes
-from .recovery import CHECKPOINT_FILE, RecoveryReport, recover
+from .recovery import CHECKPOINT_FILE, RecoveryReport, Rescan, recover
 from .segment import (
     CHECKPOINT,
     EVENT,
@@ -46,7 +47,7 @@ from .segment import (
     ChainState,
     Frame,
     SegmentName,
-    encode_events,
+    encode_batch,
     encode_frame,
     list_segments,
     load_pruned,
@@ -54,6 +55,8 @@ from .segment import (
 )
 
 __all__ = ["FsyncPolicy", "RecoveryReport", "WalAuditLog", "WalOptions", "origin_for"]
+
+_log = logging.getLogger("agency.audit")
 
 VKEY_FILE = "checkpoint.vkey"
 LOCK_FILE = "LOCK"
@@ -189,15 +192,11 @@ class WalAuditLog:
         try:
             self._signer = signer or load_or_create_signer(default_key_path(root, node), f"audit-{node}")
             self._check_vkey()
-            # The tree's leaf hashes live in a nameless file beside the log, and only subtrees
-            # of 256 leaves and more in memory: ~0.25 B per record instead of 64 B, for a
-            # gateway that runs for months (the file is rebuilt by recovery on every open).
-            tree = MerkleTree(store=FileLeafStore(self._dir), cached_from=TREE_CACHED_FROM)
-            self._state = ChainState(
-                tree=tree, verifier=self._signer.verifier(), origin=self.origin, check_records=True
-            )
+            self._state = self._fresh_state()
             self.recovery = self._recover()
             self._open_for_append()
+            if self.recovery.set_aside_events:
+                self._report_set_aside(self.recovery)
         except BaseException:
             if hasattr(self, "_state"):
                 self._state.tree.close()
@@ -523,7 +522,9 @@ class WalAuditLog:
             index += len(given)
             payloads.extend(given)
         if payloads:
-            frames, leaves, chain = encode_events(st.size + 1, synced, now, chain, payloads)
+            frames, leaves, chain = encode_batch(
+                st.size + 1, synced, now, chain, payloads, state=st, sign=self._signer.sign_bytes
+            )
             parts.append(frames)
         st.tree.extend(leaves)
         st.chain, st.size = chain, index
@@ -654,10 +655,29 @@ class WalAuditLog:
         else:
             atomic_write(path, (self._signer.vkey + "\n").encode())
 
+    def _fresh_state(self) -> ChainState:
+        # The tree's leaf hashes live in a nameless file beside the log, and only subtrees
+        # of 256 leaves and more in memory: ~0.25 B per record instead of 64 B, for a
+        # gateway that runs for months (the file is rebuilt by recovery on every open).
+        tree = MerkleTree(store=FileLeafStore(self._dir), cached_from=TREE_CACHED_FROM)
+        return ChainState(tree=tree, verifier=self._signer.verifier(), origin=self.origin, check_records=True)
+
     def _recover(self) -> RecoveryReport:
-        found = recover(
-            self._dir, self._state, self._signer.verifier(), workers=self.options.recovery_workers
-        )
+        try:
+            found = recover(
+                self._dir, self._state, self._signer.verifier(), workers=self.options.recovery_workers
+            )
+        except Rescan as rescan:  # old-format unsigned events were set aside: read the rest again
+            self._state.tree.close()
+            self._state = self._fresh_state()
+            found = recover(
+                self._dir, self._state, self._signer.verifier(), workers=self.options.recovery_workers
+            )
+            kept = rescan.report
+            found.report.set_aside_events += kept.set_aside_events
+            found.report.set_aside_file = kept.set_aside_file
+            found.report.set_aside_reason = kept.set_aside_reason
+            found.report.clean = False
         self._seq, self._sealed_last, self._last_path = found.seq, found.last_sealed, found.last_path
         self._last_name_first = found.last_first_index
         self._sealed_segments = found.sealed
@@ -683,6 +703,38 @@ class WalAuditLog:
         else:
             self._seq += 1 if self._last_path is not None else 0
             self._new_segment()
+
+    def _report_set_aside(self, report: RecoveryReport) -> None:
+        """Say in the log (and the gateway's log) what recovery set aside, before anything else."""
+        _log.warning(
+            "audit log %s: %d unsigned event(s) at its end set aside in %s (%s); they are not part "
+            "of the log and were not signed",
+            self._dir,
+            report.set_aside_events,
+            report.set_aside_file,
+            report.set_aside_reason,
+        )
+        rec = AuditRecord(
+            event_type="audit.set_aside",
+            component="audit",
+            node=self.node,
+            outcome="set_aside",
+            detail={
+                "events": report.set_aside_events,
+                "file": report.set_aside_file,
+                "reason": report.set_aside_reason,
+            },
+        )
+        st = self._state
+        frames, leaves, chain = encode_batch(
+            st.size + 1, self._synced, time.time_ns(), st.chain, [rec.canonical()],
+            state=st, sign=self._signer.sign_bytes,
+        )  # fmt: skip
+        self._write(frames)
+        self._sync()
+        st.tree.extend(leaves)
+        st.chain, st.size = chain, st.size + 1
+        self._unsigned_since = time.monotonic()  # checkpointed on time like any record
 
     def _new_segment(self) -> None:
         """Create the next segment: tmp -> header -> fsync -> rename -> fsync directory."""

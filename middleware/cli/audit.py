@@ -208,6 +208,12 @@ def _export(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.close()
+    if summary.left_out:
+        print(
+            f"agency: warning: {plural(summary.left_out, 'record')} newer than the last signed checkpoint "
+            "left out of the bundle (a checkpoint follows within a second on a live log; export again)",
+            file=sys.stderr,
+        )
     if summary.records == 0 and not flt.empty:
         print(f"agency: warning: no record matches the filter {_filter_text(flt)}", file=sys.stderr)
         return NOTHING_FOUND
