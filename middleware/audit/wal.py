@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from ..errors import AuditError, InvalidInput
 from . import retention
@@ -286,6 +289,16 @@ class WalAuditLog:
         for frame in self._iter_frames():
             if frame.type == EVENT:
                 yield frame.index, parse_record(frame.payload, where=f"{self.node}: record {frame.index}")
+
+    def task_records(self) -> Iterator[dict[str, Any]]:
+        """The ``task.*`` records (as JSON objects), in index order: a quick start-up scan
+        (only those records are parsed) for ``task_recovery.rebuild_tasks``."""
+        marker = b'"event_type":"task.'
+        for frame in self._iter_frames():
+            if frame.type == EVENT:
+                raw = bytes(frame.payload)
+                if marker in raw:
+                    yield orjson.loads(raw)
 
     def latest_checkpoint(self) -> Checkpoint | None:
         """The most recent durable checkpoint (None before the first).

@@ -11,10 +11,12 @@ from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
 from ..errors import InvalidInput
 from ..failures import FailureProcessor
+from ..memory_task_store import MemoryTaskStore
 from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from ..router import Router
+from ..task_recovery import rebuild_tasks
 from .backends import choose_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
@@ -58,6 +60,9 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit = MeteredAuditLog(audit, metrics)
     on_redis_error = metrics.redis_error if metrics is not None else None
     backends = choose_backends(definition, "agency", on_redis_error=on_redis_error)
+    # held and interrupted tasks the store does not have (the memory store after any restart)
+    tasks = backends.tasks or MemoryTaskStore()
+    await rebuild_tasks(wal.task_records(), tasks)
     # The served gateway is where installed packages' failure handlers take effect: discovery
     # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
     failures = FailureProcessor(
@@ -77,7 +82,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         failures=failures,
-        tasks=backends.tasks,
+        tasks=tasks,
         sessions=backends.sessions,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
