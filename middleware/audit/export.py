@@ -30,6 +30,7 @@ import orjson
 from ..errors import AuditCorrupted, InvalidInput
 from ..ids import id_matches
 from .checkpoint import Verifier
+from .compression import read_segment
 from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
 
@@ -189,8 +190,7 @@ def _node_records(v: NodeVerdict, flt: ExportFilter) -> Iterator[ExportedRecord]
         end = v.ends.get(path.name)
         if end is None:  # not part of the verified log (left over by retention)
             continue
-        with open(path, "rb") as fh:
-            data = fh.read(end)
+        data = read_segment(path, end)
         yield from _segment_records(v.node, name, data, tree.size, flt)
 
 
@@ -235,8 +235,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
         end_ok = v.ends.get(path.name)
         if end_ok is None:
             continue
-        with open(path, "rb") as fh:
-            data = fh.read(end_ok)
+        data = read_segment(path, end_ok)
         mv = memoryview(data)
         off, n = 0, len(data)
         chunk: list[bytes] = []

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import AuditCorrupted
 from ._files import fsync_dir
 from .checkpoint import Verifier
+from .compression import COMPRESSED_SUFFIX, read_segment
 from .retention import SealedSegment
 from .segment import (
     EVENT,
@@ -130,6 +131,10 @@ def recover(
     for i, checked in enumerate(check_segments(segments, state, workers=workers)):
         name, path, torn = checked.name, checked.path, checked.torn
         last = i == len(segments) - 1
+        if (checked.unsigned or torn) is not None and path.name.endswith(COMPRESSED_SUFFIX):
+            bad = checked.unsigned or torn
+            assert bad is not None
+            raise AuditCorrupted(f"{bad.message} in a compressed (sealed) segment", where=bad.where)
         if checked.unsigned is not None:
             if not last:
                 raise AuditCorrupted(f"{checked.unsigned.message} in a sealed segment", where=path.name)
@@ -157,9 +162,9 @@ def recover(
             found.last_path = None
     unsigned_from = settle_signatures(state)
     if unsigned_from is not None:
-        data = found.last_path.read_bytes() if found.last_path is not None else b""
+        data = read_segment(found.last_path) if found.last_path is not None else b""
         at = event_offset(data, unsigned_from)
-        if found.last_path is None or at is None:
+        if found.last_path is None or at is None or found.last_path.name.endswith(COMPRESSED_SUFFIX):
             raise AuditCorrupted(
                 f"events from {unsigned_from} (old format) were never signed and start before the last "
                 "segment: move the segments after it aside by hand",

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from ..errors import AuditCorrupted
 from .checkpoint import Checkpoint, Verifier
+from .compression import read_segment
 from .merkle import MerkleTree
 from .segment import HEADER, HEADER_SIZE, ZERO_HASH, ChainState, SegmentName, TornFrame, Unsigned, check
 
@@ -117,7 +118,7 @@ def _size(path: Path) -> int:
 
 
 def _check_here(name: SegmentName, path: Path, state: ChainState) -> Checked:
-    data = path.read_bytes()
+    data = read_segment(path)
     try:
         return Checked(name, path, check(data, name, path.name, state))
     except TornFrame as torn:
@@ -267,7 +268,7 @@ def check_alone(
     check_records: bool = False,
 ) -> _Result:
     """Check one segment as if the log ended exactly where its header says it continues."""
-    data = Path(path).read_bytes()
+    data = read_segment(Path(path))
     prev = HEADER.unpack_from(data, 0)[-1] if len(data) >= HEADER_SIZE else ZERO_HASH
     deferred: list[tuple[Checkpoint, str]] = []
     leaves = _LeafList()

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import AuditCorrupted, InvalidInput, NotFound
 from .checkpoint import Checkpoint, Verifier
+from .compression import read_segment
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
 from .segment import (
     EVENT,
@@ -158,11 +159,11 @@ def scan_node(
                 bad = checked.unsigned
                 if not last:
                     raise AuditCorrupted(f"{bad.message} in a sealed segment", where=bad.where) from None
-                raise AuditCorrupted(_unsigned_text(path.read_bytes(), bad.offset), where=bad.where)
+                raise AuditCorrupted(_unsigned_text(read_segment(path), bad.offset), where=bad.where)
             if torn is not None:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
-                data = path.read_bytes()
+                data = read_segment(path)
                 promised = find_promised_frame(data, torn.offset)
                 if promised is not None:
                     raise AuditCorrupted(
@@ -179,7 +180,7 @@ def scan_node(
                 raise AuditCorrupted("segment not sealed but not the last one", where=path.name)
         unsigned_from = settle_signatures(state)
         if unsigned_from is not None and segments:
-            data = segments[-1][1].read_bytes()[: v.ends.get(segments[-1][1].name)]
+            data = read_segment(segments[-1][1], v.ends.get(segments[-1][1].name))
             at = event_offset(data, unsigned_from)
             raise AuditCorrupted(
                 _unsigned_text(data, at or 0, first=unsigned_from, legacy=True),

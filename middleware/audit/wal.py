@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from .checkpoint import (
     load_or_create_signer,
     misplaced_key_message,
 )
+from .compression import COMPRESSED_SUFFIX, compress_segment, read_segment, stored
 from .merkle import FileLeafStore, MerkleTree
 from .record import AuditRecord, PlainRecord, canonical_json, parse_record, record_bytes
 from .recovery import CHECKPOINT_FILE, RecoveryReport, Rescan, recover
@@ -108,6 +110,8 @@ class WalOptions:
         recovery_workers: Processes that check segments in parallel when the log is opened
             (default: one per CPU; 1: check in this process). Small logs are checked in
             this process anyway (see ``segment_pool``).
+        compress_sealed: Rewrite each sealed segment as ``.wal.zst`` (zstd, the same bytes once
+            read: see ``compression``), in a background thread.
     """
 
     segment_bytes: int = 64 << 20
@@ -117,6 +121,7 @@ class WalOptions:
     fsync_interval: float = 0.05
     on_sync: Callable[[float], None] | None = None
     recovery_workers: int | None = None
+    compress_sealed: bool = True
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -222,6 +227,16 @@ class WalAuditLog:
         self._syncer.start()
         self._writer = threading.Thread(target=self._run, name=f"audit-wal-{node}", daemon=True)
         self._writer.start()
+        # sealed segments are compressed off the writer's path (zstd releases the GIL)
+        self._compress_queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._compressor = threading.Thread(
+            target=self._run_compressor, name=f"audit-zstd-{node}", daemon=True
+        )
+        self._compressor.start()
+        if self.options.compress_sealed:
+            for seg in self._sealed_segments:
+                if not seg.path.name.endswith(COMPRESSED_SUFFIX):
+                    self._compress_queue.put(seg.path)
 
     # ------------------------------------------------------------------ public API
 
@@ -394,6 +409,10 @@ class WalAuditLog:
             self._closing = True
             self._cv.notify()
         await asyncio.to_thread(self._writer.join)
+        if self.options.compress_sealed and self._close_error is None and self._failed is None:
+            self._compress_queue.put(self._segment_path)  # sealed by the close
+        self._compress_queue.put(None)
+        await asyncio.to_thread(self._compressor.join)
         self._closed = True
         self._state.tree.close()
         os.close(self._lock_fd)
@@ -621,6 +640,14 @@ class WalAuditLog:
         self._synced = target
         self._last_sync = time.monotonic()
 
+    def _run_compressor(self) -> None:
+        while (path := self._compress_queue.get()) is not None:
+            try:
+                if path.exists():
+                    compress_segment(path)
+            except Exception as exc:  # a plain sealed segment is as good, only larger
+                _log.warning("audit log %s: could not compress %s: %s", self._dir, path.name, exc)
+
     def _rotate(self) -> None:
         self._seal()
         self._sealed_segments.append(
@@ -632,6 +659,8 @@ class WalAuditLog:
             )
         )
         os.close(self._fd)
+        if self.options.compress_sealed:
+            self._compress_queue.put(self._segment_path)
         self._seq += 1
         self._new_segment()
 
@@ -783,8 +812,7 @@ class WalAuditLog:
         state = ChainState(verifier=self._signer.verifier(), origin=self.origin)
         _, segments = load_pruned(self._dir, state, list_segments(self._dir))
         for name, path in segments:
-            with open(path, "rb") as fh:
-                data = fh.read(end_offset) if path == end_path else fh.read()
+            data = read_segment(path, end_offset if path == end_path else None)
             yield from scan(data, name, path.name, state)
             if path == end_path:
                 return
@@ -822,10 +850,11 @@ class WalAuditLog:
         if not chosen:
             return []
         archive = Path(archive_dir) / self.node if archive_dir is not None else None
+        names = [stored(seg.path).name for seg in chosen]  # compressed since they were sealed, maybe
         await asyncio.to_thread(retention.prune, self._dir, chosen, self._state.tree, archive)
         del self._sealed_segments[: len(chosen)]
-        await self.append(retention.record(self.node, max_age, chosen, signed, archive))
-        return [seg.path.name for seg in chosen]
+        await self.append(retention.record(self.node, max_age, chosen, signed, archive, names=names))
+        return names
 
 
 def _resolve(batch: list[_Item], *, error: BaseException) -> None:

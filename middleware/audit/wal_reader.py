@@ -22,7 +22,7 @@ def is_wal_directory(directory: str | os.PathLike[str]) -> bool:
     p = Path(directory)
     if not p.is_dir():
         return False
-    return any(p.glob("*.wal")) or any(p.glob("*/*.wal"))
+    return any(p.glob("*.wal*")) or any(p.glob("*/*.wal*"))
 
 
 class WalLogReader:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from middleware.audit.checkpoint import Signer
+from middleware.audit.compression import read_segment
 from middleware.audit.segment import (
     COMMIT,
     EVENT,
@@ -77,7 +78,7 @@ async def _closed(root: Path, n: int = 12) -> WalAuditLog:
 def _append_segment_after_seal(node: Path, count: int) -> None:
     """g1: a new segment after the seal, header and events made with the public encode_frame."""
     last = segments(node)[-1]
-    data = last.read_bytes()
+    data = read_segment(last)  # compressed once sealed, by a gateway
     assert _frames(data)[-1][0] == SEAL
     name = SegmentName.parse(last.name)
     assert name is not None
