@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ..errors import AuditCorrupted, InvalidInput
 
-__all__ = ["Checkpoint", "Signer", "Verifier", "load_or_create_signer"]
+__all__ = ["Checkpoint", "Signer", "Verifier", "load_or_create_signer", "origin_for"]
 
 _ALG_ED25519 = b"\x01"
 _DASH = "\u2014 "
@@ -183,6 +183,11 @@ class Signer:
         except ValueError as exc:
             raise InvalidInput.single("key", f"unreadable signer key ({exc})", what="checkpoint key") from exc
         return cls(name, Ed25519PrivateKey.from_private_bytes(raw[1:]))
+
+
+def origin_for(node: str) -> str:
+    """The checkpoint origin line of a node's log."""
+    return f"agency-middleware/audit/{node}"
 
 
 def default_key_path(root: str | os.PathLike[str], node: str) -> Path:

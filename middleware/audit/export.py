@@ -29,8 +29,9 @@ import orjson
 
 from ..errors import AuditCorrupted, InvalidInput
 from ..ids import id_matches
-from .checkpoint import Verifier
+from .checkpoint import Verifier, origin_for
 from .compression import read_segment
+from .keyring import Keyring
 from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
 
@@ -155,8 +156,13 @@ Paths = str | Path | Sequence[str | Path]
 
 
 def _verified_nodes(
-    path: Paths, key: str | None, verify_progress: Callable[[str], Callable[[int, int], None]] | None = None
+    path: Paths,
+    key: str | None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
+    keyring: Keyring | None = None,
 ) -> list[NodeVerdict]:
+    if key and keyring is not None:
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="audit export")
     verifier = Verifier(key) if key else None
     paths = [path] if isinstance(path, str | Path) else list(path)
     dirs: list[Path] = []
@@ -172,8 +178,22 @@ def _verified_nodes(
                 "path", f"node {d.name} is both {seen[d.name]} and {d}", what="audit export"
             )
         seen[d.name] = d
+    if keyring is not None:
+        unpinned = [d.name for d in dirs if keyring.get(d.name) is None]
+        if unpinned:
+            raise InvalidInput.single(
+                "keyring",
+                f"no key for node(s) {', '.join(unpinned)} in {keyring.source}",
+                what="audit export",
+            )
     verdicts = [
-        scan_node(d, verifier, progress=verify_progress(d.name) if verify_progress else None) for d in dirs
+        scan_node(
+            d,
+            keyring.get(d.name) if keyring is not None else verifier,
+            progress=verify_progress(d.name) if verify_progress else None,
+            origin=origin_for(d.name) if keyring is not None else None,
+        )
+        for d in dirs
     ]
     for v in verdicts:
         if not v.ok:
@@ -271,6 +291,7 @@ def iter_records(
     flt: ExportFilter | None = None,
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
     """Verify every node log under ``path`` and stream their matching records merged in time order.
@@ -279,7 +300,7 @@ def iter_records(
         AuditCorrupted: a log fails verification (nothing is exported from a bad log).
     """
     flt = flt or ExportFilter()
-    verdicts = _verified_nodes(path, key, verify_progress)
+    verdicts = _verified_nodes(path, key, verify_progress, keyring)
     streams = [_node_records(v, flt) for v in verdicts]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: r.time_ns)
     return verdicts, merged
@@ -292,6 +313,7 @@ def export(
     flt: ExportFilter | None = None,
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     progress: Callable[[int, int], None] | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
     cef_max_bytes: int | None = None,
@@ -306,6 +328,7 @@ def export(
             cef (lines of at most ``CEF_MAX_BYTES``) or ocsf (one JSON event per line).
         flt: Which records (default: all).
         key: A pinned verifier key; default: the key stored with each log.
+        keyring: Pinned keys per node id (instead of ``key``; see ``keyring.Keyring``).
         progress: Called as ``progress(done, total)`` now and then.
         verify_progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for
             the verification of its log that comes first.
@@ -333,7 +356,7 @@ def export(
                 what="export",
             )
     flt = flt or ExportFilter()
-    verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
+    verdicts, records = iter_records(path, flt, key=key, keyring=keyring, verify_progress=verify_progress)
     total = sum(v.events for v in verdicts)
     summary = ExportSummary(nodes=verdicts)
     writer = _WRITERS[fmt]

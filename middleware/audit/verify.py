@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AuditCorrupted, InvalidInput, NotFound
-from .checkpoint import Checkpoint, Verifier
+from .checkpoint import Checkpoint, Verifier, origin_for
 from .compression import read_segment
+from .keyring import Keyring
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
 from .segment import (
     EVENT,
@@ -42,6 +43,7 @@ __all__ = [
     "NodeVerdict",
     "Verdict",
     "find_node_dirs",
+    "node_of",
     "record_line_prefix",
     "scan_node",
     "verify_path",
@@ -125,10 +127,12 @@ def scan_node(
     trusted: Checkpoint | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    origin: str | None = None,
 ) -> NodeVerdict:
     """Verify one node's log directory without modifying it (``workers``: see ``check_segments``).
 
-    ``progress(done_bytes, total_bytes)`` is called after each segment.
+    ``progress(done_bytes, total_bytes)`` is called after each segment; ``origin``: the log
+    must be this one (a keyring binds a key to a node id, hence to its origin).
     """
     v = NodeVerdict(node=directory.name, source=str(directory))
     if verifier is None:
@@ -137,7 +141,7 @@ def scan_node(
             v.error, v.where = "no verifier key (pass the published key)", str(vkey)
             return v
         verifier = Verifier(vkey.read_text())
-    state = ChainState(verifier=verifier, check_records=True)
+    state = ChainState(verifier=verifier, check_records=True, origin=origin)
     v.state = state
     # Read the published checkpoint before the segments: on a live log it may only ever lag them.
     cp_file = directory / CHECKPOINT_FILE
@@ -252,6 +256,7 @@ def verify_path(
     path: str | os.PathLike[str],
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     trusted_checkpoint: str | None = None,
     progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> Verdict:
@@ -261,30 +266,72 @@ def verify_path(
         path: The directory or bundle file.
         key: The pinned verifier key (``name+id+base64``); default: the key stored with
             each log or in the bundle (which proves integrity only against that key).
+        keyring: Pinned keys per node id (instead of ``key``): every node log is checked
+            against its own key and origin, and a node of the keyring without a log fails.
         trusted_checkpoint: A checkpoint note obtained out of band; the log must contain it.
         progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for its log.
 
     Raises:
         InvalidInput: the path is neither a log directory nor a bundle, or the key is malformed.
     """
+    if key and keyring is not None:
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="audit verify")
     verifier = Verifier(key) if key else None
     trusted = None
     if trusted_checkpoint:
-        trusted = verifier.verify(trusted_checkpoint) if verifier else Checkpoint.parse(trusted_checkpoint)
+        trusted = Checkpoint.parse(trusted_checkpoint)
+        signer = verifier or (keyring.get(node_of(trusted.origin)) if keyring else None)
+        if signer is not None:
+            trusted = signer.verify(trusted_checkpoint)
     p = Path(path)
     if p.is_file():
-        return _verify_bundle(p, verifier, trusted)
-    nodes = find_node_dirs(p)
-    if not nodes:
-        raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
-    verdict = Verdict(
-        [
-            scan_node(d, verifier, trusted=trusted, progress=progress(d.name) if progress else None)
-            for d in nodes
-        ]
-    )
-    _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+        verdict = _verify_bundle(p, verifier, trusted, keyring)
+    else:
+        nodes = find_node_dirs(p)
+        if not nodes:
+            raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
+        verdict = Verdict(
+            [
+                _scan_pinned(d, verifier, keyring, trusted, progress(d.name) if progress else None)
+                for d in nodes
+            ]
+        )
+        _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+    if keyring is not None:
+        seen = {n.node for n in verdict.nodes}
+        verdict.nodes.extend(
+            NodeVerdict(
+                node=n, source=str(p), error=f"no log for node {n} (pinned in the keyring)", where=str(p)
+            )
+            for n in keyring
+            if n not in seen
+        )
     return verdict
+
+
+def node_of(origin: str) -> str:
+    """The node id in a log's checkpoint origin (``agency-middleware/audit/<node>``)."""
+    return origin.rsplit("/", 1)[-1]
+
+
+def _scan_pinned(
+    directory: Path,
+    verifier: Verifier | None,
+    keyring: Keyring | None,
+    trusted: Checkpoint | None,
+    progress: Callable[[int, int], None] | None,
+) -> NodeVerdict:
+    if keyring is None:
+        return scan_node(directory, verifier, trusted=trusted, progress=progress)
+    pinned = keyring.get(directory.name)
+    if pinned is None:
+        return NodeVerdict(
+            node=directory.name,
+            source=str(directory),
+            error=f"no key for node {directory.name} in the keyring {keyring.source}",
+            where=str(directory),
+        )
+    return scan_node(directory, pinned, trusted=trusted, progress=progress, origin=origin_for(directory.name))
 
 
 def _trusted_found(
@@ -329,7 +376,9 @@ class _BundleNode:
     last_index: int = 0
 
 
-def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | None) -> Verdict:
+def _verify_bundle(
+    path: Path, pinned: Verifier | None, trusted: Checkpoint | None, keyring: Keyring | None = None
+) -> Verdict:
     nodes: dict[str, _BundleNode] = {}
     order: list[NodeVerdict] = []
     try:
@@ -349,7 +398,16 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
             obj = json.loads(line)
             kind = obj.get("kind")
             if kind == "log":
-                bn = _open_bundle_node(obj, pinned, complete, path, where)
+                key = keyring.get(str(obj["node"])) if keyring is not None else pinned
+                bn = _open_bundle_node(obj, key, complete, path, where)
+                if keyring is not None and key is None:
+                    bn.verdict.error = f"no key for node {obj['node']} in the keyring {keyring.source}"
+                    bn.verdict.where = where
+                elif keyring is not None and obj.get("origin") != origin_for(str(obj["node"])):
+                    bn.verdict.error = (
+                        f"log {obj['node']} has the origin of another node: {obj.get('origin')!r}"
+                    )
+                    bn.verdict.where = where
                 nodes[bn.verdict.node] = bn
                 order.append(bn.verdict)
                 continue

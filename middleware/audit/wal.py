@@ -38,6 +38,7 @@ from .checkpoint import (
     legacy_key_path,
     load_or_create_signer,
     misplaced_key_message,
+    origin_for,
 )
 from .compression import COMPRESSED_SUFFIX, compress_segment, read_segment, stored
 from .merkle import FileLeafStore, MerkleTree
@@ -72,11 +73,6 @@ PUBLISH_INTERVAL = 1.0
 """Seconds between rewrites of the ``checkpoint`` file (tmp + fsync + rename + fsync of the
 directory) by the writer; the checkpoints in the log itself are written every
 ``checkpoint_every`` events regardless. The file may lag the log, never lead it."""
-
-
-def origin_for(node: str) -> str:
-    """The checkpoint origin line of a node's log."""
-    return f"agency-middleware/audit/{node}"
 
 
 class FsyncPolicy(StrEnum):

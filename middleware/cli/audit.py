@@ -37,6 +37,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         c.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
         c.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    def keyring(c: argparse.ArgumentParser) -> None:
+        c.add_argument(
+            "--keyring",
+            type=Path,
+            help="pinned keys of a fleet: a file of '<node id> <verifier key>' lines or a directory of "
+            "<node id>.vkey files; every node log is checked against its own key (instead of --key)",
+        )
+
     ex = cmds.add_parser(
         "export",
         help="export records (jsonl bundle, csv, cef, ocsf)",
@@ -53,6 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
     )
     ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
+    keyring(ex)
     ex.add_argument("--format", choices=["jsonl", "jsonl-flat", "csv", "cef", "ocsf"], default="jsonl")
     ex.add_argument(
         "--cef-max-bytes",
@@ -81,6 +90,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the checkpoints was NOT checked; 2 bad arguments.",
     )
     where(ve)
+    keyring(ve)
     add_progress_option(ve)
     ve.add_argument("--checkpoint", type=Path, help="a checkpoint published earlier: the log must contain it")
     ve.set_defaults(handler=_verify)
@@ -102,6 +112,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--old", type=int, help="older tree size")
     pr.add_argument("--size", type=int, default=0, help="tree size to prove against")
     pr.set_defaults(handler=_prove)
+
+    bk = cmds.add_parser(
+        "backup",
+        help="copy node logs to a backup directory, never the signing keys",
+        description="Copy every node log under SOURCE into DEST/<node>/ while the gateways keep "
+        "writing: sealed segments once (a segment the copy has is not copied again), the segment "
+        "being written as far as it is, the verifier key and retention's files. Never copied: the "
+        "signing keys (keep them in a secret store), the lock, temporary files and the published "
+        "checkpoint file. The copy is then verified (--key or --keyring pins the keys); exit 1 if it "
+        "does not verify. Restore: docs/operations.md, 'Backup and restore'.",
+    )
+    bk.add_argument("source", type=Path, help="an audit directory (or one node's log directory)")
+    bk.add_argument("dest", type=Path, help="the backup directory (created if needed)")
+    bk.add_argument("--key", help="the published verifier key to verify the copy with (one node)")
+    keyring(bk)
+    bk.set_defaults(handler=_backup)
 
     rt = cmds.add_parser(
         "retain",
@@ -148,6 +174,17 @@ def _key(value: str | None) -> str | None:
     return value
 
 
+def _keyring(args: argparse.Namespace) -> Any:
+    """The ``--keyring`` given, loaded (None without one)."""
+    if getattr(args, "keyring", None) is None:
+        return None
+    from ..audit.keyring import Keyring
+
+    if args.key:
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="option")
+    return Keyring.load(args.keyring)
+
+
 def _time(value: str | None, field: str) -> datetime | None:
     if not value:
         return None
@@ -183,6 +220,7 @@ def _export(args: argparse.Namespace) -> int:
                         args.format,
                         flt,
                         key=_key(args.key),
+                        keyring=_keyring(args),
                         progress=progress,
                         verify_progress=checking,
                         cef_max_bytes=args.cef_max_bytes,
@@ -199,6 +237,7 @@ def _export(args: argparse.Namespace) -> int:
                 args.format,
                 flt,
                 key=_key(args.key),
+                keyring=_keyring(args),
                 progress=progress,
                 verify_progress=checking,
                 cef_max_bytes=args.cef_max_bytes,
@@ -251,14 +290,16 @@ def _verify(args: argparse.Namespace) -> int:
 
     trusted = args.checkpoint.read_text() if args.checkpoint else None
     bars = _verify_bars() if progress_wanted(args) else None
+    ring = _keyring(args)
+    pinned = bool(args.key) or ring is not None
     verdict = verify_path(
-        _default_path(args.path), key=_key(args.key), trusted_checkpoint=trusted, progress=bars
+        _default_path(args.path), key=_key(args.key), keyring=ring, trusted_checkpoint=trusted, progress=bars
     )
     if args.json:
         bad = verdict.first_failure
         report = {
             "ok": verdict.ok,
-            "pinned_key": bool(args.key),
+            "pinned_key": pinned,
             "nodes": [
                 {
                     "node": n.node,
@@ -274,24 +315,25 @@ def _verify(args: argparse.Namespace) -> int:
             ],
             "error": (bad.error if bad else "nothing to verify") if not verdict.ok else "",
         }
-        report["authenticated"] = verdict.ok and bool(args.key)
+        report["authenticated"] = verdict.ok and pinned
         print(json.dumps(report, indent=2))
         if not verdict.ok:
             return EXIT_FAILED
-        return EXIT_VERIFIED if args.key else EXIT_NOT_AUTHENTICATED
+        return EXIT_VERIFIED if pinned else EXIT_NOT_AUTHENTICATED
     for node in verdict.nodes:
         print(node.describe())
         for w in node.warnings:
             print(f"     note: {w}")
         if node.ok and node.state is not None:  # a directory's log: the task invariant too
-            left = _open_tasks(Path(node.source), args.key)
+            vkey = node.state.verifier.vkey if node.state.verifier else None
+            left = _open_tasks(Path(node.source), vkey)
             if left:
                 print(
                     f"     note: {len(left)} task(s) left open (began in the log, never ended): "
                     + ", ".join(left[:20])
                     + (" ..." if len(left) > 20 else "")
                 )
-    if verdict.ok and not args.key:
+    if verdict.ok and not pinned:
         # the chain is intact, but signed by whatever key sits beside it: anyone who could
         # rewrite the log could have re-signed it with a key of their own
         print(
@@ -307,6 +349,30 @@ def _verify(args: argparse.Namespace) -> int:
     if bad and bad.where:
         print(f"  first bad record: {bad.where}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from ..audit.backup import backup
+    from ..audit.verify import verify_path
+
+    ring = _keyring(args)
+    if args.dest.resolve() == args.source.resolve() or args.source.resolve() in args.dest.resolve().parents:
+        raise InvalidInput.single("dest", "must be outside the audit directory it backs up", what="backup")
+    summary = backup(args.source, args.dest)
+    print(
+        f"copied {plural(len(summary.copied), 'file')} of {plural(len(summary.nodes), 'node log')} "
+        f"to {args.dest} ({summary.skipped} sealed segment(s) already there)"
+    )
+    verdict = verify_path(args.dest, key=_key(args.key), keyring=ring)
+    for node in verdict.nodes:
+        print(node.describe())
+        for w in node.warnings:
+            print(f"     note: {w}")
+    if not verdict.ok:
+        bad = verdict.first_failure
+        print(f"VERIFICATION FAILED: {bad.error if bad else 'nothing to verify'}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_VERIFIED
 
 
 def _open_tasks(directory: Path, key: str | None) -> list[str]:
