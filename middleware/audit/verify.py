@@ -37,6 +37,7 @@ from .segment import (
     settle_signatures,
 )
 from .segment_pool import check_segments
+from .witness import CosignatureVerifier
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -259,6 +260,8 @@ def verify_path(
     keyring: Keyring | None = None,
     trusted_checkpoint: str | None = None,
     progress: Callable[[str], Callable[[int, int], None]] | None = None,
+    witnessed: Callable[[str], str | None] | None = None,
+    witness_key: CosignatureVerifier | None = None,
 ) -> Verdict:
     """Verify a log directory (one node or a directory of nodes) or a JSON Lines bundle.
 
@@ -270,10 +273,15 @@ def verify_path(
             against its own key and origin, and a node of the keyring without a log fails.
         trusted_checkpoint: A checkpoint note obtained out of band; the log must contain it.
         progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for its log.
+        witnessed: Given a log's origin, the latest checkpoint a witness cosigned for it (None:
+            none): each log must contain it — a log rolled back behind it fails.
+        witness_key: The witness's verifier key (required with ``witnessed``).
 
     Raises:
         InvalidInput: the path is neither a log directory nor a bundle, or the key is malformed.
     """
+    if witnessed is not None and witness_key is None:
+        raise InvalidInput.single("witness_key", "required to check a witness's checkpoints", what="verify")
     if key and keyring is not None:
         raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="audit verify")
     verifier = Verifier(key) if key else None
@@ -297,6 +305,10 @@ def verify_path(
             ]
         )
         _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+        if witnessed is not None and witness_key is not None:
+            for v in verdict.nodes:
+                if v.ok and v.state is not None and v.state.origin:
+                    _check_witnessed(v, witnessed(v.state.origin), witness_key)
     if keyring is not None:
         seen = {n.node for n in verdict.nodes}
         verdict.nodes.extend(
@@ -307,6 +319,35 @@ def verify_path(
             if n not in seen
         )
     return verdict
+
+
+def _check_witnessed(v: NodeVerdict, note: str | None, witness: CosignatureVerifier) -> None:
+    """The log must contain the latest checkpoint the witness cosigned for it."""
+    state = v.state
+    assert state is not None and state.verifier is not None
+    if note is None:
+        v.warnings.append(f"the witness {witness.name} has cosigned no checkpoint of this log yet")
+        return
+    where = f"the checkpoint witness {witness.name} cosigned"
+    try:
+        cp, at = witness.verify(note)
+        state.verifier.verify(note)
+    except AuditCorrupted as exc:
+        v.error, v.where = exc.message, where
+        return
+    if cp.size > state.size:
+        v.error = (
+            f"rolled back: witness {witness.name} cosigned this log at size {cp.size} (time {at}), "
+            f"the log has {state.size} events"
+        )
+        v.where = where
+    elif cp.root != state.tree.root(cp.size):
+        v.error, v.where = (
+            f"the records do not match the checkpoint of size {cp.size} the witness cosigned",
+            where,
+        )
+    else:
+        v.warnings.append(f"contains the checkpoint of size {cp.size} witness {witness.name} cosigned")
 
 
 def node_of(origin: str) -> str:

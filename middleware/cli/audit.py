@@ -93,6 +93,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keyring(ve)
     add_progress_option(ve)
     ve.add_argument("--checkpoint", type=Path, help="a checkpoint published earlier: the log must contain it")
+    ve.add_argument(
+        "--witness",
+        help="a witness (its URL, or its state directory): every log must contain the latest checkpoint "
+        "it cosigned for it, so a log rolled back behind it fails; needs --witness-key",
+    )
+    ve.add_argument("--witness-key", help="the witness's verifier key (text or a file holding it)")
     ve.set_defaults(handler=_verify)
 
     cp = cmds.add_parser("checkpoint", help="print the latest signed checkpoint of each node log")
@@ -112,6 +118,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--old", type=int, help="older tree size")
     pr.add_argument("--size", type=int, default=0, help="tree size to prove against")
     pr.set_defaults(handler=_prove)
+
+    wi = cmds.add_parser(
+        "witness",
+        help="run a witness that co-signs the gateways' checkpoints (C2SP tlog-witness)",
+        description="Serve the C2SP tlog-witness add-checkpoint call over HTTP for the logs of a "
+        "keyring: a checkpoint is co-signed (cosignature/v1, Ed25519) only if the log's key signed it "
+        "and a consistency proof shows it extends the last one co-signed for that log, so a log "
+        "rolled back can never be co-signed again. GET /checkpoint?origin=O gives the latest one "
+        "co-signed (what 'agency audit verify --witness' checks each log against). Gateways submit "
+        "with audit.witness: URL in their definition file. Runs until SIGTERM or Ctrl-C.",
+    )
+    wi.add_argument("--listen", default="127.0.0.1:8460", help="host:port (port 0: any free port)")
+    wi.add_argument(
+        "--state", type=Path, required=True, help="where the latest co-signed checkpoints are kept"
+    )
+    wi.add_argument(
+        "--key",
+        type=Path,
+        required=True,
+        help="the witness's signing key file (created, mode 0600, if absent)",
+    )
+    wi.add_argument("--name", default="agency-witness", help="the witness's name in its co-signatures")
+    keyring(wi)
+    wi.set_defaults(handler=_witness)
 
     bk = cmds.add_parser(
         "backup",
@@ -292,8 +322,15 @@ def _verify(args: argparse.Namespace) -> int:
     bars = _verify_bars() if progress_wanted(args) else None
     ring = _keyring(args)
     pinned = bool(args.key) or ring is not None
+    witnessed, witness_key = _witness_view(args)
     verdict = verify_path(
-        _default_path(args.path), key=_key(args.key), keyring=ring, trusted_checkpoint=trusted, progress=bars
+        _default_path(args.path),
+        key=_key(args.key),
+        keyring=ring,
+        trusted_checkpoint=trusted,
+        progress=bars,
+        witnessed=witnessed,
+        witness_key=witness_key,
     )
     if args.json:
         bad = verdict.first_failure
@@ -351,6 +388,33 @@ def _verify(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def _witness(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ..audit.checkpoint import origin_for
+    from ..audit.witness import Witness, load_or_create_cosigner
+    from ..audit.witness_http import WitnessServer
+
+    ring = _keyring(args)
+    if ring is None:
+        raise InvalidInput.single("keyring", "required: the logs this witness co-signs", what="audit witness")
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise InvalidInput.single("listen", f"not host:port: {args.listen!r}", what="audit witness")
+    cosigner = load_or_create_cosigner(args.key, args.name)
+    witness = Witness(args.state, cosigner, {origin_for(node): ring.get(node) for node in ring})
+    server = WitnessServer(witness, host, int(port))
+    print(f"agency: witness {cosigner.name} on {server.url} (verifier key: {cosigner.vkey})", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    stop.wait()
+    server.close()
+    return 0
+
+
 def _backup(args: argparse.Namespace) -> int:
     from ..audit.backup import backup
     from ..audit.verify import verify_path
@@ -373,6 +437,44 @@ def _backup(args: argparse.Namespace) -> int:
         print(f"VERIFICATION FAILED: {bad.error if bad else 'nothing to verify'}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_VERIFIED
+
+
+def _witness_view(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(origin -> the witness's latest cosigned checkpoint, its key) from --witness/--witness-key."""
+    if not args.witness:
+        if args.witness_key:
+            raise InvalidInput.single("witness-key", "given without --witness", what="option")
+        return None, None
+    if not args.witness_key:
+        raise InvalidInput.single("witness-key", "required with --witness", what="option")
+    import urllib.parse
+
+    from ..audit.witness import CosignatureVerifier
+    from ..audit.witness_http import WitnessClient
+
+    key = CosignatureVerifier(_key(args.witness_key) or "")
+    if Path(args.witness).is_dir():
+        state = Path(args.witness)
+
+        def from_dir(origin: str) -> str | None:
+            path = state / (urllib.parse.quote(origin, safe="") + ".checkpoint")
+            return path.read_text() if path.exists() else None
+
+        return from_dir, key
+    try:
+        client = WitnessClient(args.witness)
+    except ValueError as exc:
+        raise InvalidInput.single("witness", str(exc), what="option") from None
+
+    def from_url(origin: str) -> str | None:
+        try:
+            return client.latest(origin)
+        except OSError as exc:
+            from ..errors import Unavailable
+
+            raise Unavailable(f"witness {args.witness} unreachable: {exc}") from None
+
+    return from_url, key
 
 
 def _open_tasks(directory: Path, key: str | None) -> list[str]:
