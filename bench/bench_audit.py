@@ -273,6 +273,80 @@ async def bytes_per_task(directory: Path, rounds: int) -> tuple[int, int, int]:
     return tasks, plain, on_disk
 
 
+def ship_figures(work: Path, count: int, batch: int) -> None:
+    """Shipping throughput and lag against a real rsyslogd (TCP, CEF), as ``agency audit ship`` runs."""
+    import socket
+    import subprocess
+
+    from middleware.audit.ship import Cursor, Shipper, SyslogTarget
+
+    rsyslogd = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
+    if not os.path.exists(rsyslogd):
+        print("\nshipping: rsyslogd not installed, skipped")
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    coll = work / "collector"
+    coll.mkdir()
+    (coll / "rsyslog.conf").write_text(
+        f'global(workDirectory="{coll}")\nmain_queue(queue.type="Direct")\nmodule(load="imtcp")\n'
+        'template(name="line" type="string" string="%msg%\\n")\n'
+        f'ruleset(name="r") {{ action(type="omfile" file="{coll}/out.log" template="line") }}\n'
+        f'input(type="imtcp" port="{port}" ruleset="r")\n'
+    )
+    proc = subprocess.Popen([rsyslogd, "-n", "-f", str(coll / "rsyslog.conf"), "-i", str(coll / "pid")])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        root = work / "ship-log"
+        write_synthetic_log(root, "bench", count)
+        target = SyslogTarget(f"tcp://127.0.0.1:{port}")
+        shipper = Shipper(
+            root,
+            target,
+            "cef",
+            Cursor(work / "ship-state"),
+            batch=batch,
+            verifier_for=lambda n: SIGNER.verifier(),
+        )
+        t0 = time.perf_counter()
+        shipped = shipper.run_once()
+        took = time.perf_counter() - t0
+        print(f"\nshipping to rsyslogd (imtcp, CEF, rounds of {batch}): {shipped:,} records in {took:.2f}s = "
+              f"{shipped / took:,.0f} records/s (verification of the log included)")  # fmt: skip
+
+        async def live() -> list[int]:
+            log = WalAuditLog(work / "live", "bench", signer=SIGNER)
+            follower = Shipper(work / "live", target, "cef", Cursor(work / "live-state"), batch=batch,
+                               verifier_for=lambda n: SIGNER.verifier())  # fmt: skip
+            stop = threading.Event()
+            thread = threading.Thread(target=follower.follow, args=(stop,), kwargs={"interval": 0.05})
+            thread.start()
+            for _ in range(200):  # ~100 records/s, 10 per batch
+                await log.append_batch([_plain() for _ in range(10)])
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(1)
+            stop.set()
+            await asyncio.to_thread(thread.join)
+            await log.close()
+            return follower.lags_ns
+
+        lags = sorted(asyncio.run(live()))
+        if lags:
+            p50, p99 = lags[len(lags) // 2] / 1e6, lags[int(len(lags) * 0.99)] / 1e6
+            print(f"shipping lag (append -> collector confirmed the round; follow interval 50 ms), "
+                  f"{len(lags):,} records: p50 {p50:.0f} ms, p99 {p99:.0f} ms")  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def write_synthetic_log(root: Path, node: str, count: int, *, segment_bytes: int = 64 << 20) -> None:
     """Write an N-event log in the WAL format quickly (no per-record fsync), checkpoint every 1000."""
     directory = root / node
@@ -342,7 +416,8 @@ def main() -> None:
     ap.add_argument(
         "--demo-rounds", type=int, default=20, help="rounds of the demo's six tasks for bytes per task"
     )
-    ap.add_argument("--only", choices=["signing", "size"], help="run only this measurement")
+    ap.add_argument("--only", choices=["signing", "size", "ship"], help="run only this measurement")
+    ap.add_argument("--ship-records", type=int, default=100_000, help="records shipped for the throughput")
     args = ap.parse_args()
     work = args.dir
     PRODUCERS, BATCH = args.producers, args.batch
@@ -361,6 +436,9 @@ def main() -> None:
         print(f"  batch of {n:>3}: {with_sig:7.2f} µs / {without:5.2f} µs  -> signing adds {added:.2f} µs")
     if args.only == "signing":
         return
+    if args.only == "ship":
+        ship_figures(work, args.ship_records, 1000)
+        return
     tasks, plain, on_disk = asyncio.run(bytes_per_task(work / "demo", args.demo_rounds))
     print(
         f"\nthe demo's tasks x {args.demo_rounds}: {tasks} tasks, {plain / tasks:,.0f} bytes per task "
@@ -369,6 +447,7 @@ def main() -> None:
     )
     if args.only == "size":
         return
+    ship_figures(work, args.ship_records, 1000)
     wal, single, sqlite, raw, raw_same, floor, per_sync = [], [], [], [], [], [], []
     try:
         for r in range(args.rounds):

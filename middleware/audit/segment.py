@@ -332,6 +332,8 @@ def check(
     where: str,
     state: ChainState,
     frames: list[tuple[int, int, int, int, int]] | None = None,
+    *,
+    start: int = 0,
 ) -> int:
     """Check every frame of one segment, updating ``state``; returns the end of the last good frame.
 
@@ -344,6 +346,8 @@ def check(
         where: How to name the segment in errors.
         state: The log so far; grows by this segment's good frames (also when raising).
         frames: If given, receives ``(type, index, time_ns, offset, payload end)`` of each good frame.
+        start: Where to begin: the end of what an earlier call checked (``state`` as it left it),
+            to follow a segment that grows.
 
     Raises:
         TornFrame: a frame that cannot be read (bad magic, length past end of file, bad CRC,
@@ -354,7 +358,7 @@ def check(
     """
     mv = memoryview(buf)
     size = len(mv)
-    off = 0
+    off = start
     unpack = HEADER.unpack_from
     chain_pack = _CHAIN_PREFIX.pack
     crc_of = _crc
@@ -368,7 +372,7 @@ def check(
     problem = _record_checker() if state.check_records else None
     # the last point where the segment is whole: (offset, chain, count, leaves, time, frames)
     good: tuple[int, bytes, int, int, int | None, int] = (
-        0,
+        start,
         chain,
         count,
         0,

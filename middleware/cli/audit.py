@@ -143,6 +143,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keyring(wi)
     wi.set_defaults(handler=_witness)
 
+    sh = cmds.add_parser(
+        "ship",
+        help="stream records to a SIEM over syslog (RFC 5424, TCP or TLS), at least once",
+        description="Send every verified record of the node logs under PATH to a syslog collector as "
+        "RFC 5424 messages, octet-counted (RFC 6587), over TCP or TLS; MSG is the record as CEF, OCSF or "
+        "JSON, the structured data [agency@32473 node=... index=...] names it. Records go in rounds: a "
+        "round counts as delivered once the collector has read it all and closed the connection, and "
+        "only then does the node's cursor under --state move; a failed round is sent again, so nothing "
+        "is lost and at most one round (--batch records) arrives twice, identifiable by node and index. "
+        "With --follow, keeps shipping as the logs grow (through collector and gateway restarts) until "
+        "SIGTERM or Ctrl-C.",
+    )
+    sh.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="an audit directory of node logs (default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
+    )
+    sh.add_argument("--to", required=True, help="the collector: tcp://HOST:PORT or tls://HOST:PORT")
+    sh.add_argument("--ca", type=Path, help="tls: the CA file to check the collector's certificate with")
+    sh.add_argument(
+        "--format", choices=["cef", "ocsf", "json"], default="cef", help="the MSG of each message"
+    )
+    sh.add_argument("--state", type=Path, required=True, help="where the cursors (one per node) are kept")
+    sh.add_argument("--batch", type=int, default=1000, help="records per round (default 1000)")
+    sh.add_argument("--follow", action="store_true", help="keep shipping as the logs grow")
+    sh.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between looks and retries")
+    sh.add_argument("--key", help="the published verifier key (one node); pin it")
+    keyring(sh)
+    sh.set_defaults(handler=_ship)
+
     bk = cmds.add_parser(
         "backup",
         help="copy node logs to a backup directory, never the signing keys",
@@ -412,6 +443,43 @@ def _witness(args: argparse.Namespace) -> int:
     server.start()
     stop.wait()
     server.close()
+    return 0
+
+
+def _ship(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ..audit.checkpoint import Verifier
+    from ..audit.ship import Cursor, Shipper, SyslogTarget
+
+    if args.interval <= 0:
+        raise InvalidInput.single("interval", "must be positive", what="option")
+    ring = _keyring(args)
+    pinned = Verifier(_key(args.key) or "") if args.key else None
+    shipper = Shipper(
+        _default_path(args.path),
+        SyslogTarget(args.to, ca=str(args.ca) if args.ca else None),
+        args.format,
+        Cursor(args.state),
+        batch=args.batch,
+        verifier_for=(lambda node: ring.get(node)) if ring is not None else (lambda node: pinned),
+    )
+    if not args.follow:
+        try:
+            shipped = shipper.run_once()
+        except OSError as exc:
+            from ..errors import Unavailable
+
+            raise Unavailable(f"the collector {args.to} did not take the records: {exc}") from None
+        print(f"shipped {plural(shipped, 'record')} to {args.to}")
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"agency: shipping {shipper.directory} to {args.to} ({args.format})", flush=True)
+    shipper.follow(stop, interval=args.interval)
+    print(f"agency: shipped {plural(shipper.delivered, 'record')}", flush=True)
     return 0
 
 
