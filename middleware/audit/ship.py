@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import ssl
 import threading
@@ -30,6 +31,8 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import orjson
 
 from ..errors import InvalidInput
 from ._files import atomic_write
@@ -48,10 +51,12 @@ SD_ID = "agency@32473"
 _SEVERITY = {7: 3, 5: 4, 3: 6}  # CEF severity -> syslog severity (error, warning, informational)
 
 
+_NOT_PRINTUSASCII = re.compile(r"[^\x21-\x7e]")
+
+
 def _printable(text: str, limit: int) -> str:
     """PRINTUSASCII (33..126) only, at most ``limit`` characters; '-' if empty."""
-    out = "".join(c if 33 <= ord(c) <= 126 else "_" for c in text)[:limit]
-    return out or "-"
+    return _NOT_PRINTUSASCII.sub("_", text[:limit]) or "-"
 
 
 def _sd_value(text: str) -> str:
@@ -60,8 +65,8 @@ def _sd_value(text: str) -> str:
 
 def syslog_message(record: FollowedRecord, fmt: str) -> bytes:
     """One RFC 5424 message for ``record`` with its MSG in ``fmt`` (cef, ocsf, json)."""
-    exported = ExportedRecord(record.node, record.index, record.time_ns, record.raw)
-    obj = exported.obj()
+    obj = orjson.loads(record.raw)  # parsed once for the header and the MSG
+    exported = ExportedRecord(record.node, record.index, record.time_ns, record.raw, obj)
     pri = FACILITY_LOG_AUDIT * 8 + _SEVERITY.get(severity(obj), 6)
     stamp = str(obj.get("time") or "")
     if not stamp.endswith("Z"):

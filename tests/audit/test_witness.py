@@ -36,7 +36,7 @@ def test_a_cosignature_is_cosignature_v1_as_the_spec_writes_it() -> None:
     line = cosigner.cosign(cp, 1679315147)
     assert line.startswith("\u2014 witness.example/w1 ") and line.endswith("\n")
     blob = base64.b64decode(line.split(" ")[-1])
-    name, key_id, key = cosigner.vkey.split("+")
+    name, key_id, key = cosigner.vkey.split("+", 2)
     public = base64.b64decode(key)
     assert public[0] == 0x04 and len(blob) == 4 + 8 + 64
     assert blob[:4] == hashlib.sha256(name.encode() + b"\n" + public).digest()[:4] == bytes.fromhex(key_id)
