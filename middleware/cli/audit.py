@@ -134,10 +134,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--state", type=Path, required=True, help="where the latest co-signed checkpoints are kept"
     )
     wi.add_argument(
-        "--key",
+        "--signing-key",
         type=Path,
         required=True,
-        help="the witness's signing key file (created, mode 0600, if absent)",
+        help="the witness's signing key file (created, mode 0600, if absent); keep it away from the state",
     )
     wi.add_argument("--name", default="agency-witness", help="the witness's name in its co-signatures")
     keyring(wi)
@@ -241,7 +241,7 @@ def _keyring(args: argparse.Namespace) -> Any:
         return None
     from ..audit.keyring import Keyring
 
-    if args.key:
+    if getattr(args, "key", None):
         raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="option")
     return Keyring.load(args.keyring)
 
@@ -433,7 +433,7 @@ def _witness(args: argparse.Namespace) -> int:
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         raise InvalidInput.single("listen", f"not host:port: {args.listen!r}", what="audit witness")
-    cosigner = load_or_create_cosigner(args.key, args.name)
+    cosigner = load_or_create_cosigner(args.signing_key, args.name)
     witness = Witness(args.state, cosigner, {origin_for(node): ring.get(node) for node in ring})
     server = WitnessServer(witness, host, int(port))
     print(f"agency: witness {cosigner.name} on {server.url} (verifier key: {cosigner.vkey})", flush=True)

@@ -3,16 +3,25 @@ log rolled back behind what it co-signed is caught — by verify, and by the wit
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import os
+import re
 import shutil
+import signal
 import struct
+import sys
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from gateway_processes import start_gateway, write_definition
 
-from middleware.audit.checkpoint import Signer
+from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.audit.checkpoint import Signer, load_or_create_signer
 from middleware.audit.merkle import MerkleTree
 from middleware.audit.witness import CosignatureVerifier, Cosigner, Witness, load_or_create_cosigner
 from middleware.audit.witness_http import COSIGNED_FILE, WitnessClient, Witnessing, WitnessServer
@@ -136,3 +145,51 @@ async def test_a_node_rolled_back_is_caught_by_verify_and_by_the_witness(
         await log.close()
     finally:
         server.close()
+
+
+async def test_a_gateway_submits_its_checkpoints_to_a_witness_process(tmp_path: Path) -> None:
+    """`agency audit witness` and `agency serve` with `audit.witness`: real processes."""
+    signer = load_or_create_signer(tmp_path / "gw" / "keys" / "gw.key", "audit-gw")  # the gateway's key
+    ring = tmp_path / "fleet.keys"
+    ring.write_text(f"gw {signer.vkey}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENCY_")}
+    witness = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "middleware", "audit", "witness", "--listen", "127.0.0.1:0"),
+        *("--state", str(tmp_path / "wstate"), "--signing-key", str(tmp_path / "w.key")),
+        *("--keyring", str(ring), "--name", "witness.test/w1"),
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert witness.stdout is not None
+        line = (await asyncio.wait_for(witness.stdout.readline(), 60)).decode()
+        started = re.search(r"on (http://\S+) \(verifier key: (\S+)\)", line)
+        assert started, f"the witness did not start: {line!r}"
+        url, wkey = started.group(1), started.group(2)
+        config = write_definition(
+            tmp_path / "agency.json",
+            {"server": {"address": "127.0.0.1:0", "metrics_address": ""}, "audit": {"witness": url}},
+        )
+        gw = await start_gateway(config, "gw", tmp_path)
+        cosigned = tmp_path / "gw" / "audit" / "gw" / COSIGNED_FILE
+        try:
+            async with grpc.aio.insecure_channel(gw.address) as channel:  # something to sign
+                await agency_pb2_grpc.AgencyServiceStub(channel).Submit(
+                    agency_pb2.SubmitRequest(text="Predict the weather."), timeout=30
+                )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if cosigned.exists():
+                    break
+                await asyncio.sleep(0.05)
+            assert cosigned.exists(), gw.output()
+        finally:
+            assert await gw.stop() == 0, gw.output()
+        argv = ["audit", "verify", str(tmp_path / "gw" / "audit"), "--keyring", str(ring)]
+        assert await asyncio.to_thread(cli_main, [*argv, "--witness", url, "--witness-key", wkey]) == 0
+        note = cosigned.read_text()
+        assert CosignatureVerifier(wkey).verify(note)[0].origin == "agency-middleware/audit/gw"
+    finally:
+        witness.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(witness.wait(), 30)
+    assert witness.returncode == 0
