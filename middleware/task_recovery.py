@@ -6,8 +6,9 @@ its segment in the log with ``task.completed`` whose detail carries the whole ta
 memory store after any restart, a Redis store that lost its data — gets it back from the
 last such record: a task still waiting is waiting again (and is decided once, as before);
 a task whose later segment was cut short (``task.interrupted``, or left open by a crash)
-comes back failed, never runnable a second time. Tasks that never waited have no record
-to rebuild from and are not rebuilt.
+comes back failed, never runnable a second time (cancelled, if the last record of it is a
+cancellation). Any ``task.*`` record after the snapshot — new kinds included — means the
+task moved on. Tasks that never waited have no record to rebuild from and are not rebuilt.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from .tasks import TaskRecord, TaskState
 __all__ = ["RebuiltTasks", "rebuild_tasks"]
 
 log = logging.getLogger("agency.tasks")
-
-TASK_EVENTS = frozenset({"task.submitted", "task.resumed", "task.completed", "task.interrupted"})
 
 
 @dataclass
@@ -56,9 +55,9 @@ async def rebuild_tasks(records: Iterable[dict[str, Any]], tasks: TaskStore) -> 
     last: dict[str, dict[str, Any]] = {}
     for rec in records:
         task_id, etype = rec.get("task_id"), rec.get("event_type")
-        if not task_id or etype not in TASK_EVENTS:
+        if not task_id or not isinstance(etype, str) or not etype.startswith("task."):
             continue
-        last[task_id] = rec
+        last[task_id] = rec  # any later task.* record (a new kind too) means it moved on
         detail = rec.get("detail") or {}
         if etype == "task.completed" and isinstance(detail.get("task"), dict):
             snapshot[task_id] = detail["task"]
@@ -79,8 +78,10 @@ async def rebuild_tasks(records: Iterable[dict[str, Any]], tasks: TaskStore) -> 
             done.unreadable.append(task_id)
             continue
         if not waiting:  # resumed, then cut short (or still open after a crash): never run again
-            why = str(ended.get("reason", "the gateway stopped before the task ended"))
-            run.state, run.pending, run.reason = TaskState.FAILED, {}, f"interrupted: {why}"
+            why = str(ended.get("reason") or f"the log's last word on it: {end['event_type']}")
+            cancelled = "cancel" in str(end["event_type"])
+            run.state = TaskState.CANCELED if cancelled else TaskState.FAILED
+            run.pending, run.reason = {}, why if cancelled else f"interrupted: {why}"
         await tasks.create(run)
         (done.waiting if waiting else done.interrupted).append(task_id)
     if done.waiting or done.interrupted:

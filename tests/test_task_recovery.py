@@ -33,9 +33,13 @@ async def test_waiting_tasks_come_back_waiting_interrupted_ones_failed_known_one
         _rec("task.completed", "t3", task=_held("t3")),
         _rec("task.submitted", "t4"),  # never waited: nothing to rebuild from
         _rec("task.completed", "t5", task={"not": "a task"}),
+        _rec("task.completed", "t6", task=_held("t6")),
+        _rec("task.cancelled", "t6", reason="the customer withdrew"),  # a kind this release does not know
     ]
     done = await rebuild_tasks(records, store)
-    assert (done.waiting, done.interrupted, done.unreadable) == (["t1"], ["t2"], ["t5"])
+    assert (done.waiting, done.interrupted, done.unreadable) == (["t1"], ["t2", "t6"], ["t5"])
+    t6 = await store.get("t6")
+    assert t6.state is TaskState.CANCELED and t6.reason == "the customer withdrew"
     assert (await store.get("t1")).state is TaskState.INPUT_REQUIRED
     t2 = await store.get("t2")
     assert t2.state is TaskState.FAILED and t2.reason == "interrupted: killed" and not t2.pending
