@@ -14,12 +14,13 @@ task moved on. Tasks that never waited have no record to rebuild from and are no
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from .audit.shredding import ERASED
 from .errors import NotFound
 from .task_store import TaskStore
 from .tasks import TaskRecord, TaskState
@@ -44,12 +45,23 @@ class RebuiltTasks:
     unreadable: list[str]
 
 
-async def rebuild_tasks(records: Iterable[dict[str, Any]], tasks: TaskStore) -> RebuiltTasks:
+async def rebuild_tasks(
+    records: Iterable[dict[str, Any]],
+    tasks: TaskStore,
+    *,
+    reveal: Callable[[str], str] | None = None,
+) -> RebuiltTasks:
     """Put back in ``tasks`` each held or interrupted task of ``records`` it does not have.
+
+    With the personal-data guard on, the snapshot's personal values are sealed (or redacted)
+    in the log: ``reveal`` opens sealed ones (``audit.shredding.reveal`` with the subject keys).
+    A task whose personal data cannot be had back — its subject erased, or the values only
+    redacted — is never resumed with placeholders: it comes back failed, saying why.
 
     Args:
         records: One node's ``task.*`` records (plain JSON objects), in log order.
         tasks: The store to fill.
+        reveal: Opens the sealed values of a string (None: they stay sealed, the task fails).
     """
     snapshot: dict[str, dict[str, Any]] = {}
     last: dict[str, dict[str, Any]] = {}
@@ -71,11 +83,18 @@ async def rebuild_tasks(records: Iterable[dict[str, Any]], tasks: TaskStore) -> 
             continue  # the store has it: it knows better than the log's last snapshot
         except NotFound:
             pass
+        data, lost = _revealed(data, reveal)
         try:
             run = TaskRecord.model_validate(data)
         except ValidationError as exc:
             log.error("task %s: its snapshot in the audit log does not validate: %s", task_id, exc)
             done.unreadable.append(task_id)
+            continue
+        if lost:  # never resumed with placeholders for its data
+            run.state, run.pending = TaskState.FAILED, {}
+            run.reason = f"its personal data is not in the audit log in clear ({lost}): not resumable"
+            await tasks.create(run)
+            done.interrupted.append(task_id)
             continue
         if not waiting:  # resumed, then cut short (or still open after a crash): never run again
             why = str(ended.get("reason") or f"the log's last word on it: {end['event_type']}")
@@ -92,3 +111,26 @@ async def rebuild_tasks(records: Iterable[dict[str, Any]], tasks: TaskStore) -> 
             len(done.interrupted),
         )
     return done
+
+
+def _revealed(value: Any, reveal: Callable[[str], str] | None) -> tuple[Any, str]:
+    """``value`` with its sealed strings opened; and why personal data is missing ("" if not)."""
+    lost: list[str] = []
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            if "[sealed:" in v:
+                v = reveal(v) if reveal is not None else v
+                if ERASED in v:
+                    lost.append("its subject was erased")
+            if "[sealed:" in v or "[redacted:" in v:
+                lost.append("sealed or redacted")
+            return v
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    out = walk(value)
+    return out, (lost[0] if lost else "")

@@ -44,3 +44,25 @@ async def test_waiting_tasks_come_back_waiting_interrupted_ones_failed_known_one
     t2 = await store.get("t2")
     assert t2.state is TaskState.FAILED and t2.reason == "interrupted: killed" and not t2.pending
     assert (await store.get("t3")).state is TaskState.SUBMITTED
+
+
+async def test_sealed_personal_data_is_opened_and_an_erased_subject_is_never_resumed() -> None:
+    from middleware.audit.shredding import MemoryKeyStore, SubjectSealer, key_id, reveal
+
+    keys = MemoryKeyStore()
+    sealer = SubjectSealer(keys)
+    held = []
+    for task_id, subject in (("t1", "alice"), ("t2", "bob"), ("t3", "carol")):
+        snap = _held(task_id)
+        snap["request"]["text"] = sealer.seal(subject, "email", f"{subject}@example.com")
+        held.append(_rec("task.completed", task_id, task=snap))
+    held[2]["detail"]["task"]["request"]["text"] = "[redacted:email]"  # sealing was off: only redacted
+    keys.erase(key_id("bob"))
+
+    store = MemoryTaskStore()
+    done = await rebuild_tasks(held, store, reveal=lambda text: reveal(text, keys, allowed=True))
+    assert done.waiting == ["t1"] and done.interrupted == ["t2", "t3"]
+    assert (await store.get("t1")).request.text == "alice@example.com"
+    for task_id in ("t2", "t3"):
+        lost = await store.get(task_id)
+        assert lost.state is TaskState.FAILED and "not in the audit log in clear" in lost.reason
