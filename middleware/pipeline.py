@@ -872,12 +872,10 @@ class Agency:
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
-        await self._audit(
-            run,
-            AuditEventType.TASK_COMPLETED,
-            state.value,
-            {"reason": reason, "goal_passed": verdict.passed if verdict else None},
-        )
+        ended: dict[str, Any] = {"reason": reason, "goal_passed": verdict.passed if verdict else None}
+        if state is TaskState.INPUT_REQUIRED:  # what a store that forgot it is rebuilt from
+            ended["task"] = run.model_dump(mode="json")  # (middleware/task_recovery.py)
+        await self._audit(run, AuditEventType.TASK_COMPLETED, state.value, ended)
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
