@@ -1,7 +1,7 @@
 """DATA_INCONSISTENCY: two sources disagree on the same fact.
 
-Trigger: an output states a fact (a top-level field) that an earlier step or the request stated with
-    another value (e.g. price 100 vs 120).
+Trigger: an output states a fact (a scalar field at any depth) that the request, the task's context or
+    an earlier step stated with another value (e.g. price 100 vs 120).
 Default resolution: Return the conflict with both values and their provenance, never merged
     silently; the task waits for the user's choice.
 Configurable instead (``FailurePolicy.resolution``): use_backup (an arbitration agent),

@@ -257,7 +257,7 @@ class Dispatcher:
         elapsed = (time.perf_counter() - started) * 1000
         run.steps[-1].duration_ms = round(elapsed, 3)
         found = await self._detectors.inspect(
-            AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run))
+            AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run), contract.facts)
         )
         if found is not None:
             held = (
@@ -355,8 +355,6 @@ class Dispatcher:
         age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
         known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
-        if run.context:
-            known.append(Testimony(source="context", output=run.context))
         return self._scorer.score(
             reply.provenance.source if reply.provenance is not None else key,
             output=reply.output,
@@ -437,11 +435,18 @@ def _check_inputs_fresh(run: TaskRecord, step: TaskStep, now: datetime) -> None:
 
 
 def _sources(run: TaskRecord) -> list[SourcedOutput]:
-    """What earlier outputs (and the request's input) said, with provenance, oldest first."""
+    """Everything the task knows, with provenance: the request's input, the earlier steps'
+    outputs (oldest first), then its context (what an intake agent extracted, or the session
+    carried over from earlier tasks: ``Provenance.source`` ``context``)."""
     out = [SourcedOutput("request", f"user:{run.request.user_id}", run.request.input, run.request.provenance)]
     for s in run.steps:
         if s.status == "completed" and s.provenance is not None:
             out.append(SourcedOutput(s.name, s.agent, run.outputs.get(s.name), s.provenance))
+    if run.context:
+        told = run.request.provenance.reliability_score
+        out.append(
+            SourcedOutput("context", "", run.context, Provenance(source="context", reliability_score=told))
+        )
     return out
 
 

@@ -205,6 +205,6 @@ def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPack
             attempts=event.attempt,
         ),
         failure=event.model_dump(mode="json"),
-        suggested_reply=suggested_reply(event.type.value, task.request.text),
+        suggested_reply=suggested_reply(event.type.value, task.request.text, language=task.language),
         plan=plan.model_dump(mode="json") if (plan := plan_for(task, event)) is not None else None,
     )

@@ -1,0 +1,141 @@
+"""Facts: the scalar values an answer states, at any depth, named by field, with their paths.
+
+What the consistency detector (``DATA_INCONSISTENCY``) and the reliability score's
+consistency part compare. A fact is a string, number or boolean reached through the
+objects (and lists) of a value; it is named by its field — the last key on its path — so
+the intake agent's ``{"context": {"accidental": true}}`` and the warranty agent's
+``{"accidental": false}`` state the same fact, ``accidental``, at ``$.context.accidental``
+and ``$.accidental``.
+
+A name a value states twice with different values (an order's ``status`` and a
+shipment's ``status`` in one answer) is ambiguous within that value and is not a fact
+of it: two things share a name, and comparing either would be a guess. When the
+occurrences agree, the shallowest (then the first) path is kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Fact", "facts_of", "json_path_of", "replace_at", "same_value"]
+
+#: Values nested deeper than this are not read (an answer is bounded by
+#: ``limits.max_output_bytes``; this bounds the walk of a pathological one).
+MAX_DEPTH = 32
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Key = str | int
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact a value states.
+
+    Attributes:
+        name: The field that names it (the last key of its path).
+        value: The scalar stated.
+        keys: Where it is, key by key (list indexes as ints).
+    """
+
+    name: str
+    value: Any
+    keys: tuple[Key, ...]
+
+    @property
+    def path(self) -> str:
+        """Its JSON path (``$.context.accidental``, ``$.items[0].price``, ``$['order id']``)."""
+        return json_path_of(self.keys)
+
+
+def json_path_of(keys: Sequence[Key]) -> str:
+    """The JSON path of ``keys`` (``$`` for none)."""
+    parts = ["$"]
+    for key in keys:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif _PLAIN_KEY.match(key):
+            parts.append(f".{key}")
+        else:
+            parts.append("['" + key.replace("\\", "\\\\").replace("'", "\\'") + "']")
+    return "".join(parts)
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool)) and value is not None
+
+
+def facts_of(
+    value: Any, *, only: Collection[str] | None = None, ignore: Collection[str] = ()
+) -> dict[str, Fact]:
+    """The facts ``value`` states, by name, in document order.
+
+    Args:
+        value: Any JSON value (a scalar at the top is no fact: it has no name).
+        only: Names to keep (None: every name).
+        ignore: Names never kept.
+    """
+    found: dict[str, Fact] = {}
+    ambiguous: set[str] = set()
+    stack: list[tuple[Any, tuple[Key, ...]]] = [(value, ())]
+    while stack:
+        node, keys = stack.pop()
+        if len(keys) > MAX_DEPTH:
+            continue
+        children: list[tuple[Any, tuple[Key, ...]]] = []
+        if isinstance(node, dict):
+            children = [(child, (*keys, str(key))) for key, child in node.items()]
+        elif isinstance(node, list):
+            children = [(child, (*keys, i)) for i, child in enumerate(node)]
+        for child, path in children:
+            if not _scalar(child):
+                continue
+            name = next((k for k in reversed(path) if isinstance(k, str)), "")
+            if not name or name in ambiguous or name in ignore or (only is not None and name not in only):
+                continue
+            held = found.get(name)
+            if held is None:
+                found[name] = Fact(name, child, path)
+            elif not same_value(held.value, child):
+                ambiguous.add(name)
+                del found[name]
+        # containers after this level's scalars, first child first (document order)
+        stack.extend(reversed([(c, p) for c, p in children if isinstance(c, (dict, list))]))
+    return found
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two stated values agree: booleans only with booleans, numbers by value, strings
+    trimmed and case-folded."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().casefold() == b.strip().casefold()
+    return bool(a == b)
+
+
+def replace_at(value: Any, keys: Sequence[Key], new: Any) -> Any:
+    """A copy of ``value`` with the value at ``keys`` replaced by ``new`` (a settled conflict).
+
+    Raises:
+        KeyError: ``keys`` does not lead to a value of ``value``.
+    """
+    if not keys:
+        return new
+    out = copy.deepcopy(value)
+    node = out
+    for key in keys[:-1]:
+        node = node[key]
+    last = keys[-1]
+    if isinstance(node, dict):
+        if last not in node:
+            raise KeyError(last)
+        node[last] = new
+    else:
+        node[int(last)] = new
+    return out
