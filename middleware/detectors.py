@@ -7,7 +7,8 @@ hands the result to :class:`Detectors`, which runs, in this order:
    pluggable :class:`PolicyClassifier`. A violating output is blocked: it is not
    stored, not audited in clear (only its SHA-256), and never reaches the user or
    the next agent.
-2. **INTENT_DRIFT** – the result's intention trace is deeper than 5 or has a cycle.
+2. **INTENT_DRIFT** – the result's intention trace is deeper than 5, has a cycle, or does
+   not start at the task's goal (seed 003 §5.3: a trace must lead back to the user's goal).
 3. **STALE_DATA** – the result is older than its ``freshness_ttl``.
 4. **DATA_INCONSISTENCY** – the output states a fact (a scalar field at any depth,
    :mod:`middleware.facts`) that the request, the task's context or an earlier step
@@ -144,6 +145,8 @@ class AgentResult:
     earlier: Sequence[SourcedOutput] = field(default_factory=tuple)
     facts: Sequence[str] = field(default_factory=tuple)
     """The fields the agent's contract declares as facts (empty: every field)."""
+    goal_id: str = ""
+    """The task's goal (empty: none): the root every answer's intention trace must start at."""
 
 
 class Detection(Model):
@@ -239,14 +242,23 @@ class Detectors:
     def _intent(self, result: AgentResult) -> Detection | None:
         if not self.config.check_intent:
             return None
+        trace = result.message.metadata.intention_trace
         why = result.message.intention_drift()
-        if why is None:
-            return None
-        return Detection(
-            type=FailureType.INTENT_DRIFT,
-            detail=f"{result.agent}: {why}",
-            context={"intention_trace": result.message.metadata.intention_trace},
-        )
+        if why is not None:
+            return Detection(
+                type=FailureType.INTENT_DRIFT,
+                detail=f"{result.agent}: {why}",
+                context={"intention_trace": trace},
+            )
+        if result.goal_id and trace[0] != result.goal_id:
+            return Detection(
+                type=FailureType.INTENT_DRIFT,
+                detail=f"{result.agent}: its intention trace starts at {trace[0]}, not at the task's goal "
+                f"{result.goal_id}",
+                context={"intention_trace": trace, "expected_root": result.goal_id},
+                hold_output=True,
+            )
+        return None
 
     def _stale(self, result: AgentResult) -> Detection | None:
         if not self.config.check_freshness:

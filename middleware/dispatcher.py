@@ -23,7 +23,7 @@ from .catalog import Catalog
 from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import AgentResult, Detectors, SourcedOutput
-from .drift import Answer, IntentJudge, RuleBasedIntentJudge, judge_all
+from .drift import Answer, DriftFinding, IntentJudge, RuleBasedIntentJudge, judge_all, out_of_scope
 from .errors import (
     AgencyError,
     AgentFailure,
@@ -35,6 +35,7 @@ from .errors import (
 )
 from .executor import StepCursor
 from .failures import FailureType
+from .goals import GoalAssertion
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
@@ -136,8 +137,49 @@ class Dispatcher:
             unfiltered = await self._router.decide(constraints)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
-                return unfiltered
-        return decision
+                decision = unfiltered
+        return await self._within_scope(run, step, decision)
+
+    async def _within_scope(
+        self, run: TaskRecord, step: TaskStep, decision: RoutingDecision
+    ) -> RoutingDecision:
+        """``decision`` without the agents outside the goal's intention scope (rejected with
+        constraint ``intention_scope``): what is out of scope is never dispatched, nor used as a
+        backup. When none is left the decision is refused: :meth:`scope_drift` says why."""
+        goal = run.goal
+        if goal is None or goal.intention_scope is None or decision.refused:
+            return decision
+        refused: dict[str, tuple[str, str]] = {}
+        for key in (decision.chosen, *decision.fallbacks):
+            found = await self._out_of_scope(goal, step, decision.constraints.action, key)
+            if found is not None:
+                refused[key] = ("intention_scope", found.reason)
+        return self._router.restrict(decision, refused)
+
+    async def _out_of_scope(
+        self, goal: GoalAssertion, step: TaskStep, action: str, key: str
+    ) -> DriftFinding | None:
+        try:
+            contract = (await self._catalog.get(key)).contract
+        except NotFound:
+            return None  # gone: the dispatch finds out (TOOL_UNAVAILABLE)
+        return out_of_scope(
+            goal, action=action, agent=key, tags=contract.tags, can_do=contract.can_do, step=step.name
+        )
+
+    async def scope_drift(
+        self, run: TaskRecord, step: TaskStep, decision: RoutingDecision
+    ) -> DriftFinding | None:
+        """Why a refused ``decision`` was refused for the goal's intention scope (every agent that
+        fit the contracts is outside it), or None when it was refused for anything else."""
+        if run.goal is None or not decision.refused:
+            return None
+        for rejection in decision.rejected:
+            if rejection.constraint == "intention_scope":
+                found = await self._out_of_scope(run.goal, step, decision.constraints.action, rejection.agent)
+                if found is not None:
+                    return found
+        return None
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
@@ -232,8 +274,13 @@ class Dispatcher:
                         what=f"answer of {key}",
                     )
                 intake = Intake.parse(reply.output, what=f"intake of {key}") if anchors else None
-                if intake is not None and intake.goal_id and reply.intention_trace is None:
-                    # the answer serves the goal it anchors
+                if (
+                    intake is not None
+                    and intake.goal_id
+                    and reply.intention_trace is None
+                    and run.goal is None
+                ):
+                    # the answer serves the goal it anchors (a goal the client anchored stays)
                     reply = reply.model_copy(update={"intention_trace": [intake.goal_id]})
                 reliability = self._reliability(run, key, reply)
                 result = envelope(
@@ -257,7 +304,16 @@ class Dispatcher:
         elapsed = (time.perf_counter() - started) * 1000
         run.steps[-1].duration_ms = round(elapsed, 3)
         found = await self._detectors.inspect(
-            AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run), contract.facts)
+            AgentResult(
+                run.task_id,
+                step.name,
+                key,
+                reply.output,
+                result,
+                _sources(run),
+                facts=contract.facts,
+                goal_id=run.goal.id if run.goal is not None else "",
+            )
         )
         if found is not None:
             held = (

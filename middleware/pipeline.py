@@ -34,7 +34,7 @@ from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .drift import IntentJudge
+from .drift import DriftFinding, IntentJudge
 from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
@@ -388,12 +388,16 @@ class Agency:
         dumped = decision.model_dump(mode="json")
         run.routing.append({"step": step.name, **dumped})
         if decision.refused:
+            drift = await self._dispatcher.scope_drift(run, step, decision)
             await self._audit(
                 run,
                 AuditEventType.ROUTING_REFUSED,
                 "refused",
                 {"step": step.name, **decision_detail(decision, dumped)},
+                rule="intention_scope" if drift is not None else "",
             )
+            if drift is not None:
+                return await self._out_of_scope(run, step, drift)
             event = run.failure_event(
                 FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
             )
@@ -479,6 +483,28 @@ class Agency:
                 if refused is not None:
                     return refused
             return await self._verify_stage(run, step.name, answer.output)
+
+    async def _out_of_scope(self, run: TaskRecord, step: TaskStep, drift: DriftFinding) -> Outcome:
+        """A step whose action (or every agent that could take it) is outside the goal's
+        intention scope: INTENT_DRIFT before dispatch, so nothing out of scope ever runs; its
+        resolution (a person re-anchors the goal, or abort by policy) stops the task."""
+        assert run.goal is not None
+        event = run.failure_event(
+            FailureType.INTENT_DRIFT,
+            step=step.name,
+            detail=f"{drift.reason}: refused before dispatch",
+            context={
+                "judge": drift.judge,
+                "evidence": drift.evidence,
+                "goal_id": run.goal.id,
+                "intention_trace": [run.goal.id],
+                "before_dispatch": True,
+            },
+        )
+        resolution = await self._resolve(run, event)
+        cursor = StepCursor(agent="", fallbacks=[])
+        await self._executor.apply(resolution, event, cursor, run)
+        return await self._stop(run, cursor)
 
     async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
         """Anchor the goal an intake agent named (see ``middleware.intake``)."""
