@@ -35,7 +35,7 @@ from .errors import (
 )
 from .executor import StepCursor
 from .failures import FailureType
-from .goals import GoalAssertion
+from .goals import GoalAssertion, GoalStore
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
@@ -95,7 +95,9 @@ class Dispatcher:
         time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
         intent_judges: list[IntentJudge] | None = None,
         max_output_bytes: int | None = None,
+        goals: GoalStore | None = None,
     ) -> None:
+        self._goals = goals
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
         )
@@ -274,6 +276,8 @@ class Dispatcher:
                         what=f"answer of {key}",
                     )
                 intake = Intake.parse(reply.output, what=f"intake of {key}") if anchors else None
+                if intake is not None and intake.goal_id and run.goal is None:
+                    self._check_goal(key, intake.goal_id)
                 if (
                     intake is not None
                     and intake.goal_id
@@ -392,6 +396,19 @@ class Dispatcher:
             goal_id=run.goal.id,
             intention_trace=result.metadata.intention_trace,
         )
+
+    def _check_goal(self, key: str, goal_id: str) -> None:
+        """An intake agent may only anchor a registered goal (its mistake: SCHEMA_VIOLATION)."""
+        if self._goals is None:
+            return
+        try:
+            self._goals.get(goal_id)
+        except NotFound:
+            raise InvalidInput.single(
+                "goal_id",
+                f"{key} anchored {goal_id}, which is not a registered goal",
+                what=f"intake of {key}",
+            ) from None
 
     def _time_critical(
         self, run: TaskRecord, tags: list[str], contract_critical: bool, key: str

@@ -218,6 +218,7 @@ class JsonPathStep(_Step):
     timezone: str = Field(
         default="UTC",
         max_length=64,
+        exclude_if=lambda zone: zone == "UTC",  # a goal's JSON names a zone only when it is not UTC
         description="For the within_* ops: the time zone whose calendar days are compared (UTC, "
         "or an IANA name such as Asia/Shanghai).",
     )

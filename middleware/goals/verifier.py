@@ -33,6 +33,7 @@ from ..schemas import compile_schema
 from .checks import CheckRegistry, CheckResult
 from .dates import within_reason
 from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict
+from .plans import check_plan
 from .steps import (
     WITHIN_OPS,
     AllOfStep,
@@ -690,18 +691,9 @@ class StagedVerifier:
         self.verdicts: list[GoalVerdict] = []
 
     def check_bindings(self, step_names: Sequence[str]) -> None:
-        """Raise :class:`InvalidInput` for stages bound to steps the task does not have."""
-        problems = [
-            Problem(
-                f"goal.stages[{i}].step",
-                f"stage {stage.name!r} is bound to step {stage.step!r}, which the task does not have "
-                f"(steps: {', '.join(step_names)})",
-            )
-            for i, stage in enumerate(self.goal.stages)
-            if stage.step not in step_names
-        ]
-        if problems:
-            raise InvalidInput(problems, what="task request")
+        """Raise :class:`InvalidInput` for stages bound to steps the task does not have
+        (:func:`middleware.goals.plans.check_plan`)."""
+        check_plan(self.goal, step_names)
 
     async def after_step(self, step: str, output: Any) -> GoalVerdict | None:
         """Verify the stage bound to ``step`` (``None`` when no stage is bound to it)."""
