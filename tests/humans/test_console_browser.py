@@ -30,7 +30,7 @@ from .cases import SHIPMENT, TOKENS, WARRANTY_INPUT, WARRANTY_TEXT, XSS, definit
 
 HERE = Path(__file__).parent
 SHOTS = HERE.parent.parent / "docs" / "console"
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("AGENCY_TEST_CHROMIUM", "/usr/bin/chromium")  # as tests/conftest.py checks it
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
