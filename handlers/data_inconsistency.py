@@ -10,6 +10,8 @@ Configurable instead (``FailurePolicy.resolution``): use_backup (an arbitration 
 
 from __future__ import annotations
 
+import json
+
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
 TYPE = FailureType.DATA_INCONSISTENCY
@@ -23,7 +25,8 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     options = [
         {
             "id": f"value_{i}",
-            "label": f"{v.get('value')!r} from {v.get('source', '?')}",
+            "label": f"{json.dumps(v.get('value'), ensure_ascii=False)} from {v.get('source', '?')}"
+            + (f" (at {v['path']} of step {v.get('step', '?')})" if v.get("path") else ""),
             "value": v.get("value"),
         }
         for i, v in enumerate(conflict.get("values") or [], start=1)
