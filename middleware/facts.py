@@ -18,8 +18,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["Fact", "facts_of", "json_path_of", "replace_at", "same_value"]
 
@@ -31,8 +30,7 @@ _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 Key = str | int
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(NamedTuple):
     """One fact a value states.
 
     Attributes:
@@ -71,7 +69,8 @@ def _scalar(value: Any) -> bool:
 def facts_of(
     value: Any, *, only: Collection[str] | None = None, ignore: Collection[str] = ()
 ) -> dict[str, Fact]:
-    """The facts ``value`` states, by name, in document order.
+    """The facts ``value`` states, by name, in document order (a node's own fields before the
+    fields of the objects nested in it).
 
     Args:
         value: Any JSON value (a scalar at the top is no fact: it has no name).
@@ -79,31 +78,51 @@ def facts_of(
         ignore: Names never kept.
     """
     found: dict[str, Fact] = {}
+    if not isinstance(value, (dict, list)):
+        return found
+    if isinstance(value, dict) and not any(isinstance(v, (dict, list)) for v in value.values()):
+        for key, child in value.items():  # a flat object, the common answer: no name twice
+            name = str(key)
+            if (
+                isinstance(child, (str, int, float, bool))
+                and name
+                and name not in ignore
+                and (only is None or name in only)
+            ):
+                found[name] = Fact(name, child, (name,))
+        return found
     ambiguous: set[str] = set()
-    stack: list[tuple[Any, tuple[Key, ...]]] = [(value, ())]
+    stack: list[tuple[Any, tuple[Key, ...], str]] = [(value, (), "")]
     while stack:
-        node, keys = stack.pop()
+        node, keys, owner = stack.pop()
         if len(keys) > MAX_DEPTH:
             continue
-        children: list[tuple[Any, tuple[Key, ...]]] = []
-        if isinstance(node, dict):
-            children = [(child, (*keys, str(key))) for key, child in node.items()]
-        elif isinstance(node, list):
-            children = [(child, (*keys, i)) for i, child in enumerate(node)]
-        for child, path in children:
-            if not _scalar(child):
+        nested: list[tuple[Any, tuple[Key, ...], str]] = []
+        pairs = (
+            ((str(k), k, v) for k, v in node.items())
+            if isinstance(node, dict)
+            else ((owner, i, v) for i, v in enumerate(node))
+        )
+        for name, key, child in pairs:
+            if isinstance(child, (dict, list)):
+                nested.append((child, (*keys, key if isinstance(key, int) else name), name))
                 continue
-            name = next((k for k in reversed(path) if isinstance(k, str)), "")
-            if not name or name in ambiguous or name in ignore or (only is not None and name not in only):
+            if (
+                child is None
+                or not isinstance(child, (str, int, float, bool))
+                or not name
+                or name in ambiguous
+                or name in ignore
+                or (only is not None and name not in only)
+            ):
                 continue
             held = found.get(name)
             if held is None:
-                found[name] = Fact(name, child, path)
+                found[name] = Fact(name, child, (*keys, key if isinstance(key, int) else name))
             elif not same_value(held.value, child):
                 ambiguous.add(name)
                 del found[name]
-        # containers after this level's scalars, first child first (document order)
-        stack.extend(reversed([(c, p) for c, p in children if isinstance(c, (dict, list))]))
+        stack.extend(reversed(nested))  # the first nested object next (document order)
     return found
 
 
