@@ -49,6 +49,9 @@ from .goals import (
     check_plan,
     plan_problems,
 )
+from .guards.audit_guard import PersonalDataAuditLog
+from .guards.content_guard import ContentGuard
+from .guards.policy import PolicyGate
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
@@ -139,6 +142,11 @@ class Agency:
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
+        guard: The content guards at dispatch (default: built from ``config.guards`` when one
+            is on; with the personal-data guard, ``audit`` is wrapped so records hold no
+            personal data in clear — docs/security.md).
+        policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
+            ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
     """
 
     def __init__(
@@ -164,10 +172,18 @@ class Agency:
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
+        guard: ContentGuard | None = None,
+        policy: PolicyGate | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
         self.audit: AuditLog = audit or MemoryAuditLog()
+        if guard is None and self.config.guards.any_enabled:
+            guard = ContentGuard(self.config.guards)
+        self.guard = guard
+        self.policy = policy
+        if guard is not None and guard.personal_data and guard.config.personal_data.audit:
+            self.audit = PersonalDataAuditLog(self.audit, guard.scanner, replacer=guard.audit_replacer)
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(
             policy=self.config.failure_policy, policies=self.config.failure_policies
@@ -200,6 +216,8 @@ class Agency:
             time_critical_domains=frozenset(self.config.time_critical_domains),
             intent_judges=intent_judges,
             max_output_bytes=self.config.limits.max_output_bytes,
+            guard=guard,
+            policy=policy,
             goals=self.goals,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
@@ -721,6 +739,17 @@ class Agency:
             if approval:
                 name, role = check_approver(run, person, caller)
                 who = {"person": name, "role": role} if name else who
+                if self.policy is not None:  # policies as code: may this person approve this step?
+                    try:
+                        await self.policy.approve(
+                            run,
+                            person=name,
+                            roles=[r for r in role.split(",") if r],
+                            agent=str(run.pending.get("agent", "")),
+                            audit=self._audit,
+                        )
+                    finally:  # the decision is durable before the refusal leaves
+                        await self._flush_audit(run)
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
