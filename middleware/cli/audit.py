@@ -100,8 +100,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="verify a log directory or an export bundle",
         description="Check CRCs, the hash chain, contiguous indexes, Merkle roots against every signed "
         "checkpoint and proofs in bundles. Exit status: 0 verified against the pinned --key; 1 a "
-        "failure (the first bad record is named); 3 intact, but no --key was pinned, so who signed "
-        "the checkpoints was NOT checked; 2 bad arguments.",
+        "failure (the first bad record is named); 2 bad arguments; 3 nothing to verify (no log at "
+        "the path); 5 intact, but no --key was pinned, so who signed the checkpoints was NOT checked.",
     )
     where(ve)
     keyring(ve)

@@ -62,11 +62,15 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path, today):
     assert "Context carried over from session s_demo" in text
     # the failing claims fail the goal, explained, with a suggested reply in Chinese
     assert "[FAIL] 确认故障类型为屏幕碎裂且非人为损坏" in text
-    assert "14 months ago, more than 12" in text
+    assert "ago, more than 12 months" in text
     assert text.count("GOAL FAILED: waiting for a person") == 2
     assert "Suggested reply: 您好" in text
-    # a freight quote for a replacement goal is intent drift; the §4.4 measures close the story
-    assert "INTENT_DRIFT on logistics_agent@1.0.0" in text and "INTENT DRIFT: waiting for a person" in text
+    # a freight quote for a replacement goal is intent drift, refused before the logistics agent
+    # runs; the §4.4 measures close the story
+    assert (
+        "INTENT_DRIFT before dispatch (no agent ran)" in text and "INTENT DRIFT: waiting for a person" in text
+    )
+    assert "[freight] done by" not in text
     assert "Intent-drift rate:        16.7% (1/6)" in text
     assert "First-contact resolution: 33.3% (2/6)" in text
     assert "COMPLETED" in text
