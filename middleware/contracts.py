@@ -9,7 +9,7 @@ return (the output).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
@@ -114,6 +114,13 @@ class CapabilityContract(Model):
         "durable with the outcome instead of before the call (one fdatasync wait per task fewer); "
         "a remote agent keeps the dispatch barrier. The declarer's word, not checked "
         "(docs/audit-log.md, the write-ahead promise).",
+    )
+    idempotency: Literal["", "key"] = Field(
+        default="",
+        description="'key': the agent acts at most once per idempotency key "
+        "(AgentRequest.idempotency_key, sent with every call: the same for every call of a step "
+        "with the same input), so a step interrupted with its gateway may be dispatched again. "
+        "Empty: not declared. The declarer's word, not checked (docs/failures.md, interrupted tasks).",
     )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).

@@ -156,6 +156,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "human_review": pb.human_review,
         "time_critical": pb.time_critical,
         "side_effect_free": pb.side_effect_free,
+        "idempotency": pb.idempotency,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -186,6 +187,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         human_review=c.human_review,
         time_critical=c.time_critical,
         side_effect_free=c.side_effect_free,
+        idempotency=c.idempotency,
     )
 
 
