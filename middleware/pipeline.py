@@ -105,6 +105,9 @@ _DURABLE_BARRIERS = frozenset(
 )
 
 
+#: Longest reason a cancel may give (it is kept in the outcome and the audit log).
+MAX_CANCEL_REASON = 4000
+
 #: Problems one rejection record lists (a request with thousands of bad fields is one record).
 MAX_AUDITED_PROBLEMS = 100
 
@@ -812,6 +815,10 @@ class Agency:
         """
         if not task_id:
             raise InvalidInput.single("task_id", "required", what="cancel")
+        if len(reason) > MAX_CANCEL_REASON:
+            raise InvalidInput.single(
+                "reason", f"{len(reason)} characters, at most {MAX_CANCEL_REASON}", what="cancel"
+            )
         async with self.tasks.lock(task_id):
             run = await self.tasks.get(task_id)
             if person is None:

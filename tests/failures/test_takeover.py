@@ -292,3 +292,16 @@ async def test_resuming_an_interrupted_task_refuses_an_answer_and_an_approval(fl
     with pytest.raises(InvalidInput) as info:
         await b.resume(task_id, decision={"action": "approve"})
     assert info.value.field == "decision.action"
+
+
+async def test_an_interrupted_task_is_canceled_by_its_owner_on_any_replica(fleet: Fleet) -> None:
+    agent = Gate()
+    _, b, _, task_id = await _dies_while_running(fleet, agent)
+    fleet.clock.advance(LEASE + 0.1)
+    assert await b.takeover.sweep() == [task_id]
+    canceled = await b.cancel(task_id, reason="the customer called back")
+    assert canceled.state is TaskState.CANCELED and "the customer called back" in canceled.reason
+    [resumed] = audit_records(b, "task.resumed", task_id)
+    assert resumed.outcome == "cancel" and resumed.detail["was"] == "interrupted"
+    with pytest.raises(FailedPrecondition):
+        await b.resume(task_id)

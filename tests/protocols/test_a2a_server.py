@@ -353,5 +353,31 @@ async def test_a_running_task_is_not_cancelable_and_runs_to_its_end():
             await client.close()
     finally:
         await server.stop()
-    assert "only a task waiting for input can be canceled" in str(info.value)
+    assert "only a task waiting for input or interrupted can be canceled" in str(info.value)
     assert record.state.value == "completed"
+
+
+async def test_an_interrupted_task_this_gateway_never_saw_through_a2a_is_canceled():
+    """Taken over from a gateway that died (its A2A task store died with it): canceled here."""
+    from a2a.types.a2a_pb2 import CancelTaskRequest
+
+    from middleware.takeover import mark_interrupted
+    from middleware.tasks import TaskRecord, TaskRequest
+    from middleware.tasks import TaskState as AgencyState
+
+    agency = Agency()
+    record = TaskRecord.start(TaskRequest(text="plan my trip"), None, "trace-1")
+    record.state = AgencyState.ROUTING  # as the dead gateway last saved it
+    await agency.tasks.create(record)
+    mark_interrupted(record, dead_node="gw-dead", node="gw-here", reason="gateway gw-dead stopped")
+    await agency.tasks.save(record)  # as the replica that took it over leaves it
+    server, url = await serve(agency)
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+            canceled = await client.cancel_task(CancelTaskRequest(id=record.task_id))
+            await client.close()
+    finally:
+        await server.stop()
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert (await agency.tasks.get(record.task_id)).state.value == "canceled"
