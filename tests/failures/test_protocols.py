@@ -18,7 +18,8 @@ from middleware.task_store import TaskStore
 def test_builtins_conform(redis_client):
     assert isinstance(MemoryTaskStore(), TaskStore)
     assert isinstance(RedisTaskStore(redis_client), TaskStore)
-    assert isinstance(MemoryTaskLeases(), TaskLeases) and isinstance(RedisTaskLeases(redis_client), TaskLeases)
+    assert isinstance(MemoryTaskLeases(), TaskLeases)
+    assert isinstance(RedisTaskLeases(redis_client), TaskLeases)
     assert isinstance(MemoryRoutingStats(), RoutingStats)
     assert isinstance(RedisRoutingStats(redis_client), RoutingStats)
     assert isinstance(Detectors(), Detector)

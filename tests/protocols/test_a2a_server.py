@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +35,8 @@ from middleware.server.protocols.common import HttpServer
 from middleware.testing import ScriptedAgent
 
 pytestmark = pytest.mark.asyncio
+
+A2A_CANCEL_SCRIPT = Path(__file__).resolve().parent.parent / "js" / "a2a_cancel.mjs"
 
 
 def message(
@@ -381,3 +384,28 @@ async def test_an_interrupted_task_this_gateway_never_saw_through_a2a_is_cancele
         await server.stop()
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert (await agency.tasks.get(record.task_id)).state.value == "canceled"
+
+
+async def test_the_official_javascript_sdk_cancels_a_waiting_task():
+    """tests/js/a2a_cancel.mjs: @a2a-js/sdk sends, cancels (CancelTask), cancels again (refused)."""
+    import asyncio
+    import json
+
+    agency, _ = await hedging_agency()
+    server, url = await serve(agency)
+    script = A2A_CANCEL_SCRIPT
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "node", str(script), url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await server.stop()
+    assert proc.returncode == 0, err.decode()
+    seen = json.loads(out.decode().strip().splitlines()[-1])
+    assert seen["before"] == "TASK_STATE_INPUT_REQUIRED" and seen["after"] == "TASK_STATE_CANCELED"
+    assert "cannot be canceled" in seen["again"]
+    record = await agency.tasks.get(seen["task_id"])
+    assert record.state.value == "canceled"
+    [resumed] = [r for _, r in agency.audit.records() if r.event_type == "task.resumed"]
+    assert resumed.outcome == "cancel" and resumed.detail["why"] == "canceled through A2A"
