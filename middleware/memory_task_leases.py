@@ -57,9 +57,10 @@ class MemoryTaskLeases:
 
     async def take(self, task_id: str) -> Holder | None:
         current = self._leases.get(task_id)
-        if current is None or current[1] > self._clock():
+        now = self._clock()
+        if current is None or current[1] > now:
             return None
-        del self._leases[task_id]
+        self._leases[task_id] = (current[0], now + self.lease_seconds)
         return current[0]
 
     async def close(self) -> None:

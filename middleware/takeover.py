@@ -218,12 +218,17 @@ class Takeover:
             if task_id in self._held:  # ours, renewed late: keep it
                 continue
             holder = await self.leases.take(task_id)
-            if holder is not None and await self.take_over(task_id, holder):
+            if holder is None:
+                continue
+            # an error here leaves the lease to expire again: this or another replica retries
+            if await self.take_over(task_id, holder):
                 taken.append(task_id)
+            await self.leases.release(task_id, holder)
         return taken
 
     async def take_over(self, task_id: str, holder: Holder) -> bool:
-        """Mark the task of the dead ``holder`` interrupted (this gateway won its lease).
+        """Mark the task of the dead ``holder`` interrupted (this gateway won its lease; the
+        caller releases it afterwards).
 
         Returns:
             False when there was nothing to take over: the task is gone, or it had stopped

@@ -5,7 +5,7 @@ or is cut short) it holds the task's **lease**: its node id, a token of this pro
 expiry it renews every third of ``lease_seconds`` (:class:`middleware.takeover.Takeover`).
 When the gateway dies (kill -9, a lost machine) its leases expire; every replica looks for
 expired leases and :meth:`TaskLeases.take` — a compare-and-set — gives each expired lease
-to exactly one of them, which marks the task ``interrupted``.
+to exactly one of them, which marks the task ``interrupted`` and then releases the lease.
 
 :class:`MemoryTaskLeases` (``memory_task_leases.py``) serves one process (tests, an embedded
 agency); ``RedisTaskLeases`` (``redis/task_leases.py``) is shared by replicas and reads the
@@ -72,11 +72,15 @@ class TaskLeases(Protocol):
         ...
 
     async def take(self, task_id: str) -> Holder | None:
-        """Remove the lease of ``task_id`` if it has expired, atomically.
+        """Claim the takeover of ``task_id`` if its lease has expired, atomically: the lease is
+        extended by ``lease_seconds`` (the taker's time to mark the task), its holder kept.
+
+        The taker then releases it for that holder (:meth:`release`) once the task is marked; a
+        taker that fails midway leaves it to expire again, to be taken by any replica.
 
         Returns:
-            The holder it had, to exactly one caller; None to every other (the lease is
-            live, gone, or another caller took it first).
+            The holder it has, to exactly one caller; None to every other (the lease is live,
+            gone, or another caller took it first).
         """
         ...
 

@@ -8,8 +8,9 @@ script touches one hash slot (Redis Cluster)::
 
 Each operation is one Lua script that reads the time with ``TIME`` on the server, so the
 gateways' own clocks play no part in who expires when. :meth:`RedisTaskLeases.take` is the
-compare-and-set of the takeover: it removes a lease only while it is expired, so of the
-replicas that saw it expired exactly one gets its holder back.
+compare-and-set of the takeover: it extends a lease by one lease only while it is expired, so of
+the replicas that saw it expired exactly one gets its holder back (and the lease stays until the
+taker releases it, so a taker that fails midway leaves it to expire and be taken again).
 """
 
 from __future__ import annotations
@@ -73,16 +74,15 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(AR
 """
 )
 
-# KEYS: expiries, owners; ARGV: task id. The holder of an expired lease (now removed), or false.
+# KEYS: expiries, owners; ARGV: task id, lease ms. The holder of an expired lease (now extended
+# by a lease: the taker's time to mark the task), or false.
 _TAKE = (
     _NOW
     + """
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) > now then return false end
-local holder = redis.call('HGET', KEYS[2], ARGV[1]) or ''
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return holder
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return redis.call('HGET', KEYS[2], ARGV[1]) or ''
 """
 )
 
@@ -148,7 +148,7 @@ class RedisTaskLeases:
 
     @redis_operation("task_leases.take")
     async def take(self, task_id: str) -> Holder | None:
-        holder = await self._take(keys=self._keys, args=[task_id])
+        holder = await self._take(keys=self._keys, args=[task_id, self._lease_ms])
         return None if holder is None else Holder.decode(_text(holder))
 
     async def close(self) -> None:

@@ -305,3 +305,26 @@ async def test_an_interrupted_task_is_canceled_by_its_owner_on_any_replica(fleet
     assert resumed.outcome == "cancel" and resumed.detail["was"] == "interrupted"
     with pytest.raises(FailedPrecondition):
         await b.resume(task_id)
+
+
+async def test_a_replica_failing_midway_leaves_the_task_to_be_taken_over_again(fleet: Fleet) -> None:
+    from middleware.errors import BackendUnavailable
+
+    agent = Gate()
+    _, b, c, task_id = await _dies_while_running(fleet, agent)
+    fleet.clock.advance(LEASE + 0.1)
+    save = fleet.store.save
+
+    async def failing(record: Any) -> None:  # the store fails once, during b's takeover
+        fleet.store.save = save  # type: ignore[method-assign]
+        raise BackendUnavailable("redis failed during task_store.save")
+
+    fleet.store.save = failing  # type: ignore[method-assign]
+    with pytest.raises(BackendUnavailable):
+        await b.takeover.sweep()
+    assert (await c.get_task(task_id)).state is TaskState.DISPATCHED  # not marked: not lost either
+    assert await c.takeover.sweep() == []  # b holds the takeover for one lease
+    fleet.clock.advance(LEASE + 0.1)
+    assert await c.takeover.sweep() == [task_id]
+    outcome = await c.get_task(task_id)
+    assert outcome.state is TaskState.INTERRUPTED and outcome.pending["node"] == "gw-a"

@@ -51,6 +51,10 @@ async def test_memory_leases_expire_on_the_clock_and_go_to_one_taker() -> None:
     assert await leases.expired() == ["t1"]
     assert not await leases.hold("t1", B)  # an expired lease only goes through take
     assert await leases.take("t1") == A and await leases.take("t1") is None
+    assert await leases.expired() == []  # extended by a lease: the taker's time to mark the task
+    clock.advance(11)
+    assert await leases.take("t1") == A  # a taker that failed midway: taken again
+    await leases.release("t1", A)  # the taker marked it: the lease goes
     assert await leases.renew(["t1"], A) == ["t1"]  # taken over: lost
     with pytest.raises(ValueError):
         MemoryTaskLeases(0)
@@ -60,7 +64,7 @@ async def test_redis_leases_share_one_view_and_the_take_is_a_compare_and_set(
     redis_client, redis_prefix
 ) -> None:
     import redis.asyncio as aioredis
-    from conftest import REDIS_URL
+    from gateway_processes import REDIS_URL
 
     one = RedisTaskLeases(redis_client, prefix=redis_prefix, lease_seconds=REDIS_LEASE)
     other = RedisTaskLeases(
@@ -81,7 +85,9 @@ async def test_redis_leases_share_one_view_and_the_take_is_a_compare_and_set(
         assert not await one.hold("t1", A)  # still B's until taken over
         taken = await asyncio.gather(*(leases.take("t1") for leases in (one, other, one, other)))
         assert [t for t in taken if t is not None] == [B]  # exactly one taker
-        assert await one.expired() == [] and await other.renew(["t1"], B) == ["t1"]
+        assert await one.expired() == []  # extended for the taker, still B's
+        await one.release("t1", B)  # the taker marked the task
+        assert await other.renew(["t1"], B) == ["t1"]
         keys = {k.decode() async for k in redis_client.scan_iter(match=redis_prefix + "*")}
         assert keys <= {f"{redis_prefix}{{task-leases}}", f"{redis_prefix}{{task-leases}}:owners"}
         assert all("{task-leases}" in k for k in keys)  # one hash tag: one slot in a cluster
