@@ -27,14 +27,18 @@ class MemoryTaskLeases:
         self._clock = clock
         self._leases: dict[str, tuple[Holder, float]] = {}  # task id -> (holder, expiry)
 
-    async def hold(self, task_id: str, holder: Holder) -> bool:
+    async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:
         current = self._leases.get(task_id)
-        if current is not None and current[0] != holder:
+        if current is not None and current[0] != holder and not force:
             return False
         self._leases[task_id] = (holder, self._clock() + self.lease_seconds)
         return True
 
-    async def renew(self, task_ids: Sequence[str], holder: Holder) -> list[str]:
+    async def renew(
+        self, task_ids: Sequence[str], holder: Holder, *, release: Sequence[str] = ()
+    ) -> list[str]:
+        for task_id in release:
+            await self.release(task_id, holder)
         until = self._clock() + self.lease_seconds
         lost = []
         for task_id in task_ids:

@@ -42,7 +42,6 @@ from .drift import IntentJudge
 from .errors import (
     AgencyError,
     AlreadyExists,
-    ConcurrentUpdate,
     FailedPrecondition,
     InvalidInput,
     NotFound,
@@ -710,8 +709,8 @@ class Agency:
             bound = decision is not None or plan.require_agent  # a person's choice, or the key's
             if plan.action in ("rerun", "continue") and plan.agent and bound:
                 await self._check_agent(run, plan)
-            if self.takeover is not None and not await self.takeover.hold(task_id):
-                raise ConcurrentUpdate(f"task {task_id} is held by another gateway")
+            if self.takeover is not None:  # it waits (checked under its lock): nobody else runs it
+                await self.takeover.hold(task_id, force=True)
             self._running[task_id] = run
             try:
                 await self._audit(
@@ -1206,6 +1205,8 @@ class Agency:
             for run in list(self._running.values()):
                 if self._running.pop(run.request.task_id, None) is not None:
                     await self._interrupted(run, "the gateway shut down before the task ended")
+            if self.takeover is not None:
+                await self.takeover.stop()  # the leases of the tasks that stopped are dropped
             await self.agents.aclose()
         finally:
             try:

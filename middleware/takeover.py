@@ -7,7 +7,9 @@ runs a :class:`Takeover`. It
   (the pipeline calls :meth:`Takeover.hold` and :meth:`Takeover.release`), and saves the task
   record before every dispatch, so the shared store knows which steps are done and which
   one may be in flight;
-* **renews** its leases every ``interval`` seconds (a third of the lease);
+* **renews** its leases every ``interval`` seconds (a third of the lease), and drops those of
+  the tasks that stopped since the last round in the same call (a stopped task's lease, renewed
+  at most an interval ago, cannot expire before then: no Redis call when a task stops);
 * **sweeps** for expired leases every ``interval`` seconds: each expired lease goes to
   exactly one replica (:meth:`~middleware.task_leases.TaskLeases.take`), which marks the
   task ``interrupted`` in the shared store (with the dead node's id), appends a
@@ -157,24 +159,29 @@ class Takeover:
         self._sleep = sleep
         self._batch = batch
         self._held: set[str] = set()
+        self._released: set[str] = set()  # stopped since the last round: dropped by the next one
         self._task: asyncio.Task[None] | None = None
         self.errors = LoopErrors("takeover", on_error=on_error, cap=min(self.interval, 1.0), logger=log)
         self.taken: list[str] = []  # tasks this gateway took over (most recent last; bounded)
 
     # -------------------------------------------------------- the tasks this gateway runs
-    async def hold(self, task_id: str) -> bool:
+    async def hold(self, task_id: str, *, force: bool = False) -> bool:
         """Hold the lease of a task this gateway starts running; False: another gateway holds
-        one on it (a task of that id runs, or awaits its takeover)."""
-        if not await self.leases.hold(task_id, self.holder):
+        one on it (a task of that id runs, or awaits its takeover). ``force``: see
+        :meth:`~middleware.task_leases.TaskLeases.hold` (a resume that checked the task waits)."""
+        if not await self.leases.hold(task_id, self.holder, force=force):
             return False
         self._held.add(task_id)
+        self._released.discard(task_id)
         return True
 
     async def release(self, task_id: str) -> None:
-        """The task stopped here (an outcome, or waiting for input): its lease goes."""
+        """The task stopped here (an outcome, or waiting for input): its lease goes with the next
+        round (:meth:`renew`). A lease left behind (Redis failing then) expires, and the sweep
+        drops it without touching the task, which is no longer running."""
         if task_id in self._held:
             self._held.discard(task_id)
-            await self.leases.release(task_id, self.holder)
+            self._released.add(task_id)
 
     def forget(self, task_id: str) -> None:
         """Stop renewing the task's lease without releasing it: it expires, and a replica (or
@@ -182,9 +189,11 @@ class Takeover:
         self._held.discard(task_id)
 
     async def renew(self) -> list[str]:
-        """Renew every lease this gateway holds; returns the tasks it lost (taken over)."""
-        held = sorted(self._held)
-        lost = await self.leases.renew(held, self.holder) if held else []
+        """Renew every lease this gateway holds and drop those of the tasks that stopped;
+        returns the tasks it lost (taken over)."""
+        held, released = sorted(self._held), sorted(self._released)
+        lost = await self.leases.renew(held, self.holder, release=released) if held or released else []
+        self._released.difference_update(released)
         for task_id in lost:
             self._held.discard(task_id)
             log.warning("task %s: lease lost (taken over by another gateway)", task_id)
@@ -200,10 +209,13 @@ class Takeover:
         try:
             mark_interrupted(run, dead_node=self.node, node=self.node, reason=why)
             await self.tasks.save(run)
+        except ConcurrentUpdate:  # another gateway changed it since (took it over): not ours now
             await self.release(run.task_id)
-        except Exception as exc:  # backend down, or taken over meanwhile: the lease decides
+        except Exception as exc:  # the store is what failed: the lease decides
             log.warning("task %s: not marked interrupted here (%s); its lease will expire", run.task_id, exc)
             self.forget(run.task_id)
+        else:
+            await self.release(run.task_id)
 
     @property
     def held(self) -> frozenset[str]:
@@ -300,11 +312,16 @@ class Takeover:
             self._task = asyncio.create_task(self._run(), name="agency-takeover")
 
     async def stop(self) -> None:
+        """Stop the rounds (the leases of stopped tasks are dropped first, best effort)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        if self._released:
+            with contextlib.suppress(Exception):  # left behind, they expire and the sweep drops them
+                await self.leases.renew([], self.holder, release=sorted(self._released))
+                self._released.clear()
 
 
 def _record(run: TaskRecord, pending: dict[str, Any], *, node: str) -> AuditRecord:

@@ -46,20 +46,30 @@ class TaskLeases(Protocol):
 
     lease_seconds: float
 
-    async def hold(self, task_id: str, holder: Holder) -> bool:
+    async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:
         """Take the lease of ``task_id`` for ``holder`` (or renew it if already its own).
 
+        Args:
+            force: Take it even from another holder: the caller checked, under the task's lock,
+                that no gateway runs the task (it waits, or was interrupted), so another
+                holder's lease on it is one its gateway has not dropped yet.
+
         Returns:
-            False when another holder has a lease on the task, live or expired (an expired
-            one is only ever removed by :meth:`take`, so its task is always taken over).
+            False when another holder has a lease on the task, live or expired, and not
+            ``force`` (an expired one is only ever removed by :meth:`take`, so its task is
+            always taken over).
         """
         ...
 
-    async def renew(self, task_ids: Sequence[str], holder: Holder) -> list[str]:
-        """Extend the leases ``holder`` holds on ``task_ids`` by ``lease_seconds`` from now.
+    async def renew(
+        self, task_ids: Sequence[str], holder: Holder, *, release: Sequence[str] = ()
+    ) -> list[str]:
+        """Extend the leases ``holder`` holds on ``task_ids`` by ``lease_seconds`` from now, and
+        drop its leases on ``release`` (tasks that stopped since the last round), in one go.
 
         Returns:
-            The ids whose lease ``holder`` no longer holds (taken over, or never held).
+            The ids of ``task_ids`` whose lease ``holder`` no longer holds (taken over, or never
+            held).
         """
         ...
 

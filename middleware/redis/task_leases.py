@@ -28,24 +28,32 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: expiries, owners; ARGV: task id, holder, lease ms. 1 = held, 0 = another holder's.
+# KEYS: expiries, owners; ARGV: task id, holder, lease ms, force (1/0). 1 = held, 0 = another's.
 _HOLD = (
     _NOW
     + """
 local current = redis.call('HGET', KEYS[2], ARGV[1])
-if current and current ~= ARGV[2] then return 0 end
+if current and current ~= ARGV[2] and ARGV[4] ~= '1' then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 return 1
 """
 )
 
-# KEYS: expiries, owners; ARGV: holder, lease ms, task ids... Returns the ids not held.
+# KEYS: expiries, owners; ARGV: holder, lease ms, n released, released ids (n), task ids...
+# Drops the holder's leases on the released ids; renews the rest; returns the ids not held.
 _RENEW = (
     _NOW
     + """
+local released = tonumber(ARGV[3])
+for i = 4, 3 + released do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[1] then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+end
 local lost = {}
-for i = 3, #ARGV do
+for i = 4 + released, #ARGV do
   if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[1] then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[i])
   else
@@ -128,15 +136,18 @@ class RedisTaskLeases:
         return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
 
     @redis_operation("task_leases.hold")
-    async def hold(self, task_id: str, holder: Holder) -> bool:
-        return int(await self._hold(keys=self._keys, args=[task_id, holder.encode(), self._lease_ms])) == 1
+    async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:
+        args = [task_id, holder.encode(), self._lease_ms, 1 if force else 0]
+        return int(await self._hold(keys=self._keys, args=args)) == 1
 
     @redis_operation("task_leases.renew")
-    async def renew(self, task_ids: Sequence[str], holder: Holder) -> list[str]:
-        if not task_ids:
+    async def renew(
+        self, task_ids: Sequence[str], holder: Holder, *, release: Sequence[str] = ()
+    ) -> list[str]:
+        if not task_ids and not release:
             return []
-        lost = await self._renew(keys=self._keys, args=[holder.encode(), self._lease_ms, *task_ids])
-        return [_text(t) for t in lost]
+        args = [holder.encode(), self._lease_ms, len(release), *release, *task_ids]
+        return [_text(t) for t in await self._renew(keys=self._keys, args=args)]
 
     @redis_operation("task_leases.release")
     async def release(self, task_id: str, holder: Holder) -> None:

@@ -206,9 +206,11 @@ async def test_a_live_gateway_renews_its_leases_and_keeps_its_tasks(fleet: Fleet
         assert await b.takeover.sweep() == []
     agent.release.set()
     assert (await fleet.running[0]).state is TaskState.COMPLETED
-    assert await fleet.leases.expired() == [] and a.takeover.held == frozenset()
+    assert a.takeover.held == frozenset()
+    assert await a.takeover.renew() == []  # the next round drops the lease of the task that stopped
     fleet.clock.advance(LEASE * 2)
-    assert await b.takeover.sweep() == []  # released with the outcome: nothing to take over
+    assert await fleet.leases.expired() == []
+    assert await b.takeover.sweep() == []  # nothing to take over
 
 
 async def test_a_gateway_that_lost_its_lease_cannot_write_over_the_replica(fleet: Fleet) -> None:
@@ -230,15 +232,16 @@ async def test_a_gateway_that_lost_its_lease_cannot_write_over_the_replica(fleet
 
 async def test_a_call_cut_short_is_marked_interrupted_at_once_and_resumable_anywhere(fleet: Fleet) -> None:
     agent = Gate()
-    _a, b, _, task_id = await _dies_while_running(fleet, agent, side_effect_free=True)
+    a, b, _, task_id = await _dies_while_running(fleet, agent, side_effect_free=True)
     fleet.running[0].cancel()  # the client went away: the call is cancelled
     with pytest.raises(asyncio.CancelledError):
         await fleet.running[0]
     outcome = await b.get_task(task_id)
     assert outcome.state is TaskState.INTERRUPTED and outcome.pending["node"] == "gw-a"
     assert "cancelled" in outcome.reason
+    await a.takeover.renew()  # its lease is dropped with a's next round
     fleet.clock.advance(LEASE * 2)
-    assert await b.takeover.sweep() == []  # released: nobody waits for the lease
+    assert await fleet.leases.expired() == [] and await b.takeover.sweep() == []
     done = await b.resume(task_id)
     assert done.state is TaskState.COMPLETED and len(agent.requests) == 2
 
@@ -248,6 +251,7 @@ async def test_tasks_that_stopped_or_are_gone_are_not_taken_over(fleet: Fleet) -
     b = await fleet.replica("gw-b", agents)
     done = await b.submit(task(action="write"))
     assert done.state is TaskState.COMPLETED
+    await b.takeover.renew()  # b's round drops its own lease on it
     dead = Holder(node="gw-x", token="t0")
     for task_id in (done.task_id, "task-never-created"):  # died after its outcome / before create
         assert await fleet.leases.hold(task_id, dead)
@@ -328,3 +332,34 @@ async def test_a_replica_failing_midway_leaves_the_task_to_be_taken_over_again(f
     assert await c.takeover.sweep() == [task_id]
     outcome = await c.get_task(task_id)
     assert outcome.state is TaskState.INTERRUPTED and outcome.pending["node"] == "gw-a"
+
+
+async def test_a_lease_left_behind_by_a_stopped_task_is_dropped_by_the_sweep(fleet: Fleet) -> None:
+    """The gateway stopped the task, then died before the round that drops its lease."""
+    agents = [(contract("writer", "write"), lambda request: {"done": True})]
+    a, b = [await fleet.replica(n, agents) for n in ("gw-a", "gw-b")]
+    done = await a.submit(task(action="write"))
+    assert done.state is TaskState.COMPLETED
+    fleet.clock.advance(LEASE + 0.1)  # a never ran its round
+    assert await fleet.leases.expired() == [done.task_id]
+    assert await b.takeover.sweep() == []  # not running: nothing taken over, the lease dropped
+    assert await fleet.leases.expired() == []
+    assert (await b.get_task(done.task_id)).state is TaskState.COMPLETED
+    assert audit_records(b, "task.interrupted") == []
+
+
+async def test_a_task_waiting_on_one_replica_is_resumed_at_once_on_another(fleet: Fleet) -> None:
+    """The stopped task's lease, not dropped until a's next round, does not stand in the way."""
+    from middleware import AgentReply
+    from middleware.testing import ScriptedAgent
+
+    unsure = ScriptedAgent(AgentReply(output={"plan": "probably A"}, confidence_score=0.4))
+    agents = [(contract("picker"), unsure)]
+    a, b = [await fleet.replica(n, agents) for n in ("gw-a", "gw-b")]
+    waiting = await a.submit(task())
+    assert waiting.state is TaskState.INPUT_REQUIRED
+    done = await b.resume(waiting.task_id, answer="accept")
+    assert done.state is TaskState.COMPLETED
+    assert await a.takeover.renew() == [] and await b.takeover.renew() == []
+    fleet.clock.advance(LEASE * 2)
+    assert await fleet.leases.expired() == []

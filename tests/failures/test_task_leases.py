@@ -120,3 +120,17 @@ async def test_a_redis_renewal_moves_the_expiry_a_lease_past_the_servers_now(
     finally:
         async for k in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(k)
+
+
+async def test_a_forced_hold_takes_the_lease_from_another_holder(redis_client, redis_prefix) -> None:
+    """A resume that checked under the task's lock that it waits takes a lease its last gateway
+    has not dropped yet."""
+    clock = Clock()
+    for leases in (MemoryTaskLeases(10, clock=clock), RedisTaskLeases(redis_client, prefix=redis_prefix)):
+        assert await leases.hold("t1", A)
+        assert not await leases.hold("t1", B)
+        assert await leases.hold("t1", B, force=True)
+        await leases.release("t1", A)  # A's late drop does not touch B's lease
+        assert await leases.renew(["t1"], B) == [] and await leases.renew(["t1"], A) == ["t1"]
+    async for key in redis_client.scan_iter(match=redis_prefix + "*"):
+        await redis_client.delete(key)
