@@ -12,6 +12,8 @@ first loop and both workers started on; later kill -9 a worker. Printed:
   the dead gateway's tasks are ``interrupted`` by then, and resumed here: they complete);
 * time until the fleet is SERVING and routing again after each kill: every surviving gateway
   answers SERVING, completes a task, and every client loop completes one again (goal < 5 s);
+* time until the killed gateway's tasks in flight are ``interrupted`` on the survivors (bound:
+  4/3 of the lease);
 * the baseline, measured in the same run: tasks/s and p50 before the first kill, against the
   same after each recovery.
 
@@ -84,6 +86,7 @@ async def run(args: argparse.Namespace) -> int:
             t0 = time.monotonic()
             await asyncio.sleep(args.phase)  # the baseline phase (a measurement window)
             gateway = await fleet.kill(fleet.gateways[0], "kill -9 gw-1")
+            broken, takeover = await fleet.taken_over(gateway.at)
             await asyncio.sleep(args.phase)
             t1 = time.monotonic()
             worker = await fleet.kill(fleet.workers[0], "kill -9 fleet-w1")
@@ -99,6 +102,10 @@ async def run(args: argparse.Namespace) -> int:
             summary = fleet.summary()
             print(f"baseline (before any kill): {base_rate:.1f} tasks/s, p50 {base_p50:.1f} ms")
             print(_recovery(gateway))
+            print(
+                f"  its {broken} task(s) in flight interrupted on the survivors after {takeover:.2f} s "
+                f"(bound: 4/3 of the lease = {args.lease * 4 / 3:.2f} s, from its last renewal)"
+            )
             print(_after(after_gw, base_rate))
             print(_recovery(worker))
             print(_after(after_w, base_rate))

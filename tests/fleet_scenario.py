@@ -233,6 +233,24 @@ class Fleet:
         await asyncio.gather(*(serving(g) for g in live), *(routing(g) for g in live), loops())
         return recovery
 
+    async def taken_over(self, at: float, *, within: float = 60) -> tuple[int, float]:
+        """The tasks whose call broke with a gateway killed at ``at``: how many, and the seconds
+        from ``at`` until every one of them is ``interrupted`` on the survivors (polled)."""
+        broken = [a.task_id for a in self.attempts if a.error and a.sent <= at]
+        pending = set(broken)
+        async with AgencyClient([g.address for g in self.live_gateways()], timeout=30) as client:
+            while pending:
+                for task_id in sorted(pending):
+                    try:
+                        if (await client.get_task(task_id)).state is TaskState.INTERRUPTED:
+                            pending.discard(task_id)
+                    except NotFound:
+                        pending.discard(task_id)  # never created: nothing to take over
+                assert time.monotonic() < at + within, f"not taken over: {sorted(pending)}"
+                if pending:
+                    await asyncio.sleep(0.02)
+        return len(broken), time.monotonic() - at
+
     # -------------------------------------------------------------------- the audit
     async def audit(self, *, settle: float | None = None) -> Audit:
         """Look every attempted task up on the surviving gateways. ``settle``: wait that long
