@@ -108,6 +108,12 @@ async def test_kill_9_of_the_clients_gateway_mid_submit(pair, redis_client, redi
                 return False
 
         await _until(in_flight, within=20, what="the held task never reached its agent")
+
+        async def load() -> float:
+            decision = await client.route("hold on", {"action": "hold"})
+            return next(c.load for c in decision.candidates if c.agent == "held@1.0.0")
+
+        assert await load() == 1.0  # the call in flight on a
         a.proc.kill()  # kill -9 the gateway the client uses, with the call in flight
         with pytest.raises(Unavailable) as info:
             await held
@@ -123,6 +129,7 @@ async def test_kill_9_of_the_clients_gateway_mid_submit(pair, redis_client, redi
 
         found = await _until(interrupted, within=LEASE * 4 / 3 + 20, what="never taken over")
         assert found.pending["node"] == "gw-a" and found.pending["agent"] == "held@1.0.0"
+        assert await load() == 0.0  # released by the takeover: it no longer weighs on ranking
         with pytest.raises(FailedPrecondition) as refused:  # held may have acted: not run again
             await client.resume("task-held-1")
         assert "provide_output" in refused.value.message
