@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import functools
 import heapq
 import io
@@ -293,6 +294,7 @@ def export(
     progress: Callable[[int, int], None] | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
     cef_max_bytes: int | None = None,
+    reveal: Callable[[bytes], bytes] | None = None,
 ) -> ExportSummary:
     """Verify the log(s) under ``path`` and write the matching records to ``out``.
 
@@ -310,6 +312,9 @@ def export(
         cef_max_bytes: The longest CEF line (UTF-8, without its newline), at least
             ``CEF_MIN_BYTES``; default ``CEF_MAX_BYTES`` (1024, what UDP syslog carries; a TCP
             or TLS collector takes more). ``cef`` only.
+        reveal: Rewrites each record's bytes before a flat format writes them (sealed personal
+            data shown as ``[redacted:...]``, ``[erased]`` or the value: ``shredding.reveal_bytes``);
+            never applied to the jsonl bundle, which carries the bytes that were hashed.
 
     Raises:
         InvalidInput: unknown format or bad path.
@@ -332,6 +337,8 @@ def export(
             )
     flt = flt or ExportFilter()
     verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
+    if reveal is not None and fmt is not ExportFormat.JSONL:
+        records = (dataclasses.replace(r, raw=reveal(r.raw), record=None) for r in records)
     total = sum(v.events for v in verdicts)
     summary = ExportSummary(nodes=verdicts)
     writer = _WRITERS[fmt]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput
+from . import audit_erase
 from ._progress import Progress, add_progress_option, progress_wanted
 from ._text import plural
 from .exit_codes import CHECK_FAILED, NOT_AUTHENTICATED, NOTHING_FOUND, OK
@@ -69,6 +70,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ex.add_argument("--agent", default="", help="only steps involving this agent")
     ex.add_argument("--event-type", action="append", default=[], help="only this event type (repeatable)")
     ex.add_argument("--output", "-o", type=Path, help="write here (default: stdout)")
+    ex.add_argument(
+        "--subject-keys",
+        type=Path,
+        help="personal data sealed in the log (docs/security.md): the subject key directory "
+        "(default: keys/subjects beside the audit directory); flat formats show [redacted:<class>], "
+        "or [erased] once a subject was erased; the jsonl bundle keeps the sealed bytes",
+    )
+    ex.add_argument(
+        "--reveal-personal-data",
+        action="store_true",
+        help="show sealed personal data in clear in flat formats (needs the subject keys: an admin's or "
+        "an auditor's whose role allows it)",
+    )
     add_progress_option(ex)
     ex.set_defaults(handler=_export)
 
@@ -132,6 +146,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "where the gateway keeps it)",
     )
     rt.set_defaults(handler=_retain)
+    audit_erase.register(cmds)  # agency audit erase SUBJECT (crypto-shredding)
 
 
 def _default_path(path: Path | None) -> Path:
@@ -186,6 +201,7 @@ def _export(args: argparse.Namespace) -> int:
                         progress=progress,
                         verify_progress=checking,
                         cef_max_bytes=args.cef_max_bytes,
+                        reveal=_reveal(args, path),
                     )
                 _one_trace(flt)
             except BaseException:
@@ -202,6 +218,7 @@ def _export(args: argparse.Namespace) -> int:
                 progress=progress,
                 verify_progress=checking,
                 cef_max_bytes=args.cef_max_bytes,
+                reveal=_reveal(args, path),
             )
             sys.stdout.flush()
             _one_trace(flt)
@@ -212,6 +229,17 @@ def _export(args: argparse.Namespace) -> int:
         print(f"agency: warning: no record matches the filter {_filter_text(flt)}", file=sys.stderr)
         return NOTHING_FOUND
     return 0
+
+
+def _reveal(args: argparse.Namespace, paths: list[Path]) -> Any:
+    """How sealed personal data shows in a flat export (``middleware.audit.shredding``)."""
+    from ..audit.shredding import FileKeyStore, default_subject_key_dir, reveal_bytes
+
+    keys = args.subject_keys or default_subject_key_dir(paths[0])
+    if args.reveal_personal_data and not keys.is_dir():
+        raise InvalidInput.single("subject-keys", f"no subject key directory at {keys}", what="option")
+    # no key directory here: sealed values show as redacted (not as erased: their keys may exist elsewhere)
+    return reveal_bytes(FileKeyStore(keys) if keys.is_dir() else None, allowed=args.reveal_personal_data)
 
 
 def _verify_bars() -> Any:

@@ -9,8 +9,10 @@ from ..agents import AgentRegistry
 from ..audit import AuditLog, WalAuditLog, WalOptions
 from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
+from ..audit.shredding import FileKeyStore, SubjectSealer
 from ..errors import InvalidInput
 from ..failures import FailureProcessor
+from ..guards.content_guard import ContentGuard
 from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
@@ -82,6 +84,8 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         leases=backends.leases,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
+        policy=definition.policies.gate(),
+        guard=_guard(definition),
     )
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
@@ -90,6 +94,18 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     for goal in definition.goals:
         agency.register_goal(goal)
     return agency
+
+
+def _guard(definition: AgencyDefinition) -> ContentGuard | None:
+    """The content guards of ``agency.guards``; personal data in audit records sealed under the
+    subjects' keys (``subject_keys``) unless turned off."""
+    guards = definition.agency.guards
+    if not guards.any_enabled:
+        return None
+    replacer = None
+    if guards.personal_data.enabled and definition.subject_keys.enabled:
+        replacer = SubjectSealer(FileKeyStore(definition.subject_key_directory)).replacer
+    return ContentGuard(guards, audit_replacer=replacer)
 
 
 async def build_post_office(
@@ -112,6 +128,7 @@ async def build_post_office(
         subscriptions=stores.subscriptions,
         directory=stores.directory,
         registration=messaging.registration.mode,
+        registration_quota=messaging.registration.quota(),
         moderation=messaging.moderation.rules(),
         board=stores.board,
         reports_to_quarantine=messaging.moderation.reports_to_quarantine,
