@@ -159,6 +159,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "data_classes": list(pb.data_classes),
         "restore_personal_data": pb.restore_personal_data,
         "facts": list(pb.facts),
+        "idempotency": pb.idempotency,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -192,6 +193,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         data_classes=c.data_classes,
         restore_personal_data=c.restore_personal_data,
         facts=c.facts,
+        idempotency=c.idempotency,
     )
 
 
