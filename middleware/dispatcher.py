@@ -37,6 +37,7 @@ from .executor import StepCursor
 from .failures import FailureType
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
+from .plan_inputs import step_payload
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
@@ -151,7 +152,7 @@ class Dispatcher:
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
         _check_inputs_fresh(run, step, self._clock())
-        payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
+        payload = step_payload(run, step, extra)  # a plan step: its mapped input (plan_inputs.py)
         try:
             contract.check_input(payload)
         except ContractViolation as exc:
@@ -255,7 +256,9 @@ class Dispatcher:
             await self._stats.finished(key, success=success)
             await self._circuit(run, key, reached)
         elapsed = (time.perf_counter() - started) * 1000
-        run.steps[-1].duration_ms = round(elapsed, 3)
+        record = run.step_record(step.name)  # not the last record: plan branches run at once
+        if record is not None:
+            record.duration_ms = round(elapsed, 3)
         found = await self._detectors.inspect(
             AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run))
         )
@@ -306,7 +309,9 @@ class Dispatcher:
     ) -> None:
         """INTENT_DRIFT when the answer is outside the goal's intention scope (``middleware.drift``)."""
         assert run.goal is not None
-        routed = run.routing[-1].get("constraints", {}) if run.routing else {}
+        routed: dict[str, Any] = next(
+            (r.get("constraints", {}) for r in reversed(run.routing) if r.get("step") == step.name), {}
+        )
         answer = Answer(
             goal=run.goal,
             step=step.name,

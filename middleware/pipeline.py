@@ -46,6 +46,9 @@ from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
+from .plan_runner import PlanRunner, check_client_steps, task_steps
+from .planner import Planner
+from .plans import check_plan
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
@@ -127,6 +130,8 @@ class Agency:
             rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
         approvals: Approval gates checked before each step's agent runs (default: none).
         humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
+        planner: Proposes a plan for a task that names no steps and whose goal declares none
+            (default: none; ``middleware.planner``, checked before anything runs).
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
@@ -155,6 +160,7 @@ class Agency:
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -193,6 +199,19 @@ class Agency:
             max_output_bytes=self.config.limits.max_output_bytes,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
+        self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
+            catalog=self.catalog,
+            router=self.router,
+            planner=planner,
+            max_steps=self.config.limits.max_steps_per_task,
+            run_step=self._run_step,
+            verify=self._verify,
+            finish=self._finish,
+            resolve=self._resolve,
+            executor=self._executor,
+            audit=self._audit,
+            transition=self._transition,
+        )
 
     # ----------------------------------------------------------------- registry
     async def register(
@@ -246,6 +265,28 @@ class Agency:
         self.verifier.require_checks(goal)
         return self.goals.put(goal, replace=replace)
 
+    async def check_plan(self, goal: GoalAssertion | Mapping[str, Any]) -> None:
+        """Check a goal's plan against the contracts registered now: each contract that can do
+        a step's action gets every input its schema requires, none refuses it (``cannot_do``).
+        A step no contract can do yet is allowed (its worker may register later; the plan is
+        checked again when a task runs it).
+
+        Raises:
+            InvalidInput: every problem, by field (``goal.plan.steps[1].input.device_model``).
+        """
+        goal = GoalAssertion.parse(goal, what="goal assertion")
+        if goal.plan is None:
+            return
+        problems = check_plan(
+            goal.plan,
+            [e.contract for e in await self.catalog.all()],
+            prefix="goal.plan",
+            max_steps=self.config.limits.max_steps_per_task,
+            require_contracts=False,
+        )
+        if problems:
+            raise InvalidInput(problems, what=f"plan of {goal.id}")
+
     def get_goal(self, goal_id: str) -> GoalAssertion:
         """The registered goal ``goal_id``.
 
@@ -296,7 +337,9 @@ class Agency:
             await self._recall(run)
         if goal is not None:
             try:
-                StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
+                check_client_steps(goal, req.steps)  # a client's steps against the goal's plan
+                names = [s.name for s in req.steps] or (goal.plan.names() if goal.plan else ["main"])
+                StagedVerifier(goal, self.verifier).check_bindings(names)
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,
@@ -361,9 +404,15 @@ class Agency:
             await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
+        if run.plan is not None:  # the goal's, the planner's (plan_runner.py)
+            return task_steps(run)
         return run.request.steps or [_main_step()]
 
     async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
+        if self._plans.wants_plan(run) and (stopped := await self._plans.prepare(run)) is not None:
+            return stopped
+        if run.plan is not None:  # steps the gateway planned: a DAG, branches at the same time
+            return await self._plans.run(run, first)
         steps = self._steps(run)
         while run.step_index < len(steps):
             step = steps[run.step_index]
@@ -487,7 +536,9 @@ class Agency:
             return None  # the client anchored one already: it stays
         try:
             goal = self.get_goal(goal_id)
-            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
+            names = await self._plans.on_anchor(run, goal, [s.name for s in self._steps(run)])
+            if names is not None:  # None: the planner's plan is checked against the stages
+                StagedVerifier(goal, self.verifier).check_bindings(names)
         except AgencyError as exc:
             event = run.failure_event(
                 FailureType.SCHEMA_VIOLATION,
@@ -497,7 +548,8 @@ class Agency:
             )
             resolution = await self._resolve(run, event)
             cursor = StepCursor(agent="", fallbacks=[])
-            await self._executor.apply(resolution, event, cursor, run)
+            if await self._executor.apply(resolution, event, cursor, run) is not Directive.STOP:
+                cursor.stop_state, cursor.stop_reason = TaskState.FAILED, event.detail  # no retry fixes it
             return await self._stop(run, cursor)
         run.goal = goal
         timing = self._deadlines.get(run.task_id)
@@ -612,6 +664,7 @@ class Agency:
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
         person: PersonRef | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
 
@@ -619,6 +672,8 @@ class Agency:
             task_id: The task.
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover: the human's :class:`HumanDecision`.
+            input: For a plan step's missing input: the asked fields' values (they join the
+                task's context).
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
             person: The person deciding (the operator console, which checked their roles);
                 an approval needs one of its gate's roles, and never the task's submitter.
@@ -644,7 +699,7 @@ class Agency:
                 who = {"person": name, "role": role} if name else who
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
-            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
+            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision, input=input)
             if plan.action == "rerun" and plan.agent and decision is not None:
                 routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
                 if prefer(routed, plan.agent).chosen != plan.agent:
@@ -813,7 +868,7 @@ class Agency:
         stops (waiting or terminal) – the states another replica can act on – not on every
         working transition (each is in the audit log).
         """
-        if run.state is new:
+        if run.state is new or self._plans.in_parallel(run, new):  # branches at once: dispatched
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
@@ -835,6 +890,9 @@ class Agency:
         reason: str = "",
         pending: dict[str, Any] | None = None,
     ) -> Outcome:
+        held = self._plans.defer(run, state, output=output, verdict=verdict, reason=reason, pending=pending)
+        if held is not None:  # a plan step: the runner ends the task once its branches settled
+            return held
         if state is TaskState.REJECTED and run.state is not TaskState.ROUTING:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None

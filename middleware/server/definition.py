@@ -66,6 +66,7 @@ from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
 from ..messaging.webhooks import WebhookSettings
 from ..people.model import HumansSettings
+from ..plans import check_plan
 from .protocol_settings import ProtocolSettings
 from .settings import (
     AgencyConfig,
@@ -483,6 +484,14 @@ class AgencyDefinition(Model):
         for i, g in enumerate(self.goals):
             if goal_at.setdefault(g.id, i) != i:
                 problems.append(Problem(f"goals[{i}].id", f"{g.id} is already goals[{goal_at[g.id]}]"))
+            if g.plan is not None:  # against the file's own contracts (workers may add more later)
+                problems += check_plan(
+                    g.plan,
+                    [a.contract for a in self.agents],
+                    prefix=f"goals[{i}].plan",
+                    max_steps=self.agency.limits.max_steps_per_task,
+                    require_contracts=False,
+                )
         if problems:
             # Not a ValueError: pydantic would fold it into one message; we keep the paths.
             raise InvalidInput(problems, what="definition")
