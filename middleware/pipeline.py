@@ -338,8 +338,9 @@ class Agency:
         if goal is not None:
             try:
                 check_client_steps(goal, req.steps)  # a client's steps against the goal's plan
-                names = [s.name for s in req.steps] or (goal.plan.names() if goal.plan else ["main"])
-                StagedVerifier(goal, self.verifier).check_bindings(names)
+                names = self._plans.stage_steps(req.steps, goal)
+                if names is not None:  # None: the planner's plan will be checked against them
+                    StagedVerifier(goal, self.verifier).check_bindings(names)
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,

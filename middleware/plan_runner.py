@@ -186,6 +186,15 @@ class PlanRunner:
         return run.outcome(state)
 
     # ---------------------------------------------------------------- choosing
+    def stage_steps(self, steps: list[TaskStep], goal: GoalAssertion) -> list[str] | None:
+        """The steps a task's goal stages must bind to: the client's, else the goal's plan's, else
+        the one routed step; None when the planner will propose them (its plan is checked then)."""
+        if steps:
+            return [s.name for s in steps]
+        if goal.plan is not None:
+            return goal.plan.names()
+        return None if self.planner is not None else [MAIN_STEP]
+
     def wants_plan(self, run: TaskRecord) -> bool:
         """Whether the runner decides how ``run`` goes (nothing decided yet, no steps given)."""
         return run.plan is None and not run.plan_source and not run.request.steps and not run.steps
@@ -587,7 +596,10 @@ class PlanRunner:
         try:
             proposed = Plan.parse(data, what="proposed plan")
         except InvalidInput as exc:
-            await self._refuse(run, step, [Problem(f"proposal.{p.field}", p.reason) for p in exc.problems])
+            problems = [
+                Problem(f"proposal.{p.field}" if p.field else "proposal", p.reason) for p in exc.problems
+            ]
+            await self._refuse(run, step, problems)
             return True
         plan = run.plan
         assert plan is not None

@@ -23,7 +23,15 @@ from .audit.record import AuditEventType, AuditRecord
 from .errors import InvalidInput, NotFound, Problem
 from .ids import MIN_PREFIX, id_matches, normalise_id
 
-__all__ = ["Timeline", "TimelineEntry", "build_timelines", "find_trace", "render_html", "render_text"]
+__all__ = [
+    "Timeline",
+    "TimelineEntry",
+    "build_timelines",
+    "find_trace",
+    "plan_lines",
+    "render_html",
+    "render_text",
+]
 
 E = AuditEventType
 
@@ -315,11 +323,11 @@ def _plan_entry(at: float, r: AuditRecord, t: Timeline) -> TimelineEntry:
         "plan",
         "ok",
         f"plan accepted ({t.plan['source'] or '?'}): {len(steps)} steps",
-        details=_plan_lines(t.plan),
+        details=plan_lines(t.plan),
     )
 
 
-def _plan_lines(plan: dict[str, Any]) -> list[str]:
+def plan_lines(plan: dict[str, Any]) -> list[str]:
     """Each step and what it waits for; steps that may run at the same time marked as such."""
     lines = []
     together = {n: [o for o in group if o != n] for group in plan.get("branches") or [] for n in group}
@@ -382,7 +390,7 @@ def render_text(timeline: Timeline) -> str:
     if timeline.plan:
         plan = timeline.plan
         lines += ["", f"Plan ({plan.get('source') or '?'}, {plan.get('status', '')}):"]
-        lines.extend(f"  {line}" for line in _plan_lines(plan))
+        lines.extend(f"  {line}" for line in plan_lines(plan))
         lines.extend(f"  ! {p}" for p in plan.get("problems") or [])
     if timeline.steps:
         lines += ["", "Steps:"]
@@ -433,7 +441,7 @@ def render_html(timelines: list[Timeline], *, title: str = "") -> str:
             source, status = str(t.plan.get("source") or "?"), str(t.plan.get("status", ""))
             body.append(
                 f"<p><b>Plan</b> ({e(source)}, {e(status)}):</p><ul>"
-                + "".join(f"<li><code>{e(line)}</code></li>" for line in _plan_lines(t.plan))
+                + "".join(f"<li><code>{e(line)}</code></li>" for line in plan_lines(t.plan))
                 + "".join(f"<li>{e(str(p))}</li>" for p in t.plan.get("problems") or [])
                 + "</ul>"
             )

@@ -81,6 +81,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         sessions=backends.sessions,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
+        planner=definition.planner.build(),
     )
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)

@@ -66,6 +66,7 @@ from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
 from ..messaging.webhooks import WebhookSettings
 from ..people.model import HumansSettings
+from ..planner import LangChainPlanner, Planner
 from ..plans import check_plan
 from .protocol_settings import ProtocolSettings
 from .settings import (
@@ -142,6 +143,35 @@ class AgentDefinition(Model):
             agent: AgentCallable = resolve_import(self.agent)
             return agent
         return None
+
+
+class PlannerSettings(Model):
+    """The governed planner (docs/semantics.md, "Plans"): off unless a chat model is named.
+
+    ``factory`` builds a LangChain chat model (any object with ``ainvoke``) from ``args``, e.g.
+    ``langchain_openai:ChatOpenAI`` with ``{model: gpt-4.1-mini}``; the gateway asks it for a plan
+    when a task names no steps and its goal (if any) declares none, and checks every proposal
+    against the contracts before anything runs.
+    """
+
+    factory: str = Field(default="", description="module:attribute building the chat model; empty: off.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for ``factory``.")
+    name: str = Field(
+        default="langchain", min_length=1, max_length=64, description="Its name in the audit log."
+    )
+
+    @field_validator("factory")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        if v and not callable(resolve_import(v)):
+            raise ValueError(f"{v!r} is not callable")
+        return v
+
+    def build(self) -> Planner | None:
+        """The planner, or None when off."""
+        if not self.factory:
+            return None
+        return LangChainPlanner(resolve_import(self.factory)(**self.args), name=self.name)
 
 
 class StorageSettings(Model):
@@ -447,6 +477,9 @@ class AgencyDefinition(Model):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     agents: list[AgentDefinition] = Field(default_factory=list)
     goals: list[GoalAssertion] = Field(default_factory=list)
+    planner: PlannerSettings = Field(
+        default_factory=PlannerSettings, description="The governed planner (off unless a model is named)."
+    )
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)

@@ -240,3 +240,35 @@ async def test_a_branch_the_plan_may_skip_lets_the_join_go_on_without_it():
     assert {s.name: s.status for s in outcome.steps}["right"] == "skipped"
     skipped = [r for _, r in agency.audit.records() if r.event_type == AuditEventType.PLAN_SKIPPED]
     assert skipped[0].detail["step"] == "right" and "burnt down" in skipped[0].detail["failure"]
+
+
+async def test_the_console_task_page_shows_the_plan_and_both_branches_bars():
+    import re
+
+    import httpx
+    from humans.cases import TOKENS, people
+
+    from middleware.people import Person
+    from middleware.people.desk import HumanDesk
+    from middleware.server.console import build_app
+
+    rec = Recorder()
+    agency = await agency_with(
+        {
+            "look_left": rec.blocked("left", "right"),
+            "look_right": rec.blocked("right", "left"),
+            "merge": merge,
+        },
+        FORK_JOIN,
+    )
+    outcome = await agency.submit({"text": "where is it?", "goal_id": "GOAL_BOTH_001"})
+    app = build_app(HumanDesk(agency, [Person.model_validate(p) for p in people()]), secret="s" * 40)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c") as c:
+        page = await c.get("/signin")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+        await c.post("/signin", data={"csrf": csrf, "token": TOKENS["alice"]})
+        html = (await c.get(f"/tasks/{outcome.task_id}")).text
+    plan = html.split('id="task-plan"', 1)[1].split("</section>", 1)[0]
+    assert "goal:GOAL_BOTH_001 · accepted" in plan
+    assert "left  ║ parallel with right" in plan and "join ◄ left, right  (waits for all)" in plan
+    assert "left · look_left_agent@1.0.0 · attempt 1" in html and "right · look_right_agent@1.0.0" in html

@@ -42,7 +42,7 @@ from ...errors import AgencyError, InvalidInput, NotFound
 from ...people.desk import HumanDesk
 from ...people.model import Person
 from ...smf import utcnow
-from ...timeline import build_timelines
+from ...timeline import build_timelines, plan_lines
 from .views import audit_state, contract_rows, task_bars, waited
 
 __all__ = ["build_app"]
@@ -268,6 +268,7 @@ def build_app(
             "task.html",
             task=outcome,
             timeline=timelines[0] if timelines else None,
+            plan=plan_lines(timelines[0].plan) if timelines and timelines[0].plan else [],
             bars=task_bars(records),
             escalation=desk.redact(esc, person) if esc is not None else None,
             decisions=[r for r in records if r.event_type in ("task.resumed", "human.decision")],
