@@ -573,13 +573,15 @@ class Agency:
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
-        stage = run.goal.stage_for(step) if run.goal is not None else None
-        if stage is None:
+        goal = run.goal
+        stage = goal.stage_for(step) if goal is not None else None
+        if goal is None or stage is None:
             return None
         await self._transition(run, TaskState.VERIFYING)
-        run.stage_verdicts = [v for v in run.stage_verdicts if v.stage != stage.name]  # a redo replaces
-        verdict = await self._staged(run).after_step(step, output)
+        verdict = await StagedVerifier(goal, self.verifier).after_step(step, output)
         assert verdict is not None
+        # a redo replaces; read after the check: a plan's branches verify their stages at once
+        run.stage_verdicts = [*(v for v in run.stage_verdicts if v.stage != stage.name), verdict]
         await self._audit(
             run,
             AuditEventType.VERIFICATION,

@@ -272,3 +272,50 @@ async def test_the_console_task_page_shows_the_plan_and_both_branches_bars():
     assert "goal:GOAL_BOTH_001 · accepted" in plan
     assert "left  ║ parallel with right" in plan and "join ◄ left, right  (waits for all)" in plan
     assert "left · look_left_agent@1.0.0 · attempt 1" in html and "right · look_right_agent@1.0.0" in html
+
+
+async def test_stages_of_two_branches_verified_at_the_same_time_are_both_kept():
+    both_checking = asyncio.Barrier(2)
+
+    async def looked(output: Any) -> bool:
+        await asyncio.wait_for(both_checking.wait(), PATIENCE)  # each stage is verified while the other is
+        return True
+
+    agency = Agency(sleep=no_sleep)
+    agency.verifier.checks.register("looked", looked)
+    for action in ("look_left", "look_right", "merge"):
+        await agency.register(
+            {"name": f"{action}_agent", "can_do": [action], "slo_latency_ms": 60_000}, merge
+        )
+    agency.register_goal(
+        goal(FORK_JOIN)
+        | {
+            "stages": [
+                {
+                    "name": "left_seen",
+                    "step": "left",
+                    "verification_steps": [{"kind": "custom", "name": "looked"}],
+                },
+                {
+                    "name": "right_seen",
+                    "step": "right",
+                    "verification_steps": [{"kind": "custom", "name": "looked"}],
+                },
+            ]
+        }
+    )
+    outcome = await agency.submit({"text": "where is it?", "goal_id": "GOAL_BOTH_001"})
+    assert outcome.state is TaskState.COMPLETED, outcome.reason
+    assert sorted(v.stage for v in outcome.stage_verdicts) == ["left_seen", "right_seen"]
+
+
+async def test_the_goals_timeout_ends_branches_still_running():
+    left, right = ScriptedAgent(Hang()), ScriptedAgent(Hang())
+    agency = await agency_with({"look_left": left, "look_right": right, "merge": merge}, FORK_JOIN)
+    agency.register_goal(goal(FORK_JOIN) | {"timeout_seconds": 1}, replace=True)
+    outcome = await agency.submit({"text": "where is it?", "goal_id": "GOAL_BOTH_001"})
+    assert [f.type for f in outcome.failures] == [FailureType.GOAL_TIMEOUT]
+    assert outcome.state is TaskState.INPUT_REQUIRED  # a person takes over
+    assert left.calls == right.calls == 1  # both were running together when the time ran out
+    record = await agency.tasks.get(outcome.task_id)
+    assert record.state is TaskState.INPUT_REQUIRED
