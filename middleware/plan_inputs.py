@@ -12,13 +12,16 @@ so every later step finds it too.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .plans import InputSource, Plan, PlanStep, parse_ref
+from .plans import PLANNER_STEP, InputSource, Plan, PlanStep, parse_ref
 from .tasks import TaskRecord, TaskStep
 
-__all__ = ["Missing", "Resolved", "answer_key", "plan_step", "resolve_input", "step_payload"]
+__all__ = ["Missing", "Resolved", "answer_key", "building", "plan_step", "resolve_input", "step_payload"]
 
 _ABSENT = object()
 
@@ -68,7 +71,7 @@ def plan_step(run: TaskRecord, name: str) -> PlanStep | None:
     return None
 
 
-def _walk(value: Any, path: list[str]) -> Any:
+def _walk(value: Any, path: tuple[str, ...]) -> Any:
     for part in path:
         if isinstance(value, dict) and part in value:
             value = value[part]
@@ -127,14 +130,35 @@ def resolve_input(run: TaskRecord, step: PlanStep) -> Resolved:
     return out
 
 
+#: The input the runner just built for a step (task id, step name, values), so that its
+#: dispatches do not build it again: nothing a step's own attempts do changes what it reads.
+_BUILT: contextvars.ContextVar[tuple[str, str, dict[str, Any]] | None] = contextvars.ContextVar(
+    "agency_plan_input", default=None
+)
+
+
+@contextlib.contextmanager
+def building(run: TaskRecord, step: PlanStep, resolved: Resolved) -> Iterator[None]:
+    """Keep ``step``'s input as just ``resolved`` for its dispatches while the block runs."""
+    token = _BUILT.set((run.task_id, step.name, resolved.values))
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
+
 def step_payload(run: TaskRecord, step: TaskStep, extra: dict[str, Any]) -> dict[str, Any]:
     """The input an agent gets for ``step``: its plan step's mapped fields (and the step's own
     input, and what a resume added); without a mapping, everything the task knows — with
     the task's ``user_id`` when the input names none, for the steps of a plan."""
     planned = plan_step(run, step.name) if run.plan is not None else None
     if planned is not None and planned.input is not None:
+        built = _BUILT.get()
+        if built is not None and built[0] == run.task_id and built[1] == step.name:
+            return {**built[2], **step.input, **extra}
         return {**resolve_input(run, planned).values, **step.input, **extra}
-    payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
+    outputs = run.outputs if run.plan is None else {k: v for k, v in run.outputs.items() if k != PLANNER_STEP}
+    payload = {**run.request.input, **run.context, **outputs, **step.input, **extra}
     if run.plan is not None and "user_id" not in payload:
         payload["user_id"] = run.request.user_id
     return payload

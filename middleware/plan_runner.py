@@ -26,6 +26,7 @@ missing fields), after asking the agent of its ``supplied_by`` action when the p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from .executor import Directive, ResolutionExecutor, StepCursor, handover
 from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
 from .intake import ANCHOR_ACTION
-from .plan_inputs import Missing, resolve_input
+from .plan_inputs import Missing, building, resolve_input
 from .planner import CatalogAction, Planner, PlanProposal, PlanRequest
 from .plans import (
     ANCHOR_STEP,
@@ -347,19 +348,22 @@ class PlanRunner:
         if step.action == PLANNER_ACTION:
             await self._plan(run, step)
             return
+        built: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if step.input is not None:
-            missing = resolve_input(run, step).missing
-            if missing and step.supplied_by and not _tried_supply(run, step):
-                await self._supply(run, step, missing)
+            resolved = resolve_input(run, step)
+            if resolved.missing and step.supplied_by and not _tried_supply(run, step):
+                await self._supply(run, step, resolved.missing)
                 if branch.stop is not None:
                     return
-                missing = resolve_input(run, step).missing
-            if missing:
-                await self._ask(run, step, missing)
+                resolved = resolve_input(run, step)
+            if resolved.missing:
+                await self._ask(run, step, resolved.missing)
                 return
+            built = building(run, step, resolved)
         names = [s.name for s in run.plan.steps] if run.plan is not None else []
         agent = first.agent if first is not None and names.index(step.name) == first.step_index else ""
-        await self._run_step(run, _task_step(step), agent=agent, extra=run.step_inputs.get(step.name))
+        with built:
+            await self._run_step(run, _task_step(step), agent=agent, extra=run.step_inputs.get(step.name))
         if run.plan is not None and len(run.plan.steps) > len(names) and run.plan_source.startswith("goal:"):
             await self._accepted(run, run.goal)  # the intake anchored a goal: its plan joined
         record = run.step_record(step.name)

@@ -35,7 +35,9 @@ asked first). :func:`check_plan` holds a plan against the catalog's contracts.
 
 from __future__ import annotations
 
+import functools
 import re
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -74,14 +76,16 @@ _STEP_NAME = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 _SEGMENT = re.compile(r"^[^.\s]{1,128}$")
 
 
-def parse_ref(ref: str) -> tuple[str, list[str]]:
-    """``(source, path)`` of a reference such as ``steps.order.purchase_date``.
+@functools.lru_cache(maxsize=4096)
+def parse_ref(ref: str) -> tuple[str, tuple[str, ...]]:
+    """``(source, path)`` of a reference such as ``steps.order.purchase_date`` (cached: a plan's
+    references are read for every step of every task).
 
     Raises:
         ValueError: the reference names no known source or has an empty segment.
     """
     parts = ref.split(".")
-    source, path = parts[0], parts[1:]
+    source, path = parts[0], tuple(parts[1:])
     if source not in SOURCES:
         raise ValueError(f"{ref!r}: a reference starts with one of {', '.join(SOURCES)}")
     if not all(_SEGMENT.match(p) for p in path):
@@ -284,7 +288,17 @@ class Plan(Model):
         return [g for g in groups if len(g) > 1]
 
     def summary(self) -> list[dict[str, Any]]:
-        """The steps as the audit log shows them: name, action, after, input fields."""
+        """The steps as the audit log and the outcome show them: name, action, after, input
+        fields (made once per plan: a plan is not changed once made; do not change the list)."""
+        kept = _SUMMARIES.get(id(self))
+        if kept is not None and kept[0]() is self:
+            return kept[1]
+        made = self._summary()
+        key = id(self)
+        _SUMMARIES[key] = (weakref.ref(self, lambda _: _SUMMARIES.pop(key, None)), made)
+        return made
+
+    def _summary(self) -> list[dict[str, Any]]:
         return [
             {
                 "name": s.name,
@@ -296,6 +310,10 @@ class Plan(Model):
             }
             for s in self.steps
         ]
+
+
+#: Each live plan's summary, by id (see :meth:`Plan.summary`).
+_SUMMARIES: dict[int, tuple[weakref.ref[Plan], list[dict[str, Any]]]] = {}
 
 
 def required_inputs(contract: CapabilityContract) -> list[str]:

@@ -148,3 +148,23 @@ async def test_goal_service_refuses_a_plan_the_contracts_cannot_run_naming_the_f
         goals_pb2.RegisterGoalRequest(goal_json=json.dumps(good)), timeout=10
     )
     assert list(registered.plan_steps) == ["order", "warranty", "shipping", "reply"]
+
+
+def test_the_definition_file_checks_each_goals_plan_against_its_contracts():
+    from pathlib import Path
+
+    import yaml
+
+    from middleware.server.definition import definition_from
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "ecommerce.yaml").read_text())
+    del data["goals"][0]["plan"]["steps"][1]["input"]["device_model"]
+    with pytest.raises(InvalidInput) as refused:
+        definition_from(data, env={})
+    assert [str(p) for p in refused.value.problems] == [
+        "goals[0].plan.steps[1].input.device_model: warranty_agent@2.1.0 requires 'device_model'; "
+        "the step's input does not map it"
+    ]
+    data["goals"][0]["plan"]["steps"][2]["action"] = "issue_refund"  # outside the goal's own scope
+    with pytest.raises(InvalidInput, match=r"plan.steps\[2\].action: issue_refund is outside"):
+        definition_from(data, env={})

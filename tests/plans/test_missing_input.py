@@ -119,3 +119,30 @@ async def test_one_asked_field_may_be_answered_in_plain_words(agency):
     resumed = await agency.resume(outcome.task_id, answer="PhoneX")  # what a chat client sends
     assert resumed.state is TaskState.COMPLETED, resumed.reason
     assert agency.agents.get("warranty_agent@2.1.0").requests[-1].input["device_model"] == "PhoneX"
+
+
+@pytest.mark.redis
+async def test_a_planned_task_waiting_for_input_is_resumed_by_another_gateway(redis_client, redis_prefix):
+    from middleware.redis.task_store import RedisTaskStore
+
+    clock = clock_on(date(2026, 6, 15))
+
+    async def gateway() -> Agency:
+        tasks = RedisTaskStore(redis_client, prefix=redis_prefix)
+        return await build_demo_agency(Agency(config=demo_config(), clock=clock, sleep=no_sleep, tasks=tasks))
+
+    first, second = await gateway(), await gateway()
+    outcome = await first.submit(new_customer())
+    assert outcome.pending["kind"] == "missing_input"
+    stored = await second.tasks.get(outcome.task_id)  # the plan travels with the task
+    assert stored.plan is not None and stored.plan.names() == [
+        "intake",
+        "order",
+        "warranty",
+        "shipping",
+        "reply",
+    ]
+    resumed = await second.resume(outcome.task_id, input={"device_model": "PhoneX"})
+    assert resumed.state is TaskState.COMPLETED, resumed.reason
+    assert second.agents.get("order_agent@1.0.0").calls == 0  # the finished steps were not run again
+    assert first.agents.get("order_agent@1.0.0").calls == 1
