@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,18 @@ def test_the_definition_file_checks_each_goals_plan_against_its_contracts():
     data["goals"][0]["plan"]["steps"][2]["action"] = "issue_refund"  # outside the goal's own scope
     with pytest.raises(InvalidInput, match=r"plan.steps\[2\].action: issue_refund is outside"):
         definition_from(data, env={})
+
+
+def test_goal_lint_holds_a_plan_against_the_catalog_it_is_given(tmp_path, capsys):
+    from middleware.cli import main
+
+    bad = WARRANTY_GOAL.model_dump(mode="json")
+    del bad["plan"]["steps"][1]["input"]["device_model"]
+    goals = tmp_path / "goals.json"
+    goals.write_text(json.dumps({"goals": [bad]}))
+    catalog = Path(__file__).resolve().parents[2] / "examples" / "ecommerce.yaml"
+    assert main(["goal", "lint", str(goals), "--catalog", str(catalog)]) == 1
+    out = capsys.readouterr().out
+    assert "plan.steps[1].input.device_model: warranty_agent@2.1.0 requires 'device_model'" in out
+    assert "[plan-contract]" in out
+    assert main(["goal", "lint", str(catalog), "--catalog", str(catalog)]) == 0  # the shipped plan fits
