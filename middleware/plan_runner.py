@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -613,9 +614,12 @@ class PlanRunner:
             if n in plan.names()
         ]
         joined = _joined(plan, proposed, after=step.name) if not clash else plan
-        problems = clash or await self._problems(
-            run, joined, run.goal, skip=tuple(s.name for s in plan.steps), prefix="proposal"
-        )
+        problems = clash or [
+            _in_proposal(p, len(plan.steps))  # its own step numbers, not the joined plan's
+            for p in await self._problems(
+                run, joined, run.goal, skip=tuple(s.name for s in plan.steps), prefix="proposal"
+            )
+        ]
         if problems:
             await self._refuse(run, step, problems)
             return True
@@ -781,6 +785,19 @@ def _question(run: TaskRecord, step: PlanStep, missing: list[Missing]) -> str:
     if run.language == "zh":
         return f"为继续办理（{step.name}），请提供：{'、'.join(m.key for m in missing)}"
     return f"To go on with {step.name}, please give: {', '.join(m.key for m in missing)}"
+
+
+_STEP_INDEX = re.compile(r"^proposal\.steps\[(\d+)\]")
+
+
+def _in_proposal(problem: Problem, offset: int) -> Problem:
+    """A problem of the joined plan named by the proposal's own step number."""
+    found = _STEP_INDEX.match(problem.field)
+    if found is None:
+        return problem
+    return Problem(
+        f"proposal.steps[{int(found.group(1)) - offset}]{problem.field[found.end() :]}", problem.reason
+    )
 
 
 def _settled(run: TaskRecord) -> set[str]:

@@ -121,7 +121,7 @@ async def test_a_proposed_plan_is_checked_audited_and_run():
     [
         (
             {"plan": {"steps": [{"name": "guess", "action": "stock_prediction"}]}},
-            "proposal.steps[1].action: the contracts of calc@1.0.0 say they cannot do stock_prediction",
+            "proposal.steps[0].action: the contracts of calc@1.0.0 say they cannot do stock_prediction",
         ),
         (
             {
@@ -129,11 +129,11 @@ async def test_a_proposed_plan_is_checked_audited_and_run():
                     "steps": [{"name": "w", "action": "weather_lookup", "input": {"town": "request.city"}}]
                 }
             },
-            "proposal.steps[1].input.city: weather@1.0.0 requires 'city'; the step's input does not map it",
+            "proposal.steps[0].input.city: weather@1.0.0 requires 'city'; the step's input does not map it",
         ),
         (
             {"plan": {"steps": [{"name": "w", "action": "fly_to_the_moon"}]}},
-            "proposal.steps[1].action: no live contract can do fly_to_the_moon",
+            "proposal.steps[0].action: no live contract can do fly_to_the_moon",
         ),
         (
             {
@@ -208,7 +208,7 @@ async def test_a_plan_stays_within_the_goals_scope_stages_and_the_task_limits():
     outcome = await agency.submit({"text": "weather?", "goal_id": "GOAL_WEATHER_001"})
     assert outcome.state is TaskState.INPUT_REQUIRED
     problems = dict(plan_records(agency, outcome.task_id))["plan.refused"]["problems"]
-    assert "proposal.steps[1].action: compound_interest is outside the goal's intention scope" in problems
+    assert "proposal.steps[0].action: compound_interest is outside the goal's intention scope" in problems
     assert (
         "proposal.steps: stage 'facts' is bound to step 'weather', which the plan does not have" in problems
     )
