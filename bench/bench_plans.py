@@ -13,11 +13,16 @@ output, the audit log serialising every record as the write-ahead log does) run 
   answering at once) proposes the plan, which is checked and audited before it runs.
 
 Figures are CPU microseconds per task (``time.process_time``), the median of ``--rounds``
-rounds of ``--tasks`` tasks each, one task at a time; the difference to the baseline is what
-planning adds. Then the wall time of a fork and a join whose two branches each take
-``--branch-ms`` (the agents sleep): written in order (one after the other) and as branches.
+rounds of ``--tasks`` tasks each, one task at a time, the four ways taking turns within each
+round; what planning adds is the median of each round's difference to the baseline. Then the
+wall time of a fork and a join whose two branches each take ``--branch-ms`` (the agents
+sleep): written in order (one after the other) and as branches.
 
     python -m bench.bench_plans                  # --tasks 400 --rounds 7 --branch-ms 200
+
+CPU time on a shared machine swings with its load; ``--instructions`` counts instructions
+instead (each way run under ``valgrind --tool=cachegrind --cache-sim=no`` with ``--tasks 100``
+and ``--tasks 300``; the difference divided by 200 tasks, so start-up and warm-up cancel out).
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from typing import Any
 
@@ -55,11 +65,11 @@ def goal(*, plan: bool) -> dict[str, Any]:
     }
 
 
-def answer(request: Any) -> dict[str, Any]:
+async def answer(request: Any) -> dict[str, Any]:
     return {"done": True, request.step: "ok"}
 
 
-def intake(request: Any) -> dict[str, Any]:
+async def intake(request: Any) -> dict[str, Any]:
     return {"intent": "bench", "goal_id": "GOAL_BENCH_001", "context": {"user_id": "u_1"}}
 
 
@@ -91,19 +101,24 @@ def request(mode: str, n: int) -> dict[str, Any]:
     return base
 
 
-async def cpu_per_task(mode: str, tasks: int, rounds: int) -> float:
-    agency = await agency_for(mode)
-    for n in range(20):  # warm up
-        outcome = await agency.submit(request(mode, n))
-        assert outcome.state.value == "completed", (mode, outcome.reason)
-    figures = []
+async def cpu_per_task(modes: list[str], tasks: int, rounds: int) -> dict[str, list[float]]:
+    """Per mode, the CPU µs per task of each round; the modes take turns within a round, so a
+    change in the machine's load touches them alike."""
+    agencies = {mode: await agency_for(mode) for mode in modes}
+    for mode, agency in agencies.items():
+        for n in range(20):  # warm up
+            outcome = await agency.submit(request(mode, n))
+            assert outcome.state.value == "completed", (mode, outcome.reason)
+    figures: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(rounds):
-        started = time.process_time()
-        for n in range(tasks):
-            await agency.submit(request(mode, n))
-        figures.append((time.process_time() - started) / tasks * 1e6)
-    await agency.close()
-    return statistics.median(figures)
+        for mode, agency in agencies.items():
+            started = time.process_time()
+            for n in range(tasks):
+                await agency.submit(request(mode, n))
+            figures[mode].append((time.process_time() - started) / tasks * 1e6)
+    for agency in agencies.values():
+        await agency.close()
+    return figures
 
 
 async def fork_join_ms(*, parallel: bool, branch_ms: float) -> float:
@@ -135,14 +150,56 @@ async def fork_join_ms(*, parallel: bool, branch_ms: float) -> float:
     return took
 
 
-async def main(args: argparse.Namespace) -> None:
-    print(f"CPU per task, median of {args.rounds} rounds of {args.tasks} tasks (one at a time):")
+MODES = ["client steps", "goal plan", "intake + goal plan", "planner"]
+
+
+def count_instructions(mode: str, tasks: int) -> int:
+    """Instructions of one ``--only MODE --tasks N --rounds 1`` run under cachegrind."""
+    with tempfile.TemporaryDirectory(prefix="bench-plans-vg-") as tmp:
+        out = subprocess.run(
+            [
+                "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={tmp}/cg.out",
+                sys.executable, "-m", "bench.bench_plans", "--only", mode,
+                "--tasks", str(tasks), "--rounds", "1",
+            ],
+            capture_output=True, text=True, check=True, env=os.environ,
+        )  # fmt: skip
+    match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def instructions() -> None:
+    low, high = 100, 300
+    print("instructions per task (valgrind; the difference of a 300-task and a 100-task run):")
     base = 0.0
-    for mode in ("client steps", "goal plan", "intake + goal plan", "planner"):
-        cpu = await cpu_per_task(mode, args.tasks, args.rounds)
-        base = base or cpu
-        extra = "baseline" if cpu == base else f"{cpu - base:+.0f} µs ({cpu / base:.2f}x)"
-        print(f"  {mode:<20} {cpu:8.0f} µs   {extra}")
+    for mode in MODES:
+        per_task = (count_instructions(mode, high) - count_instructions(mode, low)) / (high - low)
+        base = base or per_task
+        added = "baseline" if per_task == base else f"{per_task - base:+,.0f} ({per_task / base - 1:+.0%})"
+        print(f"  {mode:<20} {per_task:12,.0f}   {added}", flush=True)
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.only:  # one way, for --instructions (its figure is valgrind's)
+        await cpu_per_task([args.only], args.tasks, args.rounds)
+        return
+    modes = MODES
+    figures = await cpu_per_task(modes, args.tasks, args.rounds)
+    print(
+        f"CPU per task, median of {args.rounds} rounds of {args.tasks} tasks (one at a time, modes in turn):"
+    )
+    base = figures[modes[0]]
+    for mode in modes:
+        cpu = statistics.median(figures[mode])
+        if mode == modes[0]:
+            print(f"  {mode:<20} {cpu:8.0f} µs   baseline")
+            continue
+        added = statistics.median(m - b for m, b in zip(figures[mode], base, strict=True))
+        print(
+            f"  {mode:<20} {cpu:8.0f} µs   {added:+.0f} µs per task ({added / statistics.median(base):+.0%})"
+        )
     sequential = await fork_join_ms(parallel=False, branch_ms=args.branch_ms)
     parallel = await fork_join_ms(parallel=True, branch_ms=args.branch_ms)
     print(f"\nTwo {args.branch_ms:g} ms branches, then a join ({args.branch_ms:g} ms):")
@@ -157,4 +214,10 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=400, help="tasks per round (default 400)")
     parser.add_argument("--rounds", type=int, default=7, help="rounds (default 7)")
     parser.add_argument("--branch-ms", type=float, default=200.0, help="each branch's work (default 200)")
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--instructions", action="store_true", help="count instructions under valgrind")
+    parser.add_argument("--only", choices=MODES, help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    if parsed.instructions:
+        instructions()
+    else:
+        asyncio.run(main(parsed))
