@@ -16,6 +16,7 @@ from .detectors import DetectorConfig
 from .errors import InvalidInput
 from .failure_monitor import MonitorConfig
 from .failures import FailurePolicy, FailureType, check_policy
+from .guards.config import GuardConfig
 from .limits import TaskLimits
 from .reliability import ReliabilityConfig
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS
@@ -66,6 +67,10 @@ class AgencyConfig(Model):
     )
     limits: TaskLimits = Field(
         default_factory=TaskLimits, description="Steps per task, bytes per agent answer and per outcome."
+    )
+    guards: GuardConfig = Field(
+        default_factory=GuardConfig,
+        description="Content guards: personal data and prompt injection (docs/security.md).",
     )
 
     @field_validator("failure_policies")

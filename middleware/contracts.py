@@ -116,6 +116,18 @@ class CapabilityContract(Model):
         "(docs/audit-log.md, the write-ahead promise).",
     )
 
+    data_classes: list[str] = Field(
+        default_factory=list,
+        description="Personal data classes it may receive in clear (email, phone, payment_card, "
+        "cn_resident_id, iban ...); with the personal-data guard on, every other class is tokenised "
+        "or redacted before dispatch (docs/security.md). Empty = none.",
+    )
+    restore_personal_data: bool = Field(
+        default=False,
+        description="Tokens of personal data in its answer are turned back into the values "
+        "(personal-data guard in tokenize mode): the next step and the user see them.",
+    )
+
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())
 
@@ -155,7 +167,7 @@ class CapabilityContract(Model):
             raise ValueError(f"can_do and cannot_do overlap on {', '.join(sorted(overlap))}")
         return labels
 
-    @field_validator("regions", "data_residency", "time_windows", "granularities", "metrics")
+    @field_validator("regions", "data_residency", "time_windows", "granularities", "metrics", "data_classes")
     @classmethod
     def _constraint_labels(cls, v: list[str], info: ValidationInfo) -> list[str]:
         return _labels(v, info.field_name or "labels")

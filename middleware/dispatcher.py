@@ -35,6 +35,8 @@ from .errors import (
 )
 from .executor import StepCursor
 from .failures import FailureType
+from .guards.content_guard import GUARD_RECORD, ContentGuard
+from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
 from .plan_inputs import step_payload
@@ -95,7 +97,11 @@ class Dispatcher:
         time_critical_domains: frozenset[str] = DEFAULT_TIME_CRITICAL_DOMAINS,
         intent_judges: list[IntentJudge] | None = None,
         max_output_bytes: int | None = None,
+        guard: ContentGuard | None = None,
+        policy: PolicyGate | None = None,
     ) -> None:
+        self._guard = guard
+        self._policy = policy
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
         )
@@ -133,12 +139,24 @@ class Dispatcher:
         constraints = await self._router.constraints_for(step.text or run.request.text, explicit)
         open_circuits = self._breaker.open_agents()
         decision = await self._router.decide(constraints, exclude=open_circuits)
+        if self._policy is not None:  # agents a policy forbids are left out
+            decision = await self._policy.route(
+                run,
+                step,
+                decision,
+                contract_of=self._contract_of,
+                redecide=lambda denied: self._router.decide(constraints, exclude=[*open_circuits, *denied]),
+                audit=self._audit,
+            )
         if decision.refused and open_circuits:
             unfiltered = await self._router.decide(constraints)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
                 return unfiltered
         return decision
+
+    async def _contract_of(self, key: str) -> CapabilityContract:
+        return (await self._catalog.get(key)).contract
 
     async def attempt(
         self, run: TaskRecord, step: TaskStep, cursor: StepCursor, extra: dict[str, Any]
@@ -157,9 +175,25 @@ class Dispatcher:
             contract.check_input(payload)
         except ContractViolation as exc:
             raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="input") from None
+        text = step.text or run.request.text
+        classes: set[str] = set()
+        if self._guard is not None:  # injection in the user's parts; personal data the agent may not get
+            screened = await self._guard.screen_request(run, step, contract, payload, text, extra)
+            classes = screened.redactions.seen
+            if (stop := screened.detection) is not None:
+                raise AttemptFailed(stop.type, stop.detail, **stop.context)
+            payload, text = screened.payload, screened.text
+            if screened.redactions:
+                mode = self._guard.config.personal_data.mode
+                detail = {"step": step.name, "mode": mode, **screened.redactions.as_detail()}
+                await self._audit(run, GUARD_RECORD, mode, detail, agent=key)
+        if self._policy is not None:  # policies as code, with the data classes of the input
+            denied = await self._policy.dispatch(run, step, contract, data_classes=classes, audit=self._audit)
+            if denied is not None:
+                raise AttemptFailed(denied.type, denied.detail, **denied.context)
         message = envelope(run, key, payload, now=self._clock())
         deadline = contract.slo_latency_ms * self._deadline_factor / 1000
-        request = _agent_request(run, step, cursor, message, contract, deadline)
+        request = _agent_request(run, step, cursor, message, contract, deadline, text)
         await self._audit(
             run,
             AuditEventType.DISPATCH,
@@ -206,6 +240,10 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            if self._guard is not None:  # the task's tokens back into values, if the contract allows
+                restored, count = self._guard.restore(run, contract, reply.output)
+                if count:
+                    reply = reply.model_copy(update={"output": restored})
             domain, critical = self._time_critical(run, contract.tags, contract.time_critical, key)
             anchors = ANCHOR_ACTION in contract.can_do
             try:
@@ -259,9 +297,10 @@ class Dispatcher:
         record = run.step_record(step.name)  # not the last record: plan branches run at once
         if record is not None:
             record.duration_ms = round(elapsed, 3)
-        found = await self._detectors.inspect(
-            AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run))
-        )
+        inspected = AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run))
+        found = await self._guard.inspect(inspected) if self._guard is not None else None
+        if found is None:
+            found = await self._detectors.inspect(inspected)
         if found is not None:
             held = (
                 {
@@ -391,6 +430,7 @@ def _agent_request(
     message: SMFMessage,
     contract: CapabilityContract,
     deadline: float,
+    text: str,
 ) -> AgentRequest:
     """What the agent gets: the gateway's own validated parts, put together without validating
     them again (a contract's SLO is positive, so the deadline is too)."""
@@ -401,7 +441,7 @@ def _agent_request(
             task_id=run.request.task_id,
             step=step.name,
             attempt=cursor.attempt,
-            text=step.text or run.request.text,
+            text=text,
             deadline_ms=deadline * 1000,
         )
     return trusted(
@@ -412,7 +452,7 @@ def _agent_request(
             "task_id": run.request.task_id,
             "step": step.name,
             "attempt": cursor.attempt,
-            "text": step.text or run.request.text,
+            "text": text,
             "deadline_ms": deadline * 1000,
             "traceparent": current_traceparent(),
         },

@@ -40,6 +40,9 @@ from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
 from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
+from .guards.audit_guard import PersonalDataAuditLog
+from .guards.content_guard import ContentGuard
+from .guards.policy import PolicyGate
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
@@ -135,6 +138,11 @@ class Agency:
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
+        guard: The content guards at dispatch (default: built from ``config.guards`` when one
+            is on; with the personal-data guard, ``audit`` is wrapped so records hold no
+            personal data in clear — docs/security.md).
+        policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
+            ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
     """
 
     def __init__(
@@ -160,11 +168,19 @@ class Agency:
         approvals: ApprovalGates | None = None,
         humans: TaskObserver | None = None,
         agents: AgentRegistry | None = None,
+        guard: ContentGuard | None = None,
+        policy: PolicyGate | None = None,
         planner: Planner | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
         self.audit: AuditLog = audit or MemoryAuditLog()
+        if guard is None and self.config.guards.any_enabled:
+            guard = ContentGuard(self.config.guards)
+        self.guard = guard
+        self.policy = policy
+        if guard is not None and guard.personal_data and guard.config.personal_data.audit:
+            self.audit = PersonalDataAuditLog(self.audit, guard.scanner, replacer=guard.audit_replacer)
         self.router = router or Router(self.catalog)
         self.failures = failures or FailureProcessor(
             policy=self.config.failure_policy, policies=self.config.failure_policies
@@ -197,6 +213,8 @@ class Agency:
             time_critical_domains=frozenset(self.config.time_critical_domains),
             intent_judges=intent_judges,
             max_output_bytes=self.config.limits.max_output_bytes,
+            guard=guard,
+            policy=policy,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
         self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
@@ -211,6 +229,7 @@ class Agency:
             executor=self._executor,
             audit=self._audit,
             transition=self._transition,
+            guard=self.guard,
         )
 
     # ----------------------------------------------------------------- registry
@@ -700,6 +719,17 @@ class Agency:
             if approval:
                 name, role = check_approver(run, person, caller)
                 who = {"person": name, "role": role} if name else who
+                if self.policy is not None:  # policies as code: may this person approve this step?
+                    try:
+                        await self.policy.approve(
+                            run,
+                            person=name,
+                            roles=[r for r in role.split(",") if r],
+                            agent=str(run.pending.get("agent", "")),
+                            audit=self._audit,
+                        )
+                    finally:  # the decision is durable before the refusal leaves
+                        await self._flush_audit(run)
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision, input=input)
@@ -904,12 +934,10 @@ class Agency:
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
-        await self._audit(
-            run,
-            AuditEventType.TASK_COMPLETED,
-            state.value,
-            {"reason": reason, "goal_passed": verdict.passed if verdict else None},
-        )
+        ended: dict[str, Any] = {"reason": reason, "goal_passed": verdict.passed if verdict else None}
+        if state is TaskState.INPUT_REQUIRED:  # what a store that forgot it is rebuilt from
+            ended["task"] = run.model_dump(mode="json")  # (middleware/task_recovery.py)
+        await self._audit(run, AuditEventType.TASK_COMPLETED, state.value, ended)
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)

@@ -40,6 +40,8 @@ from .errors import InvalidInput, Problem
 from .executor import Directive, ResolutionExecutor, StepCursor, handover
 from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
+from .guards.content_guard import ContentGuard
+from .guards.redaction import redact_text, redact_value, redacted
 from .intake import ANCHOR_ACTION
 from .plan_inputs import Missing, building, resolve_input
 from .planner import CatalogAction, Planner, PlanProposal, PlanRequest
@@ -138,6 +140,9 @@ class PlanRunner:
         executor: Applies resolutions.
         audit: Appends a record of the task.
         transition: Moves the task's state.
+        guard: The content guards (with the personal-data guard on, what the planner's model is
+            told of the request and the context is redacted first: the model is not an agent
+            whose contract lists data classes).
     """
 
     def __init__(
@@ -154,7 +159,9 @@ class PlanRunner:
         executor: ResolutionExecutor,
         audit: Audit,
         transition: Callable[[TaskRecord, TaskState], Awaitable[None]],
+        guard: ContentGuard | None = None,
     ) -> None:
+        self._guard = guard
         self._catalog, self._router, self.planner = catalog, router, planner
         self._max_steps = max_steps
         self._run_step, self._verify, self._finish = run_step, verify, finish
@@ -684,11 +691,19 @@ class PlanRunner:
         plan = run.plan
         assert plan is not None
         clarification = (run.step_inputs.get(step.name) or {}).get("clarification")
+        text, given, context = run.request.text, dict(run.request.input), dict(run.context)
+        guard = self._guard
+        if guard is not None and guard.personal_data:  # the model sees no personal data
+            text = redact_text(text, guard.scanner, redacted, path="text")
+            given, context = (
+                redact_value(given, guard.scanner, redacted),
+                redact_value(context, guard.scanner, redacted),
+            )
         return PlanRequest(
-            text=run.request.text,
+            text=text,
             language=run.language,
-            input=dict(run.request.input),
-            context=dict(run.context),
+            input=given,
+            context=context,
             goal=run.goal,
             actions=[a for name, a in sorted(actions.items()) if not scope or name in scope],
             max_steps=max(1, self._max_steps - len(plan.steps)),

@@ -20,18 +20,26 @@ from prometheus_client import start_http_server
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
+from ..audit.witness_http import WitnessClient, Witnessing
 from ..errors import InvalidInput, Unavailable
 from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import set_schema_limits
 from ..server.bootstrap import build_agency, build_post_office, start_webhooks
-from ..server.definition import AgencyDefinition, definition_from, load_definition
+from ..server.definition import AgencyDefinition, definition_from, load_definition, name_problems
 from ..server.event_loop import loop_name
 from ..server.event_loop import run as run_loop
 from ..server.grpc_api import build_server
 from ..server.grpc_api.gate import BackendGate
+from ..server.http_limits import ensure_fd_headroom
 from ..server.metrics import Metrics
-from ..server.settings import ENV_VARIABLES, ServerConfig, caller_limits_from_env, schema_limits_from_env
+from ..server.settings import (
+    ENV_VARIABLES,
+    ServerConfig,
+    caller_limits_from_env,
+    http_limits_from_env,
+    schema_limits_from_env,
+)
 
 log = logging.getLogger("agency.serve")
 
@@ -225,8 +233,17 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    if clashes := name_problems(definition, clients):  # 'Alice' the person, 'alice' the client
+        raise InvalidInput(clashes, what="definition")
     limits = caller_limits_from_env()  # per-caller and schema limits (docs/operations.md, Security)
     set_schema_limits(schema_limits_from_env())
+    http_limits = http_limits_from_env()  # every HTTP listener: console, A2A, MCP
+    listeners = [
+        definition.humans.console.address,
+        definition.protocols.a2a.address,
+        definition.protocols.mcp.address,
+    ]
+    ensure_fd_headroom(sum(1 for a in listeners if a), http_limits)  # an HTTP flood never starves gRPC
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
         _warn_ungranted(clients, definition.grants)
@@ -239,6 +256,7 @@ async def serve(
     webhooks = None
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
+    witnessing: Witnessing | None = None
     metrics_server = None
     console = None
     protocols = None
@@ -272,7 +290,7 @@ async def serve(
             if humans.console.address:
                 from ..server.console import ConsoleServer
 
-                console = ConsoleServer.from_definition(definition, desk)
+                console = ConsoleServer.from_definition(definition, desk, limits=http_limits)
                 await console.start()
                 print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
@@ -300,9 +318,16 @@ async def serve(
         if config.metrics_address:
             metrics_server = _start_metrics(config.metrics_address, metrics)
         if definition.protocols.needed:  # the A2A / MCP extra is loaded only when asked for
+            from ..server.protocols.card_signing import default_card_key_path
             from ..server.protocols.serving import Protocols
 
-            protocols = Protocols(agency, definition.protocols, token_hashes=clients)
+            protocols = Protocols(
+                agency,
+                definition.protocols,
+                token_hashes=clients,
+                card_key=default_card_key_path(definition.audit_directory),  # the gateway's card is signed
+                http_limits=http_limits,
+            )
             await protocols.start()
         await server.start()
         webhooks = await start_webhooks(  # push delivery for agents with webhooks
@@ -323,6 +348,13 @@ async def serve(
                 on_error=metrics.background_error,
             )
             retention.start()
+        if definition.audit.witness:
+            witnessing = Witnessing(
+                agency.audit,  # type: ignore[arg-type]  # a WalAuditLog behind its wrappers
+                WitnessClient(definition.audit.witness),
+                on_refused=lambda status, why: metrics.background_error("witness"),
+            )
+            witnessing.start()
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else config.tls.scheme
         to_workers = definition.workers.tls
@@ -352,6 +384,8 @@ async def serve(
             steps.append(("A2A/MCP listeners", protocols.stop))
         if retention is not None:
             steps.append(("audit retention", retention.stop))
+        if witnessing is not None:
+            steps.append(("audit witnessing", witnessing.stop))
         if monitor is not None:
             steps.append(("backend monitor", monitor.stop))
         steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))

@@ -107,7 +107,7 @@ class AuditCallbackHandler(AsyncCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        detail: dict[str, Any] = {"messages": sum(len(m) for m in messages)}
+        detail: dict[str, Any] = {"messages": sum(len(m) for m in messages), **_provider(metadata)}
         if self.capture_io and messages and messages[0]:
             detail["prompt_preview"] = self._preview(messages[0][-1].content)
         self._start(run_id, parent_run_id, "llm", _model_name(serialized, metadata, kwargs), detail)
@@ -123,7 +123,7 @@ class AuditCallbackHandler(AsyncCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        detail: dict[str, Any] = {"prompts": len(prompts)}
+        detail: dict[str, Any] = {"prompts": len(prompts), **_provider(metadata)}
         if self.capture_io and prompts:
             detail["prompt_preview"] = self._preview(prompts[-1])
         self._start(run_id, parent_run_id, "llm", _model_name(serialized, metadata, kwargs), detail)
@@ -349,6 +349,12 @@ def _response_model(response: LLMResult) -> str:
                 if name:
                     return str(name)
     return ""
+
+
+def _provider(metadata: dict[str, Any] | None) -> dict[str, str]:
+    """The model's provider as LangChain names it (``ls_provider``: openai, anthropic ...), if known."""
+    provider = (metadata or {}).get("ls_provider")
+    return {"provider": provider} if isinstance(provider, str) and provider else {}
 
 
 def _token_usage(response: LLMResult) -> dict[str, int]:

@@ -51,6 +51,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .._model import Model
+from ..access import Principal
 from ..agents import AgentCallable
 from ..audit.checkpoint import Signer
 from ..audit.retention import parse_age
@@ -58,13 +59,16 @@ from ..contracts import CapabilityContract
 from ..errors import InvalidInput, Problem
 from ..goals import GoalAssertion
 from ..grants import AgentGrant
+from ..guards.policy import PolicyGate
 from ..messaging.directory import RegistrationMode
 from ..messaging.flows import Flows
 from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_key, token_hash
 from ..messaging.limits import RateLimitSettings
 from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
+from ..messaging.registration import RegistrationQuota
 from ..messaging.webhooks import WebhookSettings
+from ..names import look_alike, reserved_prefix
 from ..people.model import HumansSettings
 from ..planner import LangChainPlanner, Planner
 from ..plans import check_plan
@@ -89,6 +93,7 @@ __all__ = [
     "WorkersSettings",
     "definition_from",
     "load_definition",
+    "name_problems",
     "resolve_import",
 ]
 
@@ -239,6 +244,11 @@ class AuditSettings(Model):
     retention: RetentionSettings | None = Field(
         default=None, description="Archive or delete old segments on a schedule (default: keep all)."
     )
+    witness: str = Field(
+        default="",
+        description="URL of a witness (``agency audit witness``) this gateway submits each new "
+        "checkpoint to, with a consistency proof; empty (default): none.",
+    )
     checkpoint_interval: timedelta = Field(
         default=timedelta(seconds=1),
         description="Sign and publish a checkpoint this long after the first record no checkpoint "
@@ -356,6 +366,16 @@ class RegistrationSettings(Model):
         description="closed: the definition file only; open: any caller; admin: a caller with the "
         "admin role; approval: anyone, active once an admin approves (ApproveAgent).",
     )
+    max_per_client: int = Field(
+        default=100, ge=1, description="Agents one gateway client may have registered at once."
+    )
+    per_minute: float = Field(default=10.0, gt=0, description="Registrations one client may make per minute.")
+    burst: int = Field(default=20, ge=1, description="Registrations one client may make at once.")
+
+    def quota(self) -> RegistrationQuota:
+        return RegistrationQuota(
+            max_per_client=self.max_per_client, per_minute=self.per_minute, burst=self.burst
+        )
 
 
 class MessagingSettings(Model):
@@ -404,6 +424,24 @@ class MessagingSettings(Model):
                 problems.append(
                     Problem(f"agents[{i}].name", f"{agent.name} is already agents[{names[agent.name]}]")
                 )
+            elif prefix := reserved_prefix(agent.name):
+                problems.append(
+                    Problem(
+                        f"agents[{i}].name",
+                        f"{agent.name!r} is under the reserved prefix {prefix!r} (people's mailboxes, the "
+                        "gateway's own senders)",
+                    )
+                )
+            else:
+                alike = next((n for n, j in names.items() if j != i and look_alike(agent.name, n)), None)
+                if alike is not None:
+                    problems.append(
+                        Problem(
+                            f"agents[{i}].name",
+                            f"{agent.name!r} looks like agents[{names[alike]}] {alike!r} (names are compared "
+                            "case-folded and by their Unicode confusable skeleton)",
+                        )
+                    )
             if tokens.setdefault(agent.token_sha256, i) != i:
                 problems.append(
                     Problem(
@@ -467,6 +505,54 @@ def _loc(path: str) -> tuple[str | int, ...]:
     return tuple(out)
 
 
+class SubjectKeySettings(Model):
+    """Crypto-shredding (docs/security.md): with the personal-data guard on, personal data in
+    audit records is sealed under a key per subject kept here, so ``agency audit erase`` can
+    make it unreadable without touching the log."""
+
+    directory: Path | None = Field(
+        default=None,
+        description="The subject key directory (default: keys/subjects beside the audit directory).",
+    )
+    enabled: bool = Field(
+        default=True, description="Seal (true) or only redact (false) personal data in records."
+    )
+
+
+class PolicySettings(Model):
+    """Policies as code (docs/security.md): a Cedar policy file asked at routing, dispatch,
+    approval and export."""
+
+    cedar: Path | None = Field(default=None, description="A Cedar policy file (needs the cedar extra).")
+    default: Literal["allow", "deny"] = Field(
+        default="deny", description="What no policy decides: Cedar's deny, or allow (forbid-only policies)."
+    )
+
+    @field_validator("cedar")
+    @classmethod
+    def _readable(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            from ..guards.cedar_policy import CedarPolicyEngine
+
+            try:
+                CedarPolicyEngine.from_file(v)
+            except OSError as exc:
+                raise ValueError(f"cannot read {v}: {exc.strerror}") from None
+            except InvalidInput as exc:
+                raise ValueError(exc.problems[0].reason) from None
+            except ImportError:
+                raise ValueError("needs cedarpy: pip install 'agency-middleware[cedar]'") from None
+        return v
+
+    def gate(self) -> PolicyGate | None:
+        """The gate over the policy file (None without one)."""
+        if self.cedar is None:
+            return None
+        from ..guards.cedar_policy import CedarPolicyEngine
+
+        return PolicyGate(CedarPolicyEngine.from_file(self.cedar, default=self.default))
+
+
 class AgencyDefinition(Model):
     """A whole deployment, as read from the definition file."""
 
@@ -484,6 +570,8 @@ class AgencyDefinition(Model):
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
+    policies: PolicySettings = Field(default_factory=PolicySettings)
+    subject_keys: SubjectKeySettings = Field(default_factory=SubjectKeySettings)
     grants: dict[str, AgentGrant] = Field(
         default_factory=dict,
         description="What each agent token may declare when it registers (see middleware.grants).",
@@ -493,6 +581,13 @@ class AgencyDefinition(Model):
     def audit_directory(self) -> Path:
         """``audit.directory``, or ``<server.data_dir>/audit`` when not given."""
         return self.audit.directory or Path(self.server.data_dir) / "audit"
+
+    @property
+    def subject_key_directory(self) -> Path:
+        """``subject_keys.directory``, or ``keys/subjects`` beside the audit directory."""
+        from ..audit.shredding import default_subject_key_dir
+
+        return self.subject_keys.directory or default_subject_key_dir(self.audit_directory)
 
     @property
     def mailbox_backend(self) -> Literal["memory", "redis"]:
@@ -600,3 +695,26 @@ def load_definition(
             [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
         ) from None
     return definition_from(data, env=env, overrides=overrides, source=source)
+
+
+def name_problems(definition: AgencyDefinition, clients: Mapping[str, Principal] | None) -> list[Problem]:
+    """People of the definition whose names are a token client's spelled another way, or look
+    like one: the one name rule makes them one name (separation of duties compares them so), so
+    the files must not disagree about it (``agency config check`` and ``agency serve`` refuse)."""
+    if not clients:
+        return []
+    names = sorted({p.name for p in clients.values()})
+    problems = []
+    for i, person in enumerate(definition.humans.people):
+        for client in names:
+            if person.name != client and look_alike(person.name, client):
+                problems.append(
+                    Problem(
+                        f"humans.people[{i}].name",
+                        f"{person.name!r} and the token file's client {client!r} are one name under the one "
+                        "name rule (compared case-folded, look-alikes included) but spelled differently: "
+                        "spell them alike if they are one, else choose names that cannot be mistaken "
+                        "(separation of duties treats them as one)",
+                    )
+                )
+    return problems

@@ -20,6 +20,7 @@ Plain settings (no SDK import): the bindings themselves live in ``middleware.ser
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
@@ -59,6 +60,11 @@ class A2AServing(Model):
     """The gateway as an A2A server."""
 
     address: str = Field(default="", description="host:port to serve A2A on; empty = off.")
+    card_key: Path | None = Field(
+        default=None,
+        description="The ES256 key that signs the gateway's Agent Card (PEM); default: "
+        "keys/a2a-card.pem beside the audit directory, made on first start.",
+    )
     public_url: str = Field(
         default="",
         description="The base URL clients reach it at (for the Agent Card); empty = http://address.",
@@ -104,6 +110,18 @@ class A2AAgentSettings(Model):
         ge=0,
         description="How often the card is fetched again to notice changes (0 = every call).",
     )
+    card_keys: Path | None = Field(
+        default=None,
+        description="The agent's card signing keys (a JWK Set, one JWK or a PEM public key): its card "
+        "must carry a JWS signature one of them verifies. None = signatures not checked.",
+    )
+
+    @field_validator("card_keys")
+    @classmethod
+    def _readable_keys(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"no such file: {v}")
+        return v
 
     @field_validator("card_url")
     @classmethod

@@ -52,6 +52,7 @@ from ..trace_context import (
     otel_context,
     otel_trace,
 )
+from .genai_spans import agent_attributes, step_span_spec
 
 if TYPE_CHECKING:
     from ..agents import AgentRequest
@@ -284,10 +285,13 @@ class TracingAuditLog:
                     "agency.step": str(d.get("step", "")),
                     "agency.attempt": int(d.get("attempt", 1)),
                     "agency.deadline_ms": float(d.get("deadline_ms", 0) or 0),
+                    **agent_attributes(record.actors.agent),
                 },
             )
         elif kind == E.AGENT_RESULT:
             self._end_dispatch(task, at)
+        elif kind == E.AGENT_STEP:
+            self._step_span(record, at, self._dispatch.get(task) or span)
         elif kind == E.FAILURE:
             self._end_dispatch(task, at, error=f"{record.outcome}: {record.detail.get('detail', '')}")
         elif kind == E.TASK_COMPLETED:
@@ -299,6 +303,27 @@ class TracingAuditLog:
             _, token = self._tasks.pop(task)
             with contextlib.suppress(Exception):
                 otel_context.detach(token)
+
+    def _step_span(self, record: AuditRecord, at: int, parent: Any) -> None:
+        """A LangChain model or tool call of a wrapped agent, with the GenAI conventions."""
+        assert otel_trace is not None
+        spec = step_span_spec(record.detail)
+        if spec is None:
+            return
+        name, attributes = spec
+        duration = float(record.detail.get("duration_ms", 0) or 0)
+        span = self._tracer.start_span(
+            name,
+            context=otel_trace.set_span_in_context(parent),
+            kind=otel_trace.SpanKind.CLIENT,
+            start_time=at - int(duration * 1e6),
+            attributes={**attributes, "agency.agent": record.actors.agent, "audit.event_id": record.event_id},
+        )
+        if record.outcome not in ("success", ""):
+            error = record.detail.get("error") or {}
+            span.set_attribute("error.type", str(error.get("type") or record.outcome))
+            span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, str(error.get("message") or "")))
+        span.end(end_time=at)
 
     def _start_task(self, record: AuditRecord, at: int) -> None:
         assert otel_trace is not None and otel_context is not None

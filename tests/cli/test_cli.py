@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.audit.compression import read_segment
 from middleware.cli import main
 from middleware.cli.demo import run_demo
 from middleware.demo import clock_on
@@ -72,7 +73,7 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path, today):
     assert "contract says it cannot do stock_prediction" in text
     assert "REJECTED before any agent ran" in text
     assert str(tmp_path / "audit" / "demo") in text
-    assert any(p.stat().st_size > 0 for p in (tmp_path / "audit" / "demo").glob("*.wal"))
+    assert any(p.stat().st_size > 0 for p in (tmp_path / "audit" / "demo").glob("*.wal*"))
     # each trace's timeline command, and it works
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("agency trace show")]
     assert len(commands) == 6 and all(c.endswith(f"--data-dir {tmp_path}") for c in commands)
@@ -194,8 +195,8 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
     assert "stopped" in out
     errors = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
     assert not any(e["level"] == "ERROR" for e in errors), err
-    segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal")
-    assert any(b'"node":"node-test"' in p.read_bytes() for p in segments)
+    segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal*")  # compressed once sealed
+    assert any(b'"node":"node-test"' in read_segment(p) for p in segments)
     # --demo scores answers with the scenario's authority table, as `agency demo` does
     from middleware.audit.wal_reader import WalLogReader
 

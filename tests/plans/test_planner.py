@@ -284,3 +284,26 @@ async def test_the_definition_file_names_the_planners_model(tmp_path):
     with pytest.raises(InvalidInput) as refused:
         definition_from({"planner": {"factory": "middleware.testing:NoSuchModel"}})
     assert refused.value.problems[0].field == "planner.factory"
+
+
+async def test_with_the_personal_data_guard_on_the_model_is_told_no_personal_data():
+    from middleware import AgencyConfig
+
+    model = Recorded(WEATHER_PLAN)
+    agency, _ = await planned_agency(model)
+    guarded = Agency(
+        sleep=no_sleep,
+        planner=LangChainPlanner(model),
+        config=AgencyConfig.model_validate({"guards": {"personal_data": {"enabled": True}}}),
+        catalog=agency.catalog,
+        agents=agency.agents,
+    )
+    await guarded.submit(
+        {
+            "text": "weather for alice@example.com please",
+            "input": {"city": "Lyon", "mail": "alice@example.com"},
+        }
+    )
+    assert model.prompts, "the planner was asked"
+    assert "alice@example.com" not in model.prompts[0]
+    assert "[redacted:email]" in model.prompts[0] and "Lyon" in model.prompts[0]

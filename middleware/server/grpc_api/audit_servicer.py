@@ -73,6 +73,14 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
     ) -> AsyncIterator[audit_pb2.AuditEntry]:
         log = _wal(self._agency.audit)
         flt = filter_from_pb(request)
+        if self._agency.policy is not None:  # policies as code: may this caller export this?
+            what = {
+                "trace_id": flt.trace_id or "",
+                "goal_id": flt.goal_id or "",
+                "agent": flt.agent or "",
+                "event_types": sorted(flt.event_types or ()),
+            }
+            await self._agency.policy.export(self._agency.audit, node=self._agency.config.node_id, what=what)
         _, records = await asyncio.to_thread(iter_records, log.root_dir, flt)
         while chunk := await asyncio.to_thread(_take, records, _CHUNK):
             for r in chunk:

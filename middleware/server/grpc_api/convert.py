@@ -156,6 +156,8 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "human_review": pb.human_review,
         "time_critical": pb.time_critical,
         "side_effect_free": pb.side_effect_free,
+        "data_classes": list(pb.data_classes),
+        "restore_personal_data": pb.restore_personal_data,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -186,6 +188,8 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         human_review=c.human_review,
         time_critical=c.time_critical,
         side_effect_free=c.side_effect_free,
+        data_classes=c.data_classes,
+        restore_personal_data=c.restore_personal_data,
     )
 
 

@@ -189,6 +189,8 @@ class A2AAgent:
         recheck_seconds: How often the card is fetched again (0 = before every call).
         on_change: Awaited once when the card no longer matches the pin (the gateway flags
             the contract for review).
+        verify: Checks the card's JWS signature (``card_signing.card_verifier``); a card it
+            refuses fails like a changed card. None: signatures are not checked.
         clock: Monotonic seconds (injected in tests).
     """
 
@@ -206,7 +208,10 @@ class A2AAgent:
         recheck_seconds: float = 30.0,
         on_change: Callable[[str, str], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        verify: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        self._verify = verify
+        self._trusted = True
         self.card_url = card_url.rstrip("/")
         self.contract = contract
         self.pinned = pinned
@@ -222,20 +227,32 @@ class A2AAgent:
 
     async def _check_card(self) -> None:
         now = self._clock()
-        if self.seen == self.pinned and now - self._checked < self.recheck_seconds:
+        if self._trusted and now - self._checked < self.recheck_seconds:
             return
-        _, digest = await fetch_card(self.card_url, http=self._http)
+        card, digest = await fetch_card(self.card_url, http=self._http)
         self._checked, self.seen = now, digest
-        if digest == self.pinned:
+        why, review = "", "a2a_card_changed"
+        if digest != self.pinned:
+            why = f"its A2A card changed (pinned {self.pinned[:12]}, now {digest[:12]})"
+        elif self._verify is not None:
+            from .card_signing import CardSignatureError
+
+            try:
+                self._verify(card)
+            except CardSignatureError as exc:
+                why, review = f"its A2A card's signature does not verify ({exc})", "a2a_card_signature"
+        self._trusted = not why
+        if not why:
             return
         if not self._flagged and self._on_change is not None:
             self._flagged = True
-            await self._on_change(self.pinned, digest)
+            await self._on_change(
+                self.pinned, digest if review == "a2a_card_changed" else f"bad signature: {why}"
+            )
         raise AgentFailure(
             "TOOL_UNAVAILABLE",
-            f"its A2A card changed (pinned {self.pinned[:12]}, now {digest[:12]}); "
-            "not trusted until the operator reviews it",
-            context={"review": "a2a_card_changed", "pinned": self.pinned, "seen": digest},
+            f"{why}; not trusted until the operator reviews it",
+            context={"review": review, "pinned": self.pinned, "seen": digest},
         )
 
     async def __call__(self, request: AgentRequest) -> Any:
@@ -268,10 +285,10 @@ class A2AAgent:
         message.metadata.update(meta)
         try:
             task = await self._send(message)
-            while task is not None and task.status.state in (
+            while isinstance(task, Task) and task.status.state in (
                 TaskState.TASK_STATE_SUBMITTED,
                 TaskState.TASK_STATE_WORKING,
-            ):  # the pipeline's deadline bounds this
+            ):  # the pipeline's deadline bounds this (a Message is an answer: no task to poll)
                 await asyncio.sleep(0.05)
                 task = await self._client.get_task(GetTaskRequest(id=task.id))
         except (A2AClientError, A2AError) as exc:
@@ -280,7 +297,8 @@ class A2AAgent:
             raise AgentFailure("TOOL_UNAVAILABLE", f"{exc}", cause=exc) from None
         if isinstance(task, Message):
             return remote_reply(_output(list(task.parts)), _meta(task.metadata), where="message.metadata")
-        assert task is not None
+        if task is None:
+            raise AgentFailure("TOOL_ERROR", "the A2A agent answered with neither a task nor a message")
         state = task.status.state
         if state == TaskState.TASK_STATE_COMPLETED:
             parts = [p for a in task.artifacts for p in a.parts] or list(task.status.message.parts)
@@ -347,6 +365,7 @@ async def register_a2a_agent(
     recheck_seconds: float = 30.0,
     where: str = "",
     replace: bool = False,
+    card_keys: dict[str, Any] | None = None,
 ) -> A2AAgent:
     """Fetch, check and pin the card at ``card_url``, and register the agent under ``contract``.
 
@@ -358,10 +377,13 @@ async def register_a2a_agent(
     The contract's ``endpoint`` becomes ``card_url`` (where the agent is). ``replace`` as for
     :meth:`Agency.register` (``agency serve`` replaces: every replica registers the same).
 
+    ``card_keys`` (a JWK Set): the card must carry a JWS signature one of them verifies, now
+    and at every later check (``card_signing``).
+
     Raises:
         Unavailable: the card cannot be fetched.
-        InvalidInput: the card is not the reviewed one (``card_sha256``), or does not offer
-            what the contract claims.
+        InvalidInput: the card is not the reviewed one (``card_sha256``), its signature does not
+            verify against ``card_keys``, or it does not offer what the contract claims.
     """
     contract = CapabilityContract.parse(contract, what="A2A agent contract")
     card, digest = await fetch_card(card_url)
@@ -373,6 +395,19 @@ async def register_a2a_agent(
             "with 'agency a2a card URL' and update the pin",
             what="A2A agent",
         )
+    verify = None
+    if card_keys is not None:
+        from .card_signing import CardSignatureError, card_verifier
+
+        verify = card_verifier(card_keys)
+        try:
+            verify(card)
+        except CardSignatureError as exc:
+            raise InvalidInput.single(
+                f"{prefix}card_keys",
+                f"the card at {card_url} carries no signature these keys verify: {exc}",
+                what="A2A agent",
+            ) from None
     check_card(card, contract, where=where, card_url=card_url)
     contract = contract.model_copy(update={"endpoint": card_url.rstrip("/")})
 
@@ -385,7 +420,13 @@ async def register_a2a_agent(
         )
 
     agent = A2AAgent(
-        card_url, contract, card=card, pinned=digest, recheck_seconds=recheck_seconds, on_change=changed
+        card_url,
+        contract,
+        card=card,
+        pinned=digest,
+        recheck_seconds=recheck_seconds,
+        on_change=changed,
+        verify=verify,
     )
     await agency.register(contract, agent, replace=replace)
     return agent

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 from ...access import Principal
+from ...errors import InvalidInput
 from ...pipeline import Agency
+from ..http_limits import HttpLimits
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
 
@@ -27,6 +30,7 @@ class Protocols:
         token_hashes: The gateway's token file (None = tokens off): A2A and MCP callers use
             the same tokens and roles as gRPC.
         out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
+        http_limits: The limits of each HTTP listener (docs/operations.md, Security).
     """
 
     def __init__(
@@ -36,8 +40,12 @@ class Protocols:
         *,
         token_hashes: dict[str, Principal] | None,
         out: TextIO | None = None,
+        card_key: Path | None = None,
+        http_limits: HttpLimits | None = None,
     ) -> None:
+        self.card_key = settings.a2a.card_key or card_key
         self.out = out or sys.stdout
+        self.http_limits = http_limits or HttpLimits()
         self.agency = agency
         self.settings = settings
         self.token_hashes = token_hashes
@@ -57,6 +65,7 @@ class Protocols:
                     recheck_seconds=remote.recheck_seconds,
                     where=f"protocols.a2a_agents[{i}]",
                     replace=True,  # every replica registers the same contracts from the same file
+                    card_keys=_card_keys(remote.card_keys, f"protocols.a2a_agents[{i}].card_keys"),
                 )
                 print(
                     f"agency: A2A agent {remote.contract.key} at {remote.card_url} (card {agent.pinned})",
@@ -85,9 +94,20 @@ class Protocols:
             from .a2a_server import build_a2a_app
 
             a2a = self.settings.a2a
-            server = _Deferred(a2a.address, "A2A")
+            server = _Deferred(a2a.address, "A2A", self.http_limits)
             url = a2a.public_url or server.url
-            await server.serve(build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes))
+            signer = None
+            if self.card_key is not None:  # the gateway's card is signed (card_signing)
+                from .card_signing import CardSigner
+
+                signer = CardSigner.load_or_create(self.card_key)
+                print(
+                    f"agency: A2A card signed by key {signer.kid} ({self.card_key})",
+                    file=self.out,
+                    flush=True,
+                )
+            app = build_a2a_app(self.agency, url=url, token_hashes=self.token_hashes, card_signer=signer)
+            await server.serve(app)
             self.servers.append(server.server)
             print(
                 f"agency: A2A on {server.url} (Agent Card at {url}/.well-known/agent-card.json)",
@@ -98,7 +118,7 @@ class Protocols:
             from .mcp_server import build_mcp_http_app
 
             mcp = self.settings.mcp
-            server = _Deferred(mcp.address, "MCP")
+            server = _Deferred(mcp.address, "MCP", self.http_limits)
             host = mcp.address.rpartition(":")[0].strip("[]")
             app = build_mcp_http_app(self.agency, path=mcp.path, token_hashes=self.token_hashes, host=host)
             await server.serve(app)
@@ -111,11 +131,23 @@ class Protocols:
         self.servers.clear()
 
 
+def _card_keys(path: Path | None, field: str) -> dict[str, Any] | None:
+    """The JWK Set a remote agent's card must be signed with (None: not checked)."""
+    if path is None:
+        return None
+    from .card_signing import load_card_keys
+
+    try:
+        return load_card_keys(path)
+    except (OSError, ValueError) as exc:
+        raise InvalidInput.single(field, str(exc), what="protocols") from None
+
+
 class _Deferred:
     """A socket bound first (so the URL is known), the app attached after."""
 
-    def __init__(self, address: str, name: str) -> None:
-        self.server = HttpServer(None, address, name=name)
+    def __init__(self, address: str, name: str, limits: HttpLimits) -> None:
+        self.server = HttpServer(None, address, name=name, limits=limits)
         self.url = self.server.url
 
     async def serve(self, app: object) -> None:
