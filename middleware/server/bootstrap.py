@@ -91,6 +91,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         router=Router(backends.catalog, stats=backends.stats),
         policy=definition.policies.gate(),
         guard=_guard(definition),
+        planner=definition.planner.build(),
     )
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
