@@ -10,13 +10,17 @@
 through the explicit task states of ``middleware.tasks``, appending every step to the
 audit log before moving on and persisting the task record (``middleware.task_store``)
 when it is created, claimed and stopped. A task waiting for input continues with
-``resume`` on any gateway that shares the store. It knows nothing about gRPC:
+``resume`` on any gateway that shares the store. With shared task leases (``leases=``, see
+``middleware.takeover``) the gateway also holds a lease on each task it runs and saves the
+record before every dispatch, so another replica takes over the tasks of a gateway that died
+(``interrupted``: resumed or canceled). It knows nothing about gRPC:
 ``middleware.server.grpc_api`` adapts it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -34,12 +38,29 @@ from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .drift import IntentJudge
-from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
+from .drift import DriftFinding, IntentJudge
+from .errors import (
+    AgencyError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Problem,
+)
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
-from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
+from .goals import (
+    GoalAssertion,
+    GoalStore,
+    GoalVerdict,
+    MemoryGoalStore,
+    StagedVerifier,
+    Verifier,
+    check_stage_bindings,
+    stage_binding_problems,
+)
 from .guards.audit_guard import PersonalDataAuditLog
 from .guards.content_guard import ContentGuard
 from .guards.policy import PolicyGate
@@ -50,14 +71,19 @@ from .memory_task_events import MemoryTaskEventLog
 from .memory_task_store import MemoryTaskStore
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
+from .plan_runner import PlanRunner, check_client_steps, task_steps
+from .planner import Planner
+from .plans import check_plan
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
+from .takeover import Takeover, redispatch_allowed
 from .task_events import TaskEvent, TaskEventLog, events_of, outcome_event
 from .task_journal import TaskJournal, observer_of
+from .task_leases import TaskLeases
 from .task_listing import RUNNING_STATES, STOPPED_STATES, TaskPage, TaskQuery, live_row
 from .task_progress import TaskProgress
 from .task_runner import TaskRunner
@@ -82,8 +108,6 @@ log = logging.getLogger("agency.pipeline")
 
 Sleeper = Callable[[float], Awaitable[None]]
 
-log = logging.getLogger("agency.pipeline")
-
 
 #: Records after which a task waits until everything it has logged is durable: before
 #: anything leaves the gateway (a dispatch to an agent, an outcome). Acceptance is not one:
@@ -100,6 +124,9 @@ _DURABLE_BARRIERS = frozenset(
     }
 )
 
+
+#: Longest reason a cancel may give (it is kept in the outcome and the audit log).
+MAX_CANCEL_REASON = 4000
 
 #: Problems one rejection record lists (a request with thousands of bad fields is one record).
 MAX_AUDITED_PROBLEMS = 100
@@ -136,6 +163,8 @@ class Agency:
             rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
         approvals: Approval gates checked before each step's agent runs (default: none).
         humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
+        planner: Proposes a plan for a task that names no steps and whose goal declares none
+            (default: none; ``middleware.planner``, checked before anything runs).
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
@@ -144,6 +173,9 @@ class Agency:
             personal data in clear — docs/security.md).
         policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
             ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
+        leases: Leases on running tasks shared with other replicas (default: none, one
+            process): with them, ``self.takeover`` holds this gateway's leases and takes over
+            the tasks of gateways that died (start its loop with ``self.takeover.start()``).
         events: Every task's events for its followers (:meth:`watch`; default: in memory;
             Redis so that any replica serves them).
         runner: Runs the tasks submitted without waiting (default: a :class:`TaskRunner`).
@@ -174,6 +206,8 @@ class Agency:
         agents: AgentRegistry | None = None,
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
+        leases: TaskLeases | None = None,
+        planner: Planner | None = None,
         events: TaskEventLog | None = None,
         runner: TaskRunner | None = None,
     ) -> None:
@@ -222,9 +256,35 @@ class Agency:
             max_output_bytes=self.config.limits.max_output_bytes,
             guard=guard,
             policy=policy,
+            goals=self.goals,
             progress=self._progress,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
+        self.takeover: Takeover | None = None
+        if leases is not None:
+            self.takeover = Takeover(
+                leases=leases,
+                tasks=self.tasks,
+                stats=self.router.stats,
+                catalog=self.catalog,
+                node=self.config.node_id,
+                append=self._append_told,  # the takeover's records join the task's event stream
+                observer=lambda: self.humans,
+            )
+        self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
+            catalog=self.catalog,
+            router=self.router,
+            planner=planner,
+            max_steps=self.config.limits.max_steps_per_task,
+            run_step=self._run_step,
+            verify=self._verify,
+            finish=self._finish,
+            resolve=self._resolve,
+            executor=self._executor,
+            audit=self._audit,
+            transition=self._transition,
+            guard=self.guard,
+        )
 
     # ----------------------------------------------------------------- registry
     async def register(
@@ -277,6 +337,28 @@ class Agency:
         goal = GoalAssertion.parse(goal, what="goal assertion")
         self.verifier.require_checks(goal)
         return self.goals.put(goal, replace=replace)
+
+    async def check_plan(self, goal: GoalAssertion | Mapping[str, Any]) -> None:
+        """Check a goal's plan against the contracts registered now: each contract that can do
+        a step's action gets every input its schema requires, none refuses it (``cannot_do``).
+        A step no contract can do yet is allowed (its worker may register later; the plan is
+        checked again when a task runs it).
+
+        Raises:
+            InvalidInput: every problem, by field (``goal.plan.steps[1].input.device_model``).
+        """
+        goal = GoalAssertion.parse(goal, what="goal assertion")
+        if goal.plan is None:
+            return
+        problems = check_plan(
+            goal.plan,
+            [e.contract for e in await self.catalog.all()],
+            prefix="goal.plan",
+            max_steps=self.config.limits.max_steps_per_task,
+            require_contracts=False,
+        )
+        if problems:
+            raise InvalidInput(problems, what=f"plan of {goal.id}")
 
     def get_goal(self, goal_id: str) -> GoalAssertion:
         """The registered goal ``goal_id``.
@@ -339,7 +421,10 @@ class Agency:
             await self._recall(run)
         if goal is not None:
             try:
-                StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
+                check_client_steps(goal, req.steps)  # a client's steps against the goal's plan
+                names = self._plans.stage_steps(req.steps, goal)
+                if names is not None:  # None: the planner's plan will be checked against them
+                    check_stage_bindings(goal, names)
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,
@@ -348,7 +433,7 @@ class Agency:
                     detail={"problems": [str(p) for p in exc.problems]},
                 )
                 raise
-        await self.tasks.create(run)  # AlreadyExists for a duplicate task id
+        await self._create(run)  # AlreadyExists for a duplicate task id
         await self._tell_humans("task_started", run)
         self._running[req.task_id] = run
         try:
@@ -369,6 +454,19 @@ class Agency:
             return await self._drive(run, self._run(run))
         except BaseException as exc:
             await self._cut_short(run, exc)
+            raise
+
+    async def _create(self, run: TaskRecord) -> None:
+        """Store a new task, its lease held first when leases are shared (a gateway dying in
+        between leaves a lease on no task, never a task without a lease)."""
+        takeover = self.takeover
+        if takeover is not None and not await takeover.hold(run.task_id):
+            raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
+        try:
+            await self.tasks.create(run)
+        except BaseException:
+            if takeover is not None:
+                await takeover.release(run.task_id)
             raise
 
     async def _run_on(self, run: TaskRecord) -> Outcome:
@@ -392,7 +490,9 @@ class Agency:
             await asyncio.shield(self._interrupted(run, why or _why(error)))
 
     async def _interrupted(self, run: TaskRecord, why: str) -> None:
-        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
+        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)
+        and, with shared leases, mark it ``interrupted`` in the store (or leave its lease to
+        expire, so a replica takes it over)."""
         try:
             await self._audit(
                 run,
@@ -402,6 +502,33 @@ class Agency:
             )
         except Exception as exc:
             log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
+        if self.takeover is not None:
+            await self.takeover.interrupt(run, why)
+            if run.state is TaskState.INTERRUPTED:  # stopped: resume or cancel it (its followers are told)
+                await self._tell_stopped(run)
+
+    async def _tell_stopped(self, run: TaskRecord) -> None:
+        """Tell the task's followers it stopped outside ``_finish`` (best effort: the task's
+        state is in the store; a follower also finds it there)."""
+        try:
+            await self.events.append(run.task_id, [self._outcome_event(run)])
+        except Exception as exc:
+            log.warning("task %s: its followers were not told it stopped: %s", run.task_id, exc)
+
+    async def _append_told(self, record: AuditRecord) -> int:
+        """Append a record a component writes for a task outside its journal (a takeover's
+        ``task.interrupted``) and tell it to the task's followers, then that the task stopped."""
+        index = await self.audit.append(record)
+        if record.task_id and record.event_type == AuditEventType.TASK_INTERRUPTED:
+            try:
+                run = await self.tasks.get(record.task_id)
+                told = events_of([record.model_dump(mode="json")], [run.state.value], [index])
+                await self.events.append(record.task_id, [*told, self._outcome_event(run)])
+            except Exception as exc:  # the record is in the log; the store has the state
+                log.warning(
+                    "task %s: its followers were not told of %s: %s", record.task_id, record.event_type, exc
+                )
+        return index
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
@@ -420,9 +547,15 @@ class Agency:
             await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
+        if run.plan is not None:  # the goal's, the planner's (plan_runner.py)
+            return task_steps(run)
         return run.request.steps or [_main_step()]
 
     async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
+        if self._plans.wants_plan(run) and (stopped := await self._plans.prepare(run)) is not None:
+            return stopped
+        if run.plan is not None:  # steps the gateway planned: a DAG, branches at the same time
+            return await self._plans.run(run, first)
         steps = self._steps(run)
         while run.step_index < len(steps):
             step = steps[run.step_index]
@@ -447,12 +580,16 @@ class Agency:
         dumped = decision.model_dump(mode="json")
         run.routing.append({"step": step.name, **dumped})
         if decision.refused:
+            drift = await self._dispatcher.scope_drift(run, step, decision)
             await self._audit(
                 run,
                 AuditEventType.ROUTING_REFUSED,
                 "refused",
                 {"step": step.name, **decision_detail(decision, dumped)},
+                rule="intention_scope" if drift is not None else "",
             )
+            if drift is not None:
+                return await self._out_of_scope(run, step, drift)
             event = run.failure_event(
                 FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
             )
@@ -460,7 +597,7 @@ class Agency:
             if resolution.kind is ResolutionKind.ABORT:
                 return await self._finish(run, TaskState.REJECTED, reason=resolution.reason)
             cursor = StepCursor(agent="", fallbacks=[])
-            await self._executor.apply(resolution, event, cursor, run)
+            await self._carry_out(run, resolution, event, cursor)
             return await self._stop(run, cursor)
         await self._audit(
             run,
@@ -491,6 +628,9 @@ class Agency:
                 )
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
+            if self.takeover is not None:  # the shared store knows what is done and what is in flight
+                run.updated_at = utcnow()
+                await self.tasks.save(run)
             try:
                 answer = await self._dispatcher.attempt(run, step, cursor, extra or {})
             except AttemptFailed as failed:
@@ -507,7 +647,9 @@ class Agency:
                 )
                 run.held = failed.held
                 resolution = await self._resolve(run, event)
-                directive = await self._executor.apply(resolution, event, cursor, run)
+                directive = await self._carry_out(
+                    run, resolution, event, cursor, followable=(Directive.RETRY, Directive.SWITCH)
+                )
                 if directive is Directive.RETRY and stale_input:  # fresh data: redo the step it came from
                     run.rewinds += 1
                     run.step_index = [s.name for s in self._steps(run)].index(stale_input)
@@ -539,14 +681,47 @@ class Agency:
                     return refused
             return await self._verify_stage(run, step.name, answer.output)
 
+    async def _out_of_scope(self, run: TaskRecord, step: TaskStep, drift: DriftFinding) -> Outcome:
+        """A step whose action (or every agent that could take it) is outside the goal's
+        intention scope: INTENT_DRIFT before dispatch, so nothing out of scope ever runs; its
+        resolution (a person re-anchors the goal, or abort by policy) stops the task."""
+        assert run.goal is not None
+        event = run.failure_event(
+            FailureType.INTENT_DRIFT,
+            step=step.name,
+            detail=f"{drift.reason}: refused before dispatch",
+            context={
+                "judge": drift.judge,
+                "evidence": drift.evidence,
+                "goal_id": run.goal.id,
+                "intention_trace": [run.goal.id],
+                "before_dispatch": True,
+            },
+        )
+        resolution = await self._resolve(run, event)
+        cursor = StepCursor(agent="", fallbacks=[])
+        await self._carry_out(run, resolution, event, cursor)
+        return await self._stop(run, cursor)
+
     async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
-        """Anchor the goal an intake agent named (see ``middleware.intake``)."""
+        """Anchor the goal an intake agent named (see ``middleware.intake``; the dispatcher has
+        checked that it is registered); the goal's plan, if it has one, joins after the intake
+        step (``PlanRunner.on_anchor``).
+
+        Returns an outcome when the task stops here: the goal's own plan cannot run on the
+        live contracts (the deployment's fault, not the client's: the task fails, explained).
+
+        Raises:
+            InvalidInput: the task's plan cannot satisfy the goal's stages (a stage bound to a
+                step the task does not have): the client's plan, not the agent, is at fault; the
+                task ends ``rejected`` with the reason before the error leaves.
+        """
         goal_id, run.anchor_goal = run.anchor_goal, ""
         if run.goal is not None:
             return None  # the client anchored one already: it stays
+        goal = self.get_goal(goal_id)
         try:
-            goal = self.get_goal(goal_id)
-            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
+            names = await self._plans.on_anchor(run, goal, [s.name for s in self._steps(run)])
         except AgencyError as exc:
             event = run.failure_event(
                 FailureType.SCHEMA_VIOLATION,
@@ -556,8 +731,23 @@ class Agency:
             )
             resolution = await self._resolve(run, event)
             cursor = StepCursor(agent="", fallbacks=[])
-            await self._executor.apply(resolution, event, cursor, run)
+            if await self._executor.apply(resolution, event, cursor, run) is not Directive.STOP:
+                cursor.stop_state, cursor.stop_reason = TaskState.FAILED, event.detail  # no retry fixes it
             return await self._stop(run, cursor)
+        problems = stage_binding_problems(goal, names, anchored_by=agent) if names is not None else []
+        if problems:  # None above: the planner's plan is checked against the stages instead
+            error = InvalidInput(problems, what="task request")
+            await self._audit(
+                run,
+                AuditEventType.MESSAGE_REJECTED,
+                "rejected",
+                {"what": error.what, "problems": _listed(problems), "goal_id": goal.id, "by": agent},
+                agent=agent,
+                rule="plan_against_goal",
+            )
+            reason = "; ".join(p.reason for p in problems)
+            await self._finish(run, TaskState.REJECTED, reason=reason, now=True)
+            raise error
         run.goal = goal
         timing = self._deadlines.get(run.task_id)
         if timing is not None and timing[0].when() is None:
@@ -579,13 +769,15 @@ class Agency:
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
-        stage = run.goal.stage_for(step) if run.goal is not None else None
-        if stage is None:
+        goal = run.goal
+        stage = goal.stage_for(step) if goal is not None else None
+        if goal is None or stage is None:
             return None
         await self._transition(run, TaskState.VERIFYING)
-        run.stage_verdicts = [v for v in run.stage_verdicts if v.stage != stage.name]  # a redo replaces
-        verdict = await self._staged(run).after_step(step, output)
+        verdict = await StagedVerifier(goal, self.verifier).after_step(step, output)
         assert verdict is not None
+        # a redo replaces; read after the check: a plan's branches verify their stages at once
+        run.stage_verdicts = [*(v for v in run.stage_verdicts if v.stage != stage.name), verdict]
         await self._audit(
             run,
             AuditEventType.VERIFICATION,
@@ -630,8 +822,10 @@ class Agency:
         event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent=event.agent, fallbacks=[])
-        directive = await self._executor.apply(resolution, event, cursor, run)
         names = [s.name for s in self._steps(run)]
+        directive = await self._carry_out(
+            run, resolution, event, cursor, followable=(Directive.RETRY,) if step in names else ()
+        )
         run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
         if directive is Directive.RETRY and step in names:
             record = run.step_record(step)
@@ -650,8 +844,43 @@ class Agency:
         )
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run)
+        await self._carry_out(run, resolution, event, cursor)
         return await self._stop(run, cursor)
+
+    async def _carry_out(
+        self,
+        run: TaskRecord,
+        resolution: Resolution,
+        event: FailureEvent,
+        cursor: StepCursor,
+        *,
+        followable: Sequence[Directive] = (),
+    ) -> Directive:
+        """Apply ``resolution`` (the executor) where the pipeline can follow the directives in
+        ``followable`` (a stop always). What is not carried out as decided — by the executor (no
+        backup left to switch to, a question without options) or because the pipeline cannot
+        follow it here — goes to a person, and is recorded beside the resolution: a
+        ``failure.resolution`` record with outcome ``not_carried_out``, the kind, why, and what
+        happened instead. Every logged resolution is carried out or recorded as not carried out."""
+        directive = await self._executor.apply(resolution, event, cursor, run)
+        if directive is not Directive.STOP and directive not in followable:
+            why = f"the task cannot {directive.value} at {event.type.value} here (step {event.step or '-'})"
+            directive = self._executor.not_carried_out(resolution, event, cursor, run, why)
+        if cursor.not_carried_out:
+            await self._audit(
+                run,
+                AuditEventType.RESOLUTION,
+                "not_carried_out",
+                {
+                    "kind": resolution.kind.value,
+                    "reason": resolution.reason,
+                    "why": cursor.not_carried_out,
+                    "instead": "escalated to a person",
+                },
+                agent=event.agent,
+                rule=f"handler:{event.type.value}",
+            )
+        return directive
 
     async def _stop(self, run: TaskRecord, cursor: StepCursor, **extra: Any) -> Outcome:
         return await self._finish(
@@ -671,13 +900,23 @@ class Agency:
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
         person: PersonRef | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> Outcome:
-        """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
+        """Continue a task waiting for input, or interrupted, where it stopped, on any gateway
+        sharing the store.
+
+        An interrupted task goes on where it was cut off; its step in flight is dispatched
+        again only when the agent's contract declares ``side_effect_free`` or an
+        ``idempotency`` key (then on that agent only), else a person decides
+        (``provide_output``, ``abort``, ``cancel``).
 
         Args:
             task_id: The task.
             answer: For a clarification or a conflict: the id of the chosen option.
-            decision: For a human handover: the human's :class:`HumanDecision`.
+            decision: For a human handover (or an interrupted task): the human's
+                :class:`HumanDecision`.
+            input: For a plan step's missing input: the asked fields' values (they join the
+                task's context).
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
             person: The person deciding (the operator console, which checked their roles);
                 an approval needs one of its gate's roles, and never the task's submitter.
@@ -686,7 +925,8 @@ class Agency:
             PermissionDenied: another client's task; an approval by the submitter, by a
                 person without the gate's role, or by a client that is not an admin.
             NotFound: no such task.
-            FailedPrecondition: the task is not waiting for input (e.g. another resume won).
+            FailedPrecondition: the task is not waiting for input nor interrupted (e.g. another
+                resume won); its interrupted step may have acted and would run again.
             ConcurrentUpdate: another resume holds the task right now.
             InvalidInput: the answer is not an offered option / the decision is malformed.
         """
@@ -714,15 +954,15 @@ class Agency:
                         await self._flush_audit(run)
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
-            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
-            if plan.action == "rerun" and plan.agent and decision is not None:
-                routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
-                if prefer(routed, plan.agent).chosen != plan.agent:
-                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "")
-                    why = why or await self.router.why_not(plan.agent, routed.constraints) or "not chosen"
-                    raise InvalidInput.single(
-                        "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
-                    )
+            if run.state is TaskState.INTERRUPTED:
+                await self._redispatch_now(run)
+            cut_off_at = str(run.pending.get("state", "")) if run.state is TaskState.INTERRUPTED else ""
+            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision, input=input)
+            bound = decision is not None or plan.require_agent  # a person's choice, or the key's
+            if plan.action in ("rerun", "continue") and plan.agent and bound:
+                await self._check_agent(run, plan)
+            if self.takeover is not None:  # it waits (checked under its lock): nobody else runs it
+                await self.takeover.hold(task_id, force=True)
             self._running[task_id] = run
             try:
                 await self._audit(
@@ -760,10 +1000,108 @@ class Agency:
                 return await self._drive(
                     run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
                 )
+            if plan.action == "continue" and cut_off_at == TaskState.VERIFYING.value and run.step_index:
+                # cut off while verifying the stage of the step done last: verified again
+                done = self._steps(run)[run.step_index - 1].name
+                return await self._drive(run, self._accepted(run, done, run.outputs.get(done)))
             return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
         except BaseException as exc:
             await self._cut_short(run, exc)
             raise
+
+    async def _redispatch_now(self, run: TaskRecord) -> None:
+        """An interrupted task's ``pending["redispatch"]`` as the in-flight agent's contract says
+        now (it may have registered since the takeover; kept when it is gone)."""
+        agent = str(run.pending.get("agent", ""))
+        if agent:
+            with contextlib.suppress(NotFound):
+                run.pending["redispatch"] = redispatch_allowed((await self.catalog.get(agent)).contract)
+
+    async def _check_agent(self, run: TaskRecord, plan: ResumePlan) -> None:
+        """Refuse a resume whose step must run on ``plan.agent`` when the contracts do not allow
+        it there now (InvalidInput for a person's choice; FailedPrecondition for an interrupted
+        step bound to its agent by the idempotency key)."""
+        step = self._steps(run)[plan.step_index]
+        routed = await self._dispatcher.route(run, step)
+        if prefer(routed, plan.agent).chosen == plan.agent:
+            return
+        why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "")
+        why = why or await self.router.why_not(plan.agent, routed.constraints) or "not chosen"
+        if plan.require_agent:
+            raise FailedPrecondition(
+                f"task {run.task_id}: step {step.name} was interrupted while {plan.agent} ran it, and only "
+                f"{plan.agent} may run it again (its idempotency key), which it may not now: {why}. Resume "
+                "once it is back, or decide provide_output, abort or cancel",
+                details={"state": run.state.value, "step": step.name, "agent": plan.agent},
+            )
+        raise InvalidInput.single(
+            "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
+        )
+
+    async def cancel(
+        self,
+        task_id: str,
+        *,
+        reason: str = "",
+        caller: Principal | None = None,
+        person: PersonRef | None = None,
+    ) -> Outcome:
+        """Cancel a task waiting for input (``input_required``, ``auth_required``) or interrupted.
+
+        Audited (``task.resumed`` ``cancel`` naming who and why, then ``task.completed``
+        ``canceled``); canceling a canceled task again answers its outcome (nothing audited).
+
+        Args:
+            task_id: The task.
+            reason: Why (kept in the outcome's reason and the audit log).
+            caller: The authenticated client (None: tokens off): the task's owner or an admin.
+            person: The person canceling (the operator console, which checked their role).
+
+        Raises:
+            NotFound: no such task.
+            PermissionDenied: another client's task (audited).
+            FailedPrecondition: the task has finished (its state named), or is running (a step
+                an agent runs has no safe point to stop).
+            ConcurrentUpdate: a resume holds the task right now.
+        """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required", what="cancel")
+        if len(reason) > MAX_CANCEL_REASON:
+            raise InvalidInput.single(
+                "reason", f"{len(reason)} characters, at most {MAX_CANCEL_REASON}", what="cancel"
+            )
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            if person is None:
+                await self._authorize_task(caller, run, "AgencyService/Cancel")
+            if run.state is TaskState.CANCELED:
+                return run.outcome()
+            if run.state.terminal:
+                raise FailedPrecondition(
+                    f"task {task_id} is {run.state.value}: a finished task cannot be canceled",
+                    details={"state": run.state.value},
+                )
+            if run.state not in (TaskState.INPUT_REQUIRED, TaskState.INTERRUPTED):
+                raise FailedPrecondition(
+                    f"task {task_id} is {run.state.value}: only a task waiting for input or interrupted can "
+                    "be canceled (a step an agent is running has no safe point to stop)",
+                    details={"state": run.state.value},
+                )
+            who = person.name if person is not None else (caller.name if caller is not None else "")
+            role = person.role_names if person is not None else (caller.role.value if caller else "")
+            why = f"canceled by {who or 'the client'}" + (f": {reason}" if reason else "")
+            self._running[task_id] = run
+            try:
+                await self._audit(
+                    run,
+                    AuditEventType.TASK_RESUMED,
+                    "cancel",
+                    {"reason": why, "by": who, "role": role, "why": reason, "was": run.state.value},
+                )
+                return await self._finish(run, TaskState.CANCELED, reason=why)
+            except BaseException as exc:
+                await self._cut_short(run, exc)
+                raise
 
     async def expire_approval(self, task_id: str) -> Outcome | None:
         """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
@@ -975,7 +1313,7 @@ class Agency:
         stops (waiting or terminal) – the states another replica can act on – not on every
         working transition (each is in the audit log).
         """
-        if run.state is new:
+        if run.state is new or self._plans.in_parallel(run, new):  # branches at once: dispatched
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
@@ -996,7 +1334,16 @@ class Agency:
         verdict: GoalVerdict | None = None,
         reason: str = "",
         pending: dict[str, Any] | None = None,
+        now: bool = False,
     ) -> Outcome:
+        """End a task's segment in ``state``; in a plan step the runner ends it once its branches
+        settled, unless ``now`` (an error is about to leave the task, e.g. a rejected plan)."""
+        if not now:
+            held = self._plans.defer(
+                run, state, output=output, verdict=verdict, reason=reason, pending=pending
+            )
+            if held is not None:  # a plan step: the runner ends the task once its branches settled
+                return held
         if state is TaskState.REJECTED and run.state is not TaskState.ROUTING:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None
@@ -1005,11 +1352,14 @@ class Agency:
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
+        ended: dict[str, Any] = {"reason": reason, "goal_passed": verdict.passed if verdict else None}
+        if state is TaskState.INPUT_REQUIRED:  # what a store that forgot it is rebuilt from
+            ended["task"] = run.model_dump(mode="json")  # (middleware/task_recovery.py)
         await self._audit(
             run,
             AuditEventType.TASK_COMPLETED,
             state.value,
-            {"reason": reason, "goal_passed": verdict.passed if verdict else None},
+            ended,
             barrier=False,  # made durable below, with the contract reviews the monitor records
         )
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
@@ -1020,6 +1370,8 @@ class Agency:
         # before it is stored: a resume (any replica) may follow the save at once
         outcome = await self._flush_audit(run, stopped=True, measured=measured)
         await self.tasks.save(run)
+        if self.takeover is not None:
+            await self.takeover.release(run.task_id)
         if run.request.session_id:
             try:
                 await remember(self.sessions, run)
@@ -1260,12 +1612,17 @@ class Agency:
 
     async def close(self) -> None:
         """Close the agents, the audit log, the task store and the session store (the log
-        whatever else fails); tasks still running are first ended in the log as interrupted."""
+        whatever else fails); tasks still running are first ended in the log as interrupted
+        (and, with shared leases, marked interrupted in the store: resumable on a replica)."""
         try:
             await self.runner.close()  # background tasks cancelled: each ends in the log itself
+            if self.takeover is not None:
+                await self.takeover.stop()
             for run in list(self._running.values()):
                 if self._running.pop(run.request.task_id, None) is not None:
                     await self._interrupted(run, "the gateway shut down before the task ended")
+            if self.takeover is not None:
+                await self.takeover.stop()  # the leases of the tasks that stopped are dropped
             await self.agents.aclose()
         finally:
             try:
@@ -1277,7 +1634,11 @@ class Agency:
                     try:
                         await self.sessions.close()
                     finally:
-                        await self.events.close()
+                        try:
+                            await self.events.close()
+                        finally:
+                            if self.takeover is not None:
+                                await self.takeover.leases.close()
 
 
 def _main_step() -> TaskStep:

@@ -9,7 +9,8 @@ audited:
   deltas, what it emits, the events of the sub-agents it asks), for contracts with
   ``stream_progress`` (see :mod:`middleware.task_progress`);
 * ``task.outcome``: the task stopped — waiting for input (``detail``: state, reason, the
-  pending question) or ended; a task's stream ends with its terminal ``task.outcome``.
+  pending question), interrupted (its gateway stopped: resume or cancel it), or ended; a task's
+  stream ends with its terminal ``task.outcome``.
 
 Each event gets its ``seq`` (1, 2, 3 … per task) from the event log that stores it: a client
 whose stream broke asks again after the last ``seq`` it saw and misses nothing.
@@ -287,6 +288,8 @@ def _outcome(e: TaskEvent) -> str:
         options = [str(o.get("id")) for o in pending.get("options") or [] if isinstance(o, dict)]
         offered = f" (options: {', '.join(options)})" if options else ""
         return f"waiting for input: {_cut(str(question), 160)}{offered}"
+    if e.state == "interrupted":
+        return f"interrupted: {_cut(str(d.get('reason', '')), 160)} (resume or cancel it)"
     reason = f": {_cut(str(d.get('reason')), 160)}" if d.get("reason") else ""
     return f"outcome {e.state}{reason}"
 

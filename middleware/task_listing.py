@@ -41,8 +41,11 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 #: Characters of the request text a summary keeps.
 TEXT_CHARS = 200
-#: States a task stops in (a store holds them as they are).
-STOPPED_STATES = frozenset(s for s in TaskState if s.terminal or s is TaskState.INPUT_REQUIRED)
+#: States a task stops in (a store holds them as they are): it ended, or waits for an answer or
+#: (interrupted) for a resume or a cancel.
+STOPPED_STATES = frozenset(
+    s for s in TaskState if s.terminal or s in (TaskState.INPUT_REQUIRED, TaskState.INTERRUPTED)
+)
 #: States of a running task (stored as it was accepted or claimed; live in its events).
 RUNNING_STATES = frozenset(TaskState) - STOPPED_STATES
 

@@ -11,6 +11,10 @@ States map onto the A2A task states so A2A users recognise them::
        ▼        REJECTED        │                   resumed by Agency.resume)
     FAILED / CANCELED ◄─────────┘  (from any non-terminal state)
 
+    SUBMITTED … VERIFYING ─► INTERRUPTED ─► ROUTING / VERIFYING (resumed) | CANCELED | FAILED
+                              (its gateway died: another replica took the task over, or the
+                               call that ran it was cut short; see ``middleware.takeover``)
+
 Only the transitions in ``_LEGAL`` are allowed; an illegal one is a bug and raises
 :class:`IllegalTransition`. :class:`TaskRecord` is the persisted state of one task
 (see ``middleware.task_store``): enough to resume it on any gateway replica.
@@ -30,6 +34,7 @@ from ._model import Model, trusted
 from .errors import FailedPrecondition
 from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
+from .plans import Plan
 from .smf import Provenance, new_id, utcnow
 
 __all__ = [
@@ -55,6 +60,7 @@ class TaskState(StrEnum):
     RETRYING = "retrying"
     VERIFYING = "verifying"
     INPUT_REQUIRED = "input_required"
+    INTERRUPTED = "interrupted"
     COMPLETED = "completed"
     FAILED = "failed"
     REJECTED = "rejected"
@@ -75,6 +81,8 @@ A2A_STATE: dict[TaskState, str] = {
     TaskState.RETRYING: "TASK_STATE_WORKING",
     TaskState.VERIFYING: "TASK_STATE_WORKING",
     TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    # stopped without an outcome: someone must resume or cancel it (the caller's input)
+    TaskState.INTERRUPTED: "TASK_STATE_INPUT_REQUIRED",
     TaskState.COMPLETED: "TASK_STATE_COMPLETED",
     TaskState.FAILED: "TASK_STATE_FAILED",
     TaskState.REJECTED: "TASK_STATE_REJECTED",
@@ -84,14 +92,19 @@ A2A_STATE: dict[TaskState, str] = {
 _S = TaskState
 #: Every legal transition. Terminal states have none.
 LEGAL_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.FAILED, _S.CANCELED}),
-    _S.ROUTING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.REJECTED, _S.FAILED, _S.CANCELED}),
-    _S.DISPATCHED: frozenset(
-        {_S.VERIFYING, _S.RETRYING, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}
+    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}),
+    _S.ROUTING: frozenset(
+        {_S.DISPATCHED, _S.INPUT_REQUIRED, _S.REJECTED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
     ),
-    _S.RETRYING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
-    _S.VERIFYING: frozenset({_S.COMPLETED, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
+    _S.DISPATCHED: frozenset(
+        {_S.VERIFYING, _S.RETRYING, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
+    ),
+    _S.RETRYING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}),
+    _S.VERIFYING: frozenset(
+        {_S.COMPLETED, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
+    ),
     _S.INPUT_REQUIRED: frozenset({_S.ROUTING, _S.DISPATCHED, _S.VERIFYING, _S.FAILED, _S.CANCELED}),
+    _S.INTERRUPTED: frozenset({_S.ROUTING, _S.VERIFYING, _S.FAILED, _S.CANCELED}),
     _S.COMPLETED: frozenset(),
     _S.FAILED: frozenset(),
     _S.REJECTED: frozenset(),
@@ -221,6 +234,10 @@ class Outcome(Model):
     pending: dict[str, Any] = Field(
         default_factory=dict, description="For input_required: the clarification or handover packet."
     )
+    plan: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The plan the gateway ran ({source, steps: [{name, action, after ...}]}); empty: none.",
+    )
     audit_index: int = Field(default=0, description="Index of the last audit record of this task.")
     a2a_state: str = ""
 
@@ -340,6 +357,14 @@ class TaskRecord(Model):
         "agent's input holds it.",
     )
     anchor_goal: str = Field(default="", description="A goal an intake agent asked to anchor (transient).")
+    plan: Plan | None = Field(
+        default=None,
+        description="The plan the gateway runs (the goal's, the planner's); None: the request's steps.",
+    )
+    plan_source: str = Field(
+        default="",
+        description="Where the plan came from (goal:<id>, intake, planner) or none; empty: not decided yet.",
+    )
     active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
     rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
     transitions: list[Transition] = Field(default_factory=list)
@@ -389,6 +414,8 @@ class TaskRecord(Model):
                 "language": "",
                 "context": {},
                 "anchor_goal": "",
+                "plan": None,
+                "plan_source": "",
                 "active_ms": 0.0,
                 "rewinds": 0,
                 "transitions": [],
@@ -481,7 +508,8 @@ class TaskRecord(Model):
         record.output, record.confidence_score, record.status = output, confidence, "completed"
         record.finished_at, record.provenance, record.fresh_until = utcnow(), provenance, fresh_until
         self.outputs[name] = output
-        self.held = {}
+        if self.held.get("step", name) == name:  # a parallel branch's held answer stays its own
+            self.held = {}
         self.step_index += 1
         return record
 
@@ -529,6 +557,7 @@ class TaskRecord(Model):
                 "routing": [dict(r) for r in self.routing],
                 "reason": self.reason,
                 "pending": dict(self.pending),
+                "plan": {"source": self.plan_source, "steps": self.plan.summary()} if self.plan else {},
                 "audit_index": self.last_index,
                 "a2a_state": _a2a_state(state, self.pending),
             },

@@ -42,6 +42,8 @@ class EventView:
         said = describe(event)
         if event.type == OUTCOME and event.state == "input_required":
             said += f"; answer with: agency task resume {event.task_id} --answer OPTION (or --decision JSON)"
+        elif event.type == OUTCOME and event.state == "interrupted":
+            said += f"; agency task resume {event.task_id}, or agency task cancel {event.task_id}"
         self.out.write(f"{_head(event)}{said}\n")
         self.out.flush()
 

@@ -1,12 +1,13 @@
-"""``agency submit``, ``agency route``, ``agency task get|resume|watch|list``: tasks on a
+"""``agency submit``, ``agency route``, ``agency task get|resume|cancel|watch|list``: tasks on a
 running gateway.
 
 Each calls the gateway with the public client (:mod:`middleware.client`), with the same
-``--address``/``--token-file``/TLS flags as ``agency catalog``; ``--json`` prints the whole
-reply as JSON (``task watch``: one event per line). Exit status: 0 completed (or waiting for
-input, or accepted with ``submit --no-wait``), 1 the task failed, was rejected or cancelled (or
-the route was refused), 2 an error, 3 no such task (``task list``: none matched), 4 no gateway
-answers.
+``--address``/``--token-file``/TLS flags as ``agency catalog`` (several addresses: the next
+gateway when one cannot be reached); ``--json`` prints the whole reply as JSON (``task watch``:
+one event per line). Exit status: 0 completed (or waiting for input, or accepted with ``submit
+--no-wait``; for ``task cancel``: canceled), 1 the task failed, was rejected, cancelled or
+interrupted (or the route was refused), 2 an error, 3 no such task (``task list``: none
+matched), 4 no gateway answers.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(r)
     r.set_defaults(handler=_run, op=_route)
 
-    t = sub.add_parser("task", help="look at or resume a task on a running gateway")
+    t = sub.add_parser("task", help="look at, resume or cancel a task on a running gateway")
     cmds = t.add_subparsers(dest="task_command", metavar="SUBCOMMAND", required=True)
     g = cmds.add_parser(
         "get",
@@ -89,19 +90,40 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.set_defaults(handler=_run, op=_get)
     re = cmds.add_parser(
         "resume",
-        help="answer a task waiting for input (clarification, conflict, human handover)",
+        help="answer a task waiting for input, or continue an interrupted one",
         description="Resume a task in state input_required: --answer OPTION for a clarification or "
-        "a conflict (the option ids are in its pending packet), --decision JSON for a human handover "
-        '({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}).',
+        "a conflict (the option ids are in its pending packet), --input JSON for the fields a plan "
+        "step asked for (missing_input; --answer VALUE when it asks for one), --decision JSON for a "
+        'human handover ({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}). '
+        "Resume a task in state interrupted (its gateway died) with none of them: it goes on where "
+        "it was cut off, its step in flight dispatched again only if the agent's contract is "
+        "side_effect_free or declares an idempotency key; otherwise decide provide_output, abort or "
+        "cancel.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     re.add_argument("task_id", metavar="TASK_ID")
-    how = re.add_mutually_exclusive_group(required=True)
-    how.add_argument("--answer", help="the chosen option id")
+    how = re.add_mutually_exclusive_group()
+    how.add_argument("--answer", help="the chosen option id (or the one asked field's value)")
+    how.add_argument(
+        "--input", metavar="JSON|@FILE", help='the asked fields, e.g. \'{"device_model": "PhoneX"}\''
+    )
     how.add_argument("--decision", metavar="JSON|@FILE", help="a human handover decision")
     _common(re)
     re.set_defaults(handler=_run, op=_resume)
+    c = cmds.add_parser(
+        "cancel",
+        help="cancel a task waiting for input or interrupted",
+        description="Cancel a task in state input_required (auth_required included) or interrupted: "
+        "it ends canceled, audited with who and why. Only its owner or an admin may; a finished "
+        "task is refused naming its state; canceling a canceled task again prints it (exit 0).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("task_id", metavar="TASK_ID")
+    c.add_argument("--reason", default="", help="why (kept in the outcome and the audit log)")
+    _common(c)
+    c.set_defaults(handler=_run, op=_cancel)
     w = cmds.add_parser(
         "watch",
         help="follow a task live: each step, failure, retry, wait and the outcome as they happen",
@@ -292,9 +314,18 @@ async def _get(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
 
 async def _resume(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
     outcome = await client.resume(
-        args.task_id, answer=args.answer, decision=json_option(args.decision, "decision")
+        args.task_id,
+        answer=args.answer,
+        decision=json_option(args.decision, "decision"),
+        input=json_option(args.input, "input"),
     )
     return _print_outcome(outcome, args, out)
+
+
+async def _cancel(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    outcome = await client.cancel(args.task_id, reason=args.reason)
+    _print_outcome(outcome, args, out)
+    return OK if str(outcome.state) == "canceled" else CHECK_FAILED
 
 
 async def _route(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
@@ -327,6 +358,48 @@ async def _route(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
     return CHECK_FAILED if decision.refused else OK
 
 
+def _where(failure: Any) -> str:
+    """Where a failure happened, in words: the step, and the agent and attempt when one ran."""
+    step = f"at step {failure.step}" if failure.step else "in the task"
+    if failure.agent:
+        return f"{step} on {failure.agent} (attempt {failure.attempt})"
+    if failure.type.value in ("CAPABILITY_MISMATCH", "INTENT_DRIFT"):
+        return f"{step}, before any agent ran"
+    return step
+
+
+def _headline(outcome: Any) -> str:
+    """The outcome in one plain sentence, when the state alone does not say it."""
+    first = outcome.failures[0].type.value if outcome.failures else ""
+    if str(outcome.state) == "rejected" and first == "CAPABILITY_MISMATCH":
+        return "refused: no registered agent's contract allows this request, so no agent ran (see why below)"
+    if str(outcome.state) == "rejected":
+        return f"refused: {truncate(outcome.reason, 200)}"
+    return ""
+
+
+def plan_line(plan: dict[str, Any]) -> str:
+    """A plan in one line: ``a → b → c`` when each step waits for the one before, else each
+    step with what it waits for (``join ◄ left, right``)."""
+    steps = [s for s in plan.get("steps") or [] if isinstance(s, dict)]
+    names = [str(s.get("name", "?")) for s in steps]
+    if all(list(s.get("after") or []) == names[i - 1 : i] for i, s in enumerate(steps)):
+        return " → ".join(names)
+    return "; ".join(
+        f"{s.get('name')} ◄ {', '.join(map(str, s['after']))}" if s.get("after") else str(s.get("name"))
+        for s in steps
+    )
+
+
+def _resume_hint(pending: dict[str, Any]) -> str:
+    if pending.get("kind") == "missing_input":
+        fields = [str(f) for f in pending.get("fields") or []]
+        given = ", ".join(f'"{f}": ...' for f in fields)
+        one = " (or --answer VALUE)" if len(fields) == 1 else ""
+        return f"--input '{{{given}}}'{one}"
+    return "--answer OPTION (or --decision JSON)"
+
+
 def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
     state = str(outcome.state)
     code = OK if state in _DONE else CHECK_FAILED
@@ -334,16 +407,19 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
         out.write(outcome.model_dump_json(indent=2) + "\n")
         return code
     out.write(f"task {outcome.task_id}: {state} ({outcome.a2a_state})\n")
+    headline = _headline(outcome)
+    if headline:
+        out.write(f"{headline}\n")
     out.write(f"trace {outcome.trace_id}\n")
+    if outcome.plan:
+        out.write(f"plan ({outcome.plan.get('source') or '?'}): {plan_line(outcome.plan)}\n")
     for step in outcome.steps:
         out.write(
             f"  step {step.name}: {step.agent or '-'} {step.status}, "
             f"{plural(step.attempts, 'attempt')}, {step.duration_ms:.0f} ms\n"
         )
     for f in outcome.failures:
-        out.write(
-            f"  failure {f.type.value} on {f.agent or '-'} (attempt {f.attempt}): {truncate(f.detail, 100)}\n"
-        )
+        out.write(f"  failure {f.type.value} {_where(f)}: {truncate(f.detail, 100)}\n")
     for r in outcome.resolutions:
         out.write(
             f"  resolution {r.kind.value}{' -> ' + r.agent if r.agent else ''}: {truncate(r.reason, 100)}\n"
@@ -359,7 +435,13 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
         out.write(f"reason: {outcome.reason}\n")
     if outcome.pending:
         out.write(f"waiting for: {truncate(json.dumps(outcome.pending, ensure_ascii=False), 300)}\n")
-        out.write(f"resume with: agency task resume {outcome.task_id} --answer OPTION (or --decision JSON)\n")
+        if state == "interrupted":
+            out.write(
+                f"resume with: agency task resume {outcome.task_id} (or --decision JSON); "
+                f"or: agency task cancel {outcome.task_id}\n"
+            )
+        else:
+            out.write(f"resume with: agency task resume {outcome.task_id} {_resume_hint(outcome.pending)}\n")
     if outcome.output is not None:
         out.write(f"output: {truncate(json.dumps(outcome.output, ensure_ascii=False), 300)}\n")
     out.write(f"timeline: agency trace show {outcome.trace_id} (on the gateway's data directory)\n")

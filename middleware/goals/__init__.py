@@ -14,6 +14,7 @@ from .goal_store import GoalStore
 from .memory_goal_store import MemoryGoalStore
 from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVerdict, TargetCapability
 from .sentences import SentenceError, coerce_step, parse_step_sentence
+from .stage_bindings import check_stage_bindings, stage_binding_problems
 from .steps import (
     STEP_KINDS,
     AllOfStep,
@@ -60,8 +61,10 @@ __all__ = [
     "TargetCapability",
     "VerificationStep",
     "Verifier",
+    "check_stage_bindings",
     "coerce_step",
     "parse_step_sentence",
+    "stage_binding_problems",
     "step_label",
     "text_of",
     "verify_goal",

@@ -26,6 +26,7 @@ from ..redis.errors import RedisErrorHook
 from ..routing_stats import MemoryRoutingStats, RoutingStats
 from ..sessions import SessionStore
 from ..task_events import TaskEventLog
+from ..task_leases import TaskLeases
 from ..task_store import TaskStore
 
 if TYPE_CHECKING:
@@ -37,12 +38,13 @@ __all__ = ["AgencyBackends", "MessagingBackends", "choose_backends", "open_backe
 @dataclass(frozen=True)
 class AgencyBackends:
     """The agency's stores; ``tasks``, ``sessions`` and ``events`` None keep the agency's memory
-    defaults."""
+    defaults; ``leases`` None: no takeover (one process)."""
 
     catalog: Catalog
     stats: RoutingStats
     tasks: TaskStore | None = None
     sessions: SessionStore | None = None
+    leases: TaskLeases | None = None
     events: TaskEventLog | None = None
 
 
@@ -84,7 +86,8 @@ def choose_backends(
 
     Args:
         definition: The agency definition (its ``storage`` section decides).
-        part: ``"agency"`` (catalog, routing stats, task store, sessions, task events) or ``"messaging"``
+        part: ``"agency"`` (catalog, routing stats, task store, sessions, task leases, task events)
+            or ``"messaging"``
             (mailboxes, rate-limit buckets, subscriptions, agent directory, quarantine board).
         on_redis_error: Told the operation of every Redis error (see :mod:`middleware.redis.errors`).
     """
@@ -124,6 +127,7 @@ def choose_backends(
         return AgencyBackends(catalog, stats)
     from ..redis.session_store import RedisSessionStore
     from ..redis.task_events import RedisTaskEventLog
+    from ..redis.task_leases import RedisTaskLeases
     from ..redis.task_store import RedisTaskStore
 
     # task state shared by replicas: resume on any of them
@@ -135,6 +139,13 @@ def choose_backends(
         ),
         sessions=RedisSessionStore.from_url(
             storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
+        ),
+        # a lease on every running task: a replica takes over the tasks of a gateway that died
+        leases=RedisTaskLeases.from_url(
+            storage.redis_url,
+            prefix=storage.key_prefix,
+            lease_seconds=storage.lease_seconds or 30.0,
+            on_redis_error=on_redis_error,
         ),
         # every task's events: a follower reconnecting to any replica misses nothing
         events=RedisTaskEventLog.from_url(

@@ -9,14 +9,16 @@ from ..agents import AgentRegistry
 from ..audit import AuditLog, WalAuditLog, WalOptions
 from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
-from ..audit.shredding import FileKeyStore, SubjectSealer
+from ..audit.shredding import FileKeyStore, SubjectSealer, reveal
 from ..errors import InvalidInput
 from ..failures import FailureProcessor
 from ..guards.content_guard import ContentGuard
+from ..memory_task_store import MemoryTaskStore
 from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
 from ..pipeline import Agency
 from ..router import Router
+from ..task_recovery import rebuild_tasks
 from .backends import choose_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
@@ -60,6 +62,9 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit = MeteredAuditLog(audit, metrics)
     on_redis_error = metrics.redis_error if metrics is not None else None
     backends = choose_backends(definition, "agency", on_redis_error=on_redis_error)
+    # held and interrupted tasks the store does not have (the memory store after any restart)
+    tasks = backends.tasks or MemoryTaskStore()
+    await rebuild_tasks(wal.task_records(), tasks, reveal=_snapshot_reveal(definition))
     # The served gateway is where installed packages' failure handlers take effect: discovery
     # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
     failures = FailureProcessor(
@@ -79,13 +84,15 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         failures=failures,
-        tasks=backends.tasks,
+        tasks=tasks,
         sessions=backends.sessions,
+        leases=backends.leases,
         events=backends.events,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
         policy=definition.policies.gate(),
         guard=_guard(definition),
+        planner=definition.planner.build(),
     )
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
@@ -94,6 +101,16 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     for goal in definition.goals:
         agency.register_goal(goal)
     return agency
+
+
+def _snapshot_reveal(definition: AgencyDefinition) -> Callable[[str], str] | None:
+    """Opens sealed personal values of held tasks' snapshots (``task_recovery``), with the
+    subject keys the personal-data guard sealed them with (None when it does not seal)."""
+    guards = definition.agency.guards
+    if not (guards.any_enabled and guards.personal_data.enabled and definition.subject_keys.enabled):
+        return None
+    store = FileKeyStore(definition.subject_key_directory)
+    return lambda text: reveal(text, store, allowed=True)
 
 
 def _guard(definition: AgencyDefinition) -> ContentGuard | None:

@@ -60,8 +60,8 @@ from ...people.model import Person
 from ...people.sign_ins import MemorySignIns, SignInStore
 from ...refusals import RefusalAggregator
 from ...smf import utcnow
-from ...timeline import build_timelines
-from .views import audit_state, contract_rows, task_bars, waited
+from ...timeline import build_timelines, plan_lines
+from .views import audit_state, contract_rows, escalation_view, task_bars, timeline_layout, waited
 
 __all__ = ["build_app"]
 
@@ -272,7 +272,15 @@ def build_app(
             esc = await desk.escalation(request.path_params["esc_id"], person)
         except NotFound as exc:
             return render(request, "error.html", 404, error=exc.message)
-        return render(request, "escalation.html", esc=esc)
+        return render(request, "escalation.html", esc=esc, view=await _view(esc, person))
+
+    async def _view(esc: Any, person: Person) -> dict[str, Any]:
+        """The escalation as its page shows it (with its task's request, when the task is known)."""
+        record = None
+        if not esc.held_message:
+            with contextlib.suppress(AgencyError):
+                record = await agency.tasks.get(esc.task_id)
+        return escalation_view(esc, person, record)
 
     async def decide(request: Request) -> Response:
         person = await _signed_in(request)
@@ -296,7 +304,10 @@ def build_app(
             except NotFound:
                 esc = None
             template = "escalation.html" if esc is not None else "error.html"
-            return render(request, template, _STATUS.get(exc.reason, 400), esc=esc, error=exc.message)
+            view = await _view(esc, person) if esc is not None else None
+            return render(
+                request, template, _STATUS.get(exc.reason, 400), esc=esc, view=view, error=exc.message
+            )
         if outcome is None:
             return RedirectResponse("/inbox", status_code=303)
         return RedirectResponse(f"/tasks/{quote(outcome.task_id, safe='/')}", status_code=303)
@@ -340,10 +351,30 @@ def build_app(
             "task.html",
             task=outcome,
             timeline=timelines[0] if timelines else None,
-            bars=task_bars(records),
+            layout=timeline_layout(task_bars(records)),
+            plan=plan_lines(timelines[0].plan) if timelines and timelines[0].plan else [],
             escalation=desk.redact(esc, person) if esc is not None else None,
             decisions=[r for r in records if r.event_type in ("task.resumed", "human.decision")],
         )
+
+    async def cancel(request: Request) -> Response:
+        """An operator cancels a task waiting for input or interrupted (audited with who and why)."""
+        person = await _signed_in(request)
+        if isinstance(person, Response):
+            return person
+        task_id = request.path_params["task_id"]
+        form = await _form(request, f"cancel {task_id}")
+        if form is None:
+            return render(request, "error.html", 403, error="Refused: the form is not this session's (CSRF).")
+        if not person.has(HumanRole.OPERATOR):
+            why = "canceling a task needs the operator role"
+            await desk.refuse_request(person.name, why, {"task": task_id})
+            return render(request, "error.html", 403, error="Canceling a task needs the operator role.")
+        try:
+            await agency.cancel(task_id, reason=form.get("reason", ""), person=person.ref())
+        except AgencyError as exc:
+            return render(request, "error.html", _STATUS.get(exc.reason, 400), error=exc.message)
+        return RedirectResponse(f"/tasks/{quote(task_id, safe='/')}", status_code=303)
 
     async def contracts(request: Request) -> Response:
         person = await _signed_in(request)
@@ -432,6 +463,7 @@ def build_app(
         Route("/inbox/{esc_id}/decide", decide, methods=["POST"]),
         Route("/tasks", tasks),
         Route("/tasks.json", tasks_json),
+        Route("/tasks/{task_id:path}/cancel", cancel, methods=["POST"]),  # before the page's route
         Route("/tasks/{task_id:path}", task),  # a task id may hold '/' (ids are the callers')
         Route("/contracts", contracts),
         Route("/audit", audit),

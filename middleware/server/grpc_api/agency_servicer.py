@@ -1,5 +1,5 @@
-"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting tasks, read,
-follow and list tasks."""
+"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting or interrupted tasks,
+read tasks, cancel waiting or interrupted tasks, follow and list tasks."""
 
 from __future__ import annotations
 
@@ -60,11 +60,16 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
     ) -> agency_pb2.Outcome:
         try:
             decision = loads(request.decision_json, "decision_json", want=dict)
+            given = loads(request.input_json, "input_json", want=dict)
         except InvalidInput as exc:  # the task's own refusals are audited by Agency.resume
             await self._agency.record_rejection(exc)
             raise
         outcome = await self._agency.resume(
-            request.task_id, answer=request.answer or None, decision=decision, caller=current_principal()
+            request.task_id,
+            answer=request.answer or None,
+            decision=decision,
+            input=given,
+            caller=current_principal(),
         )
         return outcome_to_pb(outcome)
 
@@ -73,6 +78,15 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         self, request: agency_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
         return outcome_to_pb(await self._agency.get_task(request.task_id, caller=current_principal()))
+
+    @rpc
+    async def Cancel(
+        self, request: agency_pb2.CancelRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        outcome = await self._agency.cancel(
+            request.task_id, reason=request.reason, caller=current_principal()
+        )
+        return outcome_to_pb(outcome)
 
     @rpc_stream
     async def WatchTask(

@@ -158,6 +158,8 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "side_effect_free": pb.side_effect_free,
         "data_classes": list(pb.data_classes),
         "restore_personal_data": pb.restore_personal_data,
+        "facts": list(pb.facts),
+        "idempotency": pb.idempotency,
         "stream_progress": pb.stream_progress,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
@@ -191,6 +193,8 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         side_effect_free=c.side_effect_free,
         data_classes=c.data_classes,
         restore_personal_data=c.restore_personal_data,
+        facts=c.facts,
+        idempotency=c.idempotency,
         stream_progress=c.stream_progress,
     )
 

@@ -8,7 +8,7 @@ import grpc
 
 from ..._model import parse_model
 from ..._proto.agency.v1 import goals_pb2, goals_pb2_grpc
-from ...errors import InvalidInput
+from ...errors import InvalidInput, Problem
 from ...goals import GoalAssertion
 from ...pipeline import Agency
 from .convert import loads
@@ -26,6 +26,7 @@ def goal_to_pb(goal: GoalAssertion) -> goals_pb2.Goal:
         stages=[s.name for s in goal.stages],
         verification_step_count=len(goal.verification_steps),
         goal_json=json.dumps(goal.model_dump(mode="json"), ensure_ascii=False),
+        plan_steps=goal.plan.names() if goal.plan is not None else [],
     )
 
 
@@ -41,6 +42,13 @@ class GoalServicer(goals_pb2_grpc.GoalServiceServicer):
         if data is None:
             raise InvalidInput.single("goal_json", "the goal assertion is required", what="goal assertion")
         goal = parse_model(GoalAssertion, data, what="goal assertion", prefix="goal_json")
+        try:  # its plan against the contracts registered now
+            await self._agency.check_plan(goal)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                [Problem(f"goal_json.{p.field.removeprefix('goal.')}", p.reason) for p in exc.problems],
+                what=exc.what,
+            ) from None
         return goal_to_pb(self._agency.register_goal(goal, replace=request.replace))
 
     @rpc

@@ -14,9 +14,11 @@ a W3C ``traceparent`` in the metadata continues the caller's trace. The provenan
 state maps onto the A2A states: completed (the output as an artifact), input-required (a
 clarification or a human handover: the packet as a data part), rejected (a refusal),
 failed, canceled. A follow-up message on an input-required task resumes it
-(:meth:`Agency.resume`): a data part ``{"answer": ID}`` or ``{"decision": {...}}``, or the
-option id as text. ``SendStreamingMessage`` streams the task's events (the stream gRPC
-``WatchTask`` follows) as ``working`` status updates before the final one, and
+(:meth:`Agency.resume`): a data part ``{"answer": ID}``, ``{"input": {...}}`` (the fields a plan
+step asked for) or ``{"decision": {...}}``, or the option id (or the one asked field's value)
+as text. A message with only the user's words runs the plan of the goal the intake agent
+anchors (docs/semantics.md, "Plans"). ``SendStreamingMessage`` streams the task's events
+(the stream gRPC ``WatchTask`` follows) as ``working`` status updates before the final one, and
 ``SubscribeToTask`` follows a running task from any replica (:mod:`.a2a_stream`).
 
 Callers authenticate with the A2A security scheme ``bearer`` (HTTP bearer), checked against
@@ -107,6 +109,7 @@ _PRINCIPAL = "agency.principal"
 _STATE: dict[AgencyState, Any] = {  # A2A TaskState values
     AgencyState.COMPLETED: TaskState.TASK_STATE_COMPLETED,
     AgencyState.INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
+    AgencyState.INTERRUPTED: TaskState.TASK_STATE_INPUT_REQUIRED,  # resume (a follow-up) or cancel
     AgencyState.REJECTED: TaskState.TASK_STATE_REJECTED,
     AgencyState.FAILED: TaskState.TASK_STATE_FAILED,
     AgencyState.CANCELED: TaskState.TASK_STATE_CANCELED,
@@ -383,11 +386,11 @@ class GovernedExecutor(AgentExecutor):
         self, context: RequestContext, message: Message, principal: Principal | None, updater: TaskUpdater
     ) -> None:
         task_id = context.task_id or ""
-        answer, decision = _answer(message)
+        answer, decision, given = _answer(message)
         stream = StatusStream(task_id, updater.context_id)
         outcome = await self._follow(
             task_id,
-            self.agency.resume(task_id, answer=answer, decision=decision, caller=principal),
+            self.agency.resume(task_id, answer=answer, decision=decision, input=given, caller=principal),
             stream,
             updater.event_queue,
             updater,
@@ -440,13 +443,10 @@ class GovernedExecutor(AgentExecutor):
         return outcome
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Cancel a task waiting for input (the handler refuses running ones before this)."""
+        """Cancel a task waiting for input or interrupted (the handler refuses running ones
+        before this)."""
         task_id = context.task_id or ""
-        outcome = await self.agency.resume(
-            task_id,
-            decision={"action": "cancel", "note": "canceled through A2A", "by": _name(context)},
-            caller=_principal(context),
-        )
+        outcome = await self.agency.cancel(task_id, reason="canceled through A2A", caller=_principal(context))
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await _report(outcome, updater)
 
@@ -502,14 +502,17 @@ def _struct(message: Message) -> dict[str, Any]:
     return meta
 
 
-def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None]:
-    """The answer (option id) or human decision a follow-up message carries."""
+def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The answer (option id, or an asked field's value), human decision or asked input a
+    follow-up message carries."""
     for item in get_data_parts(list(message.parts)):
         if isinstance(item, dict) and "decision" in item:
-            return None, dict(item["decision"])
+            return None, dict(item["decision"]), None
+        if isinstance(item, dict) and isinstance(item.get("input"), dict):
+            return None, None, dict(item["input"])
         if isinstance(item, dict) and "answer" in item:
-            return str(item["answer"]), None
-    return get_message_text(message, " ").strip() or None, None
+            return str(item["answer"]), None, None
+    return get_message_text(message, " ").strip() or None, None, None
 
 
 async def _report(
@@ -620,8 +623,10 @@ def _output_artifact(outcome: Outcome) -> Artifact:
 
 
 class _GovernedHandler(DefaultRequestHandler):
-    """The SDK's handler, but a running task is not cancelable (only a waiting one is): the
-    pipeline has no safe point to stop a step an agent is running."""
+    """The SDK's handler, but a running task is not cancelable (only a waiting or interrupted
+    one is): the pipeline has no safe point to stop a step an agent is running. A governed task
+    this gateway's A2A store does not hold (it came through a gateway that died, and was taken
+    over here) is canceled in the pipeline and answered from its outcome."""
 
     def __init__(self, agency: Agency, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -633,13 +638,30 @@ class _GovernedHandler(DefaultRequestHandler):
         except (NotFound, PermissionDenied):
             task: Task | None = await super().on_cancel_task(params, context)  # the SDK's not-found
             return task
-        if not outcome.state.terminal and outcome.state is not AgencyState.INPUT_REQUIRED:
+        if not outcome.state.terminal and outcome.state not in _CANCELABLE:
             raise TaskNotCancelableError(
-                message=f"task {params.id} is {outcome.state.value}: only a task waiting for input can be "
-                "canceled (a running step is not interrupted)"
+                message=f"task {params.id} is {outcome.state.value}: only a task waiting for input or "
+                "interrupted can be canceled (a running step is not interrupted)"
             )
-        canceled: Task | None = await super().on_cancel_task(params, context)
-        return canceled
+        if outcome.state.terminal or await self.task_store.get(params.id, context) is not None:
+            canceled: Task | None = await super().on_cancel_task(params, context)
+            return canceled
+        outcome = await self._agency.cancel(
+            params.id, reason="canceled through A2A", caller=_principal(context)
+        )
+        text = outcome_text(outcome)
+        return Task(
+            id=outcome.task_id,
+            context_id=outcome.task_id,
+            status=TaskStatus(
+                state=_STATE[outcome.state],
+                message=Message(
+                    role=Role.ROLE_AGENT,
+                    message_id=outcome.task_id + ":canceled",
+                    parts=[new_text_part(text), new_data_part(outcome_data(outcome))],
+                ),
+            ),
+        )
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -674,6 +696,10 @@ class _GovernedHandler(DefaultRequestHandler):
             for update in told.events:
                 yield update
             return  # a wait for input ends an A2A stream, as an end does
+
+
+#: Governed states an A2A cancel ends (a running step has no safe point to stop).
+_CANCELABLE = frozenset({AgencyState.INPUT_REQUIRED, AgencyState.INTERRUPTED})
 
 
 class _Collected(EventQueue):

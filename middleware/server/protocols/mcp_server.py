@@ -11,7 +11,8 @@ Tools, rebuilt from the catalog on every ``tools/list``:
 * ``governed_task``: any request by text, with a goal, steps and input (the whole pipeline,
   e.g. the warranty case).
 * ``resume_task``: the answer to a clarification (``answer``) or a human decision
-  (``decision``) for a task that stopped for input.
+  (``decision``) for a task that stopped for input; or nothing, to continue an interrupted task.
+* ``cancel_task``: cancel a task waiting for input or interrupted (``task_id``, ``reason``).
 
 A call whose request carries a progress token (``_meta.progressToken``) gets the task's events
 as they happen (the stream gRPC ``WatchTask`` follows) as ``notifications/progress``: ``progress``
@@ -65,6 +66,7 @@ log = logging.getLogger("agency.mcp")
 
 GOVERNED_TASK = "governed_task"
 RESUME_TASK = "resume_task"
+CANCEL_TASK = "cancel_task"
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 _GOVERNED_TASK_SCHEMA: dict[str, Any] = {
@@ -89,7 +91,19 @@ _RESUME_SCHEMA: dict[str, Any] = {
     "properties": {
         "task_id": {"type": "string", "minLength": 1},
         "answer": {"type": "string", "description": "The id of the chosen option (a clarification)."},
+        "input": {"type": "object", "description": "The fields a plan step asked for (missing input)."},
         "decision": {"type": "object", "description": "A human decision: {action, agent?, output?, note?}."},
+    },
+    "additionalProperties": False,
+}
+
+
+_CANCEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["task_id"],
+    "properties": {
+        "task_id": {"type": "string", "minLength": 1},
+        "reason": {"type": "string", "maxLength": 4000, "description": "Why (kept in the audit log)."},
     },
     "additionalProperties": False,
 }
@@ -116,15 +130,22 @@ async def governed_tools(agency: Agency) -> tuple[list[types.Tool], dict[str, st
         ),
         types.Tool(
             name=RESUME_TASK,
-            description="Answer a task that stopped for input: a clarification (answer = an option id) or "
-            "a human handover (decision).",
+            description="Answer a task that stopped for input: a clarification (answer = an option id), "
+            "missing input (input = the asked fields) or a human handover (decision); or continue an "
+            "interrupted task (none of them).",
             input_schema=_RESUME_SCHEMA,
+        ),
+        types.Tool(
+            name=CANCEL_TASK,
+            description="Cancel a task waiting for input or interrupted (its owner or an admin); a "
+            "finished task is refused naming its state.",
+            input_schema=_CANCEL_SCHEMA,
         ),
     ]
     actions: dict[str, str] = {}
     for action, contracts in sorted(by_action.items()):
         name = tool_name(action)
-        if name in (GOVERNED_TASK, RESUME_TASK) or name in actions:
+        if name in (GOVERNED_TASK, RESUME_TASK, CANCEL_TASK) or name in actions:
             continue
         actions[name] = action
         schemas = _unique([c.input_schema or {"type": "object"} for c in contracts])
@@ -174,6 +195,8 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     text = outcome_text(outcome)
     if outcome.state is TaskState.INPUT_REQUIRED:
         text += f" (task {outcome.task_id}: answer with the {RESUME_TASK} tool)"
+    if outcome.state is TaskState.INTERRUPTED:
+        text += f" (task {outcome.task_id}: continue it with {RESUME_TASK}, or {CANCEL_TASK})"
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content=data,
@@ -190,48 +213,73 @@ async def _elicit(
 ) -> Outcome:
     """Ask a pending clarification through MCP elicitation, where the client has it, and resume.
 
-    Only clarifications and conflicts (a choice among offered options) are asked; a human
-    handover, a declined or canceled elicitation, or a connection without a back channel
-    (the 2026-07-28 revision has none) leaves the task waiting: the tool error says how to
-    answer it with ``resume_task``.
+    Clarifications and conflicts (a choice among offered options) and a plan step's missing
+    input (a form of the asked fields) are asked; a human handover, a declined or canceled
+    elicitation, or a connection without a back channel (the 2026-07-28 revision has none)
+    leaves the task waiting: the tool error says how to answer it with ``resume_task``.
     """
     capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     for _ in range(MAX_ELICITATIONS):
         pending = outcome.pending
-        options = pending.get("options") or []
-        if outcome.state is not TaskState.INPUT_REQUIRED or pending.get("kind") not in (
+        kind = pending.get("kind")
+        if outcome.state is not TaskState.INPUT_REQUIRED or kind not in (
             "clarification",
             "conflict",
+            "missing_input",
         ):
             return outcome
         try:
             if not ctx.session.check_client_capability(capability):
                 return outcome
             reply = await ctx.session.elicit_form(
-                str(pending.get("question") or "Input required"),
-                {
-                    "type": "object",
-                    "properties": {
-                        "answer": {  # a titled single-select enum (MCP 2025-11-25; enumNames is deprecated)
-                            "type": "string",
-                            "title": "Your choice",
-                            "oneOf": [
-                                {"const": str(o.get("id")), "title": str(o.get("label") or o.get("id"))}
-                                for o in options
-                            ],
-                        }
-                    },
-                    "required": ["answer"],
-                },
+                str(pending.get("question") or "Input required"), _form(pending)
             )
         except Exception as exc:  # no back channel, client error: the task keeps waiting
             log.debug("elicitation not possible for %s: %s", outcome.task_id, exc)
             return outcome
-        answer = (reply.content or {}).get("answer") if reply.action == "accept" else None
-        if not answer:
+        content = dict(reply.content or {}) if reply.action == "accept" else {}
+        if not content:
             return outcome
-        outcome = await agency.resume(outcome.task_id, answer=str(answer), caller=principal)
+        if kind == "missing_input":
+            outcome = await agency.resume(outcome.task_id, input=content, caller=principal)
+        elif content.get("answer"):
+            outcome = await agency.resume(outcome.task_id, answer=str(content["answer"]), caller=principal)
+        else:
+            return outcome
     return outcome
+
+
+#: JSON Schema types an elicitation form may ask for (MCP: flat objects of primitive fields).
+_PRIMITIVE = {"string", "number", "integer", "boolean"}
+
+
+def _form(pending: dict[str, Any]) -> dict[str, Any]:
+    """The elicitation form of a pending question: the choice among its options, or the asked
+    fields (each with its type when the contract's schema gives a primitive one)."""
+    if pending.get("kind") == "missing_input":
+        schemas = pending.get("schemas") or {}
+        fields = [str(f) for f in pending.get("fields") or []]
+        properties = {}
+        for name in fields:
+            raw = schemas.get(name)
+            given = raw.get("type") if isinstance(raw, dict) else None
+            kind = given if isinstance(given, str) and given in _PRIMITIVE else "string"
+            properties[name] = {"type": kind, "title": name}
+        return {"type": "object", "properties": properties, "required": fields}
+    options = pending.get("options") or []
+    return {
+        "type": "object",
+        "properties": {
+            "answer": {  # a titled single-select enum (MCP 2025-11-25; enumNames is deprecated)
+                "type": "string",
+                "title": "Your choice",
+                "oneOf": [
+                    {"const": str(o.get("id")), "title": str(o.get("label") or o.get("id"))} for o in options
+                ],
+            }
+        },
+        "required": ["answer"],
+    }
 
 
 def _error(exc: AgencyError) -> types.CallToolResult:
@@ -302,10 +350,24 @@ def build_mcp_server(
                 decision = arguments.get("decision")
                 task_id = str(arguments.get("task_id", ""))
                 work = agency.resume(
-                    task_id, answer=arguments.get("answer"), decision=decision, caller=principal
+                    task_id,
+                    answer=arguments.get("answer"),
+                    input=arguments.get("input"),
+                    decision=decision,
+                    caller=principal,
                 )
                 outcome = await followed(task_id, work, resuming=True)
                 return _result(await _elicit(ctx, agency, outcome, principal))
+            if params.name == CANCEL_TASK:
+                outcome = await agency.cancel(
+                    str(arguments.get("task_id", "")),
+                    reason=str(arguments.get("reason", "")),
+                    caller=principal,
+                )
+                return types.CallToolResult(  # what was asked was done: not a tool error
+                    content=[types.TextContent(text=outcome_text(outcome))],
+                    structured_content=outcome_data(outcome),
+                )
             if params.name == GOVERNED_TASK:
                 text = str(arguments.pop("text", ""))
                 governance.update(arguments)
