@@ -105,6 +105,11 @@ class Principal(Model):
     role_given: bool = Field(
         default=True, description="False when its line named no role and the default applied."
     )
+    tenant: str = Field(
+        default="",
+        description="The tenant the caller acts for (empty: none, as without tenants configured).",
+    )
+    via: str = Field(default="token", description="How it was authenticated: token (the file) or oidc.")
 
     def owns(self, capability: str) -> bool:
         """Whether ``capability`` (a contract name) is this agent's own name (:func:`same_name`)."""

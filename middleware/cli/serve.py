@@ -30,6 +30,7 @@ from ..server.event_loop import loop_name
 from ..server.event_loop import run as run_loop
 from ..server.grpc_api import build_server
 from ..server.grpc_api.gate import BackendGate
+from ..server.identity import Identities
 from ..server.metrics import Metrics
 from ..server.settings import ENV_VARIABLES, ServerConfig, caller_limits_from_env, schema_limits_from_env
 
@@ -230,6 +231,10 @@ async def serve(
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
         _warn_ungranted(clients, definition.grants)
+    identities = Identities.build(clients, definition.identity.oidc)  # token file + OIDC issuer
+    if definition.identity.oidc is not None:
+        oidc = definition.identity.oidc
+        log.info("OIDC bearer tokens of %s (audience %s) accepted", oidc.issuer, oidc.audience)
     metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
@@ -290,7 +295,7 @@ async def serve(
             agency,
             config.address,
             tls=config.tls,
-            token_hashes=clients,
+            token_hashes=identities if identities.required else None,
             grants=definition.grants,
             limits=limits,
             interceptors=interceptors,
@@ -306,7 +311,7 @@ async def serve(
             protocols = Protocols(
                 agency,
                 definition.protocols,
-                token_hashes=clients,
+                token_hashes=identities if identities.required else None,
                 card_key=default_card_key_path(definition.audit_directory),  # the gateway's card is signed
             )
             await protocols.start()
@@ -367,6 +372,7 @@ async def serve(
             steps.append(("mailboxes", post_office.transport.close))
         steps.append(("agents, audit log and task store", agency.close))
         steps.append(("catalog", agency.catalog.close))
+        steps.append(("OIDC key cache", identities.aclose))
         for what, step in steps:
             try:
                 await step()

@@ -67,6 +67,7 @@ from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
 from ..messaging.webhooks import WebhookSettings
 from ..people.model import HumansSettings
+from .identity_settings import IdentitySettings
 from .protocol_settings import ProtocolSettings
 from .settings import (
     AgencyConfig,
@@ -501,6 +502,9 @@ class AgencyDefinition(Model):
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
     policies: PolicySettings = Field(default_factory=PolicySettings)
     subject_keys: SubjectKeySettings = Field(default_factory=SubjectKeySettings)
+    identity: IdentitySettings = Field(
+        default_factory=IdentitySettings, description="OIDC bearer tokens beside the token file."
+    )
     grants: dict[str, AgentGrant] = Field(
         default_factory=dict,
         description="What each agent token may declare when it registers (see middleware.grants).",

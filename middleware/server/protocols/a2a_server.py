@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from a2a.auth.user import User
@@ -64,12 +64,22 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...access import Permission, Principal, authorize
-from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
+from ...refusals import RefusalAggregator
 from ...tasks import Outcome
 from ...tasks import TaskState as AgencyState
+from ..identity import Identities
 from .card_signing import CardSigner
-from .common import FRESHNESS_TTL, Callers, answer_ttl, outcome_data, outcome_text, task_request
+from .common import (
+    FRESHNESS_TTL,
+    Callers,
+    answer_ttl,
+    http_source,
+    outcome_data,
+    outcome_text,
+    task_request,
+)
 from .watch import TaskWatch
 
 __all__ = [
@@ -214,8 +224,10 @@ class _BearerGate:
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
         try:
-            scope[_PRINCIPAL] = self.callers.from_header(header)
-        except Unauthenticated as exc:
+            scope[_PRINCIPAL] = await self.callers.from_header(
+                header, source=http_source(scope), operation=f"A2A {scope['method']} {scope['path']}"[:120]
+            )
+        except (Unauthenticated, Unavailable) as exc:
             response = JSONResponse(
                 {"error": "UNAUTHENTICATED", "message": str(exc)},
                 status_code=401,
@@ -477,7 +489,7 @@ def build_a2a_app(
     agency: Agency,
     *,
     url: str,
-    token_hashes: dict[str, Principal] | None = None,
+    token_hashes: Identities | Mapping[str, Principal] | None = None,
     card_signer: CardSigner | None = None,
 ) -> Starlette:
     """The A2A application of ``agency``: Agent Card, JSON-RPC and HTTP+JSON bindings.
@@ -485,11 +497,15 @@ def build_a2a_app(
     Args:
         agency: The governance core every message goes through.
         url: The base URL clients reach it at (written into the card).
-        token_hashes: The gateway's token file (``ServerConfig.token_hashes()``); None = no
-            tokens required.
+        token_hashes: Who each bearer token is: the gateway's
+            :class:`~middleware.server.identity.Identities` (token file, OIDC issuer) or its token
+            file (``ServerConfig.token_hashes()``); None = no tokens required. Requests refused
+            for their token are audited per source and minute (:mod:`middleware.refusals`).
         card_signer: Signs the card served (JWS, ``card_signing``); None = unsigned.
     """
-    callers = Callers(token_hashes)
+    callers = Callers(
+        token_hashes, refusals=RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    )
     base = _card(url, [_ANY_SKILL], auth=callers.required)  # what the handler checks: capabilities
     handler = _GovernedHandler(
         agency, agent_executor=GovernedExecutor(agency), task_store=InMemoryTaskStore(), agent_card=base

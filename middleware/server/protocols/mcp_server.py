@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -37,14 +38,17 @@ from starlette.applications import Starlette
 
 from ...access import Permission, Principal, authorize, refusal_record
 from ...contracts import CapabilityContract
-from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
+from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
+from ...refusals import RefusalAggregator
 from ...tasks import Outcome, TaskState
+from ..identity import Identities
 from .common import (
     FRESHNESS_TTL,
     GOVERNANCE_META,
     Callers,
     answer_ttl,
+    http_source,
     outcome_data,
     outcome_text,
     task_request,
@@ -245,9 +249,11 @@ def build_mcp_server(
     """
     callers = callers or Callers(None)
 
-    def principal_of(ctx: ServerRequestContext[Any]) -> Principal | None:
+    async def principal_of(ctx: ServerRequestContext[Any]) -> Principal | None:
+        # the HTTP gate authenticated (and audited) the request already: not audited twice
         headers = getattr(ctx.request, "headers", None)
-        return callers.from_header(headers.get("authorization") if headers is not None else None)
+        quiet = Callers(callers.identities)
+        return await quiet.from_header(headers.get("authorization") if headers is not None else None)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -259,7 +265,7 @@ def build_mcp_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            principal = principal_of(ctx)
+            principal = await principal_of(ctx)
             if principal is not None:
                 try:
                     authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
@@ -296,7 +302,7 @@ def build_mcp_server(
             )
             outcome = await agency.submit(request, client=client)
             return _result(await _elicit(ctx, agency, outcome, principal))
-        except Unauthenticated as exc:
+        except (Unauthenticated, Unavailable) as exc:
             return _error(exc)
         except InvalidInput as exc:
             await agency.record_rejection(exc, component="mcp")
@@ -328,8 +334,12 @@ class _BearerGate:
         if scope["type"] == "http":
             header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
             try:
-                self.callers.from_header(header)
-            except Unauthenticated as exc:
+                await self.callers.from_header(
+                    header,
+                    source=http_source(scope),
+                    operation=f"MCP {scope['method']} {scope['path']}"[:120],
+                )
+            except (Unauthenticated, Unavailable) as exc:
                 from starlette.responses import JSONResponse
 
                 response = JSONResponse(
@@ -346,11 +356,18 @@ def build_mcp_http_app(
     agency: Agency,
     *,
     path: str = "/mcp",
-    token_hashes: dict[str, Principal] | None = None,
+    token_hashes: Identities | Mapping[str, Principal] | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The Streamable HTTP application of the MCP server (stateful sessions, SSE responses)."""
-    callers = Callers(token_hashes)
+    """The Streamable HTTP application of the MCP server (stateful sessions, SSE responses).
+
+    ``token_hashes``: who each bearer token is (:class:`~middleware.server.identity.Identities`
+    or the token file; None = no tokens); requests refused for their token are audited per
+    source and minute (:mod:`middleware.refusals`).
+    """
+    callers = Callers(
+        token_hashes, refusals=RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    )
     server = build_mcp_server(agency, callers=callers)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     app.add_middleware(_BearerGate, callers=callers)

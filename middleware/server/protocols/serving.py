@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from ...access import Principal
 from ...errors import InvalidInput
 from ...pipeline import Agency
+from ..identity import Identities
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
 
@@ -26,8 +27,8 @@ class Protocols:
     Args:
         agency: The governance core.
         settings: The definition's ``protocols`` section.
-        token_hashes: The gateway's token file (None = tokens off): A2A and MCP callers use
-            the same tokens and roles as gRPC.
+        token_hashes: The gateway's identities (token file, OIDC issuer; None = tokens off): A2A
+            and MCP callers use the same tokens and roles as gRPC.
         out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
     """
 
@@ -36,7 +37,7 @@ class Protocols:
         agency: Agency,
         settings: ProtocolSettings,
         *,
-        token_hashes: dict[str, Principal] | None,
+        token_hashes: Identities | dict[str, Principal] | None,
         out: TextIO | None = None,
         card_key: Path | None = None,
     ) -> None:
