@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,7 @@ class HumanDesk:
     ) -> None:
         self.agency = agency
         self.people = {p.name: p for p in people}
-        self._by_token = {p.token_sha256: p for p in people}
+        self._by_token = {p.token_sha256: p for p in people if p.token_sha256}
         self.store: EscalationStore = store or MemoryEscalationStore()
         self.post_office: PostOffice | None = None
         self._desk_token = ""
@@ -160,7 +161,8 @@ class HumanDesk:
                 await post_office.enroll(
                     person.mailbox,
                     public_key_b64(generate_key()),
-                    person.token_sha256,
+                    # a person signing in only by SSO reads no mailbox over gRPC: a token nobody holds
+                    person.token_sha256 or hashlib.sha256(secrets.token_bytes(32)).hexdigest(),
                     description=f"mailbox of {person.display_name or person.name}",
                 )
         self._desk_key = generate_key()

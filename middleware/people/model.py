@@ -85,7 +85,11 @@ class Person(Model):
     name: str = Field(description="Sign-in name; also the name of the person's mailbox (human:<name>).")
     display_name: str = Field(default="", max_length=200)
     roles: list[HumanRole] = Field(min_length=1, description="operator, approver, compliance_officer ...")
-    token_sha256: str = Field(description="Hex SHA-256 of the person's bearer token (see hash_token).")
+    token_sha256: str = Field(
+        default="",
+        description="Hex SHA-256 of the person's bearer token (see hash_token); empty: the person signs "
+        "in only through the console's single sign-on (humans.console.oidc).",
+    )
     routes: list[EscalationRoute] = Field(
         default_factory=list, description="Which escalations reach this person (besides role defaults)."
     )
@@ -100,7 +104,7 @@ class Person(Model):
     @field_validator("token_sha256")
     @classmethod
     def _hash(cls, v: str) -> str:
-        return token_hash(v)
+        return token_hash(v) if v.strip() else ""
 
     @property
     def mailbox(self) -> str:
@@ -180,6 +184,39 @@ class ApprovalGate(Model):
         return None
 
 
+class ConsoleOidcSettings(Model):
+    """The console's single sign-on: the OIDC authorization-code flow with PKCE (S256).
+
+    The ID token's ``username_claim`` names the person (``humans.people[].name``); their roles
+    and tenant are the definition's. People without a ``token_sha256`` sign in only this way.
+    """
+
+    issuer: str = Field(description="The issuer URL (its discovery document gives the endpoints).")
+    client_id: str = Field(min_length=1, description="The console's client id at the provider.")
+    client_secret_file: str = Field(
+        default="", description="File with the client secret (none: a public client, PKCE alone)."
+    )
+    redirect_url: str = Field(
+        default="",
+        description="Where the provider sends people back (default: the console's URL + /oidc/callback).",
+    )
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile"])
+    username_claim: str = Field(
+        default="preferred_username",
+        description="The ID token claim naming the person (humans.people[].name).",
+    )
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
+    clock_skew_seconds: float = Field(default=60, ge=0, description="Leeway on the ID token's exp and iat.")
+
+    @field_validator("issuer")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if not re.match(r"^https://[^/\s]+|^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)", v):
+            raise ValueError(f"{v!r}: an https URL (plain http only on 127.0.0.1, localhost or [::1])")
+        return v
+
+
 class ConsoleSettings(Model):
     """The operator console (off unless ``address`` is set)."""
 
@@ -187,6 +224,9 @@ class ConsoleSettings(Model):
     session_seconds: float = Field(default=8 * 3600, gt=0, description="A sign-in lasts this long.")
     secret_file: str = Field(
         default="", description="File with the session signing secret (default: a fresh one per start)."
+    )
+    oidc: ConsoleOidcSettings | None = Field(
+        default=None, description="Sign people in through the company's OIDC provider (token sign-in stays)."
     )
 
 
@@ -208,7 +248,7 @@ class HumansSettings(Model):
         for i, p in enumerate(self.people):
             if names.setdefault(p.name, i) != i:
                 raise ValueError(f"people[{i}].name: {p.name} is already people[{names[p.name]}]")
-            if tokens.setdefault(p.token_sha256, i) != i:
+            if p.token_sha256 and tokens.setdefault(p.token_sha256, i) != i:
                 raise ValueError(
                     f"people[{i}].token_sha256: the same token as people[{tokens[p.token_sha256]}]"
                 )

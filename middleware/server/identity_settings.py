@@ -30,7 +30,7 @@ from .._model import Model
 from ..access import Role
 from ..audit.retention import parse_age
 
-__all__ = ["ClaimNames", "ConsoleOidcSettings", "IdentitySettings", "OidcSettings"]
+__all__ = ["ClaimNames", "IdentitySettings", "OidcSettings"]
 
 #: Algorithms a token may be signed with: asymmetric only (never ``none`` or HMAC, whose
 #: secret the gateway would have to share with the provider).
@@ -118,30 +118,6 @@ class OidcSettings(Model):
         if v < timedelta(0):
             raise ValueError("must not be negative")
         return v
-
-
-class ConsoleOidcSettings(Model):
-    """The console's single sign-on: the authorization-code flow with PKCE (S256)."""
-
-    issuer: str = Field(description="The issuer URL (its discovery document gives the endpoints).")
-    client_id: str = Field(min_length=1, description="The console's client id at the provider.")
-    client_secret_file: str = Field(
-        default="", description="File with the client secret (none: a public client, PKCE alone)."
-    )
-    redirect_url: str = Field(
-        default="",
-        description="Where the provider sends people back (default: the console's URL + /oidc/callback).",
-    )
-    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile"])
-    username_claim: str = Field(
-        default="preferred_username",
-        description="The ID token claim naming the person (humans.people[].name).",
-    )
-    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
-    clock_skew: timedelta = Field(default=timedelta(seconds=60))
-
-    _issuer = field_validator("issuer")(classmethod(lambda cls, v: _https_or_local(v)))
-    _skew = field_validator("clock_skew", mode="before")(classmethod(lambda cls, v: _age(v)))
 
 
 class IdentitySettings(Model):

@@ -1,6 +1,7 @@
 """The operator console: a server-rendered Starlette application over the human desk.
 
-Pages: sign-in (a person's bearer token, posted in a form, checked by its SHA-256), the
+Pages: sign-in (a person's bearer token, posted in a form, checked by its SHA-256; or single
+sign-on through the company's OIDC provider, :mod:`.sso`), the
 inbox (what waits for this person, oldest first), one escalation with its decision form,
 tasks (a live list, filters) and a task (graphical timeline, SMF metadata per hop, checks,
 failure → resolution, routing explanation), contracts, and audit (latest signed checkpoint,
@@ -38,11 +39,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...audit.export import ExportFilter, ExportFormat, export
 from ...audit.verify import verify_path
-from ...errors import AgencyError, InvalidInput, NotFound
+from ...errors import AgencyError, InvalidInput, NotFound, Unavailable
 from ...people.desk import HumanDesk
 from ...people.model import Person
 from ...smf import utcnow
 from ...timeline import build_timelines
+from .sso import COOKIE as SSO_COOKIE
+from .sso import ConsoleSso, SignInRefused
 from .views import audit_state, contract_rows, task_bars, waited
 
 __all__ = ["build_app"]
@@ -111,10 +114,13 @@ def build_app(
     secret: str | None = None,
     secure_cookies: bool = False,
     session_seconds: float = 8 * 3600,
+    sso: ConsoleSso | None = None,
 ) -> Starlette:
     """The console over ``desk`` (and its agency).
 
     Args:
+        sso: Single sign-on through the company's OIDC provider (``/signin/oidc``); token
+            sign-in stays.
         secret: Signs the session cookies (default: random, so sign-ins end with the process;
             give the same secret to every replica behind one address).
         secure_cookies: Mark the session cookie Secure (the console is served over TLS).
@@ -162,8 +168,65 @@ def build_app(
             return RedirectResponse("/signin", status_code=303)
         return person
 
+    sso_issuer = sso.settings.issuer if sso is not None else ""
+
     async def signin_page(request: Request) -> Response:
-        return render(request, "signin.html")
+        return render(request, "signin.html", sso_issuer=sso_issuer)
+
+    def _signed_in_as(request: Request, person: Person) -> None:
+        request.session.clear()
+        request.session.update(person=person.name, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat())
+
+    async def signin_oidc(request: Request) -> Response:
+        if sso is None:
+            return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        try:
+            url, flow = await sso.start(str(request.base_url))
+        except Unavailable as exc:
+            return render(request, "signin.html", 503, error=exc.message, sso_issuer=sso_issuer)
+        response = RedirectResponse(url, status_code=303)
+        # Lax (not the session's Strict): it must come back on the provider's redirect
+        response.set_cookie(
+            SSO_COOKIE, flow, max_age=600, path="/oidc", httponly=True, samesite="lax", secure=secure_cookies
+        )
+        return response
+
+    async def oidc_callback(request: Request) -> Response:
+        if sso is None:
+            return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        try:
+            name = await sso.finish(
+                console_url=str(request.base_url),
+                params=dict(request.query_params),
+                cookie=request.cookies.get(SSO_COOKIE),
+            )
+        except SignInRefused as exc:
+            await desk.refuse_request(
+                "", f"single sign-on refused: {exc.why}", {"form": "signin", "via": "oidc"}
+            )
+            return render(
+                request, "signin.html", 401, error=f"Sign-in refused: {exc.why}", sso_issuer=sso_issuer
+            )
+        except Unavailable as exc:
+            return render(request, "signin.html", 503, error=exc.message, sso_issuer=sso_issuer)
+        person = desk.people.get(name)
+        if person is None:
+            await desk.refuse_request(
+                "", f"single sign-on of {name[:64]!r}: no such person in humans.people", {"form": "signin"}
+            )
+            return render(
+                request,
+                "signin.html",
+                403,
+                error=f"{name} is not a person of this agency.",
+                sso_issuer=sso_issuer,
+            )
+        _signed_in_as(request, person)
+        # a page, not a redirect: the session cookie is SameSite=Strict, and a redirect chain that
+        # began at the provider's site would not carry it to /inbox
+        response = render(request, "signed_in.html")
+        response.delete_cookie(SSO_COOKIE, path="/oidc")
+        return response
 
     async def signin(request: Request) -> Response:
         form = await _form(request, "signin")
@@ -172,9 +235,8 @@ def build_app(
         person = desk.authenticate(form.get("token", ""))
         if person is None:
             await desk.refuse_request("", "sign-in with an unknown token", {"form": "signin"})
-            return render(request, "signin.html", 401, error="Unknown token.")
-        request.session.clear()
-        request.session.update(person=person.name, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat())
+            return render(request, "signin.html", 401, error="Unknown token.", sso_issuer=sso_issuer)
+        _signed_in_as(request, person)
         return RedirectResponse("/inbox", status_code=303)
 
     async def signout(request: Request) -> Response:
@@ -347,6 +409,8 @@ def build_app(
         Route("/healthz", healthz),
         Route("/signin", signin_page, methods=["GET"]),
         Route("/signin", signin, methods=["POST"]),
+        Route("/signin/oidc", signin_oidc, methods=["GET"]),
+        Route("/oidc/callback", oidc_callback, methods=["GET"]),
         Route("/signout", signout, methods=["POST"]),
         Route("/inbox", inbox),
         Route("/inbox/{esc_id}", escalation, methods=["GET"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import uvicorn
 
 from ...errors import InvalidInput
 from ...people.desk import HumanDesk
+from ...people.model import ConsoleOidcSettings
 from .app import build_app
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ class ConsoleServer:
         tls_key: Path | None = None,
         secret: str | None = None,
         session_seconds: float = 8 * 3600,
+        sso: ConsoleOidcSettings | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
@@ -55,7 +58,15 @@ class ConsoleServer:
         self._sock.bind((self.host, int(port or 0)))
         self.port: int = self._sock.getsockname()[1]
         self.tls = tls_cert is not None and tls_key is not None
-        app = build_app(desk, secret=secret, secure_cookies=self.tls, session_seconds=session_seconds)
+        secret = secret or secrets.token_urlsafe(32)
+        self.sso = None
+        if sso is not None:
+            from .sso import ConsoleSso
+
+            self.sso = ConsoleSso(sso, secret=secret)
+        app = build_app(
+            desk, secret=secret, secure_cookies=self.tls, session_seconds=session_seconds, sso=self.sso
+        )
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -91,6 +102,7 @@ class ConsoleServer:
             tls_key=tls.key if tls is not None else None,
             secret=secret,
             session_seconds=settings.session_seconds,
+            sso=settings.oidc,
         )
 
     @property
@@ -112,3 +124,5 @@ class ConsoleServer:
                 await task
         self._tasks.clear()
         self._sock.close()
+        if self.sso is not None:
+            await self.sso.aclose()
