@@ -39,6 +39,7 @@ from .guards.content_guard import GUARD_RECORD, ContentGuard
 from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
+from .metering import Metering
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
@@ -98,9 +99,11 @@ class Dispatcher:
         max_output_bytes: int | None = None,
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
+        metering: Metering | None = None,
     ) -> None:
         self._guard = guard
         self._policy = policy
+        self._metering = metering
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
         )
@@ -239,6 +242,10 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            if self._metering is not None and reply.usage:  # spent, whatever becomes of the answer
+                await self._metering.record(
+                    run, step=step.name, agent=key, usage=reply.usage, audit=self._audit
+                )
             if self._guard is not None:  # the task's tokens back into values, if the contract allows
                 restored, count = self._guard.restore(run, contract, reply.output)
                 if count:

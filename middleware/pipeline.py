@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from ._model import trusted
-from .access import Principal, authorize_task, refusal_record
+from .access import Principal, authorize_task, current_principal, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -47,6 +47,7 @@ from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
+from .metering import BudgetStop, Metering
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
@@ -138,6 +139,9 @@ class Agency:
             personal data in clear — docs/security.md).
         policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
             ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
+        metering: Prices, sums and bounds the agents' model usage (default: built from
+            ``config.usage`` when it prices or bounds anything, sums in this process; ``agency
+            serve`` gives it Redis sums with Redis storage).
     """
 
     def __init__(
@@ -165,6 +169,7 @@ class Agency:
         agents: AgentRegistry | None = None,
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
+        metering: Metering | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -190,6 +195,9 @@ class Agency:
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
+        if metering is None and self.config.usage.enabled:
+            metering = Metering(self.config.usage, clock=clock)
+        self.metering = metering
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
@@ -209,6 +217,7 @@ class Agency:
             max_output_bytes=self.config.limits.max_output_bytes,
             guard=guard,
             policy=policy,
+            metering=metering,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
 
@@ -309,7 +318,9 @@ class Agency:
             await self.record_rejection(exc)
             raise
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client)
+        caller = current_principal()
+        tenant = caller.tenant if caller is not None else ""
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client, tenant=tenant)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
         if goal is not None:
@@ -439,6 +450,10 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # a spent budget stops the task before its next attempt (the chosen agent, a retry, a backup)
+            if self.metering is not None and (spent := await self.metering.check(run, agent=cursor.agent)):
+                record.status = "pending"
+                return await self._budget_stop(run, step, cursor.agent, spent)
             # an approval gate holds the step before its agent (the chosen one, or a backup) runs
             if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
                 record.status = "pending"
@@ -611,6 +626,31 @@ class Agency:
         cursor = StepCursor(agent="", fallbacks=[])
         await self._executor.apply(resolution, event, cursor, run)
         return await self._stop(run, cursor)
+
+    async def _budget_stop(self, run: TaskRecord, step: TaskStep, agent: str, spent: BudgetStop) -> Outcome:
+        """Stop before ``step`` runs on ``agent``: a budget is spent (audited with it and the
+        spend); a person decides (``hold``) or the task fails (``abort``)."""
+        error, detail = spent.error(), spent.detail()
+        hold = spent.budget.on_exhausted == "hold"
+        await self._audit(
+            run,
+            AuditEventType.BUDGET_EXCEEDED,
+            "held" if hold else "aborted",
+            {"step": step.name, **detail, "why": error.message},
+            agent=agent,
+            rule=f"budget:{spent.budget.label}",
+        )
+        if not hold:
+            return await self._finish(run, TaskState.FAILED, reason=error.message)
+        pending = {
+            "kind": "human_handover",
+            "reason": error.message,
+            "step": step.name,
+            "agent": agent,
+            "failure_type": error.reason,
+            "budget": detail,
+        }
+        return await self._finish(run, TaskState.INPUT_REQUIRED, reason=error.message, pending=pending)
 
     async def _stop(self, run: TaskRecord, cursor: StepCursor, **extra: Any) -> Outcome:
         return await self._finish(

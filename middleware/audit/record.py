@@ -68,6 +68,9 @@ class AuditEventType(StrEnum):
     AGENT_REGISTERED = "agent.registered"
     AGENT_TURN = "agent.turn"
     AGENT_HANDOFF = "agent.handoff"
+    USAGE = "usage.recorded"
+    BUDGET_ALERT = "budget.alert"
+    BUDGET_EXCEEDED = "budget.exceeded"
 
 
 class Actors(Model):

@@ -26,6 +26,7 @@ from ..redis.errors import RedisErrorHook
 from ..routing_stats import MemoryRoutingStats, RoutingStats
 from ..sessions import SessionStore
 from ..task_store import TaskStore
+from ..usage_meter import UsageMeter
 
 if TYPE_CHECKING:
     from .definition import AgencyDefinition
@@ -41,6 +42,8 @@ class AgencyBackends:
     stats: RoutingStats
     tasks: TaskStore | None = None
     sessions: SessionStore | None = None
+    usage: UsageMeter | None = None
+    """Spending sums for budgets (None: the agency's memory default)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,19 @@ def choose_backends(
         sessions=RedisSessionStore.from_url(
             storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
         ),
+        # spending sums shared by replicas: a budget spent through one gateway stops the others
+        usage=_usage_meter(definition, on_redis_error),
+    )
+
+
+def _usage_meter(definition: AgencyDefinition, on_redis_error: RedisErrorHook | None) -> UsageMeter | None:
+    if not definition.agency.usage.enabled:
+        return None
+    from ..redis.usage_meter import RedisUsageMeter
+
+    storage = definition.storage
+    return RedisUsageMeter.from_url(
+        storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
     )
 
 

@@ -140,6 +140,10 @@ async def _invoke(
         result.created_at = reply.created_at.isoformat()
     if reply.intention_trace is not None:
         result.intention_trace.CopyFrom(worker_pb2.IntentionTrace(goal_ids=reply.intention_trace))
+    result.usage.extend(
+        worker_pb2.ModelUsage(model=u.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens)
+        for u in reply.usage
+    )
     return worker_pb2.InvokeResponse(result=result)
 
 
