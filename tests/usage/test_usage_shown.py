@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from humans.cases import TOKENS, people
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from humans.cases import TOKENS, people
 from middleware import Agency
 from middleware.agency_config import AgencyConfig
 from middleware.audit import WalAuditLog
