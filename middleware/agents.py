@@ -206,13 +206,16 @@ class AgentRegistry:
         return agent
 
     async def aclose(self) -> None:
-        """Close the remote agents this registry created (their gRPC channels)."""
-        agents = [a for _, a in self._remotes.values()] + self._retired
+        """Close the remote agents this registry created (their gRPC channels), and every attached
+        agent that has an ``aclose`` (an A2A agent's HTTP client, an MCP tool's session)."""
+        agents = [a for _, a in self._remotes.values()] + self._retired + list(self._agents.values())
         self._remotes.clear()
         self._retired = []
+        closed: set[int] = set()
         for agent in agents:
             close = getattr(agent, "aclose", None)
-            if close is not None:
+            if close is not None and id(agent) not in closed:
+                closed.add(id(agent))
                 await close()
 
     def keys(self) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..access import Role
 from ..errors import InvalidInput
-from ..server.definition import load_definition
+from ..server.definition import load_definition, name_problems
 from ._text import add_json_option, plural
 
 
@@ -33,6 +33,9 @@ def _check(args: argparse.Namespace) -> int:
     try:
         definition = load_definition(args.file)
         clients = definition.server.token_hashes()  # a bad token file line, by PATH:LINE
+        clashes = name_problems(definition, clients)  # the one name rule across people and clients
+        if clashes:
+            raise InvalidInput(clashes, what="definition")
     except InvalidInput as exc:
         if args.format == "json":
             problems = [{"path": p.field, "problem": p.reason} for p in exc.problems]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AlreadyExists, InvalidInput, Problem
+from .exit_codes import CHECK_FAILED
 
 _DIR_HELP = (
     "directory of the agents' credentials (NAME.key, NAME.token); default $AGENCY_AGENTS_DIR or agents"
@@ -79,7 +80,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     calls = argparse.ArgumentParser(add_help=False, parents=[calls_no_agent])
     calls.add_argument("--as", dest="agent", required=True, metavar="NAME", help="the agent making the call")
 
-    send = cmds.add_parser("send", parents=[calls], help="send a message (direct, --topic or --broadcast)")
+    send = cmds.add_parser(
+        "send",
+        parents=[calls],
+        help="send a message (direct, --topic or --broadcast)",
+        description="Send a message; prints its id, the mailboxes it reached and, when moderation held it "
+        'for a moderator, why ("quarantined"; exit code 1: it reached nobody).',
+    )
     send.add_argument(
         "receiver", nargs="?", default="", help="the receiving agent (not with --topic/--broadcast)"
     )
@@ -260,9 +267,15 @@ def _send(args: argparse.Namespace) -> int:
                 "recipients": list(result.recipients),
                 "message_hash": result.message_hash,
                 "trace": result.trace_link,
+                "quarantined": result.quarantined,
             }
         )
     )
+    if result.quarantined:  # held for a moderator, delivered to nobody (not "no subscribers")
+        print(
+            f"agency: message {result.message_id} held by moderation: {result.quarantined}", file=sys.stderr
+        )
+        return CHECK_FAILED
     return 0
 
 

@@ -25,14 +25,21 @@ from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
 from ..schema_guard import set_schema_limits
 from ..server.bootstrap import build_agency, build_post_office, start_webhooks
-from ..server.definition import AgencyDefinition, definition_from, load_definition
+from ..server.definition import AgencyDefinition, definition_from, load_definition, name_problems
 from ..server.event_loop import loop_name
 from ..server.event_loop import run as run_loop
 from ..server.grpc_api import build_server
 from ..server.grpc_api.gate import BackendGate
+from ..server.http_limits import ensure_fd_headroom
 from ..server.identity import Identities
 from ..server.metrics import Metrics
-from ..server.settings import ENV_VARIABLES, ServerConfig, caller_limits_from_env, schema_limits_from_env
+from ..server.settings import (
+    ENV_VARIABLES,
+    ServerConfig,
+    caller_limits_from_env,
+    http_limits_from_env,
+    schema_limits_from_env,
+)
 
 log = logging.getLogger("agency.serve")
 
@@ -226,8 +233,17 @@ async def serve(
     if definition is None:
         definition = AgencyDefinition(server=config, agency=config.agency)
     clients = config.token_hashes()  # a bad token file stops us before anything is opened
+    if clashes := name_problems(definition, clients):  # 'Alice' the person, 'alice' the client
+        raise InvalidInput(clashes, what="definition")
     limits = caller_limits_from_env()  # per-caller and schema limits (docs/operations.md, Security)
     set_schema_limits(schema_limits_from_env())
+    http_limits = http_limits_from_env()  # every HTTP listener: console, A2A, MCP
+    listeners = [
+        definition.humans.console.address,
+        definition.protocols.a2a.address,
+        definition.protocols.mcp.address,
+    ]
+    ensure_fd_headroom(sum(1 for a in listeners if a), http_limits)  # an HTTP flood never starves gRPC
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
         _warn_ungranted(clients, definition.grants)
@@ -277,7 +293,7 @@ async def serve(
             if humans.console.address:
                 from ..server.console import ConsoleServer
 
-                console = ConsoleServer.from_definition(definition, desk)
+                console = ConsoleServer.from_definition(definition, desk, limits=http_limits)
                 await console.start()
                 print(f"agency: operator console on {console.url}", flush=True)
         if definition.storage.backend == "redis":
@@ -313,6 +329,7 @@ async def serve(
                 definition.protocols,
                 token_hashes=identities if identities.required else None,
                 card_key=default_card_key_path(definition.audit_directory),  # the gateway's card is signed
+                http_limits=http_limits,
             )
             await protocols.start()
         await server.start()

@@ -484,7 +484,13 @@ async def register_agent(
 
 
 def _sent(reply: messages_pb2.SendMessageResponse) -> SendResult:
-    return SendResult(reply.message_id, tuple(reply.recipients), reply.message_hash, reply.trace_link)
+    return SendResult(
+        reply.message_id,
+        tuple(reply.recipients),
+        reply.message_hash,
+        reply.trace_link,
+        quarantined=reply.quarantined,  # held by moderation: not "no subscribers"
+    )
 
 
 def _received(pb: messages_pb2.ReceivedMessage) -> Received:

@@ -7,12 +7,15 @@ storage key prefix) and a restart does not forget them::
     {prefix}agents            hash: name -> the record (JSON)
     {prefix}agents:tokens     hash: token SHA-256 -> name
     {prefix}agents:seen       hash: name -> last seen (epoch seconds)
+    {prefix}agents:keys       hash: look-alike key (middleware.names) -> name
+    {prefix}agents:by:{client}  set: the names a gateway client registered (its quota)
 
 Only the token's SHA-256 is stored; the token is returned once, by ``Register``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -20,7 +23,7 @@ from pydantic import Field
 from .._lazy import lazy_exports
 from .._model import Model
 
-__all__ = ["AgentRecord", "Directory", "MemoryDirectory", "RegistrationMode"]
+__all__ = ["AgentRecord", "Directory", "MemoryDirectory", "RegistrationMode", "Taken"]
 
 #: ``closed``: only the definition file enrolls agents; ``open``: any caller may register;
 #: ``admin``: only a caller with the gateway's admin role; ``approval``: anyone, but the agent
@@ -42,14 +45,27 @@ class AgentRecord(Model):
     status: Literal["active", "pending"] = "active"
     registered_at: float
     registered_by: str = Field(default="", description="The gateway client that registered it, if known.")
+    name_keys: list[str] = Field(
+        default_factory=list, description="Its look-alike keys (middleware.names): one agent per key."
+    )
+
+
+@dataclass(frozen=True)
+class Taken:
+    """Why :meth:`Directory.add` did not add an agent."""
+
+    why: Literal["name", "look_alike", "quota"]
+    other: str = ""  #: the registered agent whose name it looks like
 
 
 @runtime_checkable
 class Directory(Protocol):
     """Where registered agents live."""
 
-    async def add(self, record: AgentRecord) -> bool:
-        """Store a new agent; False when the name is taken."""
+    async def add(self, record: AgentRecord, *, max_per_client: int = 0) -> Taken | None:
+        """Store a new agent, atomically: refused (:class:`Taken`) when its name is taken, when
+        one of its ``name_keys`` is another agent's (a look-alike), or when its ``registered_by``
+        client already registered ``max_per_client`` agents (0: no quota)."""
         ...
 
     async def put(self, record: AgentRecord) -> None:
@@ -80,13 +96,25 @@ class MemoryDirectory:
         self._agents: dict[str, AgentRecord] = {}
         self._tokens: dict[str, str] = {}
         self._seen: dict[str, float] = {}
+        self._keys: dict[str, str] = {}
+        self._by: dict[str, set[str]] = {}
 
-    async def add(self, record: AgentRecord) -> bool:
+    async def add(self, record: AgentRecord, *, max_per_client: int = 0) -> Taken | None:
         if record.name in self._agents:
-            return False
+            return Taken("name")
+        for key in record.name_keys:
+            if key in self._keys:
+                return Taken("look_alike", self._keys[key])
+        client = record.registered_by
+        if max_per_client and client and len(self._by.get(client, ())) >= max_per_client:
+            return Taken("quota")
         self._agents[record.name] = record
         self._tokens[record.token_sha256] = record.name
-        return True
+        for key in record.name_keys:
+            self._keys[key] = record.name
+        if client:
+            self._by.setdefault(client, set()).add(record.name)
+        return None
 
     async def put(self, record: AgentRecord) -> None:
         self._agents[record.name] = record
@@ -104,6 +132,10 @@ class MemoryDirectory:
         if record is not None:
             self._tokens.pop(record.token_sha256, None)
             self._seen.pop(name, None)
+            for key in record.name_keys:
+                if self._keys.get(key) == name:
+                    del self._keys[key]
+            self._by.get(record.registered_by, set()).discard(name)
         return record
 
     async def all(self) -> list[AgentRecord]:

@@ -70,8 +70,16 @@ class DeadLetter:
 class MailboxTransport(Protocol):
     """At-least-once delivery of opaque entries between named mailboxes."""
 
-    async def enqueue(self, mailbox: str, data: bytes, *, max_len: int) -> str:
+    async def enqueue(
+        self, mailbox: str, data: bytes, *, max_len: int, key: str = "", ttl: float = 0.0
+    ) -> str:
         """Append ``data``; return the entry id.
+
+        ``key`` names what the entry is (the post office: sender and message id): while an
+        entry with the same key is live in ``mailbox`` -- waiting, or handed out and not yet
+        acknowledged -- nothing is added and that entry's id is returned, so its delivery count
+        goes on (a sender's retry cannot reset it and keep a poison message away from the
+        dead-letter list). ``ttl`` bounds how long the key is remembered (the message's life).
 
         Raises:
             ResourceExhausted: The mailbox already holds ``max_len`` live entries.

@@ -25,6 +25,7 @@ __all__ = ["MemoryMailbox"]
 @dataclass(slots=True)
 class _Entry:
     data: bytes
+    key: str = ""  # what the entry is (one live entry per key)
     deliveries: int = 0
     deadline: float = 0.0  # when an in-flight entry becomes visible again; 0 = never delivered
 
@@ -37,7 +38,13 @@ class _Box:
     lost: list[tuple[float, str]] = field(default_factory=list)  # (visible again at, id)
     dead: list[DeadLetter] = field(default_factory=list)
     processed: dict[str, float] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # key -> the live entry's id
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _forget_key(box: _Box, entry_id: str, entry: _Entry) -> None:
+    if entry.key and box.keys.get(entry.key) == entry_id:
+        del box.keys[entry.key]
 
 
 class MemoryMailbox:
@@ -61,15 +68,22 @@ class MemoryMailbox:
             box = self._boxes[mailbox] = _Box()
         return box
 
-    async def enqueue(self, mailbox: str, data: bytes, *, max_len: int) -> str:
+    async def enqueue(
+        self, mailbox: str, data: bytes, *, max_len: int, key: str = "", ttl: float = 0.0
+    ) -> str:
         box = self._box(mailbox)
+        live = box.keys.get(key) if key else None
+        if live is not None and live in box.entries:  # the same message, still here: its count goes on
+            return live
         if len(box.entries) >= max_len:
             raise ResourceExhausted(
                 f"mailbox {mailbox!r} is full ({max_len} unacknowledged messages)",
                 details={"mailbox": mailbox, "max_len": max_len, "retry_after_ms": 1000},
             )
         entry_id = str(next(self._ids))
-        box.entries[entry_id] = _Entry(data)
+        box.entries[entry_id] = _Entry(data, key)
+        if key:
+            box.keys[key] = entry_id
         box.ready.append(entry_id)
         box.arrived.set()
         return entry_id
@@ -151,8 +165,10 @@ class MemoryMailbox:
         entries = box.entries
         done = 0
         for entry_id in entry_ids:
-            if entries.pop(entry_id, None) is not None:  # handed out, or seen by browsing
+            entry = entries.pop(entry_id, None)
+            if entry is not None:  # handed out, or seen by browsing
                 done += 1
+                _forget_key(box, entry_id, entry)
         if processed:
             marks = box.processed
             expiry = self._clock() + processed_ttl
@@ -196,7 +212,9 @@ class MemoryMailbox:
         box.dead.append(DeadLetter(delivery.entry_id, delivery.data, reason, delivery.delivery_count))
         if len(box.dead) > self._max_dead:
             del box.dead[0]
-        box.entries.pop(delivery.entry_id, None)
+        entry = box.entries.pop(delivery.entry_id, None)
+        if entry is not None:
+            _forget_key(box, delivery.entry_id, entry)
 
     async def dead_letters(self, mailbox: str, *, limit: int = 100) -> list[DeadLetter]:
         return list(self._box(mailbox).dead[:limit])
@@ -211,6 +229,7 @@ class MemoryMailbox:
             return 0
         for entry_id in list(itertools.islice(box.entries, excess)):
             entry = box.entries.pop(entry_id)
+            _forget_key(box, entry_id, entry)
             if entry.deliveries:
                 box.lost.append((entry.deadline, entry_id))
         return excess

@@ -62,6 +62,7 @@ from ..errors import (
     Unauthenticated,
     Unavailable,
 )
+from ..names import name_keys
 from ..refusals import RefusalAggregator, current_call
 from ..smf import SMFMessage, freshness_problem
 from .clock import Clock, system_clock
@@ -91,6 +92,7 @@ from .moderation import (
     QuarantineBoard,
     Quarantined,
 )
+from .registration import RegistrationQuota, RegistrationRate, check_new_name
 from .subscriptions import MemorySubscriptions, SubscriptionStore
 
 __all__ = [
@@ -323,6 +325,8 @@ class PostOffice:
         registration: Who may register: ``closed`` (default: the definition file only),
             ``open``, ``admin`` (a caller with the admin role) or ``approval`` (pending until
             an admin approves).
+        registration_quota: How many agents one client may register, and how fast (names are
+            checked by :mod:`.registration`: no reserved prefix, no look-alike).
         moderation: Rules that hold a message on the quarantine ``board`` instead of
             delivering it (see :mod:`.moderation`); ``reports_to_quarantine`` distinct
             reporting agents quarantine a message too (0: reports are only recorded).
@@ -363,6 +367,7 @@ class PostOffice:
         subscriptions: SubscriptionStore | None = None,
         directory: Directory | None = None,
         registration: RegistrationMode = "closed",
+        registration_quota: RegistrationQuota | None = None,
         moderation: Sequence[ModerationRule] = (),
         board: QuarantineBoard | None = None,
         reports_to_quarantine: int = 0,
@@ -388,6 +393,8 @@ class PostOffice:
         self.subscriptions: SubscriptionStore = subscriptions or MemorySubscriptions()
         self.directory: Directory = directory or MemoryDirectory()
         self.registration: RegistrationMode = registration
+        self.registration_quota = registration_quota or RegistrationQuota()
+        self._registration_rate = RegistrationRate(self.registration_quota, clock=clock)
         self._registered: dict[str, AgentRecord] = {}  # agents known here from the directory
         self._seen: dict[str, float] = {}  # agent -> last seen (written to the directory each second)
         self.moderation = list(moderation)
@@ -558,10 +565,16 @@ class PostOffice:
                         )
             if problems:
                 raise InvalidInput(problems, what="registration")
-            for topic in subscribes:
-                self.acl.check_subscribe(name, topic)
             if name in self.identity and name not in self._registered:
                 raise AlreadyExists(f"agent {name!r} is already enrolled (definition file)")
+            # no reserved prefix, no look-alike of an enrolled agent or a person's mailbox (the
+            # registered ones are checked by the directory, atomically)
+            check_new_name(name, (n for n in self.identity.names() if n not in self._registered))
+            for topic in subscribes:
+                self.acl.check_subscribe(name, topic)
+            admin = caller is not None and caller.role is Role.ADMIN
+            if not admin:  # per client, or per source address without tokens
+                self._registration_rate.take(who or f"source {current_call('messaging.register')[0]}")
             token = "agt_" + secrets.token_urlsafe(32)
             record = AgentRecord(
                 name=name,
@@ -573,8 +586,23 @@ class PostOffice:
                 status="pending" if self.registration == "approval" else "active",
                 registered_at=self.clock(),
                 registered_by=who,
+                name_keys=list(name_keys(name)),
             )
-            if not await self.directory.add(record):
+            quota = 0 if admin else self.registration_quota.max_per_client
+            taken = await self.directory.add(record, max_per_client=quota)
+            if taken is not None and taken.why == "look_alike":
+                raise AlreadyExists(
+                    f"agent name {name!r} is taken: it looks like {taken.other!r} (names are compared "
+                    "case-folded and by their Unicode confusable skeleton, UTS #39)",
+                    details={"name": name, "looks_like": taken.other},
+                )
+            if taken is not None and taken.why == "quota":
+                raise ResourceExhausted(
+                    f"client {who!r} already registered {quota} agents, the most allowed "
+                    "(messaging.registration.max_per_client): deregister one first",
+                    details={"client": who, "limit": quota},
+                )
+            if taken is not None:
                 raise AlreadyExists(f"agent {name!r} is already registered")
         except AgencyError as exc:
             await self._audit(AuditEventType.AGENT_REGISTERED, "refused", name[:128], detail, exc)
@@ -995,8 +1023,13 @@ class PostOffice:
             if held is not None:
                 rule, reason, evidence = held
                 return await self._quarantine(sender, msg, envelope, list(recipients), rule, reason, evidence)
+            # one live copy per sender and message id in a mailbox: a re-sent message that is
+            # still there keeps its delivery count (a retry cannot keep it from the dead letters)
+            key, life = f"{sender}/{msg.message_id}", max(1.0, envelope.expires_at - self.clock())
             if kind == "direct":
-                await self.transport.enqueue(recipients[0], data, max_len=self.config.mailbox_max)
+                await self.transport.enqueue(
+                    recipients[0], data, max_len=self.config.mailbox_max, key=key, ttl=life
+                )
         except AgencyError as exc:
             await self._reject(sender, msg, exc, kind, topic)
             raise
@@ -1006,7 +1039,9 @@ class PostOffice:
             delivered = []
             for recipient in recipients:
                 try:
-                    await self.transport.enqueue(recipient, data, max_len=self.config.mailbox_max)
+                    await self.transport.enqueue(
+                        recipient, data, max_len=self.config.mailbox_max, key=key, ttl=life
+                    )
                 except ResourceExhausted as exc:
                     await self._audit(
                         AuditEventType.MESSAGE_REJECTED,

@@ -4,7 +4,8 @@
 (and has not been granted for this step) stops the task in ``input_required`` with a
 ``pending`` of kind ``approval`` (A2A ``TASK_STATE_AUTH_REQUIRED``). :func:`check_approver`
 is the separation-of-duties rule a resume applies: the approver holds one of the gate's
-roles and is not the client (nor the end user) that submitted the task.
+roles and is not the client (nor the end user) that submitted the task -- compared by the one
+name rule (case-folded), look-alikes included.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 
 from ..access import Principal, Role
 from ..errors import PermissionDenied
+from ..names import look_alike
 from ..smf import utcnow
 from ..tasks import TaskRecord, TaskStep
 from .model import ApprovalGate, PersonRef
@@ -98,7 +100,9 @@ def check_approver(run: TaskRecord, person: PersonRef | None, caller: Principal 
     else:  # tokens off: nobody is authenticated; the decision's own name is all there is
         return "", ""
     submitters = {s for s in (run.client, run.request.user_id) if s and s != "anonymous"}
-    if name in submitters:
+    # the one name rule (case-folded), and no look-alike either: console person 'Alice' (or
+    # 'A1ice') may not approve what client 'alice' submitted (middleware.names)
+    if any(look_alike(name, s) for s in submitters):
         raise PermissionDenied(
             f"{name} submitted task {run.task_id} and may not approve it (separation of duties)",
             details={"person": name, "permission": "separation_of_duties", "target": run.task_id},

@@ -22,6 +22,7 @@ from ..access import HumanRole
 from ..failures import FailureType
 from ..jsonpath import JsonPath, JsonPathError
 from ..messaging.identity import token_hash
+from ..names import look_alike
 from ..smf import new_id, utcnow
 
 __all__ = [
@@ -225,6 +226,10 @@ class ConsoleSettings(Model):
     secret_file: str = Field(
         default="", description="File with the session signing secret (default: a fresh one per start)."
     )
+    signin_per_minute: float = Field(
+        default=10.0, gt=0, description="Sign-in attempts one source address may make per minute (refill)."
+    )
+    signin_burst: int = Field(default=10, ge=1, description="Sign-in attempts one source may make at once.")
     oidc: ConsoleOidcSettings | None = Field(
         default=None, description="Sign people in through the company's OIDC provider (token sign-in stays)."
     )
@@ -248,6 +253,12 @@ class HumansSettings(Model):
         for i, p in enumerate(self.people):
             if names.setdefault(p.name, i) != i:
                 raise ValueError(f"people[{i}].name: {p.name} is already people[{names[p.name]}]")
+            for other, j in names.items():  # the one name rule, look-alikes included (middleware.names)
+                if j != i and look_alike(p.name, other):
+                    raise ValueError(
+                        f"people[{i}].name: {p.name!r} looks like people[{j}] {other!r} (names are compared "
+                        "case-folded and by their Unicode confusable skeleton): one person, or two names"
+                    )
             if p.token_sha256 and tokens.setdefault(p.token_sha256, i) != i:
                 raise ValueError(
                     f"people[{i}].token_sha256: the same token as people[{tokens[p.token_sha256]}]"

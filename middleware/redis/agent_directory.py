@@ -7,7 +7,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from ..messaging.directory import AgentRecord
+from ..messaging.directory import AgentRecord, Taken
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisDirectory"]
@@ -17,12 +17,21 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-# KEYS: agents, tokens. ARGV: name, token hash, record JSON. 1 = added, 0 = name taken.
+# KEYS: agents, tokens, look-alike keys, the client's set. ARGV: name, token hash, record JSON,
+# quota (0 = none), client, look-alike keys... Returns {why, other}: why "" = added.
 _ADD = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'name', ''} end
+for i = 6, #ARGV do
+  local other = redis.call('HGET', KEYS[3], ARGV[i])
+  if other then return {'look_alike', other} end
+end
+local quota = tonumber(ARGV[4])
+if quota > 0 and ARGV[5] ~= '' and redis.call('SCARD', KEYS[4]) >= quota then return {'quota', ''} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-return 1
+for i = 6, #ARGV do redis.call('HSET', KEYS[3], ARGV[i], ARGV[1]) end
+if ARGV[5] ~= '' then redis.call('SADD', KEYS[4], ARGV[1]) end
+return {'', ''}
 """
 
 
@@ -43,15 +52,25 @@ class RedisDirectory:
         self._agents = f"{prefix}agents"
         self._tokens = f"{prefix}agents:tokens"
         self._seen = f"{prefix}agents:seen"
+        self._keys = f"{prefix}agents:keys"
+        self._by = f"{prefix}agents:by:"
         self._add = client.register_script(_ADD)
 
     @redis_operation("directory.add")
-    async def add(self, record: AgentRecord) -> bool:
-        added = await self._add(
-            keys=[self._agents, self._tokens],
-            args=[record.name, record.token_sha256, record.model_dump_json()],
+    async def add(self, record: AgentRecord, *, max_per_client: int = 0) -> Taken | None:
+        why, other = await self._add(
+            keys=[self._agents, self._tokens, self._keys, self._by + record.registered_by],
+            args=[
+                record.name,
+                record.token_sha256,
+                record.model_dump_json(),
+                max_per_client,
+                record.registered_by,
+                *record.name_keys,
+            ],
         )
-        return bool(int(added))
+        why, other = _s(why), _s(other)
+        return Taken(why, other) if why else None  # type: ignore[arg-type]
 
     @redis_operation("directory.put")
     async def put(self, record: AgentRecord) -> None:
@@ -82,6 +101,10 @@ class RedisDirectory:
         pipe.hdel(self._agents, name)
         pipe.hdel(self._tokens, record.token_sha256)
         pipe.hdel(self._seen, name)
+        for key in record.name_keys:
+            pipe.hdel(self._keys, key)
+        if record.registered_by:
+            pipe.srem(self._by + record.registered_by, name)
         await pipe.execute()
         return record
 

@@ -5,6 +5,7 @@ Layout (every key under ``prefix``)::
     {prefix}mbox:{mailbox}   stream of live entries, field ``d`` = the bytes; group ``agency``
     {prefix}dlq:{mailbox}    dead-letter stream: ``d``, ``reason``, ``entry``, ``deliveries``
     {prefix}done:{mailbox}   sorted set: processed message id -> forget-after (epoch seconds)
+    {prefix}mkey:{mailbox}:{sha256 of a key}   the live entry of a named message (expires with it)
 
 - ``enqueue`` is one Lua call that checks the bound (``XLEN``) and ``XADD`` s.
 - ``receive`` is one Lua call: ``XAUTOCLAIM`` entries idle longer than the visibility
@@ -24,6 +25,8 @@ log as sequence numbers (a failover can un-acknowledge entries).
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -48,6 +51,18 @@ if n + #ARGV - 1 > tonumber(ARGV[1]) then return false end
 local ids = {}
 for i = 2, #ARGV do ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'd', ARGV[i]) end
 return ids
+"""
+
+# KEYS: stream, key of the entry's name. ARGV: max len, data, seconds the name is kept.
+# Returns the live entry's id when the name is still in the stream (nothing added), else the
+# new entry's id; false when the stream is full.
+_ENQUEUE_KEYED = """
+local live = redis.call('GET', KEYS[2])
+if live and #redis.call('XRANGE', KEYS[1], live, live) > 0 then return live end
+if redis.call('XLEN', KEYS[1]) + 1 > tonumber(ARGV[1]) then return false end
+local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[2])
+redis.call('SET', KEYS[2], id, 'EX', ARGV[3])
+return id
 """
 
 # ARGV: group, consumer, min idle ms, count. Returns {{id, data, deliveries}...}, {lost ids...}
@@ -118,6 +133,7 @@ class RedisMailbox:
         self._clock = clock
         self._max_dead = max_dead_letters
         self._enqueue = client.register_script(_ENQUEUE)
+        self._enqueue_keyed = client.register_script(_ENQUEUE_KEYED)
         self._receive = client.register_script(_RECEIVE)
         self._groups: set[str] = set()
         pool_kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
@@ -151,8 +167,25 @@ class RedisMailbox:
                 raise
         self._groups.add(key)
 
-    async def enqueue(self, mailbox: str, data: bytes, *, max_len: int) -> str:
-        return (await self.enqueue_many(mailbox, [data], max_len=max_len))[0]
+    async def enqueue(
+        self, mailbox: str, data: bytes, *, max_len: int, key: str = "", ttl: float = 0.0
+    ) -> str:
+        if not key:
+            return (await self.enqueue_many(mailbox, [data], max_len=max_len))[0]
+        return await self._enqueue_named(mailbox, data, max_len=max_len, key=key, ttl=ttl)
+
+    @redis_operation("mailbox.enqueue")
+    async def _enqueue_named(self, mailbox: str, data: bytes, *, max_len: int, key: str, ttl: float) -> str:
+        stream = self._key(mailbox)
+        await self._ensure_group(stream)
+        name = f"{self._prefix}mkey:{mailbox}:{hashlib.sha256(key.encode()).hexdigest()}"
+        entry = await self._enqueue_keyed(keys=[stream, name], args=[max_len, data, max(1, math.ceil(ttl))])
+        if entry is None:
+            raise ResourceExhausted(
+                f"mailbox {mailbox!r} is full ({max_len} unacknowledged messages)",
+                details={"mailbox": mailbox, "max_len": max_len, "retry_after_ms": 1000},
+            )
+        return _s(entry)
 
     @redis_operation("mailbox.enqueue")
     async def enqueue_many(self, mailbox: str, items: Sequence[bytes], *, max_len: int) -> list[str]:

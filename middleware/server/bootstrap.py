@@ -161,6 +161,7 @@ async def build_post_office(
         subscriptions=stores.subscriptions,
         directory=stores.directory,
         registration=messaging.registration.mode,
+        registration_quota=messaging.registration.quota(),
         moderation=messaging.moderation.rules(),
         board=stores.board,
         reports_to_quarantine=messaging.moderation.reports_to_quarantine,

@@ -51,6 +51,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .._model import Model
+from ..access import Principal
 from ..agents import AgentCallable
 from ..audit.checkpoint import Signer
 from ..audit.retention import parse_age
@@ -65,7 +66,9 @@ from ..messaging.identity import AGENT_NAME_PATTERN, AclSettings, parse_public_k
 from ..messaging.limits import RateLimitSettings
 from ..messaging.moderation import ModerationSettings
 from ..messaging.post_office import PostOfficeConfig
+from ..messaging.registration import RegistrationQuota
 from ..messaging.webhooks import WebhookSettings
+from ..names import look_alike, reserved_prefix
 from ..people.model import HumansSettings
 from .identity_settings import IdentitySettings
 from .protocol_settings import ProtocolSettings
@@ -89,6 +92,7 @@ __all__ = [
     "WorkersSettings",
     "definition_from",
     "load_definition",
+    "name_problems",
     "resolve_import",
 ]
 
@@ -327,6 +331,16 @@ class RegistrationSettings(Model):
         description="closed: the definition file only; open: any caller; admin: a caller with the "
         "admin role; approval: anyone, active once an admin approves (ApproveAgent).",
     )
+    max_per_client: int = Field(
+        default=100, ge=1, description="Agents one gateway client may have registered at once."
+    )
+    per_minute: float = Field(default=10.0, gt=0, description="Registrations one client may make per minute.")
+    burst: int = Field(default=20, ge=1, description="Registrations one client may make at once.")
+
+    def quota(self) -> RegistrationQuota:
+        return RegistrationQuota(
+            max_per_client=self.max_per_client, per_minute=self.per_minute, burst=self.burst
+        )
 
 
 class MessagingSettings(Model):
@@ -375,6 +389,24 @@ class MessagingSettings(Model):
                 problems.append(
                     Problem(f"agents[{i}].name", f"{agent.name} is already agents[{names[agent.name]}]")
                 )
+            elif prefix := reserved_prefix(agent.name):
+                problems.append(
+                    Problem(
+                        f"agents[{i}].name",
+                        f"{agent.name!r} is under the reserved prefix {prefix!r} (people's mailboxes, the "
+                        "gateway's own senders)",
+                    )
+                )
+            else:
+                alike = next((n for n, j in names.items() if j != i and look_alike(agent.name, n)), None)
+                if alike is not None:
+                    problems.append(
+                        Problem(
+                            f"agents[{i}].name",
+                            f"{agent.name!r} looks like agents[{names[alike]}] {alike!r} (names are compared "
+                            "case-folded and by their Unicode confusable skeleton)",
+                        )
+                    )
             if tokens.setdefault(agent.token_sha256, i) != i:
                 problems.append(
                     Problem(
@@ -620,3 +652,26 @@ def load_definition(
             [Problem(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")], what=source
         ) from None
     return definition_from(data, env=env, overrides=overrides, source=source)
+
+
+def name_problems(definition: AgencyDefinition, clients: Mapping[str, Principal] | None) -> list[Problem]:
+    """People of the definition whose names are a token client's spelled another way, or look
+    like one: the one name rule makes them one name (separation of duties compares them so), so
+    the files must not disagree about it (``agency config check`` and ``agency serve`` refuse)."""
+    if not clients:
+        return []
+    names = sorted({p.name for p in clients.values()})
+    problems = []
+    for i, person in enumerate(definition.humans.people):
+        for client in names:
+            if person.name != client and look_alike(person.name, client):
+                problems.append(
+                    Problem(
+                        f"humans.people[{i}].name",
+                        f"{person.name!r} and the token file's client {client!r} are one name under the one "
+                        "name rule (compared case-folded, look-alikes included) but spelled differently: "
+                        "spell them alike if they are one, else choose names that cannot be mistaken "
+                        "(separation of duties treats them as one)",
+                    )
+                )
+    return problems

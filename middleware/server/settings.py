@@ -33,12 +33,14 @@ from ..caller_limits import CallerLimits
 from ..errors import InvalidInput
 from ..schema_guard import SchemaLimits
 from .credentials import check_token, hash_token, read_signer_key, read_token, read_token_hashes
+from .http_limits import HttpLimits
 from .tls_config import ClientTlsConfig, TlsConfig, WorkersTlsConfig
 
 __all__ = [
     "CALLER_LIMIT_VARIABLES",
     "ENV_VARIABLES",
     "EVENT_LOOP_VARIABLE",
+    "HTTP_LIMIT_VARIABLES",
     "SCHEMA_LIMIT_VARIABLES",
     "WORKER_TOKEN_VARIABLE",
     "AgencyConfig",
@@ -51,6 +53,7 @@ __all__ = [
     "env_layer",
     "event_loop_from_env",
     "hash_token",
+    "http_limits_from_env",
     "layered",
     "read_signer_key",
     "read_token",
@@ -267,12 +270,23 @@ CALLER_LIMIT_VARIABLES = {
     "watch_streams": "AGENCY_WATCH_STREAMS_PER_CALLER",
     "catalog_writes_per_second": "AGENCY_CATALOG_WRITES_PER_SECOND",
     "catalog_write_burst": "AGENCY_CATALOG_WRITE_BURST",
+    "schema_cpu_seconds_per_minute": "AGENCY_SCHEMA_CPU_SECONDS_PER_MINUTE",
 }
 #: Bounds on registered schemas (:class:`SchemaLimits` field -> variable).
 SCHEMA_LIMIT_VARIABLES = {
     "max_bytes": "AGENCY_MAX_SCHEMA_BYTES",
     "max_nodes": "AGENCY_MAX_SCHEMA_NODES",
     "max_depth": "AGENCY_MAX_SCHEMA_DEPTH",
+}
+#: Limits of every HTTP listener (:class:`HttpLimits` field -> variable; docs/operations.md, Security).
+HTTP_LIMIT_VARIABLES = {
+    "header_timeout": "AGENCY_HTTP_HEADER_TIMEOUT",
+    "body_timeout": "AGENCY_HTTP_BODY_TIMEOUT",
+    "idle_timeout": "AGENCY_HTTP_IDLE_TIMEOUT",
+    "max_connections": "AGENCY_HTTP_MAX_CONNECTIONS",
+    "max_connections_per_source": "AGENCY_HTTP_MAX_CONNECTIONS_PER_SOURCE",
+    "max_body_bytes": "AGENCY_HTTP_MAX_BODY_BYTES",
+    "fd_reserve": "AGENCY_FD_RESERVE",
 }
 #: ``asyncio`` turns uvloop off (:mod:`.event_loop`).
 EVENT_LOOP_VARIABLE = "AGENCY_EVENT_LOOP"
@@ -299,7 +313,8 @@ def caller_limits_from_env(env: Mapping[str, str] | None = None) -> CallerLimits
     Raises:
         InvalidInput: naming the variable whose value is not a positive number.
     """
-    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=frozenset({"catalog_writes_per_second"}))
+    floats = frozenset({"catalog_writes_per_second", "schema_cpu_seconds_per_minute"})
+    data = _numbers_from_env(CALLER_LIMIT_VARIABLES, env, floats=floats)
     return CallerLimits.parse(data, what="limits")
 
 
@@ -310,6 +325,22 @@ def schema_limits_from_env(env: Mapping[str, str] | None = None) -> SchemaLimits
         InvalidInput: naming the variable whose value is not a positive integer.
     """
     return SchemaLimits.parse(_numbers_from_env(SCHEMA_LIMIT_VARIABLES, env), what="schema limits")
+
+
+def http_limits_from_env(env: Mapping[str, str] | None = None) -> HttpLimits:
+    """The HTTP listeners' limits from :data:`HTTP_LIMIT_VARIABLES` (default the process environment).
+
+    Raises:
+        InvalidInput: naming the variable whose value is not a positive number.
+    """
+    floats = frozenset({"header_timeout", "body_timeout", "idle_timeout"})
+    data = _numbers_from_env(HTTP_LIMIT_VARIABLES, env, floats=floats)
+    try:
+        return HttpLimits.parse(data, what="HTTP limits")
+    except InvalidInput as exc:  # name the variable, not the field
+        field = exc.problems[0].field.split(".")[0] if exc.problems else ""
+        var = HTTP_LIMIT_VARIABLES.get(field, field)
+        raise InvalidInput.single(var, exc.problems[0].reason, what="HTTP limits") from None
 
 
 def event_loop_from_env(env: Mapping[str, str] | None = None) -> str:

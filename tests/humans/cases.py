@@ -95,7 +95,7 @@ def people() -> list[dict[str, Any]]:
         {
             "name": "alice",
             "display_name": "Alice (operator)",
-            "roles": ["operator"],
+            "roles": ["operator", "auditor"],  # auditor: she signs a checkpoint in the browser test
             "token_sha256": hash_token(TOKENS["alice"]),
         },
         {

@@ -81,6 +81,25 @@ async def test_the_submitter_cannot_approve_its_own_task_and_the_refusal_is_audi
     assert ok.state is TaskState.COMPLETED and refunds2.calls == 1
 
 
+@pytest.mark.parametrize("submitter", ["Bob", "BOB", "b0b", "bob "])
+async def test_separation_of_duties_follows_the_one_name_rule(submitter: str) -> None:
+    """Issue 26: console person 'Alice' approved the task client 'alice' submitted (the
+    comparison was case-sensitive). Names are one case-folded, and look-alikes are refused too."""
+    agency, desk, refunds = await refund_agency()
+    waiting = await agency.submit(refund_request(30), client=submitter)
+    bob = desk.people["bob"]
+    (esc,) = await desk.inbox(bob)
+    with pytest.raises(PermissionDenied, match="separation of duties"):
+        await desk.decide(esc.id, bob, choice="approve")
+    assert refunds.calls == 0
+    assert (await agency.get_task(waiting.task_id)).state is TaskState.INPUT_REQUIRED
+    # over gRPC: an admin whose name is the submitter's in another case is the submitter
+    with pytest.raises(PermissionDenied, match="separation of duties"):
+        await agency.resume(
+            waiting.task_id, decision={"action": "approve"}, caller=Principal(name="bob", role=Role.ADMIN)
+        )
+
+
 async def test_a_person_without_the_role_is_refused():
     agency, desk, refunds = await refund_agency()
     await agency.submit(refund_request(30))

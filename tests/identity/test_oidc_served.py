@@ -158,5 +158,6 @@ async def test_the_console_signs_a_person_in_through_the_provider_with_pkce(
     await forged.goto(f"{console}/oidc/callback?code=stolen&state=guess")
     await expect(forged.locator("#error")).to_contain_text("no sign-in was started in this browser")
     refusals = [r["detail"].get("why", "") for r in audit(tmp_path) if r.get("outcome") == "refused"]
-    assert any("eve" in why and "no such person" in why for why in refusals), refusals
+    assert any("eve" in why and "no such person" in why for why in refusals), refusals  # named
+    # anonymous: like an unknown token, per source and minute
     assert any("single sign-on refused: no sign-in was started" in why for why in refusals), refusals

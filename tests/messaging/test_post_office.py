@@ -113,6 +113,34 @@ async def test_after_max_deliveries_a_message_goes_to_the_dead_letter_list_with_
     assert record.detail["message_id"] == msg.message_id and record.detail["delivery_count"] == 3
 
 
+async def test_resending_an_unacknowledged_message_does_not_reset_its_delivery_count(env: Env) -> None:
+    """Issue 26: a retrying sender reset the count to 1 and kept a poison message from the DLQ."""
+    po = env.office(config=config(max_deliveries=2))
+    a, b = await register(po, "alice"), await register(po, "bob")
+    poison = a.message("bob", "crashes every consumer")
+    await po.send(a.token, poison, signature=a.sign(poison))
+    assert [r.delivery_count for r in await po.pull(b.token)] == [1]  # the consumer dies
+    await po.send(a.token, poison, signature=a.sign(poison))  # the sender retries, not knowing
+    assert await po.mailbox_size("bob") == 1  # still one message, not a fresh copy
+    second = await env.after_visibility(lambda: po.pull(b.token), bool)
+    assert [r.delivery_count for r in second] == [2]
+    await po.send(a.token, poison, signature=a.sign(poison))  # and again
+    third = await env.after_visibility(
+        lambda: po.pull(b.token), lambda _: bool(env.events(AuditEventType.MESSAGE_DEAD_LETTERED))
+    )
+    assert third == []
+    dead = await po.dead_letters(b.token)
+    assert [(d.message.message_id if d.message else None) for d in dead] == [poison.message_id]
+    assert await po.mailbox_size("bob") == 0
+    # once dead-lettered (or acknowledged), the same id may be sent again as a new message
+    await po.send(a.token, poison, signature=a.sign(poison))
+    assert [r.delivery_count for r in await env.after_visibility(lambda: po.pull(b.token), bool)] == [1]
+    other = await register(po, "carol")  # another sender's message with the same id is its own
+    same_id = other.message("bob", "mine").model_copy(update={"message_id": poison.message_id})
+    await po.send(other.token, same_id, signature=other.sign(same_id))
+    assert await po.mailbox_size("bob") == 2
+
+
 async def test_an_expired_message_is_dropped_and_recorded(env: Env) -> None:
     po = env.office()
     a, b = await register(po, "alice"), await register(po, "bob")

@@ -201,3 +201,70 @@ async def test_registration_over_grpc_is_closed_by_default(env: Env) -> None:
                 await c.deregister()
     finally:
         await server.stop(0)
+
+
+# ---------------------------------------------------------------- issue 26: names and quotas
+async def test_reserved_prefixes_are_refused_in_any_spelling_that_looks_like_them(
+    env: Env, redis_client: Any, redis_prefix: str
+) -> None:
+    """The report: ``human:eve`` (people's mailboxes) and ``runtime.watcher:x`` were accepted."""
+    one, _ = replicas(env, redis_client, redis_prefix)
+    for name in ("human:eve", "Human:Eve", "hurnan:eve", "agency:desk", "Agency:Desk", "runtime.watcher:x"):
+        with pytest.raises(InvalidInput) as info:
+            await registered(one, name, caller=CLIENT)
+        assert info.value.field == "name" and "reserved prefix" in str(info.value), name
+    await registered(one, "humane", caller=CLIENT)  # a prefix is a prefix, not a word inside
+
+
+async def test_a_name_that_looks_like_a_taken_one_is_refused_on_every_replica(
+    env: Env, redis_client: Any, redis_prefix: str
+) -> None:
+    """The report: ``AG1`` beside ``ag1``, ``Agency:Desk`` beside ``agency:desk``."""
+    one, two = replicas(env, redis_client, redis_prefix)
+    await registered(one, "ag1", caller=CLIENT)
+    for name in ("AG1", "agl", "AGl", "ag1"):  # case, and UTS #39 confusables (1 ~ l)
+        with pytest.raises(AlreadyExists) as info:
+            await registered(two, name, caller=CLIENT)
+        assert "ag1" in str(info.value), name
+    await registered(two, "translator", caller=CLIENT)
+    with pytest.raises(AlreadyExists):
+        await registered(one, "trans1ator", caller=CLIENT)
+    # enrolled agents (the definition's) and people's mailboxes are names in use too
+    await one.enroll("Billing", public_key_b64(generate_key()), "a" * 64)
+    with pytest.raises(AlreadyExists) as info:
+        await registered(one, "bi1ling", caller=CLIENT)
+    assert "Billing" in str(info.value)
+    # a deregistered name (and what looked like it) is free again
+    assert await one.deregister_agent("ag1", caller=ADMIN)
+    await registered(two, "AG1", caller=CLIENT)
+
+
+async def test_one_client_registers_a_bounded_number_of_agents_at_a_bounded_rate(env: Env) -> None:
+    """The report: one client registered 4,000 agents in 25 s."""
+    from middleware.errors import ResourceExhausted
+    from middleware.messaging.registration import RegistrationQuota
+
+    po = env.office(registration="open", registration_quota=RegistrationQuota(max_per_client=3, burst=10))
+    for i in range(3):
+        await registered(po, f"worker-{i}", caller=CLIENT)
+    with pytest.raises(ResourceExhausted) as info:
+        await registered(po, "worker-3", caller=CLIENT)
+    assert "already registered 3 agents" in str(info.value)
+    await registered(po, "other-0", caller=Principal(name="other", role=Role.CLIENT))  # per client
+    for i in range(5):  # admins are not limited
+        await registered(po, f"ops-{i}", caller=ADMIN)
+    assert await po.deregister_agent("worker-0", caller=ADMIN)
+    await registered(po, "worker-3", caller=CLIENT)  # deregistering frees a place
+
+    fast = env.office(
+        registration="open", registration_quota=RegistrationQuota(per_minute=6, burst=2, max_per_client=100)
+    )
+    await registered(fast, "a-0", caller=CLIENT)
+    await registered(fast, "a-1", caller=CLIENT)
+    with pytest.raises(ResourceExhausted) as info:
+        await registered(fast, "a-2", caller=CLIENT)
+    assert 9_000 <= info.value.details["retry_after_ms"] <= 10_100  # one a 10 s at 6 a minute
+    env.clock.advance(10.1)
+    await registered(fast, "a-2", caller=CLIENT)
+    refused = [r for r in env.events(AuditEventType.AGENT_REGISTERED) if r.outcome == "refused"]
+    assert len(refused) >= 2  # every refusal audited

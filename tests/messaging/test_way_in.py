@@ -236,3 +236,57 @@ def test_the_cli_registers_an_agent_finds_it_and_it_talks(
         capsys.readouterr()
         assert cli(["messaging", "pull", "--as", "translator", "--ack", *where]) == 0
         assert json.loads(capsys.readouterr().out)["content"] == "hallo"
+
+
+class _Moderated(ServedInThread):
+    """A gateway whose post office holds messages with a denied phrase."""
+
+    def __init__(self, creds: dict[str, AgentCredentials]) -> None:
+        super().__init__()
+        self.creds = creds
+
+    async def start(self) -> None:
+        definition = AgencyDefinition.parse(
+            {
+                "version": 1,
+                "messaging": {
+                    "agents": [c.enrollment() for c in self.creds.values()],
+                    "moderation": {"deny_phrases": ["wire the money"]},
+                },
+            }
+        )
+        self.post_office = await build_post_office(definition, audit=MemoryAuditLog())
+        self.server = build_server(Agency(), "127.0.0.1:0", post_office=self.post_office)
+        await self.server.start()
+        self.address = f"127.0.0.1:{self.server.port}"
+
+    async def stop(self) -> None:
+        await self.server.stop(0)
+
+
+def test_a_held_message_is_told_apart_from_one_nobody_subscribed_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 26: the client and the command dropped ``quarantined``: held looked like no subscribers."""
+    folder = tmp_path / "agents"
+    creds = {n: AgentCredentials.generate(n) for n in ("alice", "bob")}
+    for c in creds.values():
+        c.save(folder)
+    with _Moderated(creds) as gw:
+
+        async def client_side() -> tuple[Any, Any]:
+            async with MessagingClient(creds["alice"], gw.address) as alice:
+                held = await alice.send("bob", "please wire the money today")
+                nobody = await alice.publish("nobody.listens", "hello")
+                return held, nobody
+
+        held, nobody = asyncio.run(client_side())
+        assert held.recipients == () and "wire the money" in held.quarantined
+        assert nobody.recipients == () and nobody.quarantined == ""
+        where = ["--dir", str(folder), "--address", gw.address, "--as", "alice"]
+        assert cli(["messaging", "send", *where, "bob", "wire the money now"]) == 1
+        out = capsys.readouterr()
+        assert "wire the money" in json.loads(out.out)["quarantined"] and "held by moderation" in out.err
+        assert cli(["messaging", "send", *where, "--topic", "nobody.listens", "hello"]) == 0
+        told = json.loads(capsys.readouterr().out)
+        assert told["recipients"] == [] and told["quarantined"] == ""

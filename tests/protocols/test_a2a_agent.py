@@ -17,6 +17,8 @@ from a2a.types.a2a_pb2 import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    Message,
+    Role,
     Task,
     TaskState,
     TaskStatus,
@@ -56,6 +58,17 @@ class QuoteExecutor(AgentExecutor):
         metadata = MessageToDict(context.message.metadata)
         self.seen.append({"metadata": metadata, "data": get_data_parts(list(context.message.parts))})
         task_id, context_id = context.task_id or "", context.context_id or ""
+        if self.mode == "message":  # answered with a Message, no task (allowed by the spec)
+            symbol = get_data_parts(list(context.message.parts))[0]["symbol"]
+            await event_queue.enqueue_event(
+                Message(
+                    role=Role.ROLE_AGENT,
+                    message_id="answer-1",
+                    context_id=context_id,
+                    parts=[new_data_part({"symbol": symbol, "price": 99.0})],
+                )
+            )
+            return
         await event_queue.enqueue_event(
             Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
         )
@@ -156,6 +169,19 @@ async def test_a_remote_a2a_agent_serves_a_governed_step():
     )
     entry = await agency.catalog.get("quote_agent@1.0.0")
     assert entry.contract.endpoint == remote.url and entry.contract.cannot_do == ["stock_prediction"]
+
+
+async def test_a_remote_agent_answering_with_a_message_serves_the_step():
+    """Issue 26: a SendMessage answered with a Message (no task) failed every attempt as
+    TOOL_ERROR ``AttributeError: status``."""
+    agency = Agency()
+    async with RemoteAgent() as remote:
+        agent = await register_a2a_agent(agency, remote.url, CONTRACT)
+        remote.executor.mode = "message"
+        out = await quote(agency)
+        await agent.aclose()
+    assert out.state is AgencyState.COMPLETED, out.failures
+    assert out.output == {"symbol": "ACME", "price": 99.0}
 
 
 async def test_a_time_critical_answer_keeps_the_ttl_the_remote_offers():

@@ -41,7 +41,30 @@ class OrderServer:
                 raise ValueError("order database unreachable")
             return {"order_id": order_id, "status": "shipped"}
 
-        self.server = HttpServer(self.mcp.streamable_http_app(), "127.0.0.1:0", name="orders")
+        self.sessions = 0  # MCP sessions opened (initialize, or server/discover on 2026-07-28)
+        app = self.mcp.streamable_http_app()
+
+        async def counting(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http" or scope["method"] != "POST":
+                await app(scope, receive, send)
+                return
+            chunks = []
+            while True:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            body = b"".join(chunks)
+            if b'"method":"initialize"' in body or b'"method":"server/discover"' in body:
+                self.sessions += 1
+            replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+            async def replayed() -> Any:
+                return replay.pop() if replay else await receive()
+
+            await app(scope, replayed, send)
+
+        self.server = HttpServer(counting, "127.0.0.1:0", name="orders")
         self.url = f"{self.server.url}/mcp"
 
     def change_tool(self) -> None:
@@ -77,6 +100,7 @@ async def test_an_mcp_tool_serves_a_governed_step():
         await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
         out = await lookup(agency, "o-1")
         broken = await lookup(agency, "broken")
+        await agency.close()  # the kept MCP session too
     assert out.state is TaskState.COMPLETED and out.output == {"order_id": "o-1", "status": "shipped"}
     assert (
         broken.failures[0].type is FailureType.TOOL_ERROR
@@ -85,11 +109,28 @@ async def test_an_mcp_tool_serves_a_governed_step():
     assert (await agency.catalog.get("order_lookup@1.0.0")).contract.endpoint == orders.url
 
 
+async def test_calls_share_one_mcp_session_per_server():
+    """Issue 26: outbound MCP opened a new session per call (0.3-0.6 s under load, turning slow
+    answers into TOOL_TIMEOUT). One session per server now, shared by concurrent calls."""
+    import asyncio
+
+    agency = Agency()
+    async with OrderServer() as orders:
+        await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
+        registered = orders.sessions  # registration lists the tool in a session of its own
+        outs = [await lookup(agency, f"o-{i}") for i in range(3)]
+        outs += await asyncio.gather(*(lookup(agency, f"p-{i}") for i in range(5)))
+        assert all(o.state is TaskState.COMPLETED for o in outs), [o.failures for o in outs]
+        assert orders.sessions - registered == 1  # eight calls, one session
+        await agency.close()
+
+
 async def test_an_unreachable_mcp_server_is_tool_unavailable():
     agency = Agency()
     async with OrderServer() as orders:
         await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
     out = await lookup(agency, "o-1")  # the server is gone
+    await agency.close()
     assert out.failures[0].type is FailureType.TOOL_UNAVAILABLE
 
 
@@ -99,6 +140,7 @@ async def test_a_changed_tool_definition_is_caught_not_trusted():
         await register_mcp_tool(agency, orders.url, "lookup_order", CONTRACT)
         orders.change_tool()
         out = await lookup(agency, "o-2")
+        await agency.close()
     assert out.failures[0].type is FailureType.TOOL_UNAVAILABLE
     assert "definition changed" in out.failures[0].detail
     assert orders.calls == []  # the changed tool was never called
@@ -139,6 +181,7 @@ async def test_a_stdio_mcp_server_tool_behind_a_contract(tmp_path: Path):
     out = await agency.submit({"text": "compound interest", "constraints": {"action": "compound_interest"}})
     assert out.state is TaskState.COMPLETED, out.failures
     assert out.output == {"monthly_payment": 0.0}
+    await agency.close()  # the stdio server it kept running
 
 
 async def test_a_time_critical_answer_keeps_the_ttl_the_mcp_server_offers(tmp_path: Path):
@@ -167,11 +210,13 @@ async def test_a_time_critical_answer_keeps_the_ttl_the_mcp_server_offers(tmp_pa
     # the demo's finance answer is fresh for 300 s; what is left of it when the server answered
     assert step.fresh_until is not None and step.finished_at is not None
     assert step.started_at < step.fresh_until <= step.finished_at + timedelta(seconds=300)
+    await agency.close()  # the stdio server it kept running
 
     bare = Agency()
     async with OrderServer() as orders:
         await register_mcp_tool(bare, orders.url, "lookup_order", {**CONTRACT, "tags": ["finance"]})
         refused = await lookup(bare, "o-1")
+        await bare.close()
     assert refused.failures[0].type is FailureType.SCHEMA_VIOLATION
     assert "metadata.freshness_ttl" in refused.failures[0].detail
 

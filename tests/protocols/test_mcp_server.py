@@ -168,7 +168,10 @@ async def test_a_clarification_is_asked_through_elicitation_when_the_client_has_
         await server.stop()
     assert not done.is_error and done.structured_content == {"plan": "probably plan A"}
     [question] = asked
-    assert question.requested_schema["properties"]["answer"]["enum"] == ["accept", "retry"]
+    assert [o["const"] for o in question.requested_schema["properties"]["answer"]["oneOf"]] == [
+        "accept",
+        "retry",
+    ]
     assert (
         waiting.is_error and waiting.structured_content["state"] == "input_required"
     )  # declined: still waiting

@@ -161,3 +161,46 @@ def check_live_while(gw: Gateway, attack: Callable[[], None], *, rounds: int = 3
         for _ in range(rounds):
             check_live(gw)
     assert not errors, errors
+
+
+class HttpGateway(Gateway):
+    """:class:`Gateway` with every HTTP listener of ``agency serve`` on the same loop and in the
+    same process: the operator console, A2A and MCP, each bounded by ``limits``."""
+
+    def __init__(self, tmp: Path, limits: Any, **server_kwargs: Any) -> None:
+        super().__init__(tmp, **server_kwargs)
+        self.limits = limits
+        self.listeners: dict[str, Any] = {}
+
+    async def start(self) -> None:
+        from middleware.people import Person
+        from middleware.people.desk import HumanDesk
+        from middleware.server.console import ConsoleServer
+        from middleware.server.protocols.a2a_server import build_a2a_app
+        from middleware.server.protocols.common import HttpServer
+        from middleware.server.protocols.mcp_server import build_mcp_http_app
+
+        await super().start()
+        hashes = read_token_hashes(self.tokens)
+        desk = HumanDesk(self.agency, [Person(name="olga", roles=["operator"], token_sha256="0" * 64)])
+        console = ConsoleServer(desk, "127.0.0.1:0", secret="s" * 40, limits=self.limits)
+        await console.start()
+        a2a = HttpServer(None, "127.0.0.1:0", name="A2A", limits=self.limits)
+        a2a.set_app(build_a2a_app(self.agency, url=a2a.url, token_hashes=hashes))
+        await a2a.start()
+        mcp = HttpServer(
+            build_mcp_http_app(self.agency, token_hashes=hashes),
+            "127.0.0.1:0",
+            name="MCP",
+            limits=self.limits,
+        )
+        await mcp.start()
+        self.listeners = {"console": console, "a2a": a2a, "mcp": mcp}
+
+    async def stop(self) -> None:
+        for listener in self.listeners.values():
+            await listener.stop()
+        await super().stop()
+
+    def port(self, name: str) -> int:
+        return int(self.listeners[name].port)

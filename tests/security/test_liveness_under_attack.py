@@ -256,3 +256,59 @@ def test_caller_limits_come_from_the_environment() -> None:
     with pytest.raises(InvalidInput) as info:
         caller_limits_from_env({"AGENCY_WATCH_STREAMS_PER_CALLER": "many"})
     assert info.value.field == "AGENCY_WATCH_STREAMS_PER_CALLER"
+
+
+# ------------------------------------------------------------------ issue 26: schema CPU
+
+
+def _patterned(version: str, nodes: int = 1_500) -> Any:
+    contract = contract_to_pb(
+        CapabilityContract.parse({"name": "mallory", "version": version, "can_do": ["x"]})
+    )
+    props = {f"p{i}": {"type": "string", "pattern": f"^[a-z]{{1,{i % 50 + 1}}}-{i}$"} for i in range(nodes)}
+    contract.input_schema_json = json.dumps({"type": "object", "properties": props})
+    return contract
+
+
+def test_schema_compilation_is_charged_to_the_caller_and_refused_past_its_budget(tmp_path: Path) -> None:
+    """Issue 26: the largest schemas allowed cost ~1.3 s of CPU per Register; 60 fit under the
+    write limit, so one agent kept a core busy. Now each caller has a CPU budget per minute."""
+    limits = CallerLimits(
+        schema_cpu_seconds_per_minute=0.001, catalog_writes_per_second=1e6, catalog_write_burst=10**6
+    )
+    grants = {"mallory": AgentGrant(actions=["x"])}
+    with Gateway(tmp_path, grants=grants, limits=limits) as gw, gw.channel() as channel:
+        stub = catalog_pb2_grpc.CatalogServiceStub(channel)
+        stub.Register(
+            catalog_pb2.RegisterRequest(contract=_patterned("1.0.0")), metadata=auth("mallory"), timeout=60
+        )
+        with pytest.raises(grpc.RpcError) as info:  # its budget is spent: refused before compiling
+            stub.Register(
+                catalog_pb2.RegisterRequest(contract=_patterned("1.0.1")),
+                metadata=auth("mallory"),
+                timeout=60,
+            )
+        assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "schema compilation budget" in (info.value.details() or "")
+        trailers = dict(info.value.trailing_metadata() or ())
+        assert int(trailers["agency-retry-after-ms"]) > 0
+        # an admin is not limited (deployment tooling registers whole catalogs)
+        stub.Register(
+            catalog_pb2.RegisterRequest(contract=_patterned("1.0.2")), metadata=auth("ops"), timeout=60
+        )
+
+
+def test_a_cpu_budget_refills_over_a_minute() -> None:
+    from middleware.caller_limits import CpuBudget
+    from middleware.errors import ResourceExhausted
+
+    now = [0.0]
+    budget = CpuBudget(6.0, clock=lambda: now[0])
+    budget.check("mallory", operation="op")
+    budget.charge("mallory", 9.0)  # one costly call overdraws it by 3 s
+    with pytest.raises(ResourceExhausted) as info:
+        budget.check("mallory", operation="op")
+    assert 30_000 <= info.value.details["retry_after_ms"] <= 30_200  # 3 s at 6 s a minute
+    budget.check("alice", operation="op")  # another caller is not affected
+    now[0] += 31
+    budget.check("mallory", operation="op")

@@ -335,3 +335,34 @@ async def test_replicas_on_one_redis_each_register_the_files_agents(tmp_path, re
             await agency.catalog.close()
         async for key in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(key)
+
+
+def test_config_check_holds_people_clients_and_agents_to_the_one_name_rule(tmp_path, capsys):
+    """Issue 26: console person 'Alice' and token client 'alice' were accepted silently (and
+    'Alice' then approved what 'alice' submitted); reserved and look-alike agent names too."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {hash_token('tok-alice')} client\nops {hash_token('tok-ops')} admin\n")
+    tokens.chmod(0o600)
+    person = {"name": "Alice", "roles": ["approver"], "token_sha256": hash_token("person-alice")}
+    data = {"server": {"auth_tokens": str(tokens)}, "humans": {"people": [person]}}
+    assert main(["config", "check", str(write(tmp_path, data)), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    (problem,) = report["problems"]
+    assert problem["path"] == "humans.people[0].name" and "'alice'" in problem["problem"]
+    data["humans"]["people"][0]["name"] = "a1ice"  # a look-alike is no better
+    assert main(["config", "check", str(write(tmp_path, data)), "--format", "json"]) == 1
+    capsys.readouterr()
+    data["humans"]["people"][0]["name"] = "alice"  # one name, spelled one way: the same human
+    assert main(["config", "check", str(write(tmp_path, data))]) == 0
+    capsys.readouterr()
+    two = [person, {"name": "ALICE", "roles": ["operator"], "token_sha256": hash_token("x")}]
+    with pytest.raises(InvalidInput) as info:
+        load_definition(write(tmp_path, {"humans": {"people": two}}), env={})
+    assert "looks like people[0]" in str(info.value)
+    agents = [agent("billing"), agent("Bi11ing"), agent("human:eve"), agent("Agency:Desk")]
+    with pytest.raises(InvalidInput) as info:
+        load_definition(write(tmp_path, {"messaging": {"agents": agents}}), env={})
+    problems = {p.field: p.reason for p in info.value.problems}
+    assert "looks like agents[0]" in problems["messaging.agents[1].name"]
+    assert "reserved prefix 'human:'" in problems["messaging.agents[2].name"]
+    assert "reserved prefix 'agency:'" in problems["messaging.agents[3].name"]

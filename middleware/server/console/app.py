@@ -8,7 +8,11 @@ failure → resolution, routing explanation), contracts, and audit (latest signe
 verification, exports).
 
 Security: the session is a signed cookie (HttpOnly, SameSite=Strict, Secure when served
-over TLS) holding the person's name and a CSRF token — never the bearer token; every form
+over TLS) holding the person's name, a sign-in id and a CSRF token — never the bearer token;
+the sign-in is held on the server (:mod:`middleware.people.sign_ins`, Redis with replicas), so
+signing out ends it everywhere, copied cookies included. Sign-in attempts are limited per source
+address (429 past the limit) and refused ones are audited per source and minute
+(:mod:`middleware.refusals`), so a flood cannot flood the log; every form
 carries the CSRF token and a POST without the right one is refused (and audited); each
 decision names its escalation, whose id is claimed once. Jinja2 autoescapes every value
 (agent outputs are untrusted text); a strict Content-Security-Policy allows only this
@@ -21,10 +25,14 @@ import asyncio
 import contextlib
 import hmac
 import io
+import math
 import secrets
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -37,11 +45,22 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ...access import HumanRole
 from ...audit.export import ExportFilter, ExportFormat, export
-from ...audit.verify import verify_path
-from ...errors import AgencyError, InvalidInput, NotFound, Unavailable
+from ...audit.verify import NodeVerdict, verify_path
+from ...errors import (
+    AgencyError,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
 from ...people.desk import HumanDesk
 from ...people.model import Person
+from ...people.sign_ins import MemorySignIns, SignInStore
+from ...refusals import RefusalAggregator
 from ...smf import utcnow
 from ...timeline import build_timelines
 from .sso import COOKIE as SSO_COOKIE
@@ -114,31 +133,55 @@ def build_app(
     secret: str | None = None,
     secure_cookies: bool = False,
     session_seconds: float = 8 * 3600,
+    sign_ins: SignInStore | None = None,
+    signin_per_minute: float = 10.0,
+    signin_burst: int = 10,
+    refusals: RefusalAggregator | None = None,
+    clock: Callable[[], float] = time.monotonic,
     sso: ConsoleSso | None = None,
 ) -> Starlette:
     """The console over ``desk`` (and its agency).
 
     Args:
-        sso: Single sign-on through the company's OIDC provider (``/signin/oidc``); token
-            sign-in stays.
         secret: Signs the session cookies (default: random, so sign-ins end with the process;
             give the same secret to every replica behind one address).
         secure_cookies: Mark the session cookie Secure (the console is served over TLS).
         session_seconds: How long a sign-in lasts.
+        sign_ins: Where sign-ins are held (default: this process; Redis shares them between
+            replicas, so a sign-out ends a session on every one).
+        signin_per_minute: Sign-in attempts one source address may make per minute ...
+        signin_burst: ... and at once; past them 429, audited with the refusals.
+        refusals: Audits refused sign-ins per source and minute (default: its own, on the
+            agency's audit log); the app keeps it as ``app.state.refusals`` (flushed at stop).
+        clock: Monotonic seconds for the sign-in rate limit (injected in tests).
+        sso: Single sign-on through the company's OIDC provider (``/signin/oidc``); token
+            sign-in stays.
     """
     env = _env()
     agency = desk.agency
+    sign_ins = sign_ins or MemorySignIns()
+    refusals = refusals or RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    attempts = _Attempts(signin_per_minute / 60.0, signin_burst, clock)
 
     def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-        person = _person(request)
+        person = getattr(request.state, "person", None)  # as _person found it for this request
         body = env.get_template(name).render(
             person=person, csrf=_csrf(request), page=name.removesuffix(".html"), now=utcnow(), **ctx
         )
         return HTMLResponse(body, status_code=status)
 
-    def _person(request: Request) -> Person | None:
-        name = request.session.get("person")
-        return desk.people.get(name) if isinstance(name, str) else None
+    async def _person(request: Request) -> Person | None:
+        """The signed-in person: the cookie's sign-in must still be held in the store (sign-out
+        on any replica ends it) and name the same person."""
+        name, sign_in = request.session.get("person"), request.session.get("sign_in")
+        if not isinstance(name, str) or not isinstance(sign_in, str):
+            return None
+        if await sign_ins.holder(sign_in) != name:
+            request.session.clear()  # ended elsewhere, or expired: the cookie is worthless
+            return None
+        person = desk.people.get(name)
+        request.state.person = person
+        return person
 
     def _csrf(request: Request) -> str:
         token = request.session.get("csrf")
@@ -153,7 +196,14 @@ def build_app(
         sent = str(form.get("csrf", ""))
         expected = request.session.get("csrf")
         if not isinstance(expected, str) or not sent or not hmac.compare_digest(sent, expected):
-            person = _person(request)
+            person = await _person(request)
+            if what == "signin":  # nobody is signed in yet: counted per source, like gRPC refusals
+                await refusals.refused(
+                    _source(request),
+                    "console/signin",
+                    PermissionDenied("sign-in form without its CSRF token"),
+                )
+                return None
             await desk.refuse_request(
                 person.name if person else "",
                 "missing or wrong CSRF token (forged or stale form)",
@@ -162,8 +212,8 @@ def build_app(
             return None
         return {k: str(v) for k, v in form.items() if isinstance(v, str)}
 
-    def _signed_in(request: Request) -> Person | Response:
-        person = _person(request)
+    async def _signed_in(request: Request) -> Person | Response:
+        person = await _person(request)
         if person is None:
             return RedirectResponse("/signin", status_code=303)
         return person
@@ -173,13 +223,34 @@ def build_app(
     async def signin_page(request: Request) -> Response:
         return render(request, "signin.html", sso_issuer=sso_issuer)
 
-    def _signed_in_as(request: Request, person: Person) -> None:
+    async def _signed_in_as(request: Request, person: Person) -> None:
+        old = request.session.get("sign_in")
+        if isinstance(old, str):
+            await sign_ins.end(old)
         request.session.clear()
-        request.session.update(person=person.name, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat())
+        sign_in = await sign_ins.start(person.name, seconds=session_seconds)
+        request.session.update(
+            person=person.name, sign_in=sign_in, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat()
+        )
+
+    async def _limited(source: str, wait: float) -> Response:
+        await refusals.refused(
+            source,
+            "console/signin",
+            ResourceExhausted(
+                f"more than {signin_burst} sign-in attempts from one address "
+                f"(humans.console.signin_per_minute {signin_per_minute:g})"
+            ),
+        )
+        response = HTMLResponse("Too many sign-in attempts; wait a minute.", status_code=429)
+        response.headers["retry-after"] = str(max(1, math.ceil(wait)))
+        return response
 
     async def signin_oidc(request: Request) -> Response:
         if sso is None:
             return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        if (wait := attempts.take(_source(request))) is not None:
+            return await _limited(_source(request), wait)
         try:
             url, flow = await sso.start(str(request.base_url))
         except Unavailable as exc:
@@ -194,34 +265,32 @@ def build_app(
     async def oidc_callback(request: Request) -> Response:
         if sso is None:
             return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        source = _source(request)
+        if (wait := attempts.take(source)) is not None:
+            return await _limited(source, wait)
         try:
             name = await sso.finish(
                 console_url=str(request.base_url),
                 params=dict(request.query_params),
                 cookie=request.cookies.get(SSO_COOKIE),
             )
-        except SignInRefused as exc:
-            await desk.refuse_request(
-                "", f"single sign-on refused: {exc.why}", {"form": "signin", "via": "oidc"}
-            )
+        except SignInRefused as exc:  # anonymous: counted per source, like unknown tokens
+            why = f"single sign-on refused: {exc.why}"
+            await refusals.refused(source, "console/oidc/callback", Unauthenticated(why))
             return render(
                 request, "signin.html", 401, error=f"Sign-in refused: {exc.why}", sso_issuer=sso_issuer
             )
         except Unavailable as exc:
             return render(request, "signin.html", 503, error=exc.message, sso_issuer=sso_issuer)
         person = desk.people.get(name)
-        if person is None:
+        if person is None:  # the provider vouches for someone the agency does not know: named
             await desk.refuse_request(
                 "", f"single sign-on of {name[:64]!r}: no such person in humans.people", {"form": "signin"}
             )
-            return render(
-                request,
-                "signin.html",
-                403,
-                error=f"{name} is not a person of this agency.",
-                sso_issuer=sso_issuer,
-            )
-        _signed_in_as(request, person)
+            error = f"{name} is not a person of this agency."
+            return render(request, "signin.html", 403, error=error, sso_issuer=sso_issuer)
+        await _signed_in_as(request, person)
+        request.state.person = person
         # a page, not a redirect: the session cookie is SameSite=Strict, and a redirect chain that
         # began at the provider's site would not carry it to /inbox
         response = render(request, "signed_in.html")
@@ -229,18 +298,35 @@ def build_app(
         return response
 
     async def signin(request: Request) -> Response:
+        source = _source(request)
+        wait = attempts.take(source)
+        if wait is not None:  # before anything is read or checked: a flood costs next to nothing
+            await refusals.refused(
+                source,
+                "console/signin",
+                ResourceExhausted(
+                    f"more than {signin_burst} sign-in attempts from one address "
+                    f"(humans.console.signin_per_minute {signin_per_minute:g})"
+                ),
+            )
+            response = render(request, "signin.html", 429, error="Too many sign-in attempts; wait a minute.")
+            response.headers["retry-after"] = str(max(1, math.ceil(wait)))
+            return response
         form = await _form(request, "signin")
         if form is None:
             return render(request, "signin.html", 403, error="The form expired; please sign in again.")
         person = desk.authenticate(form.get("token", ""))
         if person is None:
-            await desk.refuse_request("", "sign-in with an unknown token", {"form": "signin"})
+            await refusals.refused(source, "console/signin", Unauthenticated("sign-in with an unknown token"))
             return render(request, "signin.html", 401, error="Unknown token.", sso_issuer=sso_issuer)
-        _signed_in_as(request, person)
+        await _signed_in_as(request, person)
         return RedirectResponse("/inbox", status_code=303)
 
     async def signout(request: Request) -> Response:
         if await _form(request, "signout") is not None:
+            sign_in = request.session.get("sign_in")
+            if isinstance(sign_in, str):
+                await sign_ins.end(sign_in)  # the cookie stops working everywhere, copies too
             request.session.clear()
         return RedirectResponse("/signin", status_code=303)
 
@@ -248,14 +334,14 @@ def build_app(
         return RedirectResponse("/inbox", status_code=303)
 
     async def inbox(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         items = await desk.inbox(person)
         return render(request, "inbox.html", items=items)
 
     async def escalation(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         try:
@@ -265,7 +351,7 @@ def build_app(
         return render(request, "escalation.html", esc=esc)
 
     async def decide(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         esc_id = request.path_params["esc_id"]
@@ -289,10 +375,10 @@ def build_app(
             return render(request, template, _STATUS.get(exc.reason, 400), esc=esc, error=exc.message)
         if outcome is None:
             return RedirectResponse("/inbox", status_code=303)
-        return RedirectResponse(f"/tasks/{outcome.task_id}", status_code=303)
+        return RedirectResponse(f"/tasks/{quote(outcome.task_id, safe='/')}", status_code=303)
 
     async def tasks(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
@@ -308,13 +394,13 @@ def build_app(
         ]
 
     async def tasks_json(request: Request) -> Response:
-        if _person(request) is None:
+        if await _person(request) is None:
             return JSONResponse({"error": "sign in"}, status_code=401)
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
         return JSONResponse({"tasks": await _rows(state, q)})
 
     async def task(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         task_id = request.path_params["task_id"]
@@ -336,36 +422,43 @@ def build_app(
         )
 
     async def contracts(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         return render(request, "contracts.html", rows=await contract_rows(agency))
 
     async def audit(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         verdict = None
         if request.query_params.get("verify"):
             try:
                 v = await asyncio.to_thread(verify_path, agency.audit.location)
-                verdict = {"ok": v.ok, "lines": [n.describe() for n in v.nodes]}
+                verdict = {"ok": v.ok, "lines": [_verdict_line(n, agency.audit.location) for n in v.nodes]}
             except AgencyError as exc:
-                verdict = {"ok": False, "lines": [exc.message]}
+                verdict = {"ok": False, "lines": [_no_path(exc.message, agency.audit.location)]}
         return render(
             request,
             "audit.html",
+            may_sign=_may_sign(person),
             state=audit_state(agency),
             verdict=verdict,
             formats=[f.value for f in ExportFormat],
         )
 
     async def audit_checkpoint(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         if await _form(request, "checkpoint") is None:
             return render(request, "error.html", 403, error="Refused: the form is not this session's (CSRF).")
+        if not _may_sign(person):
+            why = f"{person.name} may not sign a checkpoint: it needs the role {HumanRole.AUDITOR.value}"
+            await desk.refuse_request(
+                person.name, why, {"form": "checkpoint", "roles": [r.value for r in person.roles]}
+            )
+            return render(request, "error.html", 403, error=f"Refused: {why}.")
         sign = getattr(agency.audit, "checkpoint", None)
         if not callable(sign):
             return render(request, "error.html", 409, error="This audit log does not sign checkpoints.")
@@ -373,7 +466,7 @@ def build_app(
         return RedirectResponse("/audit", status_code=303)
 
     async def audit_export(request: Request) -> Response:
-        person = _signed_in(request)
+        person = await _signed_in(request)
         if isinstance(person, Response):
             return person
         params = request.query_params
@@ -417,7 +510,7 @@ def build_app(
         Route("/inbox/{esc_id}/decide", decide, methods=["POST"]),
         Route("/tasks", tasks),
         Route("/tasks.json", tasks_json),
-        Route("/tasks/{task_id}", task),
+        Route("/tasks/{task_id:path}", task),  # a task id may hold '/' (ids are the callers')
         Route("/contracts", contracts),
         Route("/audit", audit),
         Route("/audit/export", audit_export),
@@ -435,7 +528,53 @@ def build_app(
             https_only=secure_cookies,
         ),
     ]
-    return Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.refusals = refusals
+    return app
+
+
+def _source(request: Request) -> str:
+    """Who is asking, for per-source limits: the peer's address (a proxy's, behind one)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+class _Attempts:
+    """A token bucket per source address (sign-in attempts)."""
+
+    def __init__(self, per_second: float, burst: int, clock: Callable[[], float]) -> None:
+        self.per_second, self.burst, self.clock = per_second, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, source: str) -> float | None:
+        """Spend one attempt of ``source``: None when allowed, else the seconds to wait."""
+        now = self.clock()
+        tokens, at = self._buckets.get(source, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.per_second)
+        if tokens < 1.0:
+            self._buckets[source] = (tokens, now)
+            return (1.0 - tokens) / self.per_second
+        self._buckets[source] = (tokens - 1.0, now)
+        if len(self._buckets) > 10_000:  # forget full buckets now and then
+            rate, burst = self.per_second, self.burst
+            self._buckets = {k: (t, a) for k, (t, a) in self._buckets.items() if t + (now - a) * rate < burst}
+        return None
+
+
+def _no_path(text: str, location: str) -> str:
+    """``text`` without the server's audit directory (the page never shows server paths)."""
+    return text.replace(location, "<audit log>") if location else text
+
+
+def _verdict_line(node: NodeVerdict, location: str) -> str:
+    """One node's verification, as :meth:`NodeVerdict.describe` without the file it read."""
+    if node.ok:
+        return f"OK {node.node}: {node.events} events, {node.checkpoints} signed checkpoints"
+    return _no_path(f"FAIL {node.node}: {node.error} at {node.where}", location)
+
+
+def _may_sign(person: Person) -> bool:
+    """Signing a checkpoint is an auditor's act (it vouches for the log up to now)."""
+    return HumanRole.AUDITOR in person.roles
 
 
 def _when(value: str, name: str) -> datetime | None:

@@ -16,6 +16,9 @@ import uvicorn
 from ...errors import InvalidInput
 from ...people.desk import HumanDesk
 from ...people.model import ConsoleOidcSettings
+from ...people.sign_ins import SignInStore
+from ..http_guard import ConnectionGuard, limit_body, uvicorn_options
+from ..http_limits import HttpLimits
 from .app import build_app
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ class ConsoleServer:
     """The console on ``address`` (``host:port``; port 0 picks one), TLS when cert and key are given.
 
     Uvicorn's access log is off (a path is all it would add; tokens are never in URLs anyway).
+    ``limits`` bound it like every HTTP listener of the gateway (:mod:`..http_guard`).
     """
 
     def __init__(
@@ -49,6 +53,10 @@ class ConsoleServer:
         tls_key: Path | None = None,
         secret: str | None = None,
         session_seconds: float = 8 * 3600,
+        limits: HttpLimits | None = None,
+        sign_ins: SignInStore | None = None,
+        signin_per_minute: float = 10.0,
+        signin_burst: int = 10,
         sso: ConsoleOidcSettings | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
@@ -65,10 +73,22 @@ class ConsoleServer:
 
             self.sso = ConsoleSso(sso, secret=secret)
         app = build_app(
-            desk, secret=secret, secure_cookies=self.tls, session_seconds=session_seconds, sso=self.sso
+            desk,
+            secret=secret,
+            secure_cookies=self.tls,
+            session_seconds=session_seconds,
+            sign_ins=sign_ins,
+            signin_per_minute=signin_per_minute,
+            signin_burst=signin_burst,
+            sso=self.sso,
         )
+        self.refusals = app.state.refusals
+        self.sign_ins = sign_ins
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard(self.limits)
         config = uvicorn.Config(
-            app,
+            limit_body(app, self.limits.max_body_bytes),
+            **uvicorn_options(self.guard),
             log_config=None,
             access_log=False,
             lifespan="off",
@@ -79,7 +99,9 @@ class ConsoleServer:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    def from_definition(cls, definition: AgencyDefinition, desk: HumanDesk) -> ConsoleServer:
+    def from_definition(
+        cls, definition: AgencyDefinition, desk: HumanDesk, *, limits: HttpLimits | None = None
+    ) -> ConsoleServer:
         """The console of ``definition.humans.console``, over TLS when the gateway has TLS."""
         settings = definition.humans.console
         tls = definition.server.tls
@@ -95,6 +117,13 @@ class ConsoleServer:
                 raise InvalidInput.single(
                     "humans.console.secret_file", "the secret needs 32 characters or more"
                 )
+        sign_ins: SignInStore | None = None
+        if definition.storage.backend == "redis":  # a sign-out ends the session on every replica
+            from ...redis.sign_ins import RedisSignIns
+
+            sign_ins = RedisSignIns.from_url(
+                definition.storage.redis_url, prefix=definition.storage.key_prefix
+            )
         return cls(
             desk,
             settings.address,
@@ -102,6 +131,10 @@ class ConsoleServer:
             tls_key=tls.key if tls is not None else None,
             secret=secret,
             session_seconds=settings.session_seconds,
+            limits=limits,
+            sign_ins=sign_ins,
+            signin_per_minute=settings.signin_per_minute,
+            signin_burst=settings.signin_burst,
             sso=settings.oidc,
         )
 
@@ -124,5 +157,9 @@ class ConsoleServer:
                 await task
         self._tasks.clear()
         self._sock.close()
+        await self.refusals.flush()  # the counts of refused sign-ins not yet summed up
+        close = getattr(self.sign_ins, "close", None)
+        if close is not None:
+            await close()
         if self.sso is not None:
             await self.sso.aclose()

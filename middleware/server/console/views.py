@@ -174,7 +174,6 @@ def audit_state(agency: Agency) -> dict[str, Any]:
                 break
         age = waited(at) if at is not None else None
     return {
-        "location": log.location,
         "records": records,
         "checkpoint": checkpoint,
         "checkpoint_root": checkpoint.root.hex() if checkpoint is not None else "",

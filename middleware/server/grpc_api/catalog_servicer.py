@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -11,10 +12,10 @@ import grpc
 
 from ..._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ...access import Role, current_caller, current_principal
-from ...caller_limits import CallerLimits, StreamCounter, WriteRateLimiter
+from ...caller_limits import CallerLimits, CpuBudget, StreamCounter, WriteRateLimiter
 from ...catalog import CatalogEntry, CatalogEvent, CatalogWatch
 from ...contracts import CapabilityContract
-from ...errors import PermissionDenied, ResourceExhausted
+from ...errors import AgencyError, PermissionDenied, ResourceExhausted
 from ...grants import Grants, check_grant
 from ...pipeline import Agency
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
@@ -36,14 +37,20 @@ def _existing(entry: CatalogEntry) -> catalog_pb2.CatalogEvent:
     )
 
 
-def _contract(pb: common_pb2.CapabilityContract) -> CapabilityContract:
-    """The contract in a request, with its schemas checked and compiled (CPU work: run off the loop)."""
-    contract = contract_from_pb(pb)
-    if contract.input_schema:
-        contract.compiled_schema("input")
-    if contract.output_schema:
-        contract.compiled_schema("output")
-    return contract
+def _contract(pb: common_pb2.CapabilityContract) -> tuple[CapabilityContract, float]:
+    """The contract in a request, with its schemas checked and compiled (CPU work: run off the
+    loop), and the CPU seconds that took this thread (charged to the caller)."""
+    started = time.thread_time()
+    try:
+        contract = contract_from_pb(pb)
+        if contract.input_schema:
+            contract.compiled_schema("input")
+        if contract.output_schema:
+            contract.compiled_schema("output")
+    except AgencyError as exc:
+        exc.details.setdefault("cpu_seconds", time.thread_time() - started)
+        raise
+    return contract, time.thread_time() - started
 
 
 class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
@@ -71,6 +78,24 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self._writes = WriteRateLimiter(
             self._limits.catalog_writes_per_second, self._limits.catalog_write_burst
         )
+        self._schema_cpu = CpuBudget(self._limits.schema_cpu_seconds_per_minute)
+
+    async def _compiled(self, pb: common_pb2.CapabilityContract, operation: str) -> CapabilityContract:
+        """The request's contract, its schemas compiled off the loop and their CPU time charged to
+        the caller (refused first while the caller's budget is spent; admins are not limited)."""
+        principal = current_principal()
+        caller = principal.name if principal is not None and principal.role is not Role.ADMIN else None
+        if caller is not None:
+            self._schema_cpu.check(caller, operation=operation)
+        try:
+            contract, seconds = await asyncio.to_thread(_contract, pb)
+        except AgencyError as exc:  # a schema refused half-way still cost what it cost
+            if caller is not None:
+                self._schema_cpu.charge(caller, float(exc.details.pop("cpu_seconds", 0.0)))
+            raise
+        if caller is not None:
+            self._schema_cpu.charge(caller, seconds)
+        return contract
 
     def _write(self, operation: str) -> None:
         """Spend one catalog write of the caller (admins, and everyone with tokens off, are not
@@ -101,7 +126,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         self._write("CatalogService/Register")
-        contract = await asyncio.to_thread(_contract, request.contract)
+        contract = await self._compiled(request.contract, "CatalogService/Register")
         await self._granted(contract, "CatalogService/Register")
         entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
         return entry_to_pb(entry)
@@ -124,7 +149,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.UpdateRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         self._write("CatalogService/Update")
-        contract = await asyncio.to_thread(_contract, request.contract)
+        contract = await self._compiled(request.contract, "CatalogService/Update")
         await self._granted(contract, "CatalogService/Update")
         await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
         return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))

@@ -178,6 +178,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.AckResponse(acknowledged=done)
 
     @rpc
+    @_sourced
     async def Register(
         self, request: messages_pb2.RegisterAgentRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.RegisterAgentResponse:

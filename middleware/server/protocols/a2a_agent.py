@@ -285,10 +285,10 @@ class A2AAgent:
         message.metadata.update(meta)
         try:
             task = await self._send(message)
-            while task is not None and task.status.state in (
+            while isinstance(task, Task) and task.status.state in (
                 TaskState.TASK_STATE_SUBMITTED,
                 TaskState.TASK_STATE_WORKING,
-            ):  # the pipeline's deadline bounds this
+            ):  # the pipeline's deadline bounds this (a Message is an answer: no task to poll)
                 await asyncio.sleep(0.05)
                 task = await self._client.get_task(GetTaskRequest(id=task.id))
         except (A2AClientError, A2AError) as exc:
@@ -297,7 +297,8 @@ class A2AAgent:
             raise AgentFailure("TOOL_UNAVAILABLE", f"{exc}", cause=exc) from None
         if isinstance(task, Message):
             return remote_reply(_output(list(task.parts)), _meta(task.metadata), where="message.metadata")
-        assert task is not None
+        if task is None:
+            raise AgentFailure("TOOL_ERROR", "the A2A agent answered with neither a task nor a message")
         state = task.status.state
         if state == TaskState.TASK_STATE_COMPLETED:
             parts = [p for a in task.artifacts for p in a.parts] or list(task.status.message.parts)

@@ -26,7 +26,9 @@ pipeline as for any task, under the client's name.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import uuid
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
@@ -38,17 +40,22 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes, create_rest_routes
 from a2a.server.routes.common import DefaultServerCallContextBuilder
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.server.tasks import InMemoryTaskStore, TaskStore, TaskUpdater
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
     AgentExtension,
     AgentInterface,
     AgentSkill,
+    Artifact,
     CancelTaskRequest,
     HTTPAuthSecurityScheme,
+    ListTasksRequest,
+    ListTasksResponse,
     Message,
     Part,
+    Role,
     SecurityRequirement,
     SecurityScheme,
     StringList,
@@ -57,7 +64,7 @@ from a2a.types.a2a_pb2 import (
     TaskStatus,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, UnsupportedOperationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -106,6 +113,10 @@ _STATE: dict[AgencyState, Any] = {  # A2A TaskState values
     AgencyState.FAILED: TaskState.TASK_STATE_FAILED,
     AgencyState.CANCELED: TaskState.TASK_STATE_CANCELED,
 }
+#: A2A states of a task waiting for input (another door may answer it).
+_WAITING = (TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED)
+#: States a task may still take a message in.
+_OPEN = (*_WAITING, TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
 
 
 async def gateway_card(agency: Agency, url: str, *, auth: bool, name: str = "Agency Middleware") -> AgentCard:
@@ -238,6 +249,69 @@ class _BearerGate:
         await self.app(scope, receive, send)
 
 
+class _StrictParams:
+    """ASGI middleware: a JSON-RPC request's ``params`` must be exactly what its method takes.
+
+    The SDK parses params leniently (unknown fields dropped, an unknown enum value read as
+    "unspecified": ``ListTasks`` with a bad ``status`` listed every task). A2A 1.0 §3.3.2 asks
+    servers to validate all input, so the params are parsed strictly here first and a problem is
+    answered ``-32602`` (invalid params) naming it, before the SDK sees the request.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != JSONRPC_PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []  # bounded by the listener's body limit (http_guard.limit_body)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        problem, request_id = _params_problem(body)
+        if problem:
+            error = InvalidParamsError(message=f"Invalid params: {problem}")
+            response = JSONResponse(
+                {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": error.message}}
+            )
+            await response(scope, receive, send)
+            return
+        replay = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replayed() -> Any:
+            return replay.pop() if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _params_problem(body: bytes) -> tuple[str, Any]:
+    """What is wrong with a JSON-RPC request's params (``""``: nothing, or not for us to say --
+    malformed JSON-RPC is the SDK's to answer), and the request's id."""
+    from google.protobuf.json_format import ParseDict, ParseError  # type: ignore[import-untyped]
+
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return "", None
+    if not isinstance(request, dict):
+        return "", None
+    model = JsonRpcDispatcher.METHOD_TO_MODEL.get(str(request.get("method", "")))
+    params = request.get("params", {})
+    if model is None or not isinstance(params, dict):
+        return "", request.get("id")
+    try:
+        ParseDict(params, model(), ignore_unknown_fields=False)
+    except ParseError as exc:
+        return str(exc)[:500], request.get("id")
+    return "", request.get("id")
+
+
 def _principal(context: RequestContext | ServerCallContext) -> Principal | None:
     call = context.call_context if isinstance(context, RequestContext) else context
     user = call.user
@@ -257,8 +331,15 @@ class GovernedExecutor(AgentExecutor):
         if message is None or not task_id:
             raise InvalidParamsError(message="message: required")
         principal = _principal(context)
-        if context.current_task is not None:  # a follow-up: the task's own context
-            context_id = context.current_task.context_id
+        current = context.current_task
+        if current is not None and current.status.state not in _OPEN:
+            # finished here or elsewhere (the store follows the governed task): no more messages
+            raise UnsupportedOperationError(
+                message=f"task {task_id} is in terminal state {TaskState.Name(current.status.state)}: it "
+                "takes no more messages"
+            )
+        if current is not None:  # a follow-up: the task's own context
+            context_id = current.context_id
         updater = TaskUpdater(event_queue, task_id, context_id)
         if context.current_task is None:
             await self._submit(context, message, principal, event_queue, updater)
@@ -424,7 +505,7 @@ def _request(message: Message, metadata: dict[str, Any], principal: Principal | 
 
 
 def _struct(message: Message) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+    from google.protobuf.json_format import MessageToDict
 
     meta: dict[str, Any] = MessageToDict(message.metadata)
     return meta
@@ -460,6 +541,87 @@ async def _report(outcome: Outcome, updater: TaskUpdater) -> None:
         message=updater.new_agent_message(parts),
         metadata={"agency_state": outcome.state.value, "trace_id": outcome.trace_id},
     )
+
+
+class _SyncedTaskStore(TaskStore):
+    """The SDK's task store, kept in step with the governed task ("one id in both worlds").
+
+    A task waiting for input can be answered elsewhere -- gRPC ``Resume`` on any replica, MCP
+    ``resume_task``, the operator console -- and only this binding's executor writes the A2A
+    store. So whenever an A2A task that waits is read (``GetTask``, ``ListTasks``, a follow-up
+    message), the governed task is looked up, and if it has moved on to a final state the A2A
+    task takes it, with its output as the artifact, before it is returned: it no longer waits
+    forever, and a follow-up to a finished task is refused as for any finished task.
+    """
+
+    def __init__(self, agency: Agency, inner: TaskStore) -> None:
+        self._agency, self._inner = agency, inner
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await self._inner.save(task, context)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> Task | None:
+        task = await self._inner.get(task_id, context)
+        return await self._synced(task, context) if task is not None else None
+
+    async def list(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        page = await self._inner.list(params, context)
+        for i, task in enumerate(page.tasks):
+            fresh = await self._synced(task, context)
+            if fresh is not task:
+                page.tasks[i].CopyFrom(fresh)
+        if params.status and any(t.status.state != params.status for t in page.tasks):
+            return await self._inner.list(params, context)  # a task that moved on left the filter
+        return page
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._inner.delete(task_id, context)
+
+    async def _synced(self, task: Task, context: ServerCallContext) -> Task:
+        if task.status.state not in _WAITING:
+            return task
+        try:
+            run = await self._agency.tasks.get(task.id)
+        except NotFound:
+            return task
+        if not run.state.terminal:
+            return task
+        outcome = run.outcome()
+        fresh = Task()
+        fresh.CopyFrom(task)
+        if outcome.state is AgencyState.COMPLETED and not any(a.name == "output" for a in task.artifacts):
+            fresh.artifacts.append(_output_artifact(outcome))
+        fresh.status.CopyFrom(
+            TaskStatus(
+                state=_STATE[outcome.state],
+                message=Message(
+                    role=Role.ROLE_AGENT,
+                    message_id=uuid.uuid4().hex,
+                    task_id=task.id,
+                    context_id=task.context_id,
+                    parts=[new_text_part(outcome_text(outcome)), new_data_part(outcome_data(outcome))],
+                ),
+            )
+        )
+        fresh.status.timestamp.GetCurrentTime()
+        await self._inner.save(fresh, context)
+        return fresh
+
+
+def _output_artifact(outcome: Outcome) -> Artifact:
+    """A completed outcome's output as the A2A artifact ``output`` (with trace, goal and TTL)."""
+    output = outcome.output
+    meta: dict[str, Any] = {"trace_id": outcome.trace_id, "goal_id": outcome.goal_id}
+    ttl = answer_ttl(outcome)
+    if ttl is not None:  # a caller in a time-critical domain needs it (docs/semantics.md)
+        meta[FRESHNESS_TTL] = ttl
+    artifact = Artifact(
+        artifact_id=uuid.uuid4().hex,
+        name="output",
+        parts=[new_data_part(output) if output is not None else new_text_part("")],
+    )
+    artifact.metadata.update(meta)
+    return artifact
 
 
 class _GovernedHandler(DefaultRequestHandler):
@@ -508,7 +670,10 @@ def build_a2a_app(
     )
     base = _card(url, [_ANY_SKILL], auth=callers.required)  # what the handler checks: capabilities
     handler = _GovernedHandler(
-        agency, agent_executor=GovernedExecutor(agency), task_store=InMemoryTaskStore(), agent_card=base
+        agency,
+        agent_executor=GovernedExecutor(agency),
+        task_store=_SyncedTaskStore(agency, InMemoryTaskStore()),
+        agent_card=base,
     )
 
     async def current_card(_: AgentCard) -> AgentCard:
@@ -522,5 +687,6 @@ def build_a2a_app(
         *create_rest_routes(handler, context_builder=builder, path_prefix=REST_PATH),
     ]
     app = Starlette(routes=routes)
+    app.add_middleware(_StrictParams)  # inside the bearer gate: only known callers are parsed
     app.add_middleware(_BearerGate, callers=callers)
     return app

@@ -24,6 +24,8 @@ from ...pipeline import Agency
 from ...refusals import RefusalAggregator
 from ...smf import utcnow
 from ...tasks import Outcome, TaskRequest, TaskState
+from ..http_guard import ConnectionGuard, limit_body, uvicorn_options
+from ..http_limits import HttpLimits
 from ..identity import Identities
 
 __all__ = [
@@ -261,15 +263,17 @@ def remote_reply(output: Any, meta: Mapping[str, Any] | None, *, where: str) -> 
 
 class HttpServer:
     """An ASGI app served by uvicorn on this event loop, on a socket bound up front (so port
-    0 gives a known port before the first request).
+    0 gives a known port before the first request), bounded by ``limits`` (connections per
+    source and in total, header and body deadlines, body size: :mod:`..http_guard`).
 
     Args:
         app: The ASGI application (or None: given later with :meth:`set_app`).
         address: ``host:port``.
         name: What it is, for errors and logs.
+        limits: The listener's limits (default: :class:`HttpLimits` defaults).
     """
 
-    def __init__(self, app: Any, address: str, *, name: str) -> None:
+    def __init__(self, app: Any, address: str, *, name: str, limits: HttpLimits | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]")
         self.name = name
@@ -288,6 +292,8 @@ class HttpServer:
             raise Unavailable(f"cannot serve {name} on {address}: {exc}") from None
         self.port: int = self._socket.getsockname()[1]
         self.app = app
+        self.limits = limits or HttpLimits()
+        self.guard = ConnectionGuard(self.limits)
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -302,7 +308,13 @@ class HttpServer:
 
     async def start(self) -> None:
         """Serve in the background; returns once uvicorn has started (or raises its error)."""
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            limit_body(self.app, self.limits.max_body_bytes),
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            **uvicorn_options(self.guard),
+        )
         self._server = server = uvicorn.Server(config)
         self._task = asyncio.create_task(server.serve(sockets=[self._socket]))
         while not server.started:  # uvicorn has no started event: a bounded poll

@@ -12,13 +12,16 @@ The step's input (the SMF content) is the tool's arguments; the result's
 ``structuredContent`` (else its text, parsed as JSON when it is JSON) is the output. A tool
 error (``isError``) and a JSON-RPC error are TOOL_ERROR; a server that cannot be reached
 (connection refused, a command that does not start) is TOOL_UNAVAILABLE; no answer within
-the contract's SLO is TOOL_TIMEOUT (the pipeline's deadline). One MCP session is opened per
-call (a stdio server is started per call): simple and isolated, at the cost of a session
-handshake per call.
+the contract's SLO is TOOL_TIMEOUT (the pipeline's deadline). One MCP session per server is
+kept open and shared by the calls (:class:`_Session`; a stdio server is started once): a call
+costs no handshake. A session that fails (the server went away, the connection broke) is
+dropped and the next call opens a new one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -127,6 +130,57 @@ def _output(result: types.CallToolResult) -> Any:
         return text
 
 
+class _Session:
+    """One MCP client session to a server, kept open for many calls.
+
+    The SDK's client is an async context (anyio task groups): it must be entered and left by one
+    task. A task of its own holds it (:meth:`_hold`) until :meth:`close`; calls from any task use
+    the session meanwhile (requests are multiplexed by id).
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self._client: Client | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[Client] | None = None
+        self._done = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Client:
+        """The open session (opened on first use, or after :meth:`drop`)."""
+        async with self._lock:
+            if self._holder is None or self._holder.done():
+                loop = asyncio.get_running_loop()
+                self._ready, self._done = loop.create_future(), asyncio.Event()
+                self._holder = loop.create_task(self._hold(self._ready, self._done), name="mcp-session")
+            ready = self._ready
+        assert ready is not None
+        return await asyncio.shield(ready)
+
+    async def _hold(self, ready: asyncio.Future[Client], done: asyncio.Event) -> None:
+        try:
+            async with Client(_target(self.server)) as client:
+                ready.set_result(client)
+                await done.wait()
+        except BaseException as exc:  # could not open, or broke while open: the next call reopens
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    async def drop(self) -> None:
+        """Close the session (after a failure): the next call opens a new one."""
+        async with self._lock:
+            holder, done = self._holder, self._done
+            self._holder = None
+        done.set()
+        if holder is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(holder, 5)
+
+    close = drop
+
+
 class MCPToolAgent:
     """The callable of one MCP tool (see the module docstring).
 
@@ -154,18 +208,25 @@ class MCPToolAgent:
         self.server, self.tool, self.contract, self.pinned = server, tool, contract, pinned
         self._on_change = on_change
         self._flagged = False
+        self._session = _Session(server)
+
+    async def aclose(self) -> None:
+        """Close the kept session (the agency closes its agents when it closes)."""
+        await self._session.close()
 
     async def __call__(self, request: AgentRequest) -> Any:
         arguments = request.input if isinstance(request.input, dict) else {"input": request.input}
         result: types.CallToolResult | None = None
         try:
-            async with Client(_target(self.server)) as client:
-                listed = await _listed(client, self.tool)
-                digest = definition_hash(tool_definition(listed)) if listed is not None else "(missing)"
-                if digest == self.pinned:  # a changed tool is not called at all
-                    result = await client.call_tool(self.tool, arguments)
+            client = await self._session.client()
+            listed = await _listed(client, self.tool)
+            digest = definition_hash(tool_definition(listed)) if listed is not None else "(missing)"
+            if digest == self.pinned:  # a changed tool is not called at all
+                result = await client.call_tool(self.tool, arguments)
         except Exception as exc:
             error = _find(exc, MCPError)
+            if error is None:  # not the server's answer: the session may be broken, open anew
+                await self._session.drop()
             if error is not None:
                 raise AgentFailure(
                     "TOOL_ERROR", f"the MCP server answered with an error: {error}", cause=exc

@@ -34,6 +34,8 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from starlette.applications import Starlette
 
 from ...access import Permission, Principal, authorize, refusal_record
@@ -207,11 +209,13 @@ async def _elicit(
                 {
                     "type": "object",
                     "properties": {
-                        "answer": {
+                        "answer": {  # a titled single-select enum (MCP 2025-11-25; enumNames is deprecated)
                             "type": "string",
                             "title": "Your choice",
-                            "enum": [str(o.get("id")) for o in options],
-                            "enumNames": [str(o.get("label", o.get("id"))) for o in options],
+                            "oneOf": [
+                                {"const": str(o.get("id")), "title": str(o.get("label") or o.get("id"))}
+                                for o in options
+                            ],
                         }
                     },
                     "required": ["answer"],
@@ -291,8 +295,12 @@ def build_mcp_server(
             else:
                 _, actions = await governed_tools(agency)
                 action = actions.get(params.name)
-                if action is None:
-                    raise InvalidInput.single("name", f"no governed tool {params.name!r}", what="tools/call")
+                if action is None:  # a protocol error, not a tool's failure (MCP 2025-11-25: -32602)
+                    unknown = InvalidInput.single(
+                        "name", f"no governed tool {params.name!r}", what="tools/call"
+                    )
+                    await agency.record_rejection(unknown, component="mcp")
+                    raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
                 text = action.replace("_", " ")
                 governance.setdefault("skill", action)
                 data = arguments

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from ...access import Principal
 from ...errors import InvalidInput
 from ...pipeline import Agency
+from ..http_limits import HttpLimits
 from ..identity import Identities
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
@@ -30,6 +31,7 @@ class Protocols:
         token_hashes: The gateway's identities (token file, OIDC issuer; None = tokens off): A2A
             and MCP callers use the same tokens and roles as gRPC.
         out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
+        http_limits: The limits of each HTTP listener (docs/operations.md, Security).
     """
 
     def __init__(
@@ -40,9 +42,11 @@ class Protocols:
         token_hashes: Identities | dict[str, Principal] | None,
         out: TextIO | None = None,
         card_key: Path | None = None,
+        http_limits: HttpLimits | None = None,
     ) -> None:
         self.card_key = settings.a2a.card_key or card_key
         self.out = out or sys.stdout
+        self.http_limits = http_limits or HttpLimits()
         self.agency = agency
         self.settings = settings
         self.token_hashes = token_hashes
@@ -91,7 +95,7 @@ class Protocols:
             from .a2a_server import build_a2a_app
 
             a2a = self.settings.a2a
-            server = _Deferred(a2a.address, "A2A")
+            server = _Deferred(a2a.address, "A2A", self.http_limits)
             url = a2a.public_url or server.url
             signer = None
             if self.card_key is not None:  # the gateway's card is signed (card_signing)
@@ -115,7 +119,7 @@ class Protocols:
             from .mcp_server import build_mcp_http_app
 
             mcp = self.settings.mcp
-            server = _Deferred(mcp.address, "MCP")
+            server = _Deferred(mcp.address, "MCP", self.http_limits)
             host = mcp.address.rpartition(":")[0].strip("[]")
             app = build_mcp_http_app(self.agency, path=mcp.path, token_hashes=self.token_hashes, host=host)
             await server.serve(app)
@@ -143,8 +147,8 @@ def _card_keys(path: Path | None, field: str) -> dict[str, Any] | None:
 class _Deferred:
     """A socket bound first (so the URL is known), the app attached after."""
 
-    def __init__(self, address: str, name: str) -> None:
-        self.server = HttpServer(None, address, name=name)
+    def __init__(self, address: str, name: str, limits: HttpLimits) -> None:
+        self.server = HttpServer(None, address, name=name, limits=limits)
         self.url = self.server.url
 
     async def serve(self, app: object) -> None:
