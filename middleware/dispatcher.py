@@ -140,18 +140,21 @@ class Dispatcher:
             explicit["tags"] = list(step.tags)
         constraints = await self._router.constraints_for(step.text or run.request.text, explicit)
         open_circuits = self._breaker.open_agents()
-        decision = await self._router.decide(constraints, exclude=open_circuits)
+        tenant = run.tenant
+        decision = await self._router.decide(constraints, exclude=open_circuits, tenant=tenant)
         if self._policy is not None:  # agents a policy forbids are left out
             decision = await self._policy.route(
                 run,
                 step,
                 decision,
                 contract_of=self._contract_of,
-                redecide=lambda denied: self._router.decide(constraints, exclude=[*open_circuits, *denied]),
+                redecide=lambda denied: self._router.decide(
+                    constraints, exclude=[*open_circuits, *denied], tenant=tenant
+                ),
                 audit=self._audit,
             )
         if decision.refused and open_circuits:
-            unfiltered = await self._router.decide(constraints)
+            unfiltered = await self._router.decide(constraints, tenant=tenant)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
                 return unfiltered
@@ -171,6 +174,8 @@ class Dispatcher:
         except (NotFound, FailedPrecondition) as exc:  # gone, or remote with no way to call it
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
+        if not contract.routable_for(run.tenant):  # never another tenant's agent, however named
+            raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, f"no agent {key} for this task's tenant")
         _check_inputs_fresh(run, step, self._clock())
         payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
         try:

@@ -32,6 +32,7 @@ from typing import Any
 from .audit.record import AuditEventType
 from .errors import BudgetExhausted
 from .tasks import TaskRecord
+from .tenancy import split_key
 from .usage import MICROS, Budget, BudgetScope, Period, Usage, UsageSettings, UsageTotals, period_key
 from .usage_meter import Counter, MemoryUsageMeter, Spend, UsageMeter
 
@@ -79,7 +80,7 @@ class BudgetStop:
 
 
 def _agent_name(key: str) -> str:
-    return key.partition("@")[0]
+    return split_key(key)[1]
 
 
 class Metering:

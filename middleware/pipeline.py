@@ -35,7 +35,7 @@ from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .drift import IntentJudge
-from .errors import AgencyError, InvalidInput, PermissionDenied, Problem
+from .errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -70,6 +70,7 @@ from .tasks import (
     keep_outcome_json,
     outcome_json,
 )
+from .tenancy import tenant_of
 
 __all__ = ["Agency"]
 
@@ -291,17 +292,26 @@ class Agency:
         )
 
     # ------------------------------------------------------------------ routing
-    async def route(self, text: str, constraints: Mapping[str, Any] | None = None) -> RoutingDecision:
-        """A dry run: what the router would decide for ``text``, with its reasons."""
+    async def route(
+        self, text: str, constraints: Mapping[str, Any] | None = None, *, tenant: str | None = None
+    ) -> RoutingDecision:
+        """A dry run: what the router would decide for ``text``, with its reasons (among the
+        contracts of ``tenant``, default: the current caller's, and those shared with it)."""
         wanted = await self.router.constraints_for(text, constraints)
-        return await self.router.decide(wanted)
+        return await self.router.decide(
+            wanted, tenant=tenant_of(current_principal()) if tenant is None else tenant
+        )
 
     # ------------------------------------------------------------------- submit
-    async def submit(self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "") -> Outcome:
+    async def submit(
+        self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "", tenant: str | None = None
+    ) -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
 
         ``client`` (the authenticated caller, if any) owns the task: only it, or an admin,
-        may read or resume it (see :func:`middleware.access.authorize_task`).
+        may read or resume it (see :func:`middleware.access.authorize_task`). ``tenant`` (default:
+        the current caller's) scopes it: routed only to that tenant's agents and those shared
+        with it, seen only by that tenant (:mod:`middleware.tenancy`).
 
         Raises:
             InvalidInput: the request (or its SMF envelope) does not validate; audited.
@@ -317,9 +327,11 @@ class Agency:
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
+        if tenant is None:
+            tenant = tenant_of(current_principal())
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        caller = current_principal()
-        tenant = caller.tenant if caller is not None else ""
+        if goal is not None and req.goal is None and goal.tenant and goal.tenant != tenant:
+            raise NotFound(f"no goal {req.goal_id!r}")  # another tenant's goal is not even named
         run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client, tenant=tenant)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
@@ -846,7 +858,7 @@ class Agency:
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
         """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
         try:
-            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id, tenant=run.tenant)
         except PermissionDenied as exc:
             record = refusal_record(exc, node=self.config.node_id)
             ids = {"task_id": run.task_id, "trace_id": run.trace_id}
@@ -945,7 +957,7 @@ class Agency:
         if state is None:
             return
         try:
-            authorize_session(state, run.client)
+            authorize_session(state, run.client, tenant=run.tenant)
         except PermissionDenied as exc:
             await self._record(
                 AuditEventType.MESSAGE_REJECTED,
@@ -1023,6 +1035,7 @@ class Agency:
                 goal_id=run.goal.id if run.goal else "",
                 user=run.request.user_id,
                 session=run.request.session_id,
+                tenant=run.tenant,
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import to_jsonable_python
 
 from .._model import Model
@@ -74,11 +74,22 @@ class AuditEventType(StrEnum):
 
 
 class Actors(Model):
-    """Who was involved: the end user, the agent, the session."""
+    """Who was involved: the end user, the agent, the session, and the tenant they act in.
+
+    ``tenant`` is written only when there is one, so a record without a tenant has the same
+    canonical bytes (and hash) as before tenants existed."""
 
     user: str = ""
     agent: str = ""
     session: str = ""
+    tenant: str = ""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_tenant(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("tenant"):
+            data.pop("tenant", None)
+        return data
 
 
 class AuditRecord(Model):

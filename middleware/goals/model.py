@@ -98,6 +98,11 @@ class GoalAssertion(Model):
     intention_scope: IntentionScope | None = Field(
         default=None, description="What its steps' outputs must be about (else INTENT_DRIFT)."
     )
+    tenant: str = Field(
+        default="",
+        max_length=63,
+        description="The tenant whose tasks may anchor it (empty: every task; middleware.tenancy).",
+    )
 
     @field_validator("id")
     @classmethod

@@ -36,6 +36,7 @@ from ..errors import PermissionDenied
 from ..failures import FailureType
 from ..router import RoutingDecision
 from ..tasks import TaskRecord, TaskStep
+from ..tenancy import split_key
 
 __all__ = [
     "POLICY_RECORD",
@@ -223,7 +224,7 @@ class PolicyGate:
         request = PolicyRequest(
             principal=PolicySubject(type="Person", id=person or "anonymous", attrs={"roles": sorted(roles)}),
             action="approve",
-            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={"name": agent.split("@")[0]}),
+            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={"name": split_key(agent)[1]}),
             context={**task_context(run, None), "step": str(run.pending.get("step", ""))},
         )
         verdict = await self._ask(audit, run, request, agent=agent)

@@ -224,6 +224,7 @@ class HumanDesk:
             criticality=run.goal.criticality if run.goal else "",
             tags=tags,
             client=run.client,
+            tenant=run.tenant,
             user_id=run.request.user_id,
             summary=str(pending.get("question") or pending.get("why") or run.reason)[:500],
             expires_at=datetime.fromisoformat(str(expires)) if expires else None,
@@ -239,6 +240,8 @@ class HumanDesk:
 
     def _route(self, esc: Escalation) -> None:
         for person in self.people.values():
+            if person.tenant != esc.tenant:  # a tenant's escalations reach its own people only
+                continue
             why = self._why(person, esc)
             if why:
                 esc.assignees.append(person.name)
@@ -367,7 +370,11 @@ class HumanDesk:
     # ------------------------------------------------------------------- inbox
     async def inbox(self, person: Person) -> list[Escalation]:
         """What waits for ``person``, oldest first (quarantined content removed unless allowed)."""
-        found = [e for e in await self.store.list_open() if person.name in e.assignees]
+        found = [
+            e
+            for e in await self.store.list_open()
+            if person.name in e.assignees and e.tenant == person.tenant
+        ]
         return [self.redact(e, person) for e in sorted(found, key=lambda e: e.created_at)]
 
     async def escalation(self, esc_id: str, person: Person) -> Escalation:
@@ -377,7 +384,7 @@ class HumanDesk:
             NotFound: no such escalation (or expired from the store).
         """
         esc = await self.store.get(esc_id)
-        if esc is None:
+        if esc is None or esc.tenant != person.tenant:  # another tenant's is not even named
             raise NotFound(f"no escalation {esc_id!r}")
         shown = self.redact(esc, person)
         if esc.held_message and not shown.pending.get("redacted") and self.post_office is not None:
@@ -622,6 +629,7 @@ class HumanDesk:
             "state": run.state.value,
             "text": run.request.text[:200],
             "client": run.client,
+            "tenant": run.tenant,
             "user_id": run.request.user_id,
             "goal_id": run.goal.id if run.goal else "",
             "pending": str(run.pending.get("kind", "")),

@@ -24,6 +24,7 @@ from ..jsonpath import JsonPath, JsonPathError
 from ..messaging.identity import token_hash
 from ..names import look_alike
 from ..smf import new_id, utcnow
+from ..tenancy import check_tenant, split_key
 
 __all__ = [
     "MESSAGE_SUBJECT",
@@ -61,7 +62,7 @@ class EscalationRoute(Model):
             (not self.kinds or esc.kind in self.kinds)
             and (not self.failure_types or esc.failure_type in {t.value for t in self.failure_types})
             and (not self.criticality or esc.criticality in self.criticality)
-            and (not self.agents or esc.agent.partition("@")[0] in self.agents)
+            and (not self.agents or split_key(esc.agent)[1] in self.agents)
             and (not self.tags or bool(set(self.tags) & set(esc.tags)))
         )
 
@@ -94,6 +95,11 @@ class Person(Model):
     routes: list[EscalationRoute] = Field(
         default_factory=list, description="Which escalations reach this person (besides role defaults)."
     )
+    tenant: str = Field(
+        default="",
+        description="The tenant whose escalations, tasks, contracts and audit records the person sees "
+        "(empty: none; middleware.tenancy).",
+    )
 
     @field_validator("name")
     @classmethod
@@ -101,6 +107,11 @@ class Person(Model):
         if not _NAME.match(v):
             raise ValueError("1-128 characters: letters, digits and _ . : - (not first)")
         return v
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_tenant(v)
 
     @field_validator("token_sha256")
     @classmethod
@@ -170,7 +181,7 @@ class ApprovalGate(Model):
 
     def applies(self, *, agent: str, action: str, goal: str, data: Any) -> str | None:
         """Why this gate holds the step (a sentence), or None when it does not apply."""
-        if self.agent and agent.partition("@")[0] != self.agent:
+        if self.agent and split_key(agent)[1] != self.agent:
             return None
         if self.action and action != self.action:
             return None
@@ -288,6 +299,7 @@ class Escalation(Model):
     criticality: str = ""
     tags: list[str] = Field(default_factory=list)
     client: str = Field(default="", description="The client that submitted the task.")
+    tenant: str = Field(default="", description="The task's tenant: only its people see the escalation.")
     user_id: str = ""
     summary: str = ""
     created_at: datetime = Field(default_factory=utcnow)

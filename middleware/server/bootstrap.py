@@ -172,7 +172,11 @@ async def build_post_office(
     )
     for agent in messaging.agents:
         await post_office.enroll(
-            agent.name, agent.public_key, agent.token_sha256, description=agent.description
+            agent.name,
+            agent.public_key,
+            agent.token_sha256,
+            description=agent.description,
+            tenant=agent.tenant,
         )
     return post_office
 

@@ -70,6 +70,7 @@ from ..messaging.registration import RegistrationQuota
 from ..messaging.webhooks import WebhookSettings
 from ..names import look_alike, reserved_prefix
 from ..people.model import HumansSettings
+from ..tenancy import check_tenant
 from .identity_settings import IdentitySettings
 from .protocol_settings import ProtocolSettings
 from .settings import (
@@ -292,6 +293,9 @@ class MessagingAgent(Model):
         description="Hex SHA-256 of the agent's bearer token (the token itself never goes in the file)."
     )
     receive_only: bool = Field(default=False, description="May never send (refused as a flow sender).")
+    tenant: str = Field(
+        default="", description="Its tenant: it reaches, and is found by, that tenant's agents only."
+    )
     handoff_reminder: str | None = Field(
         default=None, description="System note when a conversation is handed to it ({agent} = its name)."
     )
@@ -316,6 +320,11 @@ class MessagingAgent(Model):
         except InvalidInput as exc:
             raise ValueError(exc.problems[0].reason) from None
         return v
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_tenant(v)
 
     @field_validator("token_sha256")
     @classmethod

@@ -81,6 +81,13 @@ class Metrics:
         self.tasks = Counter(
             "agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=None
         )
+        self.tenant_tasks = Counter(
+            "agency_tenant_tasks_total",
+            "Tasks of a tenant finished, by tenant and final state (tasks without a tenant are only "
+            "in agency_tasks_total).",
+            ["tenant", "state"],
+            registry=None,
+        )
         self.routing = Counter(
             "agency_routing_decisions_total",
             "Routing decisions, by outcome (chosen|refused).",
@@ -221,6 +228,7 @@ class Metrics:
         # (``_Folded`` is the registry's collector for them) or when enough are waiting.
         self._folded = _Folded(
             self.tasks,
+            self.tenant_tasks,
             self.routing,
             self.failures,
             self.resolutions,
@@ -341,6 +349,9 @@ class Metrics:
         inc = self._folded.inc
         if kind == AuditEventType.TASK_COMPLETED:
             inc(self._child(self.tasks, outcome), 1)
+            actors = record["actors"] if isinstance(record, dict) else record.actors.model_dump()
+            if tenant := actors.get("tenant"):
+                inc(self._child(self.tenant_tasks, tenant, outcome), 1)
         elif kind == AuditEventType.ROUTING_DECISION:
             inc(self._child(self.routing, "chosen"), 1)
         elif kind == AuditEventType.ROUTING_REFUSED:

@@ -170,7 +170,8 @@ STATIC = "static-token-of-the-legacy-client-0001"
 async def governed_agency() -> Agency:
     agency = Agency()
     agent = ScriptedAgent({"sum": 3})
-    await agency.register({"name": "calc", "can_do": ["add"], "output_schema": {"type": "object"}}, agent)
+    calc = {"name": "calc", "can_do": ["add"], "output_schema": {"type": "object"}, "shared_with": ["*"]}
+    await agency.register(calc, agent)  # shared: the OIDC caller is of tenant acme, the legacy one of none
     return agency
 
 

@@ -50,7 +50,7 @@ async def test_replicas_share_sums_so_spending_on_one_stops_the_next_step_on_ano
         output={"ok": 1}, usage=[Usage(model="gpt-test", input_tokens=1000, output_tokens=500)]
     )
     for agency in replicas:
-        await agency.register({"name": "w", "can_do": ["work"]}, ScriptedAgent(reply))
+        await agency.register({"name": "w", "can_do": ["work"], "tenant": "acme"}, ScriptedAgent(reply))
 
     from middleware.access import Principal, Role, acting_as
 

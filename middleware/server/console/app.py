@@ -382,22 +382,24 @@ def build_app(
         if isinstance(person, Response):
             return person
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
-        return render(request, "tasks.html", rows=await _rows(state, q), state=state, q=q)
+        return render(request, "tasks.html", rows=await _rows(state, q, person), state=state, q=q)
 
-    async def _rows(state: str, q: str) -> list[dict[str, Any]]:
+    async def _rows(state: str, q: str, person: Person) -> list[dict[str, Any]]:
         rows = await desk.store.recent_tasks()
         return [
             r
             for r in rows
-            if (not state or r.get("state") == state)
+            if r.get("tenant", "") == person.tenant  # a person sees their own tenant's tasks only
+            and (not state or r.get("state") == state)
             and (not q or q.lower() in f"{r.get('task_id')} {r.get('text')} {r.get('client')}".lower())
         ]
 
     async def tasks_json(request: Request) -> Response:
-        if await _person(request) is None:
+        person = await _person(request)
+        if person is None:
             return JSONResponse({"error": "sign in"}, status_code=401)
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
-        return JSONResponse({"tasks": await _rows(state, q)})
+        return JSONResponse({"tasks": await _rows(state, q, person)})
 
     async def task(request: Request) -> Response:
         person = await _signed_in(request)
@@ -405,6 +407,8 @@ def build_app(
             return person
         task_id = request.path_params["task_id"]
         try:
+            if (await agency.tasks.get(task_id)).tenant != person.tenant:  # not even named
+                raise NotFound(f"no task {task_id!r}")
             outcome = await agency.get_task(task_id)
         except AgencyError as exc:
             return render(request, "error.html", _STATUS.get(exc.reason, 400), error=exc.message)
@@ -425,7 +429,7 @@ def build_app(
         person = await _signed_in(request)
         if isinstance(person, Response):
             return person
-        return render(request, "contracts.html", rows=await contract_rows(agency))
+        return render(request, "contracts.html", rows=await contract_rows(agency, tenant=person.tenant))
 
     async def audit(request: Request) -> Response:
         person = await _signed_in(request)
@@ -473,7 +477,9 @@ def build_app(
         try:
             fmt = ExportFormat(params.get("format", "jsonl"))
             flt = ExportFilter(
-                since=_when(params.get("since", ""), "since"), until=_when(params.get("until", ""), "until")
+                since=_when(params.get("since", ""), "since"),
+                until=_when(params.get("until", ""), "until"),
+                tenant=person.tenant or None,  # a tenant's person exports that tenant's records only
             )
         except ValueError:
             return render(

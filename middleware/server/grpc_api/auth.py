@@ -25,6 +25,7 @@ import grpc
 
 from ...access import Permission, Principal, acting_as, authorize
 from ...errors import AgencyError, PermissionDenied, Unauthenticated, Unavailable
+from ...tenancy import split_key
 from ..identity import Identities
 from .decode import is_malformed
 from .status import rpc, rpc_stream
@@ -48,7 +49,7 @@ def _contract(request: Any) -> tuple[str, str]:
 
 def _key(request: Any) -> tuple[str, str]:
     key: str = request.key
-    return key.partition("@")[0], key  # name@version: names have no '@'
+    return split_key(key)[1], key  # [tenant/]name@version: names have no '@' nor '/'
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,8 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "side_effect_free": pb.side_effect_free,
         "data_classes": list(pb.data_classes),
         "restore_personal_data": pb.restore_personal_data,
+        "tenant": pb.tenant,
+        "shared_with": list(pb.shared_with),
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -190,6 +192,8 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         side_effect_free=c.side_effect_free,
         data_classes=c.data_classes,
         restore_personal_data=c.restore_personal_data,
+        tenant=c.tenant,
+        shared_with=c.shared_with,
     )
 
 

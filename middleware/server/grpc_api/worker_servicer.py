@@ -76,6 +76,8 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
         self, request: worker_pb2.InvokeRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.InvokeResponse:
         hosted = self._agents.get(request.contract_key)
+        if hosted is None:  # a tenant's gateway key (tenant/name@version) of the contract served here
+            hosted = self._agents.get(request.contract_key.rpartition("/")[2])
         if hosted is None:
             served = ", ".join(sorted(self._agents)) or "nothing"
             raise NotFound(f"this worker does not serve {request.contract_key!r} (it serves {served})")

@@ -130,7 +130,9 @@ async def gateway_card(agency: Agency, url: str, *, auth: bool, name: str = "Age
     """
     actions: dict[str, dict[str, Any]] = {}
     for entry in sorted(await agency.catalog.all(), key=lambda e: e.key):
-        if entry.stale:
+        # the card is public: a tenant's agents are never listed on it (only those without a
+        # tenant, and those shared with every tenant)
+        if entry.stale or not entry.contract.routable_for(""):
             continue
         contract = entry.contract
         for action in contract.can_do:
@@ -379,7 +381,10 @@ class GovernedExecutor(AgentExecutor):
             )
         )
         client = principal.name if principal is not None else ""
-        outcome = await self._follow(task_id, self.agency.submit(request, client=client), updater)
+        tenant = principal.tenant if principal is not None else ""
+        outcome = await self._follow(
+            task_id, self.agency.submit(request, client=client, tenant=tenant), updater
+        )
         if outcome is not None:
             await _report(outcome, updater)
 

@@ -97,11 +97,12 @@ def tool_name(action: str) -> str:
     return _TOOL_NAME.sub("_", action)
 
 
-async def governed_tools(agency: Agency) -> tuple[list[types.Tool], dict[str, str]]:
-    """The tools of ``agency``'s catalog now, and ``{tool name: action}``."""
+async def governed_tools(agency: Agency, tenant: str = "") -> tuple[list[types.Tool], dict[str, str]]:
+    """The tools of ``agency``'s catalog now, and ``{tool name: action}``: the contracts a task
+    of ``tenant`` may be routed to (its own and those shared with it)."""
     by_action: dict[str, list[CapabilityContract]] = {}
     for entry in sorted(await agency.catalog.all(), key=lambda e: e.key):
-        if not entry.stale:
+        if not entry.stale and entry.contract.routable_for(tenant):
             for action in entry.contract.can_do:
                 by_action.setdefault(action, []).append(entry.contract)
     tools = [
@@ -262,7 +263,8 @@ def build_mcp_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools, _ = await governed_tools(agency)
+        principal = await principal_of(ctx)
+        tools, _ = await governed_tools(agency, principal.tenant if principal is not None else "")
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(
@@ -293,7 +295,7 @@ def build_mcp_server(
                 governance.update(arguments)
                 data: dict[str, Any] = {}
             else:
-                _, actions = await governed_tools(agency)
+                _, actions = await governed_tools(agency, principal.tenant if principal is not None else "")
                 action = actions.get(params.name)
                 if action is None:  # a protocol error, not a tool's failure (MCP 2025-11-25: -32602)
                     unknown = InvalidInput.single(
@@ -308,7 +310,8 @@ def build_mcp_server(
             request = task_request(
                 text, governance, data=data, source=f"mcp:{client or 'anonymous'}", where="arguments"
             )
-            outcome = await agency.submit(request, client=client)
+            tenant = principal.tenant if principal is not None else ""
+            outcome = await agency.submit(request, client=client, tenant=tenant)
             return _result(await _elicit(ctx, agency, outcome, principal))
         except (Unauthenticated, Unavailable) as exc:
             return _error(exc)
