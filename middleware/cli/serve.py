@@ -77,9 +77,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--auth-tokens",
         type=Path,
-        help="token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line; ROLE client, agent or admin, default "
-        "agent): require a bearer token on every call; catalog writes need an agent token named after "
-        "the contract, or admin",
+        help="token file ('CLIENT_NAME SHA256_HEX [ROLE [TENANT]]' per line; ROLE client, agent, auditor "
+        "or admin, default agent; TENANT: the client's tenant): require a bearer token on every call; "
+        "catalog writes need an agent token named after the contract, or admin",
     )
     p.add_argument(
         "--reuse-port",
