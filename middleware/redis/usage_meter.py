@@ -22,6 +22,23 @@ __all__ = ["RedisUsageMeter"]
 
 _DAY = 86_400
 
+# KEYS: one entity's period hashes (one hash tag: one slot). ARGV: in, out, micros, then a TTL
+# per key (0: none). Returns the new in, out, micros of each key, flat.
+_ADD = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = redis.call('HINCRBY', key, 'in', ARGV[1])
+  local b = redis.call('HINCRBY', key, 'out', ARGV[2])
+  local c = redis.call('HINCRBY', key, 'micros', ARGV[3])
+  local ttl = tonumber(ARGV[3 + i])
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  out[#out + 1] = a
+  out[#out + 1] = b
+  out[#out + 1] = c
+end
+return out
+"""
+
 
 def _ttl(period: str) -> int | None:
     if period == "total":
@@ -51,6 +68,7 @@ class RedisUsageMeter:
         self._prefix = prefix
         self.on_redis_error = on_redis_error
         self._owns_client = owns_client
+        self._add = client.register_script(_ADD)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisUsageMeter:
@@ -63,23 +81,22 @@ class RedisUsageMeter:
     async def add(
         self, counters: Sequence[Counter], *, input_tokens: int, output_tokens: int, cost_micros: int
     ) -> list[Spend]:
-        # one pipeline, not a transaction: the keys live in different slots of a cluster
+        # one script per entity (its period hashes share a hash tag, so a cluster slot), all of
+        # them in one pipeline: one round trip, and a handful of commands instead of 4 per counter
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, c in enumerate(counters):
+            groups.setdefault((c.scope, c.name), []).append(i)
         pipe = self._r.pipeline(transaction=False)
-        for c in counters:
-            key = self.key(c)
-            pipe.hincrby(key, "in", input_tokens)
-            pipe.hincrby(key, "out", output_tokens)
-            pipe.hincrby(key, "micros", cost_micros)
-            if (ttl := _ttl(c.period)) is not None:
-                pipe.expire(key, ttl)
-        got = await pipe.execute()
-        out = []
-        i = 0
-        for c in counters:
-            step = 4 if _ttl(c.period) is not None else 3
-            out.append(Spend(int(got[i]), int(got[i + 1]), int(got[i + 2])))
-            i += step
-        return out
+        for indexes in groups.values():
+            keys = [self.key(counters[i]) for i in indexes]
+            ttls = [_ttl(counters[i].period) or 0 for i in indexes]
+            await self._add(keys=keys, args=[input_tokens, output_tokens, cost_micros, *ttls], client=pipe)
+        results = await pipe.execute()
+        out: list[Spend | None] = [None] * len(counters)
+        for indexes, got in zip(groups.values(), results, strict=True):
+            for j, i in enumerate(indexes):
+                out[i] = Spend(int(got[3 * j]), int(got[3 * j + 1]), int(got[3 * j + 2]))
+        return [s for s in out if s is not None]
 
     @redis_operation("usage.get")
     async def get(self, counters: Sequence[Counter]) -> list[Spend]:
