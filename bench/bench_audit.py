@@ -37,7 +37,17 @@ from middleware.audit.checkpoint import Signer
 from middleware.audit.export import export
 from middleware.audit.merkle import MerkleTree
 from middleware.audit.record import AuditRecord, PlainRecord, canonical_json, plain_record
-from middleware.audit.segment import CHECKPOINT, EVENT, SEAL, SEGMENT, ZERO_HASH, SegmentName, encode_frame
+from middleware.audit.segment import (
+    CHECKPOINT,
+    SEAL,
+    SEGMENT,
+    ZERO_HASH,
+    ChainState,
+    SegmentName,
+    encode_batch,
+    encode_events,
+    encode_frame,
+)
 from middleware.audit.segment_pool import default_workers
 from middleware.audit.verify import verify_path
 from middleware.audit.wal import VKEY_FILE, WalAuditLog, WalOptions, origin_for
@@ -213,6 +223,130 @@ def _raw_rate(path: Path, seconds: float, size: int, per_sync: int = APPENDERS) 
     return n / elapsed
 
 
+SYNTHETIC_BATCH = 50  # divides the checkpoint interval (1,000)
+
+
+def signing_cost(batch: int, rounds: int = 400) -> tuple[float, float]:
+    """CPU µs per record to frame a batch of ``batch`` records with its signed commit frame,
+    and without one (the frames alone), best of 5."""
+    payloads = [_record().canonical() for _ in range(batch)]
+    state = ChainState(origin="agency-middleware/audit/bench")
+
+    def signed() -> None:
+        encode_batch(1, 0, 0, ZERO_HASH, payloads, state=state, sign=SIGNER.sign_bytes)
+
+    def unsigned() -> None:
+        encode_events(1, 0, 0, ZERO_HASH, payloads)
+
+    out = []
+    for fn in (signed, unsigned):
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.process_time()
+            for _ in range(rounds):
+                fn()
+            best = min(best, time.process_time() - t0)
+        out.append(best / rounds / batch * 1e6)
+    return out[0], out[1]
+
+
+async def bytes_per_task(directory: Path, rounds: int) -> tuple[int, int, int]:
+    """Run the demo's six scenarios ``rounds`` times into one log; (tasks, plain bytes, bytes on disk)."""
+    from middleware import Agency
+    from middleware.cli.demo import _scenarios
+    from middleware.demo import build_demo_agency, demo_config
+
+    audit = WalAuditLog(directory, "demo", signer=SIGNER, options=WalOptions(segment_bytes=4 << 20))
+    agency = await build_demo_agency(Agency(audit=audit, config=demo_config()))
+    tasks = 0
+    try:
+        for _ in range(rounds):
+            for _, request, _ in _scenarios():
+                await agency.submit(request, client="demo-app")
+                tasks += 1
+        plain = audit.size and sum(
+            len(frame.payload) + 72 + (-(72 + len(frame.payload)) % 8) for frame in audit._iter_frames()
+        )
+    finally:
+        await agency.close()
+    on_disk = sum(p.stat().st_size for p in (directory / "demo").glob("*.wal*"))
+    return tasks, plain, on_disk
+
+
+def ship_figures(work: Path, count: int, batch: int) -> None:
+    """Shipping throughput and lag against a real rsyslogd (TCP, CEF), as ``agency audit ship`` runs."""
+    import socket
+    import subprocess
+
+    from middleware.audit.ship import Cursor, Shipper, SyslogTarget
+
+    rsyslogd = shutil.which("rsyslogd") or "/usr/sbin/rsyslogd"
+    if not os.path.exists(rsyslogd):
+        print("\nshipping: rsyslogd not installed, skipped")
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    coll = work / "collector"
+    coll.mkdir()
+    (coll / "rsyslog.conf").write_text(
+        f'global(workDirectory="{coll}")\nmain_queue(queue.type="Direct")\nmodule(load="imtcp")\n'
+        'template(name="line" type="string" string="%msg%\\n")\n'
+        f'ruleset(name="r") {{ action(type="omfile" file="{coll}/out.log" template="line") }}\n'
+        f'input(type="imtcp" port="{port}" ruleset="r")\n'
+    )
+    proc = subprocess.Popen([rsyslogd, "-n", "-f", str(coll / "rsyslog.conf"), "-i", str(coll / "pid")])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        root = work / "ship-log"
+        write_synthetic_log(root, "bench", count)
+        target = SyslogTarget(f"tcp://127.0.0.1:{port}")
+        shipper = Shipper(
+            root,
+            target,
+            "cef",
+            Cursor(work / "ship-state"),
+            batch=batch,
+            verifier_for=lambda n: SIGNER.verifier(),
+        )
+        t0 = time.perf_counter()
+        shipped = shipper.run_once()
+        took = time.perf_counter() - t0
+        print(f"\nshipping to rsyslogd (imtcp, CEF, rounds of {batch}): {shipped:,} records in {took:.2f}s = "
+              f"{shipped / took:,.0f} records/s (verification of the log included)")  # fmt: skip
+
+        async def live() -> list[int]:
+            log = WalAuditLog(work / "live", "bench", signer=SIGNER)
+            follower = Shipper(work / "live", target, "cef", Cursor(work / "live-state"), batch=batch,
+                               verifier_for=lambda n: SIGNER.verifier())  # fmt: skip
+            stop = threading.Event()
+            thread = threading.Thread(target=follower.follow, args=(stop,), kwargs={"interval": 0.05})
+            thread.start()
+            for _ in range(200):  # ~100 records/s, 10 per batch
+                await log.append_batch([_plain() for _ in range(10)])
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(1)
+            stop.set()
+            await asyncio.to_thread(thread.join)
+            await log.close()
+            return follower.lags_ns
+
+        lags = sorted(asyncio.run(live()))
+        if lags:
+            p50, p99 = lags[len(lags) // 2] / 1e6, lags[int(len(lags) * 0.99)] / 1e6
+            print(f"shipping lag (append -> collector confirmed the round; follow interval 50 ms), "
+                  f"{len(lags):,} records: p50 {p50:.0f} ms, p99 {p99:.0f} ms")  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
 def write_synthetic_log(root: Path, node: str, count: int, *, segment_bytes: int = 64 << 20) -> None:
     """Write an N-event log in the WAL format quickly (no per-record fsync), checkpoint every 1000."""
     directory = root / node
@@ -234,13 +368,20 @@ def write_synthetic_log(root: Path, node: str, count: int, *, segment_bytes: int
 
     fh, offset = new_segment()
     parts: list[bytes] = []
-    for i in range(count):
-        base["detail"] = {"i": i}
-        frame, leaf, chain = encode_frame(EVENT, size + 1, 0, ts + i, chain, canonical_json(base))
-        size += 1
-        tree.append(leaf)
-        parts.append(frame)
-        offset += len(frame)
+    state = ChainState(origin=origin)
+    for i in range(0, count, SYNTHETIC_BATCH):  # batches as a loaded gateway writes them
+        payloads = []
+        for k in range(i, min(i + SYNTHETIC_BATCH, count)):
+            base["detail"] = {"i": k}
+            payloads.append(canonical_json(base))
+        frames, leaves, chain = encode_batch(
+            size + 1, 0, ts + i, chain, payloads, state=state, sign=SIGNER.sign_bytes
+        )
+        size += len(payloads)
+        tree.extend(leaves)
+        parts.append(frames)
+        offset += len(frames)
+        i += len(payloads) - 1
         if size % 1000 == 0 or i == count - 1:
             cp = SIGNER.sign(origin, size, tree.root())
             frame, _, chain = encode_frame(CHECKPOINT, size, 0, ts + i, chain, cp.note.encode())
@@ -272,6 +413,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=BATCH, help="records per append_batch")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of the append benchmarks")
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each append measurement")
+    ap.add_argument(
+        "--demo-rounds", type=int, default=20, help="rounds of the demo's six tasks for bytes per task"
+    )
+    ap.add_argument("--only", choices=["signing", "size", "ship"], help="run only this measurement")
+    ap.add_argument("--ship-records", type=int, default=100_000, help="records shipped for the throughput")
     args = ap.parse_args()
     work = args.dir
     PRODUCERS, BATCH = args.producers, args.batch
@@ -283,6 +429,25 @@ def main() -> None:
         f"{BATCH} records  single appends: {APPENDERS} appenders"
     )
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    print("\nsigned commit frames (CPU per record to frame a batch, with its signature / without):")
+    for n in (1, 12, 64, 128):
+        with_sig, without = signing_cost(n)
+        added = with_sig - without
+        print(f"  batch of {n:>3}: {with_sig:7.2f} µs / {without:5.2f} µs  -> signing adds {added:.2f} µs")
+    if args.only == "signing":
+        return
+    if args.only == "ship":
+        ship_figures(work, args.ship_records, 1000)
+        return
+    tasks, plain, on_disk = asyncio.run(bytes_per_task(work / "demo", args.demo_rounds))
+    print(
+        f"\nthe demo's tasks x {args.demo_rounds}: {tasks} tasks, {plain / tasks:,.0f} bytes per task "
+        f"in frames, {on_disk / tasks:,.0f} bytes per task on disk (sealed segments compressed; "
+        "target <= 2,048)"
+    )
+    if args.only == "size":
+        return
+    ship_figures(work, args.ship_records, 1000)
     wal, single, sqlite, raw, raw_same, floor, per_sync = [], [], [], [], [], [], []
     try:
         for r in range(args.rounds):
@@ -338,13 +503,15 @@ def main() -> None:
         write_synthetic_log(root, "bench", args.records)
         print(f"\nwrote a {args.records:,}-record log in {time.perf_counter() - t0:.1f}s "
               f"({sum(p.stat().st_size for p in (root / 'bench').iterdir()) / 1e6:.0f} MB)")  # fmt: skip
-        for workers in (1, None):  # checked in this process, then in one worker per CPU
+        for workers, records in ((1, False), (1, True), (None, True)):  # the baseline first
             t0 = time.perf_counter()
-            log = WalAuditLog(root, "bench", signer=SIGNER, options=WalOptions(recovery_workers=workers))
+            opts = WalOptions(recovery_workers=workers, check_records=records, compress_sealed=False)
+            log = WalAuditLog(root, "bench", signer=SIGNER, options=opts)
             recovery = time.perf_counter() - t0
             assert log.size == args.records, log.size
             asyncio.run(log.close())
             how = "in one process" if workers == 1 else f"with {default_workers()} workers (default)"
+            how += ", records checked" if records else ", records not checked (baseline)"
             print(
                 f"recovery (open + verify) of {args.records:,} records {how}: {recovery:.2f}s  (target < 5 s)"
             )

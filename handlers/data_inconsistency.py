@@ -1,7 +1,7 @@
 """DATA_INCONSISTENCY: two sources disagree on the same fact.
 
-Trigger: an output states a fact (a top-level field) that an earlier step or the request stated with
-    another value (e.g. price 100 vs 120).
+Trigger: an output states a fact (a scalar field at any depth) that the request, the task's context or
+    an earlier step stated with another value (e.g. price 100 vs 120).
 Default resolution: Return the conflict with both values and their provenance, never merged
     silently; the task waits for the user's choice.
 Configurable instead (``FailurePolicy.resolution``): use_backup (an arbitration agent),
@@ -9,6 +9,8 @@ Configurable instead (``FailurePolicy.resolution``): use_backup (an arbitration 
 """
 
 from __future__ import annotations
+
+import json
 
 from middleware.failures import FailureEvent, FailurePolicy, FailureType, Resolution, ResolutionKind
 
@@ -23,7 +25,8 @@ def handle(event: FailureEvent, policy: FailurePolicy) -> Resolution:
     options = [
         {
             "id": f"value_{i}",
-            "label": f"{v.get('value')!r} from {v.get('source', '?')}",
+            "label": f"{json.dumps(v.get('value'), ensure_ascii=False)} from {v.get('source', '?')}"
+            + (f" (at {v['path']} of step {v.get('step', '?')})" if v.get("path") else ""),
             "value": v.get("value"),
         }
         for i, v in enumerate(conflict.get("values") or [], start=1)

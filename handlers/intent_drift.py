@@ -1,9 +1,11 @@
 """INTENT_DRIFT: an answer that no longer serves the user's goal.
 
-Trigger: the result's ``intention_trace`` is deeper than ``MAX_INTENTION_DEPTH`` (5) or repeats a
-    goal id; or the answer is outside the goal's ``intention_scope`` (a step action, agent tags or
-    output fields the goal is not about: a freight quote for a replacement goal), as the intent
-    judges decide (``middleware.drift``: rules by default, optionally a LangChain chat model).
+Trigger: at routing, before dispatch, the step's action (or every agent that could take it) is
+    outside the goal's ``intention_scope`` (a freight quote for a replacement goal: nothing runs);
+    the result's ``intention_trace`` is deeper than ``MAX_INTENTION_DEPTH`` (5), repeats a goal id
+    or does not start at the task's goal; or the answer is outside the scope (output fields the
+    goal is not about), as the intent judges decide (``middleware.drift``: rules by default,
+    optionally a LangChain chat model).
 Default resolution: Stop the drifting branch and escalate to a human to re-anchor the goal.
 Configurable instead (``FailurePolicy.resolution``): abort.
 """

@@ -116,6 +116,13 @@ class CapabilityContract(Model):
         "a remote agent keeps the dispatch barrier. The declarer's word, not checked "
         "(docs/audit-log.md, the write-ahead promise).",
     )
+    facts: list[str] = Field(
+        default_factory=list,
+        max_length=100,
+        description="The fields of its answers (names, found at any depth) that are facts the task "
+        "keeps consistent: each is compared with what the request, the task's context and earlier "
+        "steps state (else DATA_INCONSISTENCY). Empty: every scalar field of its answers.",
+    )
 
     data_classes: list[str] = Field(
         default_factory=list,
@@ -193,6 +200,18 @@ class CapabilityContract(Model):
     @classmethod
     def _constraint_labels(cls, v: list[str], info: ValidationInfo) -> list[str]:
         return _labels(v, info.field_name or "labels")
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, v: list[str]) -> list[str]:
+        out: list[str] = []
+        for i, name in enumerate(v):
+            name = name.strip()
+            if not name or len(name) > 128:
+                raise ValueError(f"facts[{i}]: a field name of 1..128 characters")
+            if name not in out:
+                out.append(name)
+        return out
 
     @field_validator("input_schema", "output_schema")
     @classmethod

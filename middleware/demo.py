@@ -38,6 +38,7 @@ from .agency_config import AgencyConfig
 from .agents import AgentReply, AgentRequest
 from .contracts import CapabilityContract
 from .goals import GoalAssertion, GoalStage, IntentionScope
+from .goals.dates import add_period
 from .intake import detect_language
 from .pipeline import Agency
 from .reliability import ReliabilityConfig
@@ -351,18 +352,20 @@ def _warranty(request: AgentRequest, today: date) -> AgentReply:
     known = order.get("purchase_date") or data.get("purchase_date")
     purchase = date.fromisoformat(known) if known else today
     months = _months_between(purchase, today)
+    coverage_end = add_period(purchase, 12, "months")  # the goal's calendar (middleware.goals.dates)
+    in_warranty = today <= coverage_end
     accidental = bool(data.get("accidental", False))
-    covered = months <= 12 and not accidental and data.get("fault_type") == "screen_shattered"
+    covered = in_warranty and not accidental and data.get("fault_type") == "screen_shattered"
     return AgentReply(
         output={
-            "in_warranty": months <= 12,
+            "in_warranty": in_warranty,
             "eligible": covered,
             "months_since_purchase": months,
             "purchase_date": purchase.isoformat(),
             "fault_type": data.get("fault_type", "unknown"),
             "accidental": accidental,
             "fee": 0 if covered else 599,
-            "coverage_end": (purchase + timedelta(days=365)).isoformat(),
+            "coverage_end": coverage_end.isoformat(),
             "model": data["device_model"],
         },
         confidence_score=0.96,

@@ -7,11 +7,13 @@ hands the result to :class:`Detectors`, which runs, in this order:
    pluggable :class:`PolicyClassifier`. A violating output is blocked: it is not
    stored, not audited in clear (only its SHA-256), and never reaches the user or
    the next agent.
-2. **INTENT_DRIFT** – the result's intention trace is deeper than 5 or has a cycle.
+2. **INTENT_DRIFT** – the result's intention trace is deeper than 5, has a cycle, or does
+   not start at the task's goal (seed 003 §5.3: a trace must lead back to the user's goal).
 3. **STALE_DATA** – the result is older than its ``freshness_ttl``.
-4. **DATA_INCONSISTENCY** – the output states a fact (a top-level scalar field)
-   that the request or an earlier step stated with another value; the conflict
-   carries both values and their provenance.
+4. **DATA_INCONSISTENCY** – the output states a fact (a scalar field at any depth,
+   :mod:`middleware.facts`) that the request, the task's context or an earlier step
+   stated with another value; the conflict names the field and its path in each
+   source, and carries every value with its provenance.
 5. **CONTEXT_AMBIGUITY** – the output hedges ("可能", "大概", "probably", "maybe" …,
    configurable) *and* the confidence is below 0.7.
 
@@ -33,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import Field, field_validator
 
 from ._model import Model
+from .facts import Fact, facts_of, same_value
 from .failures import FailureType
 from .goals import text_of
 from .smf import Provenance, SMFMessage, utcnow
@@ -96,7 +99,9 @@ class DetectorConfig(Model):
     )
     policy: PolicyRules = Field(default_factory=PolicyRules)
     fact_keys: list[str] | None = Field(
-        default=None, description="Fields compared across sources; None = every top-level scalar field."
+        default=None,
+        description="Fields compared across sources; None = every scalar field, at any depth (a "
+        "contract's own ``facts`` narrow its answers further).",
     )
     ignore_fact_keys: list[str] = Field(default_factory=list, description="Fields never compared.")
     check_freshness: bool = True
@@ -138,6 +143,10 @@ class AgentResult:
     output: Any
     message: SMFMessage
     earlier: Sequence[SourcedOutput] = field(default_factory=tuple)
+    facts: Sequence[str] = field(default_factory=tuple)
+    """The fields the agent's contract declares as facts (empty: every field)."""
+    goal_id: str = ""
+    """The task's goal (empty: none): the root every answer's intention trace must start at."""
 
 
 class Detection(Model):
@@ -233,14 +242,23 @@ class Detectors:
     def _intent(self, result: AgentResult) -> Detection | None:
         if not self.config.check_intent:
             return None
+        trace = result.message.metadata.intention_trace
         why = result.message.intention_drift()
-        if why is None:
-            return None
-        return Detection(
-            type=FailureType.INTENT_DRIFT,
-            detail=f"{result.agent}: {why}",
-            context={"intention_trace": result.message.metadata.intention_trace},
-        )
+        if why is not None:
+            return Detection(
+                type=FailureType.INTENT_DRIFT,
+                detail=f"{result.agent}: {why}",
+                context={"intention_trace": trace},
+            )
+        if result.goal_id and trace[0] != result.goal_id:
+            return Detection(
+                type=FailureType.INTENT_DRIFT,
+                detail=f"{result.agent}: its intention trace starts at {trace[0]}, not at the task's goal "
+                f"{result.goal_id}",
+                context={"intention_trace": trace, "expected_root": result.goal_id},
+                hold_output=True,
+            )
+        return None
 
     def _stale(self, result: AgentResult) -> Detection | None:
         if not self.config.check_freshness:
@@ -257,40 +275,42 @@ class Detectors:
         )
 
     def _consistency(self, result: AgentResult) -> Detection | None:
-        if not self.config.check_consistency or not isinstance(result.output, dict):
+        if not self.config.check_consistency or not isinstance(result.output, (dict, list)):
             return None
-        mine = self._facts(result.output)
-        for earlier in result.earlier:
-            if not isinstance(earlier.output, dict):
+        only = set(self.config.fact_keys) if self.config.fact_keys is not None else None
+        if result.facts:
+            only = set(result.facts) if only is None else only & set(result.facts)
+        ignore = set(self.config.ignore_fact_keys)
+        mine = facts_of(result.output, only=only, ignore=ignore)
+        if not mine:
+            return None
+        known = [(e, facts_of(e.output, only=set(mine), ignore=ignore)) for e in result.earlier]
+        for name, fact in mine.items():
+            values: list[dict[str, Any]] = []
+            for earlier, theirs in known:
+                held = theirs.get(name)
+                if held is None or same_value(held.value, fact.value):
+                    continue
+                if any(same_value(v["value"], held.value) for v in values):
+                    continue  # one option per value: its first source
+                values.append(_sourced(held, earlier.provenance, earlier.step, earlier.agent))
+            if not values:
                 continue
-            theirs = self._facts(earlier.output)
-            for key, value in mine.items():
-                if key in theirs and not _same(value, theirs[key]):
-                    source = result.message.metadata.provenance
-                    conflict = {
-                        "fact": key,
-                        "values": [
-                            _sourced(theirs[key], earlier.provenance, earlier.step, earlier.agent),
-                            _sourced(value, source, result.step, result.agent),
-                        ],
-                    }
-                    return Detection(
-                        type=FailureType.DATA_INCONSISTENCY,
-                        detail=f"{key}: {earlier.provenance.source} says {_show(theirs[key])}, "
-                        f"{source.source} says {_show(value)}",
-                        context={"conflict": conflict},
-                        hold_output=True,
-                    )
+            source = result.message.metadata.provenance
+            values.append(_sourced(fact, source, result.step, result.agent))
+            said = ", ".join(
+                f"{v['source']} says {_show(v['value'])} at {v['path']} ({_where(v)})" for v in values[:-1]
+            )
+            return Detection(
+                type=FailureType.DATA_INCONSISTENCY,
+                detail=f"{name} ({fact.path} of {result.agent}): {said}; "
+                f"{source.source} says {_show(fact.value)}",
+                context={
+                    "conflict": {"fact": name, "path": fact.path, "keys": list(fact.keys), "values": values}
+                },
+                hold_output=True,
+            )
         return None
-
-    def _facts(self, output: dict[str, Any]) -> dict[str, Any]:
-        keys = self.config.fact_keys
-        ignored = set(self.config.ignore_fact_keys)
-        return {
-            k: v
-            for k, v in output.items()
-            if isinstance(v, (str, int, float, bool)) and k not in ignored and (keys is None or k in keys)
-        }
 
     def _ambiguity(self, result: AgentResult, text: str) -> Detection | None:
         confidence = result.message.metadata.confidence_score
@@ -334,24 +354,21 @@ def _clarification(result: AgentResult, text: str, confidence: float) -> tuple[s
     )
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip().casefold() == b.strip().casefold()
-    return bool(a == b)
-
-
-def _sourced(value: Any, provenance: Provenance, step: str, agent: str) -> dict[str, Any]:
+def _sourced(fact: Fact, provenance: Provenance, step: str, agent: str) -> dict[str, Any]:
     return {
-        "value": value,
+        "value": fact.value,
+        "path": fact.path,
         "source": provenance.source,
         "reliability_score": provenance.reliability_score,
         "step": step,
         "agent": agent,
     }
+
+
+def _where(value: dict[str, Any]) -> str:
+    """Which part of the task a value came from: the request, the context, or a step."""
+    step = value["step"]
+    return step if step in ("request", "context") else f"step {step}"
 
 
 def _show(value: Any) -> str:

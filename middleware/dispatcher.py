@@ -23,7 +23,7 @@ from .catalog import Catalog
 from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import AgentResult, Detectors, SourcedOutput
-from .drift import Answer, IntentJudge, RuleBasedIntentJudge, judge_all
+from .drift import Answer, DriftFinding, IntentJudge, RuleBasedIntentJudge, judge_all, out_of_scope
 from .errors import (
     AgencyError,
     AgentFailure,
@@ -35,6 +35,7 @@ from .errors import (
 )
 from .executor import StepCursor
 from .failures import FailureType
+from .goals import GoalAssertion, GoalStore
 from .guards.content_guard import GUARD_RECORD, ContentGuard
 from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
@@ -99,10 +100,12 @@ class Dispatcher:
         max_output_bytes: int | None = None,
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
+        goals: GoalStore | None = None,
         metering: Metering | None = None,
     ) -> None:
         self._guard = guard
         self._policy = policy
+        self._goals = goals
         self._metering = metering
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
@@ -157,8 +160,49 @@ class Dispatcher:
             unfiltered = await self._router.decide(constraints, tenant=tenant)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
-                return unfiltered
-        return decision
+                decision = unfiltered
+        return await self._within_scope(run, step, decision)
+
+    async def _within_scope(
+        self, run: TaskRecord, step: TaskStep, decision: RoutingDecision
+    ) -> RoutingDecision:
+        """``decision`` without the agents outside the goal's intention scope (rejected with
+        constraint ``intention_scope``): what is out of scope is never dispatched, nor used as a
+        backup. When none is left the decision is refused: :meth:`scope_drift` says why."""
+        goal = run.goal
+        if goal is None or goal.intention_scope is None or decision.refused:
+            return decision
+        refused: dict[str, tuple[str, str]] = {}
+        for key in (decision.chosen, *decision.fallbacks):
+            found = await self._out_of_scope(goal, step, decision.constraints.action, key)
+            if found is not None:
+                refused[key] = ("intention_scope", found.reason)
+        return self._router.restrict(decision, refused)
+
+    async def _out_of_scope(
+        self, goal: GoalAssertion, step: TaskStep, action: str, key: str
+    ) -> DriftFinding | None:
+        try:
+            contract = (await self._catalog.get(key)).contract
+        except NotFound:
+            return None  # gone: the dispatch finds out (TOOL_UNAVAILABLE)
+        return out_of_scope(
+            goal, action=action, agent=key, tags=contract.tags, can_do=contract.can_do, step=step.name
+        )
+
+    async def scope_drift(
+        self, run: TaskRecord, step: TaskStep, decision: RoutingDecision
+    ) -> DriftFinding | None:
+        """Why a refused ``decision`` was refused for the goal's intention scope (every agent that
+        fit the contracts is outside it), or None when it was refused for anything else."""
+        if run.goal is None or not decision.refused:
+            return None
+        for rejection in decision.rejected:
+            if rejection.constraint == "intention_scope":
+                found = await self._out_of_scope(run.goal, step, decision.constraints.action, rejection.agent)
+                if found is not None:
+                    return found
+        return None
 
     async def _contract_of(self, key: str) -> CapabilityContract:
         return (await self._catalog.get(key)).contract
@@ -282,8 +326,15 @@ class Dispatcher:
                         what=f"answer of {key}",
                     )
                 intake = Intake.parse(reply.output, what=f"intake of {key}") if anchors else None
-                if intake is not None and intake.goal_id and reply.intention_trace is None:
-                    # the answer serves the goal it anchors
+                if intake is not None and intake.goal_id and run.goal is None:
+                    self._check_goal(key, intake.goal_id)
+                if (
+                    intake is not None
+                    and intake.goal_id
+                    and reply.intention_trace is None
+                    and run.goal is None
+                ):
+                    # the answer serves the goal it anchors (a goal the client anchored stays)
                     reply = reply.model_copy(update={"intention_trace": [intake.goal_id]})
                 reliability = self._reliability(run, key, reply)
                 result = envelope(
@@ -306,7 +357,16 @@ class Dispatcher:
             await self._circuit(run, key, reached)
         elapsed = (time.perf_counter() - started) * 1000
         run.steps[-1].duration_ms = round(elapsed, 3)
-        inspected = AgentResult(run.task_id, step.name, key, reply.output, result, _sources(run))
+        inspected = AgentResult(
+            run.task_id,
+            step.name,
+            key,
+            reply.output,
+            result,
+            _sources(run),
+            facts=contract.facts,
+            goal_id=run.goal.id if run.goal is not None else "",
+        )
         found = await self._guard.inspect(inspected) if self._guard is not None else None
         if found is None:
             found = await self._detectors.inspect(inspected)
@@ -388,6 +448,19 @@ class Dispatcher:
             intention_trace=result.metadata.intention_trace,
         )
 
+    def _check_goal(self, key: str, goal_id: str) -> None:
+        """An intake agent may only anchor a registered goal (its mistake: SCHEMA_VIOLATION)."""
+        if self._goals is None:
+            return
+        try:
+            self._goals.get(goal_id)
+        except NotFound:
+            raise InvalidInput.single(
+                "goal_id",
+                f"{key} anchored {goal_id}, which is not a registered goal",
+                what=f"intake of {key}",
+            ) from None
+
     def _time_critical(
         self, run: TaskRecord, tags: list[str], contract_critical: bool, key: str
     ) -> tuple[str, str]:
@@ -406,8 +479,6 @@ class Dispatcher:
         age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
         known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
-        if run.context:
-            known.append(Testimony(source="context", output=run.context))
         return self._scorer.score(
             reply.provenance.source if reply.provenance is not None else key,
             output=reply.output,
@@ -489,11 +560,18 @@ def _check_inputs_fresh(run: TaskRecord, step: TaskStep, now: datetime) -> None:
 
 
 def _sources(run: TaskRecord) -> list[SourcedOutput]:
-    """What earlier outputs (and the request's input) said, with provenance, oldest first."""
+    """Everything the task knows, with provenance: the request's input, the earlier steps'
+    outputs (oldest first), then its context (what an intake agent extracted, or the session
+    carried over from earlier tasks: ``Provenance.source`` ``context``)."""
     out = [SourcedOutput("request", f"user:{run.request.user_id}", run.request.input, run.request.provenance)]
     for s in run.steps:
         if s.status == "completed" and s.provenance is not None:
             out.append(SourcedOutput(s.name, s.agent, run.outputs.get(s.name), s.provenance))
+    if run.context:
+        told = run.request.provenance.reliability_score
+        out.append(
+            SourcedOutput("context", "", run.context, Provenance(source="context", reliability_score=told))
+        )
     return out
 
 

@@ -8,9 +8,12 @@ its steps' answers must be about); after each answer the pipeline asks an
 :class:`IntentJudge` whether the answer stayed in scope, and a drift is an
 ``INTENT_DRIFT`` failure carrying the evidence.
 
-* :class:`RuleBasedIntentJudge` (the default) checks the step's action against
-  ``actions``, the agent's tags against ``tags``, and the output's fields against
-  ``fields`` / ``forbidden_fields``.
+* :func:`out_of_scope` is the part known before any agent runs: the step's action against
+  ``actions`` and the agent's tags against ``tags``. The dispatcher applies it at routing
+  (an agent out of scope is not chosen; when none is left the step is refused as
+  ``INTENT_DRIFT`` before dispatch), so an action outside the scope never runs.
+* :class:`RuleBasedIntentJudge` (the default) judges the answer: the same rules, then the
+  output's fields against ``fields`` / ``forbidden_fields`` (what the answer itself reveals).
 * :class:`LangChainIntentJudge` asks a LangChain chat model (any ``BaseChatModel``)
   whether the answer serves the goal; it runs after the rules (which are free) and
   only when they find nothing. Needs the ``langchain`` extra.
@@ -28,7 +31,14 @@ from pydantic import Field
 from ._model import Model
 from .goals import GoalAssertion
 
-__all__ = ["DriftFinding", "IntentJudge", "LangChainIntentJudge", "RuleBasedIntentJudge", "judge_all"]
+__all__ = [
+    "DriftFinding",
+    "IntentJudge",
+    "LangChainIntentJudge",
+    "RuleBasedIntentJudge",
+    "judge_all",
+    "out_of_scope",
+]
 
 
 class DriftFinding(Model):
@@ -61,6 +71,37 @@ class IntentJudge(Protocol):
         ...
 
 
+def out_of_scope(
+    goal: GoalAssertion, *, action: str, agent: str, tags: list[str], can_do: list[str], step: str = ""
+) -> DriftFinding | None:
+    """Why ``agent`` doing ``action`` is outside ``goal``'s intention scope (None: it is within).
+
+    What is known before the agent runs: the action it is asked for (without one, the agent
+    must be able to do an action in scope) and its tags.
+    """
+    scope = goal.intention_scope
+    if scope is None:
+        return None
+    if scope.actions:
+        acting = action or next((a for a in can_do if a in scope.actions), "")
+        if acting not in scope.actions:
+            where = f" step {step}" if step else ""
+            return DriftFinding(
+                reason=f"{agent} would answer{where} for action {action or '(none)'}, outside the scope "
+                f"of goal {goal.id} ({', '.join(scope.actions)})",
+                judge="rules",
+                evidence={"action": action, "scope_actions": scope.actions},
+            )
+    if scope.tags and not set(tags) & set(scope.tags):
+        return DriftFinding(
+            reason=f"{agent} (tags {', '.join(tags) or 'none'}) is outside the scope of goal {goal.id} "
+            f"(tags {', '.join(scope.tags)})",
+            judge="rules",
+            evidence={"agent_tags": tags, "scope_tags": scope.tags},
+        )
+    return None
+
+
 class RuleBasedIntentJudge:
     """The default judge: the goal's intention scope as rules (see the module docstring)."""
 
@@ -69,23 +110,16 @@ class RuleBasedIntentJudge:
         if scope is None:
             return None
         goal = answer.goal.id
-        if scope.actions:
-            acting = answer.action or next((a for a in answer.agent_actions if a in scope.actions), "")
-            if acting not in scope.actions:
-                return DriftFinding(
-                    reason=f"{answer.agent} answered step {answer.step} for action "
-                    f"{answer.action or '(none)'}, outside the scope of goal {goal} "
-                    f"({', '.join(scope.actions)})",
-                    judge="rules",
-                    evidence={"action": answer.action, "scope_actions": scope.actions},
-                )
-        if scope.tags and not set(answer.agent_tags) & set(scope.tags):
-            return DriftFinding(
-                reason=f"{answer.agent} (tags {', '.join(answer.agent_tags) or 'none'}) is outside the "
-                f"scope of goal {goal} (tags {', '.join(scope.tags)})",
-                judge="rules",
-                evidence={"agent_tags": answer.agent_tags, "scope_tags": scope.tags},
-            )
+        found = out_of_scope(
+            answer.goal,
+            action=answer.action,
+            agent=answer.agent,
+            tags=answer.agent_tags,
+            can_do=answer.agent_actions,
+            step=answer.step,
+        )
+        if found is not None:
+            return found
         fields = set(answer.output) if isinstance(answer.output, dict) else set()
         forbidden = sorted(fields & set(scope.forbidden_fields))
         if forbidden:

@@ -58,6 +58,8 @@ class StepCursor:
     stop_state: TaskState | None = None
     stop_reason: str = ""
     pending: dict[str, Any] = field(default_factory=dict)
+    #: Why the resolution was not carried out as decided ('' when it was): a person took over.
+    not_carried_out: str = ""
 
 
 class Alert(Model):
@@ -117,25 +119,30 @@ class ResolutionExecutor:
         self, resolution: Resolution, event: FailureEvent, cursor: StepCursor, task: TaskRecord
     ) -> Directive:
         kind = resolution.kind
+        cursor.not_carried_out = ""
         if kind is ResolutionKind.RETRY:
             if resolution.delay_ms:
                 await self._sleep(resolution.delay_ms / 1000)
             cursor.attempt += 1
             return Directive.RETRY
-        if (
-            kind is ResolutionKind.USE_BACKUP
-            and resolution.agent in cursor.fallbacks  # only agents the router found fit (any handler)
-            and cursor.backups_used < self._max_backups
-        ):
+        if kind is ResolutionKind.USE_BACKUP:
+            if resolution.agent not in cursor.fallbacks:  # only agents the router found fit (any handler)
+                why = f"{resolution.agent or 'no agent'} is not a fallback left for step {event.step}"
+                return self.not_carried_out(resolution, event, cursor, task, why)
+            if cursor.backups_used >= self._max_backups:
+                why = f"max_backups ({self._max_backups}) backups already used for step {event.step}"
+                return self.not_carried_out(resolution, event, cursor, task, why)
             cursor.fallbacks.remove(resolution.agent)
             cursor.agent, cursor.attempt = resolution.agent, 1
             cursor.backups_used += 1
             return Directive.SWITCH
         if kind in (ResolutionKind.ASK_CLARIFICATION, ResolutionKind.RETURN_CONFLICT):
             question = _clarification(resolution, event, task)
-            if question is not None:
-                cursor.pending = question
-                return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
+            if question is None:
+                why = "the question has fewer than two valid options to offer"
+                return self.not_carried_out(resolution, event, cursor, task, why)
+            cursor.pending = question
+            return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
         if kind is ResolutionKind.QUARANTINE:
             cursor.pending = {"kind": "quarantine", **resolution.payload}
             await self.alerts.alert(
@@ -151,9 +158,22 @@ class ResolutionExecutor:
             return self._stop(cursor, TaskState.FAILED, resolution.reason)
         if kind is ResolutionKind.ABORT:
             return self._stop(cursor, TaskState.FAILED, resolution.reason)
-        # escalate_to_human, a backup that is not there, or a question without options.
+        if kind is not ResolutionKind.ESCALATE_TO_HUMAN:  # a kind this executor has no action for
+            return self.not_carried_out(
+                resolution, event, cursor, task, f"no action is known for {kind.value}"
+            )
         cursor.pending = handover(task, event, resolution.reason).model_dump(mode="json")
         return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
+
+    def not_carried_out(
+        self, resolution: Resolution, event: FailureEvent, cursor: StepCursor, task: TaskRecord, why: str
+    ) -> Directive:
+        """``resolution`` cannot be carried out (``why``): a person takes over with the handover
+        packet. ``cursor.not_carried_out`` says why, so the caller records it beside the resolution."""
+        reason = f"{resolution.kind.value} not carried out: {why}; a person decides ({resolution.reason})"
+        cursor.not_carried_out = why
+        cursor.pending = handover(task, event, reason).model_dump(mode="json")
+        return self._stop(cursor, TaskState.INPUT_REQUIRED, reason)
 
     @staticmethod
     def _stop(cursor: StepCursor, state: TaskState, reason: str) -> Directive:
@@ -205,6 +225,6 @@ def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPack
             attempts=event.attempt,
         ),
         failure=event.model_dump(mode="json"),
-        suggested_reply=suggested_reply(event.type.value, task.request.text),
+        suggested_reply=suggested_reply(event.type.value, task.request.text, language=task.language),
         plan=plan.model_dump(mode="json") if (plan := plan_for(task, event)) is not None else None,
     )

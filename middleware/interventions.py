@@ -167,10 +167,11 @@ _REPLIES_ZH = {
 }
 
 
-def suggested_reply(failure_type: str, text: str) -> str:
+def suggested_reply(failure_type: str, text: str, *, language: str = "") -> str:
     """A reply the human can send as is (adapted to what blocked the task), in the user's
-    language: Chinese when the request is written in Chinese, else English."""
-    if re.search(r"[\u3400-\u4dbf\u4e00-\u9fff]", text):
+    language: ``language`` when known (an intake agent's ``zh``, ``en`` ...), else Chinese when
+    the request is written in Chinese, else English."""
+    if (language or ("zh" if re.search(r"[\u3400-\u4dbf\u4e00-\u9fff]", text) else "en")) == "zh":
         base_zh = _REPLIES_ZH.get(failure_type, "您的申请需要同事复核，他们已掌握全部记录，会接着为您处理。")
         return f"您好，关于您的申请“{text[:120]}”：{base_zh}"
     base = _REPLIES.get(

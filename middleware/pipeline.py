@@ -34,12 +34,21 @@ from .circuit_breaker import CircuitBreaker
 from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
-from .drift import IntentJudge
+from .drift import DriftFinding, IntentJudge
 from .errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
-from .goals import GoalAssertion, GoalStore, GoalVerdict, MemoryGoalStore, StagedVerifier, Verifier
+from .goals import (
+    GoalAssertion,
+    GoalStore,
+    GoalVerdict,
+    MemoryGoalStore,
+    StagedVerifier,
+    Verifier,
+    check_plan,
+    plan_problems,
+)
 from .guards.audit_guard import PersonalDataAuditLog
 from .guards.content_guard import ContentGuard
 from .guards.policy import PolicyGate
@@ -218,6 +227,7 @@ class Agency:
             max_output_bytes=self.config.limits.max_output_bytes,
             guard=guard,
             policy=policy,
+            goals=self.goals,
             metering=metering,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
@@ -337,7 +347,7 @@ class Agency:
             await self._recall(run)
         if goal is not None:
             try:
-                StagedVerifier(goal, self.verifier).check_bindings([s.name for s in req.steps] or ["main"])
+                check_plan(goal, [s.name for s in req.steps] or ["main"])
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,
@@ -429,12 +439,16 @@ class Agency:
         dumped = decision.model_dump(mode="json")
         run.routing.append({"step": step.name, **dumped})
         if decision.refused:
+            drift = await self._dispatcher.scope_drift(run, step, decision)
             await self._audit(
                 run,
                 AuditEventType.ROUTING_REFUSED,
                 "refused",
                 {"step": step.name, **decision_detail(decision, dumped)},
+                rule="intention_scope" if drift is not None else "",
             )
+            if drift is not None:
+                return await self._out_of_scope(run, step, drift)
             event = run.failure_event(
                 FailureType.CAPABILITY_MISMATCH, step=step.name, detail=decision.explanation
             )
@@ -442,7 +456,7 @@ class Agency:
             if resolution.kind is ResolutionKind.ABORT:
                 return await self._finish(run, TaskState.REJECTED, reason=resolution.reason)
             cursor = StepCursor(agent="", fallbacks=[])
-            await self._executor.apply(resolution, event, cursor, run)
+            await self._carry_out(run, resolution, event, cursor)
             return await self._stop(run, cursor)
         await self._audit(
             run,
@@ -493,7 +507,9 @@ class Agency:
                 )
                 run.held = failed.held
                 resolution = await self._resolve(run, event)
-                directive = await self._executor.apply(resolution, event, cursor, run)
+                directive = await self._carry_out(
+                    run, resolution, event, cursor, followable=(Directive.RETRY, Directive.SWITCH)
+                )
                 if directive is Directive.RETRY and stale_input:  # fresh data: redo the step it came from
                     run.rewinds += 1
                     run.step_index = [s.name for s in self._steps(run)].index(stale_input)
@@ -520,30 +536,57 @@ class Agency:
                 fresh_until=answer.fresh_until,
             )
             if run.anchor_goal:
-                refused = await self._anchor(run, step.name, cursor.agent)
-                if refused is not None:
-                    return refused
+                await self._anchor(run, cursor.agent)
             return await self._verify_stage(run, step.name, answer.output)
 
-    async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
-        """Anchor the goal an intake agent named (see ``middleware.intake``)."""
+    async def _out_of_scope(self, run: TaskRecord, step: TaskStep, drift: DriftFinding) -> Outcome:
+        """A step whose action (or every agent that could take it) is outside the goal's
+        intention scope: INTENT_DRIFT before dispatch, so nothing out of scope ever runs; its
+        resolution (a person re-anchors the goal, or abort by policy) stops the task."""
+        assert run.goal is not None
+        event = run.failure_event(
+            FailureType.INTENT_DRIFT,
+            step=step.name,
+            detail=f"{drift.reason}: refused before dispatch",
+            context={
+                "judge": drift.judge,
+                "evidence": drift.evidence,
+                "goal_id": run.goal.id,
+                "intention_trace": [run.goal.id],
+                "before_dispatch": True,
+            },
+        )
+        resolution = await self._resolve(run, event)
+        cursor = StepCursor(agent="", fallbacks=[])
+        await self._carry_out(run, resolution, event, cursor)
+        return await self._stop(run, cursor)
+
+    async def _anchor(self, run: TaskRecord, agent: str) -> None:
+        """Anchor the goal an intake agent named (see ``middleware.intake``; the dispatcher has
+        checked that it is registered).
+
+        Raises:
+            InvalidInput: the task's plan cannot satisfy the goal's stages (a stage bound to a
+                step the task does not have): the client's plan, not the agent, is at fault; the
+                task ends ``rejected`` with the reason before the error leaves.
+        """
         goal_id, run.anchor_goal = run.anchor_goal, ""
         if run.goal is not None:
-            return None  # the client anchored one already: it stays
-        try:
-            goal = self.get_goal(goal_id)
-            StagedVerifier(goal, self.verifier).check_bindings([s.name for s in self._steps(run)])
-        except AgencyError as exc:
-            event = run.failure_event(
-                FailureType.SCHEMA_VIOLATION,
-                step=step,
+            return  # the client anchored one already: it stays
+        goal = self.get_goal(goal_id)
+        problems = plan_problems(goal, [s.name for s in self._steps(run)], anchored_by=agent)
+        if problems:
+            error = InvalidInput(problems, what="task request")
+            await self._audit(
+                run,
+                AuditEventType.MESSAGE_REJECTED,
+                "rejected",
+                {"what": error.what, "problems": _listed(problems), "goal_id": goal.id, "by": agent},
                 agent=agent,
-                detail=f"{agent} anchored {goal_id}: {exc}",
+                rule="plan_against_goal",
             )
-            resolution = await self._resolve(run, event)
-            cursor = StepCursor(agent="", fallbacks=[])
-            await self._executor.apply(resolution, event, cursor, run)
-            return await self._stop(run, cursor)
+            await self._finish(run, TaskState.REJECTED, reason="; ".join(p.reason for p in problems))
+            raise error
         run.goal = goal
         timing = self._deadlines.get(run.task_id)
         if timing is not None and timing[0].when() is None:
@@ -561,7 +604,6 @@ class Agency:
             },
             agent=agent,
         )
-        return None
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
@@ -616,8 +658,10 @@ class Agency:
         event = run.goal_unmet_event(verdict, step)
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent=event.agent, fallbacks=[])
-        directive = await self._executor.apply(resolution, event, cursor, run)
         names = [s.name for s in self._steps(run)]
+        directive = await self._carry_out(
+            run, resolution, event, cursor, followable=(Directive.RETRY,) if step in names else ()
+        )
         run.step_index = names.index(step) if step in names else 0  # a resume redoes or replaces it
         if directive is Directive.RETRY and step in names:
             record = run.step_record(step)
@@ -636,7 +680,7 @@ class Agency:
         )
         resolution = await self._resolve(run, event)
         cursor = StepCursor(agent="", fallbacks=[])
-        await self._executor.apply(resolution, event, cursor, run)
+        await self._carry_out(run, resolution, event, cursor)
         return await self._stop(run, cursor)
 
     async def _budget_stop(self, run: TaskRecord, step: TaskStep, agent: str, spent: BudgetStop) -> Outcome:
@@ -663,6 +707,41 @@ class Agency:
             "budget": detail,
         }
         return await self._finish(run, TaskState.INPUT_REQUIRED, reason=error.message, pending=pending)
+
+    async def _carry_out(
+        self,
+        run: TaskRecord,
+        resolution: Resolution,
+        event: FailureEvent,
+        cursor: StepCursor,
+        *,
+        followable: Sequence[Directive] = (),
+    ) -> Directive:
+        """Apply ``resolution`` (the executor) where the pipeline can follow the directives in
+        ``followable`` (a stop always). What is not carried out as decided — by the executor (no
+        backup left to switch to, a question without options) or because the pipeline cannot
+        follow it here — goes to a person, and is recorded beside the resolution: a
+        ``failure.resolution`` record with outcome ``not_carried_out``, the kind, why, and what
+        happened instead. Every logged resolution is carried out or recorded as not carried out."""
+        directive = await self._executor.apply(resolution, event, cursor, run)
+        if directive is not Directive.STOP and directive not in followable:
+            why = f"the task cannot {directive.value} at {event.type.value} here (step {event.step or '-'})"
+            directive = self._executor.not_carried_out(resolution, event, cursor, run, why)
+        if cursor.not_carried_out:
+            await self._audit(
+                run,
+                AuditEventType.RESOLUTION,
+                "not_carried_out",
+                {
+                    "kind": resolution.kind.value,
+                    "reason": resolution.reason,
+                    "why": cursor.not_carried_out,
+                    "instead": "escalated to a person",
+                },
+                agent=event.agent,
+                rule=f"handler:{event.type.value}",
+            )
+        return directive
 
     async def _stop(self, run: TaskRecord, cursor: StepCursor, **extra: Any) -> Outcome:
         return await self._finish(
@@ -924,12 +1003,10 @@ class Agency:
         await self._transition(run, state)
         if run.pending.get("kind") == "human_handover":
             await self._audit(run, AuditEventType.HUMAN_HANDOVER, "escalated", run.pending)
-        await self._audit(
-            run,
-            AuditEventType.TASK_COMPLETED,
-            state.value,
-            {"reason": reason, "goal_passed": verdict.passed if verdict else None},
-        )
+        ended: dict[str, Any] = {"reason": reason, "goal_passed": verdict.passed if verdict else None}
+        if state is TaskState.INPUT_REQUIRED:  # what a store that forgot it is rebuilt from
+            ended["task"] = run.model_dump(mode="json")  # (middleware/task_recovery.py)
+        await self._audit(run, AuditEventType.TASK_COMPLETED, state.value, ended)
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)

@@ -8,9 +8,9 @@ combination of three parts:
   source names or shell patterns; unknown sources get ``default_authority``);
 * **recency**: how much of the data's freshness TTL is left, ``1 - age / ttl`` (0 once
   stale; 1 for data without a TTL, which does not age);
-* **consistency**: the share of the facts the answer states (scalar fields of an object)
-  that agree with what the task already holds for the same field (the request's input
-  and earlier steps' outputs); 1 when nothing overlaps.
+* **consistency**: the share of the facts the answer states (scalar fields at any depth,
+  :mod:`middleware.facts`) that agree with what the task already holds for the same field
+  (the request's input, earlier steps' outputs, the task's context); 1 when nothing overlaps.
 
 ``score = (w_a * authority + w_r * recency + w_c * consistency) / (w_a + w_r + w_c)``.
 
@@ -25,12 +25,13 @@ is the default.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field, field_validator
 
 from ._model import Model
+from .facts import facts_of, same_value
 
 __all__ = [
     "ReliabilityConfig",
@@ -83,7 +84,9 @@ class ReliabilityParts(Model):
     consistency: float = Field(ge=0, le=1)
     claimed: float | None = Field(default=None, description="The score the agent wrote itself, if any.")
     checked_facts: int = Field(default=0, ge=0, description="Facts compared for consistency.")
-    disagreeing: list[str] = Field(default_factory=list, description="Fields that disagree.")
+    disagreeing: list[str] = Field(
+        default_factory=list, description="Fields that disagree (their paths: accidental, order.status)."
+    )
 
 
 class Testimony(Model):
@@ -109,22 +112,6 @@ class ReliabilityScorer(Protocol):
     ) -> ReliabilityParts:
         """The score of ``output`` from ``source``, ``age_seconds`` old, given what is ``known``."""
         ...
-
-
-def _facts(output: Any) -> dict[str, Any]:
-    if not isinstance(output, Mapping):
-        return {}
-    return {str(k): v for k, v in output.items() if isinstance(v, (str, int, float, bool)) and v is not None}
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip().casefold() == b.strip().casefold()
-    return bool(a == b)
 
 
 class WeightedReliabilityScorer:
@@ -165,16 +152,17 @@ class WeightedReliabilityScorer:
             recency = 0.0
         else:
             recency = min(1.0, max(0.0, 1.0 - max(age_seconds, 0.0) / freshness_ttl))
-        facts = _facts(output)
+        facts = facts_of(output)
+        held_facts = [facts_of(t.output, only=set(facts)) for t in known]
         checked = 0
         disagreeing: list[str] = []
-        for key, value in facts.items():
-            held = [f[key] for f in (_facts(t.output) for t in known) if key in f]
+        for name, fact in facts.items():
+            held = [f[name].value for f in held_facts if name in f]
             if not held:
                 continue
             checked += 1
-            if not all(_same(value, h) for h in held):
-                disagreeing.append(key)
+            if not all(same_value(fact.value, h) for h in held):
+                disagreeing.append(fact.path.removeprefix("$."))
         consistency = 1.0 if checked == 0 else (checked - len(disagreeing)) / checked
         w = self.config.weights
         total = w.authority + w.recency + w.consistency

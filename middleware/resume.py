@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import FailedPrecondition, InvalidInput
+from .facts import replace_at
 from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, check_answer
 from .router import RoutingDecision
 from .smf import Provenance
@@ -75,8 +76,15 @@ def plan_resume(
     held = task.held
     if question.kind == "conflict":
         fact = str(question.conflict.get("fact", ""))
-        output = dict(held.get("output") or {})
-        output[fact] = option.value
+        keys = question.conflict.get("keys") or [fact]  # where the answer stated it (top level before)
+        try:
+            output = replace_at(held.get("output") or {}, keys, option.value)
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise FailedPrecondition(
+                f"the held output of task {task.task_id} no longer has {fact} at "
+                f"{question.conflict.get('path', fact)}",
+                details={"fact": fact},
+            ) from None
         return ResumePlan(
             "accept",
             index,

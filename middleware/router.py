@@ -308,6 +308,30 @@ class Router:
         decision.explanation = _explain(decision)
         return decision
 
+    def restrict(self, decision: RoutingDecision, refused: Mapping[str, tuple[str, str]]) -> RoutingDecision:
+        """``decision`` without the agents in ``refused`` (key -> (constraint, reason)), each listed
+        among the rejections, explained again; refused when no candidate is left.
+
+        For what the catalog cannot say about an agent but the task can (a goal's intention
+        scope): the pipeline applies it after :meth:`decide`, before anything is dispatched.
+        """
+        if not refused:
+            return decision
+        order = [k for k in (decision.chosen, *decision.fallbacks) if k and k not in refused]
+        extra = [Rejection(agent=k, constraint=c, reason=why) for k, (c, why) in refused.items()]
+        restricted = decision.model_copy(
+            update={
+                "chosen": order[0] if order else "",
+                "fallbacks": order[1:],
+                "candidates": [c for c in decision.candidates if c.agent not in refused],
+                "rejected": (extra + decision.rejected)[: self.max_rejections],
+                "rejected_omitted": decision.rejected_omitted
+                + max(0, len(extra) + len(decision.rejected) - self.max_rejections),
+            }
+        )
+        restricted.explanation = _explain(restricted)
+        return restricted
+
     async def why_not(self, key: str, constraints: Constraints) -> str:
         """Why ``key`` (``name@version``) cannot take a request with ``constraints``; ``""`` if it can.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,82 @@ def uses_redis(item: pytest.Item) -> bool:
         text = item.path.read_text(encoding="utf-8") if item.path.suffix == ".py" else ""
         _module_uses_redis[path] = any(hint in text for hint in _REDIS_HINTS)
     return _module_uses_redis[path]
+
+
+#: What to run when the local Redis is not there (printed once, then the session stops).
+REDIS_HINT = (
+    "start it with: redis-server --daemonize yes --port 6379 --save '' --appendonly no "
+    "(Debian: apt-get install redis-server; or: bash .ci/run, which starts it), "
+    "or leave its tests out: pytest -m 'not redis'"
+)
+
+
+def redis_unreachable(url: str = REDIS_URL) -> str:
+    """Why the test Redis at ``url`` does not answer a PING ('' when it does): one attempt, 2 s."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+    return ""
+
+
+#: The browser the console's tests drive (Debian's package; never `playwright install`).
+CHROMIUM = os.environ.get("AGENCY_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_HINT = (
+    "install it with: apt-get install chromium (bash .ci/run installs it when missing), "
+    "or leave the browser tests out: pytest --deselect tests/humans/test_console_browser.py"
+)
+
+
+def _selected_modules_using(config: pytest.Config, hints: tuple[str, ...]) -> bool:
+    """Whether a test module under the run's paths mentions one of ``hints`` (for Redis the same
+    text hints as :func:`uses_redis`), known before anything is collected."""
+    root = Path(config.invocation_params.dir)
+    for arg in config.args:
+        path = root / str(arg).split("::", 1)[0]
+        files = sorted(path.rglob("test_*.py")) if path.is_dir() else [path] if path.suffix == ".py" else []
+        for file in files:
+            if "node_modules" in file.parts:
+                continue
+            text = file.read_text(encoding="utf-8", errors="replace")
+            if any(hint in text for hint in hints):
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fail fast, once: when the selected tests need the local Redis and it does not answer, or
+    the console's browser tests need Chromium and it is not installed, stop before any test runs
+    with one message and the command that fixes it (instead of hundreds of identical failures,
+    minutes later). Checked once, in the controlling process (before the xdist workers start);
+    ``-m "not redis"`` runs without Redis."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller checked
+    browser = _selected_modules_using(config, ("async_playwright",))
+    if browser and not os.access(CHROMIUM, os.X_OK):
+        pytest.exit(
+            f"Chromium is required at {CHROMIUM} by the console's browser tests and is not there; "
+            f"{CHROMIUM_HINT}",
+            returncode=3,
+        )
+    if "not redis" in " ".join((config.getoption("markexpr", "") or "").split()):
+        return
+    if not _selected_modules_using(config, _REDIS_HINTS):
+        return
+    why = redis_unreachable()
+    if why:
+        pytest.exit(
+            f"Redis is required at {REDIS_URL} by the selected tests and does not answer ({why}); "
+            f"{REDIS_HINT}",
+            returncode=3,
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

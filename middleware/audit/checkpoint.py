@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ..errors import AuditCorrupted, InvalidInput
 
-__all__ = ["Checkpoint", "Signer", "Verifier", "load_or_create_signer"]
+__all__ = ["Checkpoint", "Signer", "Verifier", "load_or_create_signer", "origin_for"]
 
 _ALG_ED25519 = b"\x01"
 _DASH = "\u2014 "
@@ -94,6 +94,14 @@ class Verifier:
         self.key_id = bytes.fromhex(key_id)
         self.vkey = vkey.strip()
 
+    def verify_signature(self, message: bytes, signature: bytes) -> bool:
+        """Whether ``signature`` is this key's Ed25519 signature of ``message`` (a commit frame's)."""
+        try:
+            self._public.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
     def verify(self, note: str) -> Checkpoint:
         """Parse ``note`` and check that this key signed it.
 
@@ -151,6 +159,10 @@ class Signer:
         line = f"{_DASH}{self.name} {base64.b64encode(self._id + sig).decode()}\n"
         return Checkpoint(origin, size, root, body + "\n" + line)
 
+    def sign_bytes(self, message: bytes) -> bytes:
+        """The Ed25519 signature of ``message`` (a commit frame signs its batch this way)."""
+        return self._key.sign(message)
+
     def skey(self) -> str:
         """The private key text (store it with mode 0600, away from the log)."""
         seed = self._key.private_bytes_raw()
@@ -171,6 +183,11 @@ class Signer:
         except ValueError as exc:
             raise InvalidInput.single("key", f"unreadable signer key ({exc})", what="checkpoint key") from exc
         return cls(name, Ed25519PrivateKey.from_private_bytes(raw[1:]))
+
+
+def origin_for(node: str) -> str:
+    """The checkpoint origin line of a node's log."""
+    return f"agency-middleware/audit/{node}"
 
 
 def default_key_path(root: str | os.PathLike[str], node: str) -> Path:

@@ -30,7 +30,9 @@ import orjson
 
 from ..errors import AuditCorrupted, InvalidInput
 from ..ids import id_matches
-from .checkpoint import Verifier
+from .checkpoint import Verifier, origin_for
+from .compression import read_segment
+from .keyring import Keyring
 from .segment import EVENT, HEADER, HEADER_SIZE, SegmentName, crc32c, list_segments
 from .verify import BUNDLE_FORMAT, NodeVerdict, find_node_dirs, record_line_prefix, scan_node
 
@@ -158,14 +160,22 @@ class ExportSummary:
 
     records: int = 0
     nodes: list[NodeVerdict] = field(default_factory=list)
+    #: Records a bundle left out: newer than their log's last checkpoint (signed by their
+    #: commit frames, which a bundle does not carry; the next checkpoint covers them).
+    left_out: int = 0
 
 
 Paths = str | Path | Sequence[str | Path]
 
 
 def _verified_nodes(
-    path: Paths, key: str | None, verify_progress: Callable[[str], Callable[[int, int], None]] | None = None
+    path: Paths,
+    key: str | None,
+    verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
+    keyring: Keyring | None = None,
 ) -> list[NodeVerdict]:
+    if key and keyring is not None:
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="audit export")
     verifier = Verifier(key) if key else None
     paths = [path] if isinstance(path, str | Path) else list(path)
     dirs: list[Path] = []
@@ -181,8 +191,22 @@ def _verified_nodes(
                 "path", f"node {d.name} is both {seen[d.name]} and {d}", what="audit export"
             )
         seen[d.name] = d
+    if keyring is not None:
+        unpinned = [d.name for d in dirs if keyring.get(d.name) is None]
+        if unpinned:
+            raise InvalidInput.single(
+                "keyring",
+                f"no key for node(s) {', '.join(unpinned)} in {keyring.source}",
+                what="audit export",
+            )
     verdicts = [
-        scan_node(d, verifier, progress=verify_progress(d.name) if verify_progress else None) for d in dirs
+        scan_node(
+            d,
+            keyring.get(d.name) if keyring is not None else verifier,
+            progress=verify_progress(d.name) if verify_progress else None,
+            origin=origin_for(d.name) if keyring is not None else None,
+        )
+        for d in dirs
     ]
     for v in verdicts:
         if not v.ok:
@@ -199,8 +223,7 @@ def _node_records(v: NodeVerdict, flt: ExportFilter) -> Iterator[ExportedRecord]
         end = v.ends.get(path.name)
         if end is None:  # not part of the verified log (left over by retention)
             continue
-        with open(path, "rb") as fh:
-            data = fh.read(end)
+        data = read_segment(path, end)
         yield from _segment_records(v.node, name, data, tree.size, flt)
 
 
@@ -236,7 +259,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
     chunk per 1,000 lines; the same bytes as ``record_line_prefix(...) + raw + b"}\n"``.
     """
     assert v.state is not None
-    size = v.state.tree.size
+    size = _signed_size(v)
     tail = b'0,"time_ns":0,"record":'
     head = record_line_prefix(v.node, 0, 0, None)[: -len(tail)]  # b'{"kind":"record",...,"index":'
     unpack, crc_of = HEADER.unpack_from, _crc32c.crc32c
@@ -245,8 +268,7 @@ def _plain_bundle_lines(v: NodeVerdict, summary: ExportSummary, progress, total)
         end_ok = v.ends.get(path.name)
         if end_ok is None:
             continue
-        with open(path, "rb") as fh:
-            data = fh.read(end_ok)
+        data = read_segment(path, end_ok)
         mv = memoryview(data)
         off, n = 0, len(data)
         chunk: list[bytes] = []
@@ -282,6 +304,7 @@ def iter_records(
     flt: ExportFilter | None = None,
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> tuple[list[NodeVerdict], Iterator[ExportedRecord]]:
     """Verify every node log under ``path`` and stream their matching records merged in time order.
@@ -290,7 +313,7 @@ def iter_records(
         AuditCorrupted: a log fails verification (nothing is exported from a bad log).
     """
     flt = flt or ExportFilter()
-    verdicts = _verified_nodes(path, key, verify_progress)
+    verdicts = _verified_nodes(path, key, verify_progress, keyring)
     streams = [_node_records(v, flt) for v in verdicts]
     merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda r: r.time_ns)
     return verdicts, merged
@@ -303,6 +326,7 @@ def export(
     flt: ExportFilter | None = None,
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     progress: Callable[[int, int], None] | None = None,
     verify_progress: Callable[[str], Callable[[int, int], None]] | None = None,
     cef_max_bytes: int | None = None,
@@ -318,6 +342,7 @@ def export(
             cef (lines of at most ``CEF_MAX_BYTES``) or ocsf (one JSON event per line).
         flt: Which records (default: all).
         key: A pinned verifier key; default: the key stored with each log.
+        keyring: Pinned keys per node id (instead of ``key``; see ``keyring.Keyring``).
         progress: Called as ``progress(done, total)`` now and then.
         verify_progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for
             the verification of its log that comes first.
@@ -348,7 +373,7 @@ def export(
                 what="export",
             )
     flt = flt or ExportFilter()
-    verdicts, records = iter_records(path, flt, key=key, verify_progress=verify_progress)
+    verdicts, records = iter_records(path, flt, key=key, keyring=keyring, verify_progress=verify_progress)
     if reveal is not None and fmt is not ExportFormat.JSONL:
         records = (dataclasses.replace(r, raw=reveal(r.raw), record=None) for r in records)
     total = sum(v.events for v in verdicts)
@@ -440,9 +465,12 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
                     "leaves": base64.b64encode(leaves).decode(),
                 }
             )
+    summary.left_out = sum(v.events - _signed_size(v) for v in verdicts)
     if complete and len(verdicts) == 1:
         yield from _plain_bundle_lines(verdicts[0], summary, progress, total)
         return
+    signed = {v.node: _signed_size(v) for v in verdicts}
+    records = (r for r in records if r.index <= signed[r.node])
     trees = {v.node: v.state for v in verdicts}
 
     def lines() -> Iterator[bytes]:
@@ -459,6 +487,12 @@ def _jsonl(verdicts, records, flt, summary, progress, total):  # type: ignore[no
             yield record_line_prefix(rec.node, rec.index, rec.time_ns, proof) + rec.raw + b"}\n"
 
     yield from _batched(lines())
+
+
+def _signed_size(v: NodeVerdict) -> int:
+    """Events of a node's log its last signed checkpoint covers (what a bundle can prove)."""
+    assert v.state is not None
+    return v.state.checkpoints[-1].size if v.state.checkpoints else v.pruned
 
 
 CSV_COLUMNS = [

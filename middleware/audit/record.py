@@ -11,10 +11,11 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import to_jsonable_python
 
 from .._model import Model
+from ..errors import AuditCorrupted
 from ..smf import new_id, utcnow
 
 __all__ = [
@@ -25,8 +26,10 @@ __all__ = [
     "PlainRecord",
     "canonical_json",
     "fast_canonical_json",
+    "parse_record",
     "plain_record",
     "record_bytes",
+    "record_problem",
     "record_view",
     "task_record_template",
     "utc_now_text",
@@ -247,3 +250,61 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_jsonable
     ).encode()
+
+
+def record_problem(payload: bytes | memoryview) -> str | None:
+    """What is wrong with the stored bytes of one record (None: it is a valid ``AuditRecord``).
+
+    A record of this reader's schema version (or older) must validate exactly: a JSON object
+    with known fields of the right types, nothing unknown. A record of a *newer* schema
+    version (written by a later release) need only be a JSON object with a non-empty
+    ``event_type``: its other fields are that release's to define.
+    """
+    data = bytes(payload)
+    try:
+        AuditRecord.model_validate_json(data)
+        return None
+    except ValidationError as exc:
+        if _newer_schema(data):
+            return None
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "the record"
+        return f"not a valid audit record ({where}: {err.get('msg', 'invalid')})"
+
+
+def _newer_schema(data: bytes) -> dict[str, Any] | None:
+    """The record as a dict if it is an object of a newer schema version with an event type."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    version, etype = obj.get("schema_version"), obj.get("event_type")
+    newer = isinstance(version, int) and not isinstance(version, bool) and version > AUDIT_SCHEMA_VERSION
+    return obj if newer and isinstance(etype, str) and etype else None
+
+
+_FIELDS = frozenset(AuditRecord.model_fields)
+
+
+def parse_record(payload: bytes | memoryview, *, where: str = "") -> AuditRecord:
+    """The ``AuditRecord`` stored as ``payload`` (the bytes a log holds).
+
+    A record of a newer schema version is read with the fields this release knows (unknown
+    ones are left out of the object; the stored bytes, hashed and exported, keep them).
+
+    Raises:
+        AuditCorrupted: the bytes are not a record (see :func:`record_problem`), naming ``where``.
+    """
+    data = bytes(payload)
+    try:
+        return AuditRecord.model_validate_json(data)
+    except ValidationError:
+        newer = _newer_schema(data)
+        if newer is not None:
+            try:
+                return AuditRecord.model_validate({k: v for k, v in newer.items() if k in _FIELDS})
+            except ValidationError:
+                pass
+    raise AuditCorrupted(record_problem(data) or "not a valid audit record", where=where)

@@ -14,11 +14,31 @@ from pathlib import Path
 from ..errors import AuditCorrupted
 from ._files import fsync_dir
 from .checkpoint import Verifier
+from .compression import COMPRESSED_SUFFIX, read_segment
 from .retention import SealedSegment
-from .segment import ChainState, find_promised_frame, list_segments, load_pruned
+from .segment import (
+    EVENT,
+    HEADER,
+    HEADER_SIZE,
+    ChainState,
+    event_offset,
+    find_promised_frame,
+    list_segments,
+    load_pruned,
+    settle_signatures,
+)
 from .segment_pool import check_segments
 
-__all__ = ["CHECKPOINT_FILE", "Recovered", "RecoveryReport", "recover"]
+__all__ = ["CHECKPOINT_FILE", "Recovered", "RecoveryReport", "Rescan", "recover"]
+
+
+class Rescan(Exception):
+    """Old-format unsigned events were set aside after the state had taken them in: scan again."""
+
+    def __init__(self, report: RecoveryReport) -> None:
+        self.report = report
+        super().__init__("scan the log again")
+
 
 CHECKPOINT_FILE = "checkpoint"
 
@@ -36,6 +56,10 @@ class RecoveryReport:
         removed_temp: Leftover temporary files removed.
         clean: The last segment was sealed (the previous close was clean).
         pruned: Events removed earlier by retention (their leaf hashes are kept).
+        set_aside_events: Events at the end of the log that no signature covers (forged,
+            or never acknowledged), moved out of the log and never signed.
+        set_aside_file: Where they were kept.
+        set_aside_reason: Why.
     """
 
     events: int = 0
@@ -46,6 +70,9 @@ class RecoveryReport:
     removed_temp: list[str] = field(default_factory=list)
     clean: bool = True
     pruned: int = 0
+    set_aside_events: int = 0
+    set_aside_file: str = ""
+    set_aside_reason: str = ""
 
 
 @dataclass
@@ -81,8 +108,13 @@ def recover(
     cut and fsynced. Finally the ``checkpoint`` file must agree with what was
     recovered (a checkpoint covering more events than recovered means lost data).
 
+    Events at the end of the last segment that no signature covers — not announced by a
+    commit frame, or (logs of the old format) after the last checkpoint — are set aside
+    the same way (``<segment>.<offset>.unsigned``) and reported: never adopted, never signed.
+
     Raises:
-        AuditCorrupted: anything but a torn tail, naming ``segment@offset`` and why.
+        AuditCorrupted: anything but a torn or unsigned tail, naming ``segment@offset`` and why.
+        Rescan: old-format unsigned events were set aside; call again with a fresh state.
     """
     report = RecoveryReport()
     for tmp in directory.glob("*.tmp"):
@@ -99,7 +131,15 @@ def recover(
     for i, checked in enumerate(check_segments(segments, state, workers=workers)):
         name, path, torn = checked.name, checked.path, checked.torn
         last = i == len(segments) - 1
-        if torn is not None:
+        if (checked.unsigned or torn) is not None and path.name.endswith(COMPRESSED_SUFFIX):
+            bad = checked.unsigned or torn
+            assert bad is not None
+            raise AuditCorrupted(f"{bad.message} in a compressed (sealed) segment", where=bad.where)
+        if checked.unsigned is not None:
+            if not last:
+                raise AuditCorrupted(f"{checked.unsigned.message} in a sealed segment", where=path.name)
+            _set_aside(directory, path, path.read_bytes(), checked.unsigned.offset, report)
+        elif torn is not None:
             if not last:
                 raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
             data = path.read_bytes()
@@ -120,10 +160,48 @@ def recover(
             found.sealed.append(SealedSegment(name, path, state.size, state.last_time_ns))
         if last and not path.exists():
             found.last_path = None
+    unsigned_from = settle_signatures(state)
+    if unsigned_from is not None:
+        data = read_segment(found.last_path) if found.last_path is not None else b""
+        at = event_offset(data, unsigned_from)
+        if found.last_path is None or at is None or found.last_path.name.endswith(COMPRESSED_SUFFIX):
+            raise AuditCorrupted(
+                f"events from {unsigned_from} (old format) were never signed and start before the last "
+                "segment: move the segments after it aside by hand",
+                where=directory.name,
+            )
+        _set_aside(directory, found.last_path, data, at, report)
+        raise Rescan(report)
     report.events = state.size
     report.clean = found.last_sealed
     _check_checkpoint_file(directory / CHECKPOINT_FILE, state, verifier)
     return found
+
+
+def _set_aside(directory: Path, path: Path, data: bytes, offset: int, report: RecoveryReport) -> None:
+    """Move the unsigned tail of the last segment from ``offset`` to ``<segment>.<offset>.unsigned``."""
+    aside = path.with_name(f"{path.name}.{offset}.unsigned")
+    aside.write_bytes(data[offset:])
+    with open(aside, "rb") as fh:
+        os.fsync(fh.fileno())
+    report.set_aside_events += _events_in(data, offset)
+    report.set_aside_file = aside.name
+    report.set_aside_reason = "events no signature covers (forged, or never acknowledged)"
+    with open(path, "r+b") as fh:
+        fh.truncate(offset)
+        os.fsync(fh.fileno())
+    fsync_dir(directory)
+
+
+def _events_in(data: bytes, offset: int) -> int:
+    """Event frames readable from ``offset`` on (headers only)."""
+    count, off = 0, offset
+    while off + HEADER_SIZE <= len(data):
+        fields = HEADER.unpack_from(data, off)
+        count += fields[3] == EVENT
+        end = off + HEADER_SIZE + fields[1]
+        off = end + (-end % 8)
+    return count
 
 
 def _cut(directory: Path, path: Path, data: bytes, offset: int, report: RecoveryReport, reason: str) -> None:

@@ -24,6 +24,7 @@ from typing import NamedTuple, Protocol
 from ..background import BackgroundErrorHook, LoopErrors
 from ..errors import InvalidInput
 from ._files import atomic_write, fsync_dir
+from .compression import read_segment, stored
 from .merkle import MerkleTree
 from .record import AuditRecord, canonical_json
 from .segment import HEADER, HEADER_SIZE, PRUNED_LEAVES, PRUNED_META, SegmentName, list_segments
@@ -58,19 +59,20 @@ def prune(directory: Path, chosen: list[SealedSegment], tree: MerkleTree, archiv
     """Keep the leaf hashes and starting chain, then archive (copy + fsync) or delete the segments."""
     last_index = chosen[-1].last_index
     paths = [p for _, p in list_segments(directory)]
-    nxt = paths[paths.index(chosen[-1].path) + 1]
-    with open(nxt, "rb") as fh:  # the next segment's header carries the chain where it starts
-        chain = HEADER.unpack_from(fh.read(HEADER_SIZE))[-1]
+    nxt = paths[paths.index(stored(chosen[-1].path)) + 1]
+    # the next segment's header carries the chain where it starts
+    chain = HEADER.unpack_from(read_segment(nxt, HEADER_SIZE))[-1]
     atomic_write(directory / PRUNED_LEAVES, tree.leaf_hashes(last_index))
     atomic_write(directory / PRUNED_META, canonical_json({"size": last_index, "chain": chain.hex()}))
     if archive is not None:
         archive.mkdir(parents=True, exist_ok=True)
     for seg in chosen:
+        path = stored(seg.path)  # compressed since it was sealed, maybe
         if archive is not None:
-            shutil.copy2(seg.path, archive / seg.path.name)
-            with open(archive / seg.path.name, "rb") as fh:
+            shutil.copy2(path, archive / path.name)
+            with open(archive / path.name, "rb") as fh:
                 os.fsync(fh.fileno())
-        seg.path.unlink()
+        path.unlink()
     if archive is not None:
         shutil.copy2(directory / VKEY_FILE, archive / VKEY_FILE)
         fsync_dir(archive)
@@ -78,9 +80,15 @@ def prune(directory: Path, chosen: list[SealedSegment], tree: MerkleTree, archiv
 
 
 def record(
-    node: str, max_age: timedelta, chosen: list[SealedSegment], signed: int, archive: Path | None
+    node: str,
+    max_age: timedelta,
+    chosen: list[SealedSegment],
+    signed: int,
+    archive: Path | None,
+    *,
+    names: list[str] | None = None,
 ) -> AuditRecord:
-    """The ``audit.retention`` record of one run."""
+    """The ``audit.retention`` record of one run (``names``: the files removed, as stored)."""
     return AuditRecord(
         event_type="audit.retention",
         component="audit",
@@ -88,7 +96,7 @@ def record(
         rule=f"retention max_age={int(max_age.total_seconds())}s",
         outcome="archived" if archive else "deleted",
         detail={
-            "segments": [seg.path.name for seg in chosen],
+            "segments": names if names is not None else [seg.path.name for seg in chosen],
             "events": [chosen[0].name.first_index, chosen[-1].last_index],
             "covered_by_checkpoint": signed,
             "archive_dir": str(archive) if archive else "",

@@ -26,7 +26,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from .merkle import MerkleTree
 
 __all__ = [
     "CHECKPOINT",
+    "COMMIT",
     "EVENT",
     "HEADER_SIZE",
     "SEAL",
@@ -46,19 +47,27 @@ __all__ = [
     "Frame",
     "SegmentName",
     "TornFrame",
+    "Unsigned",
     "check",
+    "commit_message",
+    "encode_batch",
     "encode_events",
     "encode_frame",
+    "event_offset",
     "find_promised_frame",
     "list_segments",
     "load_pruned",
     "scan",
+    "settle_signatures",
 ]
 
 MAGIC = 0x31445541
-VERSION = 1
-SEGMENT, EVENT, CHECKPOINT, SEAL = 1, 2, 3, 4
-_TYPES = {SEGMENT: "segment header", EVENT: "event", CHECKPOINT: "checkpoint", SEAL: "seal"}
+VERSION = 2
+"""Frames written now. Version 2 events come in batches announced by a signed commit frame."""
+LEGACY_VERSION = 1
+"""Frames of logs written before commit frames (events signed only by later checkpoints)."""
+SEGMENT, EVENT, CHECKPOINT, SEAL, COMMIT = 1, 2, 3, 4, 5
+_TYPES = {SEGMENT: "segment header", EVENT: "event", CHECKPOINT: "checkpoint", SEAL: "seal", COMMIT: "commit"}
 HEADER = struct.Struct("<IIIBBHQQQ32s")
 HEADER_SIZE = HEADER.size  # 72
 _TAIL = struct.Struct("<BBHQQQ32s")  # the CRC-covered part of the header
@@ -68,7 +77,7 @@ MAX_PAYLOAD = 4 << 20
 _LEAF = hashlib.sha256(b"\x00")
 _sha256 = hashlib.sha256
 _crc = _crc32c.crc32c
-_SEGMENT_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.wal$")
+_SEGMENT_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.wal(?:\.zst)?$")
 
 
 def crc32c(data: bytes | memoryview, value: int = 0) -> int:
@@ -94,12 +103,15 @@ class SegmentName:
 
 
 def list_segments(directory: Path) -> list[tuple[SegmentName, Path]]:
-    """The segments of a node directory, in order, checking the sequence has no gap.
+    """The segments of a node directory (plain ``.wal`` or compressed ``.wal.zst``), in order,
+    checking the sequence has no gap.
 
     Raises:
         AuditCorrupted: a segment is missing from the sequence.
     """
-    found = sorted((name, p) for p in directory.iterdir() if (name := SegmentName.parse(p.name)) is not None)
+    listed = sorted((name, p) for p in directory.iterdir() if (name := SegmentName.parse(p.name)) is not None)
+    # a segment both plain and compressed (a crash while compressing it): the plain one counts
+    found = [(n, p) for i, (n, p) in enumerate(listed) if i == 0 or listed[i - 1][0] != n]
     for (prev, _), (cur, path) in itertools.pairwise(found):
         if cur.seq != prev.seq + 1:
             raise AuditCorrupted(f"segment {prev.seq + 1:016x} is missing", where=str(path))
@@ -139,7 +151,7 @@ def load_pruned(
     if len(leaves) < 32 * size or len(chain) != 32:
         raise AuditCorrupted("pruned leaf hashes do not match the pruned size", where=str(meta_path))
     state.tree.extend([leaves[i : i + 32] for i in range(0, 32 * size, 32)])
-    state.size, state.chain = size, chain
+    state.size, state.chain, state.pruned = size, chain, size
     keep = [(n, p) for n, p in segments if n.first_index > size]
     if segments and keep != segments[len(segments) - len(keep) :]:
         raise AuditCorrupted("segments out of order around the pruned range", where=str(meta_path))
@@ -152,10 +164,10 @@ def load_pruned(
 
 
 def encode_frame(
-    typ: int, index: int, synced: int, time_ns: int, prev: bytes, payload: bytes
+    typ: int, index: int, synced: int, time_ns: int, prev: bytes, payload: bytes, *, version: int = VERSION
 ) -> tuple[bytes, bytes, bytes]:
     """Build one frame; returns (frame bytes, leaf hash of the payload, chain hash)."""
-    tail = _TAIL.pack(typ, VERSION, 0, index, synced, time_ns, prev)
+    tail = _TAIL.pack(typ, version, 0, index, synced, time_ns, prev)
     crc = _crc(payload, _crc(tail))
     h = _LEAF.copy()
     h.update(payload)
@@ -169,28 +181,67 @@ _FIXED = struct.Struct("<III")
 _PADS = [b"\0" * i for i in range(8)]
 
 
+def encode_batch(
+    first_index: int,
+    synced: int,
+    time_ns: int,
+    prev: bytes,
+    payloads: list[bytes],
+    *,
+    state: ChainState,
+    sign: Callable[[bytes], bytes],
+) -> tuple[bytes, list[bytes], bytes]:
+    """Build one signed batch: a commit frame announcing ``payloads``, then their event frames.
+
+    The commit frame carries the number of events and an Ed25519 signature (``sign``) of
+    ``commit_message``: the log's origin, the first index, the count, the chain hash the
+    commit continues and the SHA-256 of the events' leaf hashes. Returns (all frames, the
+    events' leaf hashes, last chain hash).
+    """
+    sha = _sha256
+    leaves = [sha(b"\x00" + p).digest() for p in payloads]
+    n = len(payloads)
+    digest = sha(b"".join(leaves)).digest()
+    signature = sign(commit_message(state, first_index, n, prev, digest))
+    commit, _, chain = encode_frame(
+        COMMIT, first_index - 1, synced, time_ns, prev, _COMMIT.pack(n, signature)
+    )
+    frames, _, chain = encode_events(first_index, synced, time_ns, chain, payloads, leaves=leaves)
+    return commit + frames, leaves, chain
+
+
 def encode_events(
-    first_index: int, synced: int, time_ns: int, prev: bytes, payloads: list[bytes]
+    first_index: int,
+    synced: int,
+    time_ns: int,
+    prev: bytes,
+    payloads: list[bytes],
+    *,
+    leaves: list[bytes] | None = None,
+    version: int = VERSION,
 ) -> tuple[bytes, list[bytes], bytes]:
     """Build the event frames of one batch (indexes from ``first_index``) in one pass.
 
     Same bytes as calling ``encode_frame(EVENT, ...)`` for each payload in turn, with
-    fewer Python steps per record. Returns (all frames, their leaf hashes, last chain hash).
+    fewer Python steps per record (``leaves``: their leaf hashes, if already computed).
+    Returns (all frames, their leaf hashes, last chain hash). A log written now announces
+    its events with a commit frame first: see ``encode_batch``.
     """
     parts: list[bytes] = []
-    leaves: list[bytes] = []
+    given = leaves
+    leaves = []
     add, add_leaf = parts.append, leaves.append
     tail_pack, fixed_pack, chain_pack = _TAIL.pack, _FIXED.pack, _CHAIN_PREFIX.pack
     crc_of, sha, pads = _crc, _sha256, _PADS
     index = first_index
-    for payload in payloads:
-        tail = tail_pack(EVENT, VERSION, 0, index, synced, time_ns, prev)
+    for k, payload in enumerate(payloads):
+        tail = tail_pack(EVENT, version, 0, index, synced, time_ns, prev)
         n = len(payload)
         add(fixed_pack(MAGIC, n, crc_of(payload, crc_of(tail))))
         add(tail)
         add(payload)
         add(pads[-(HEADER_SIZE + n) % 8])
-        leaf = sha(b"\x00" + payload).digest()
+        leaf = given[k] if given is not None else sha(b"\x00" + payload).digest()
         add_leaf(leaf)
         prev = sha(chain_pack(EVENT, index, prev, leaf)).digest()
         index += 1
@@ -213,6 +264,8 @@ class ChainState:
         deferred_roots: If a list, checkpoints are not compared with ``tree`` (which then
             only collects leaf hashes) but appended here with where they are, for the
             caller to compare once it has the whole tree (see ``segment_pool``).
+        check_records: Also check that each event's payload is an audit record
+            (``record.record_problem``): a malformed one is named like any other bad frame.
     """
 
     tree: MerkleTree = field(default_factory=MerkleTree)
@@ -224,6 +277,11 @@ class ChainState:
     last_time_ns: int = 0
     sealed: bool = False
     deferred_roots: list[tuple[Checkpoint, str]] | None = None
+    check_records: bool = False
+    commits: list[tuple[int, bytes, bytes, str]] = field(default_factory=list)
+    legacy_last: int = 0
+    pruned: int = 0
+    v2: bool = False
 
 
 @dataclass(slots=True)
@@ -239,6 +297,14 @@ class Frame:
 
 class TornFrame(AuditCorrupted):
     """A frame that cannot be read (framing or CRC): a torn write if at the tail of the last segment."""
+
+    def __init__(self, message: str, *, where: str, offset: int) -> None:
+        self.offset = offset
+        super().__init__(message, where=where)
+
+
+class Unsigned(AuditCorrupted):
+    """Events no signature covers: forged, or cut off before they were acknowledged."""
 
     def __init__(self, message: str, *, where: str, offset: int) -> None:
         self.offset = offset
@@ -266,8 +332,13 @@ def check(
     where: str,
     state: ChainState,
     frames: list[tuple[int, int, int, int, int]] | None = None,
+    *,
+    start: int = 0,
 ) -> int:
     """Check every frame of one segment, updating ``state``; returns the end of the last good frame.
+
+    A batch (a commit frame and the events it announces) counts only whole: ``state`` and
+    ``frames`` end after the last complete batch or other frame.
 
     Args:
         buf: The segment's bytes.
@@ -275,19 +346,22 @@ def check(
         where: How to name the segment in errors.
         state: The log so far; grows by this segment's good frames (also when raising).
         frames: If given, receives ``(type, index, time_ns, offset, payload end)`` of each good frame.
+        start: Where to begin: the end of what an earlier call checked (``state`` as it left it),
+            to follow a segment that grows.
 
     Raises:
         TornFrame: a frame that cannot be read (bad magic, length past end of file, bad CRC,
-            partial header): ``offset`` says where the readable prefix ends.
+            partial header), or a batch the segment ends before: ``offset`` says where the
+            readable prefix ends.
+        Unsigned: an event no commit frame announces (``offset``: where it is).
         AuditCorrupted: a readable frame that breaks the log (chain, index, type, checkpoint).
     """
     mv = memoryview(buf)
     size = len(mv)
-    off = 0
+    off = start
     unpack = HEADER.unpack_from
     chain_pack = _CHAIN_PREFIX.pack
     crc_of = _crc
-    last_ts: int | None = None
     sha = _sha256
     chain = state.chain
     count = state.size
@@ -295,6 +369,20 @@ def check(
     add_leaf = leaves.append
     record = frames.append if frames is not None else None
     sealed = state.sealed = False
+    problem = _record_checker() if state.check_records else None
+    # the last point where the segment is whole: (offset, chain, count, leaves, time, frames)
+    good: tuple[int, bytes, int, int, int | None, int] = (
+        start,
+        chain,
+        count,
+        0,
+        None,
+        len(frames) if frames is not None else 0,
+    )
+    v2 = state.v2
+    last_ts: int | None = None
+    batch_last = 0  # index of the last event the open batch announces (0: no batch open)
+    batch: tuple[int, int, bytes, bytes, str, int] | None = None  # first, n, prev, sig, where, offset
     try:
         while off < size:
             if sealed:
@@ -312,31 +400,172 @@ def check(
                 raise AuditCorrupted(
                     f"chain broken ({_TYPES.get(typ, typ)} frame, index {index})", where=f"{where}@{off}"
                 )
+            if ver != VERSION:
+                if ver != LEGACY_VERSION or v2:
+                    _bad_version(ver, f"{where}@{off}")
+            else:
+                v2 = True
             leaf = sha(b"\x00" + mv[pay:end]).digest()
             if typ == EVENT:
                 if index != count + 1:
                     raise AuditCorrupted(
                         f"index {index} where {count + 1} was expected", where=f"{where}@{off}"
                     )
+                if ver == VERSION and index > batch_last:
+                    raise Unsigned(
+                        f"event {index} is not signed: no commit frame announces it",
+                        where=f"{where}@{off}",
+                        offset=off,
+                    )
+                if problem is not None and (why := problem(mv[pay:end])) is not None:
+                    raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}")
                 count = index
                 add_leaf(leaf)
+                if ver != VERSION:
+                    state.legacy_last = index
             else:
-                _check_other(
-                    mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where
-                )
-                sealed = state.sealed = typ == SEAL
+                if batch_last:
+                    raise AuditCorrupted(
+                        f"{_TYPES.get(typ, typ)} frame inside a batch of events", where=f"{where}@{off}"
+                    )
+                if typ == COMMIT:
+                    batch = _open_batch(mv[pay:end], ver, index, count, prev, f"{where}@{off}", off)
+                    batch_last = batch[0] + batch[1] - 1
+                else:
+                    _check_other(
+                        mv[off + HEADER_SIZE : end], typ, ver, index, count, off, seg, state, leaves, where
+                    )
+                    sealed = state.sealed = typ == SEAL
             chain = sha(chain_pack(typ, index, prev, leaf)).digest()
             last_ts = ts
             if record is not None:
                 record((typ, index, ts, off, end))
             off = nxt
-    finally:  # the state always ends exactly after the last good frame
-        if leaves:
-            state.tree.extend(leaves)
+            if batch_last and count == batch_last:  # the batch is whole: its signature, later
+                assert batch is not None
+                first, n, before, sig, here, _ = batch
+                digest = sha(b"".join(leaves[len(leaves) - n :])).digest()
+                state.commits.append((batch_last, commit_message(state, first, n, before, digest), sig, here))
+                batch_last, batch = 0, None
+            if not batch_last:
+                good = (off, chain, count, len(leaves), last_ts, len(frames) if frames is not None else 0)
+        if batch is not None:
+            first, n, _, _, here, at = batch
+            raise TornFrame(
+                f"batch of {n} events from {first} incomplete ({count - first + 1} written)",
+                where=here,
+                offset=at,
+            )
+    except TornFrame as torn:
+        if batch is None or torn.offset == good[0]:
+            raise
+        # the whole batch goes with its torn frame: it was acknowledged as one, after its fsync
+        first, n = batch[0], batch[1]
+        raise TornFrame(
+            f"{torn.message} (a batch of {n} events from {first} left incomplete)",
+            where=torn.where,
+            offset=good[0],
+        ) from None
+    finally:  # the state always ends exactly after the last good frame (and whole batch)
+        end_off, chain, count, keep, good_ts, kept = good
+        if keep:
+            state.tree.extend(leaves[:keep])
         state.chain, state.size = chain, count
-        if last_ts is not None:
-            state.last_time_ns = last_ts
-    return off
+        if good_ts is not None:
+            state.last_time_ns = good_ts
+        if frames is not None:
+            del frames[kept:]
+        state.v2 = v2
+    return end_off
+
+
+_COMMIT = struct.Struct("<I64s")
+MAX_BATCH = 1 << 24
+
+
+def commit_message(state: ChainState, first: int, count: int, prev: bytes, digest: bytes) -> bytes:
+    """What a commit frame signs: the log, where the batch starts and what it holds.
+
+    ``prev`` is the chain hash the commit frame continues (its place in the log) and
+    ``digest`` the SHA-256 of the batch's leaf hashes, concatenated.
+    """
+    origin = (state.origin or "").encode()
+    return _COMMIT_DOMAIN + origin + b"\n" + struct.pack("<QI", first, count) + prev + digest
+
+
+_COMMIT_DOMAIN = b"agency-audit-commit/v1\n"
+
+
+def _bad_version(ver: int, here: str) -> None:
+    if ver == LEGACY_VERSION:
+        raise AuditCorrupted("a frame of the old format (version 1) after commit-signed frames", where=here)
+    raise AuditCorrupted(f"unknown frame version {ver}", where=here)
+
+
+def _open_batch(
+    payload: memoryview, ver: int, index: int, count: int, prev: bytes, here: str, off: int
+) -> tuple[int, int, bytes, bytes, str, int]:
+    if ver != VERSION or len(payload) != _COMMIT.size:
+        raise AuditCorrupted("malformed commit frame", where=here)
+    if index != count:
+        raise AuditCorrupted(f"commit frame claims {index} events, {count} seen", where=here)
+    n, sig = _COMMIT.unpack(payload)
+    if not 0 < n <= MAX_BATCH:
+        raise AuditCorrupted(f"commit frame announces {n} events", where=here)
+    return count + 1, n, prev, sig, here, off
+
+
+def settle_signatures(state: ChainState) -> int | None:
+    """Check the commit signatures no checkpoint vouched for; say where unsigned events begin.
+
+    Called once the whole log is scanned. Events covered by a checkpoint (its root matched)
+    need no commit signature; the batches after the last checkpoint are checked here.
+
+    Returns:
+        The index of the first event that no signature covers (old-format events after the
+        last checkpoint), or None when every event is signed.
+
+    Raises:
+        AuditCorrupted: a commit signature does not verify, or old-format unsigned events
+            are followed by signed ones.
+    """
+    signed = state.checkpoints[-1].size if state.checkpoints else state.pruned
+    if state.verifier is not None:
+        for last, message, sig, where in state.commits:
+            if last > signed and not state.verifier.verify_signature(message, sig):
+                first = struct.unpack_from("<Q", message, len(message) - 76)[0]
+                raise AuditCorrupted(
+                    f"the commit signature of events {first}..{last} is not by the log's key", where=where
+                )
+    state.commits.clear()
+    if state.legacy_last > signed:
+        if state.size > state.legacy_last:
+            raise AuditCorrupted(
+                f"events {signed + 1}..{state.legacy_last} (old format) were never signed, "
+                "yet later events follow them"
+            )
+        return signed + 1
+    return None
+
+
+def event_offset(buf: bytes | memoryview, index: int) -> int | None:
+    """Offset of the frame of event ``index`` in a segment's bytes (headers only; None: not there)."""
+    mv = memoryview(buf)
+    off = 0
+    while off + HEADER_SIZE <= len(mv):
+        _, length, _, typ, _, _, at, _, _, _ = HEADER.unpack_from(mv, off)
+        if typ == EVENT and at == index:
+            return off
+        end = off + HEADER_SIZE + length
+        off = end + (-end % 8)
+    return None
+
+
+def _record_checker() -> Callable[[memoryview], str | None]:
+    """``record.record_problem``, imported when first needed (it brings pydantic into a worker)."""
+    from .record import record_problem
+
+    return record_problem
 
 
 def _torn(mv: memoryview, off: int, magic: int, length: int, crc: int, end: int, where: str) -> None:
@@ -418,6 +647,8 @@ def _check_checkpoint(payload: memoryview, state: ChainState, here: str) -> None
     if cp.root != state.tree.root(cp.size):
         raise AuditCorrupted(f"checkpoint root for size {cp.size} does not match the records", where=here)
     state.checkpoints.append(cp)
+    if state.commits:  # the checkpoint vouches for every batch it covers
+        state.commits = [c for c in state.commits if c[0] > cp.size]
 
 
 def find_promised_frame(buf: bytes | memoryview, after: int) -> int | None:

@@ -30,8 +30,9 @@ from typing import IO, Any
 
 from ..errors import AuditCorrupted
 from .checkpoint import Checkpoint, Verifier
+from .compression import read_segment
 from .merkle import MerkleTree
-from .segment import HEADER, HEADER_SIZE, ZERO_HASH, ChainState, SegmentName, TornFrame, check
+from .segment import HEADER, HEADER_SIZE, ZERO_HASH, ChainState, SegmentName, TornFrame, Unsigned, check
 
 __all__ = ["PARALLEL_MIN_BYTES", "Checked", "check_segments", "default_workers"]
 
@@ -57,12 +58,14 @@ class Checked:
         path: Its file.
         end: Offset just past its last good frame.
         torn: The unreadable frame that ended the check early (None: read to the end).
+        unsigned: The first event no signature covers, which ended the check early.
     """
 
     name: SegmentName
     path: Path
     end: int
     torn: TornFrame | None = None
+    unsigned: Unsigned | None = None
 
 
 def check_segments(
@@ -76,7 +79,8 @@ def check_segments(
 
     Same results as ``check`` on each segment in turn. A ``TornFrame`` is yielded (in
     ``Checked.torn``) rather than raised, with ``state`` ending before it, so the caller
-    decides what a torn frame means where it is; any other ``AuditCorrupted`` is raised,
+    decides what a torn frame means where it is (an ``Unsigned`` event likewise, in
+    ``Checked.unsigned``); any other ``AuditCorrupted`` is raised,
     with the same message and place. After a signed root that does not match, the state's
     size, tree and checkpoints are those of a sequential check, its chain hash and time
     are those of the segment before.
@@ -114,11 +118,13 @@ def _size(path: Path) -> int:
 
 
 def _check_here(name: SegmentName, path: Path, state: ChainState) -> Checked:
-    data = path.read_bytes()
+    data = read_segment(path)
     try:
         return Checked(name, path, check(data, name, path.name, state))
     except TornFrame as torn:
         return Checked(name, path, torn.offset, torn)
+    except Unsigned as unsigned:
+        return Checked(name, path, unsigned.offset, unsigned=unsigned)
 
 
 # ---------------------------------------------------------------------- the parent's side
@@ -139,16 +145,22 @@ class _Result:
     origin: str | None
     end: int
     error: tuple[str, str, str, int] | None  # (kind, message without "at", where, offset)
+    commits: list[tuple[int, bytes, bytes, str]]  # signatures not checked yet (see settle_signatures)
+    v2: bool
+    legacy_last: int
 
 
 def _link(r: _Result, name: SegmentName, path: Path, state: ChainState) -> Checked:
     linked = r.prev == state.chain and r.first_size == state.size and r.origin == state.origin
-    if not linked or (r.error is not None and r.error[0] != "torn"):
+    if state.v2 and r.legacy_last:
+        linked = False  # old-format frames after new ones: the sequential check names them
+    if not linked or (r.error is not None and r.error[0] not in ("torn", "unsigned")):
         # It does not start where the log ends, or it is corrupt: checked again here, the
         # sequential check names the problem and leaves the state exactly as it does.
         return _check_here(name, path, state)
     tree = state.tree
     done = 0
+    state.commits.extend(r.commits)
     for cp, where in r.checkpoints:
         upto = cp.size - r.first_size
         tree.extend_packed(r.leaves[32 * done : 32 * upto])
@@ -160,13 +172,18 @@ def _link(r: _Result, name: SegmentName, path: Path, state: ChainState) -> Check
                 f"checkpoint root for size {cp.size} does not match the records", where=where
             )
         state.checkpoints.append(cp)
+        state.commits = [c for c in state.commits if c[0] > cp.size]
     tree.extend_packed(r.leaves[32 * done :])
     state.chain, state.size, state.sealed = r.chain, r.size, r.sealed
+    state.v2 = state.v2 or r.v2
+    state.legacy_last = max(state.legacy_last, r.legacy_last)
     if r.last_time_ns is not None:
         state.last_time_ns = r.last_time_ns
     if r.error is None:
         return Checked(name, path, r.end)
-    _, message, where, offset = r.error
+    kind, message, where, offset = r.error
+    if kind == "unsigned":
+        return Checked(name, path, offset, unsigned=Unsigned(message, where=where, offset=offset))
     return Checked(name, path, offset, TornFrame(message, where=where, offset=offset))
 
 
@@ -175,9 +192,11 @@ class _Pool:
 
     def __init__(self, count: int, segments: list[tuple[SegmentName, Path]], state: ChainState) -> None:
         vkey = state.verifier.vkey if state.verifier is not None else None
-        jobs: list[list[tuple[str, int, int, str, str | None, str | None]]] = [[] for _ in range(count)]
+        jobs: list[list[tuple[str, int, int, str, str | None, str | None, bool]]] = [[] for _ in range(count)]
         for i, (name, path) in enumerate(segments):
-            jobs[i % count].append((str(path), name.seq, name.first_index, path.name, state.origin, vkey))
+            jobs[i % count].append(
+                (str(path), name.seq, name.first_index, path.name, state.origin, vkey, state.check_records)
+            )
         self._procs: list[subprocess.Popen[bytes]] = []
         self._broken = False
         package_root = str(Path(__file__).resolve().parents[2])
@@ -240,10 +259,16 @@ class _LeafList(MerkleTree):
 
 
 def check_alone(
-    path: str, seq: int, first_index: int, where: str, origin: str | None, vkey: str | None
+    path: str,
+    seq: int,
+    first_index: int,
+    where: str,
+    origin: str | None,
+    vkey: str | None,
+    check_records: bool = False,
 ) -> _Result:
     """Check one segment as if the log ended exactly where its header says it continues."""
-    data = Path(path).read_bytes()
+    data = read_segment(Path(path))
     prev = HEADER.unpack_from(data, 0)[-1] if len(data) >= HEADER_SIZE else ZERO_HASH
     deferred: list[tuple[Checkpoint, str]] = []
     leaves = _LeafList()
@@ -254,6 +279,7 @@ def check_alone(
         verifier=Verifier(vkey) if vkey else None,
         origin=origin,
         deferred_roots=deferred,
+        check_records=check_records,
     )
     error = None
     try:
@@ -261,6 +287,9 @@ def check_alone(
     except TornFrame as torn:
         end = torn.offset
         error = ("torn", _bare(torn), torn.where, torn.offset)
+    except Unsigned as unsigned:
+        end = unsigned.offset
+        error = ("unsigned", _bare(unsigned), unsigned.where, unsigned.offset)
     except AuditCorrupted as exc:
         end = -1
         error = ("corrupted", _bare(exc), exc.where, -1)
@@ -276,6 +305,9 @@ def check_alone(
         origin=state.origin,
         end=end,
         error=error,
+        commits=state.commits,
+        v2=state.v2,
+        legacy_last=state.legacy_last,
     )
 
 

@@ -20,22 +20,31 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AuditCorrupted, InvalidInput, NotFound
-from .checkpoint import Checkpoint, Verifier
+from .checkpoint import Checkpoint, Verifier, origin_for
+from .compression import read_segment
+from .keyring import Keyring
 from .merkle import MerkleTree, ProofError, leaf_hash, verify_consistency, verify_inclusion
 from .segment import (
+    EVENT,
+    HEADER,
+    HEADER_SIZE,
     ChainState,
     SegmentName,
+    event_offset,
     find_promised_frame,
     list_segments,
     load_pruned,
+    settle_signatures,
 )
 from .segment_pool import check_segments
+from .witness import CosignatureVerifier
 
 __all__ = [
     "BUNDLE_FORMAT",
     "NodeVerdict",
     "Verdict",
     "find_node_dirs",
+    "node_of",
     "record_line_prefix",
     "scan_node",
     "verify_path",
@@ -119,10 +128,12 @@ def scan_node(
     trusted: Checkpoint | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    origin: str | None = None,
 ) -> NodeVerdict:
     """Verify one node's log directory without modifying it (``workers``: see ``check_segments``).
 
-    ``progress(done_bytes, total_bytes)`` is called after each segment.
+    ``progress(done_bytes, total_bytes)`` is called after each segment; ``origin``: the log
+    must be this one (a keyring binds a key to a node id, hence to its origin).
     """
     v = NodeVerdict(node=directory.name, source=str(directory))
     if verifier is None:
@@ -131,7 +142,7 @@ def scan_node(
             v.error, v.where = "no verifier key (pass the published key)", str(vkey)
             return v
         verifier = Verifier(vkey.read_text())
-    state = ChainState(verifier=verifier)
+    state = ChainState(verifier=verifier, check_records=True, origin=origin)
     v.state = state
     # Read the published checkpoint before the segments: on a live log it may only ever lag them.
     cp_file = directory / CHECKPOINT_FILE
@@ -149,10 +160,15 @@ def scan_node(
                 progress(done, total)
             path, end, torn = checked.path, checked.end, checked.torn
             last = i == len(segments) - 1
+            if checked.unsigned is not None:
+                bad = checked.unsigned
+                if not last:
+                    raise AuditCorrupted(f"{bad.message} in a sealed segment", where=bad.where) from None
+                raise AuditCorrupted(_unsigned_text(read_segment(path), bad.offset), where=bad.where)
             if torn is not None:
                 if not last:
                     raise AuditCorrupted(f"{torn.message} in a sealed segment", where=torn.where) from None
-                data = path.read_bytes()
+                data = read_segment(path)
                 promised = find_promised_frame(data, torn.offset)
                 if promised is not None:
                     raise AuditCorrupted(
@@ -167,6 +183,14 @@ def scan_node(
             v.ends[path.name] = end
             if not last and not state.sealed:
                 raise AuditCorrupted("segment not sealed but not the last one", where=path.name)
+        unsigned_from = settle_signatures(state)
+        if unsigned_from is not None and segments:
+            data = read_segment(segments[-1][1], v.ends.get(segments[-1][1].name))
+            at = event_offset(data, unsigned_from)
+            raise AuditCorrupted(
+                _unsigned_text(data, at or 0, first=unsigned_from, legacy=True),
+                where=f"{segments[-1][1].name}@{at}" if at is not None else segments[-1][1].name,
+            )
         _check_claims(cp_file, cp_text, state, verifier, trusted)
     except AuditCorrupted as exc:
         v.error, v.where = _split(exc)
@@ -175,11 +199,29 @@ def scan_node(
         signed = state.checkpoints[-1].size if state.checkpoints else 0
         if signed < state.size:
             v.warnings.append(
-                f"{state.size - signed} events after the last signed checkpoint (chain-verified)"
+                f"{state.size - signed} events after the last signed checkpoint (signed by their "
+                "commit frames; the next checkpoint covers them)"
             )
         if not segments:
             v.warnings.append("empty log")
     return v
+
+
+def _unsigned_text(data: bytes, offset: int, *, first: int = 0, legacy: bool = False) -> str:
+    """Why the events from ``offset`` on fail: nothing signed them."""
+    count, off = 0, offset
+    while off + HEADER_SIZE <= len(data):
+        fields = HEADER.unpack_from(data, off)
+        if fields[3] == EVENT:
+            count += 1
+            first = first or fields[6]
+        end = off + HEADER_SIZE + fields[1]
+        off = end + (-end % 8)
+    what = "after the last checkpoint (old format)" if legacy else "that no commit frame announces"
+    return (
+        f"{count} event(s) from index {first} are not signed by the log's key ({what}): forged, or "
+        "cut off before they were acknowledged; a gateway opening the log sets them aside"
+    )
 
 
 def _check_claims(
@@ -215,8 +257,11 @@ def verify_path(
     path: str | os.PathLike[str],
     *,
     key: str | None = None,
+    keyring: Keyring | None = None,
     trusted_checkpoint: str | None = None,
     progress: Callable[[str], Callable[[int, int], None]] | None = None,
+    witnessed: Callable[[str], str | None] | None = None,
+    witness_key: CosignatureVerifier | None = None,
 ) -> Verdict:
     """Verify a log directory (one node or a directory of nodes) or a JSON Lines bundle.
 
@@ -224,30 +269,110 @@ def verify_path(
         path: The directory or bundle file.
         key: The pinned verifier key (``name+id+base64``); default: the key stored with
             each log or in the bundle (which proves integrity only against that key).
+        keyring: Pinned keys per node id (instead of ``key``): every node log is checked
+            against its own key and origin, and a node of the keyring without a log fails.
         trusted_checkpoint: A checkpoint note obtained out of band; the log must contain it.
         progress: Given a node's name, a ``progress(done_bytes, total_bytes)`` for its log.
+        witnessed: Given a log's origin, the latest checkpoint a witness cosigned for it (None:
+            none): each log must contain it — a log rolled back behind it fails.
+        witness_key: The witness's verifier key (required with ``witnessed``).
 
     Raises:
         InvalidInput: the path is neither a log directory nor a bundle, or the key is malformed.
     """
+    if witnessed is not None and witness_key is None:
+        raise InvalidInput.single("witness_key", "required to check a witness's checkpoints", what="verify")
+    if key and keyring is not None:
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="audit verify")
     verifier = Verifier(key) if key else None
     trusted = None
     if trusted_checkpoint:
-        trusted = verifier.verify(trusted_checkpoint) if verifier else Checkpoint.parse(trusted_checkpoint)
+        trusted = Checkpoint.parse(trusted_checkpoint)
+        signer = verifier or (keyring.get(node_of(trusted.origin)) if keyring else None)
+        if signer is not None:
+            trusted = signer.verify(trusted_checkpoint)
     p = Path(path)
     if p.is_file():
-        return _verify_bundle(p, verifier, trusted)
-    nodes = find_node_dirs(p)
-    if not nodes:
-        raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
-    verdict = Verdict(
-        [
-            scan_node(d, verifier, trusted=trusted, progress=progress(d.name) if progress else None)
-            for d in nodes
-        ]
-    )
-    _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+        verdict = _verify_bundle(p, verifier, trusted, keyring)
+    else:
+        nodes = find_node_dirs(p)
+        if not nodes:
+            raise InvalidInput.single("path", f"no audit log segments under {p}", what="audit log")
+        verdict = Verdict(
+            [
+                _scan_pinned(d, verifier, keyring, trusted, progress(d.name) if progress else None)
+                for d in nodes
+            ]
+        )
+        _trusted_found(verdict, trusted, [v.state.origin if v.state else None for v in verdict.nodes], p)
+        if witnessed is not None and witness_key is not None:
+            for v in verdict.nodes:
+                if v.ok and v.state is not None and v.state.origin:
+                    _check_witnessed(v, witnessed(v.state.origin), witness_key)
+    if keyring is not None:
+        seen = {n.node for n in verdict.nodes}
+        verdict.nodes.extend(
+            NodeVerdict(
+                node=n, source=str(p), error=f"no log for node {n} (pinned in the keyring)", where=str(p)
+            )
+            for n in keyring
+            if n not in seen
+        )
     return verdict
+
+
+def _check_witnessed(v: NodeVerdict, note: str | None, witness: CosignatureVerifier) -> None:
+    """The log must contain the latest checkpoint the witness cosigned for it."""
+    state = v.state
+    assert state is not None and state.verifier is not None
+    if note is None:
+        v.warnings.append(f"the witness {witness.name} has cosigned no checkpoint of this log yet")
+        return
+    where = f"the checkpoint witness {witness.name} cosigned"
+    try:
+        cp, at = witness.verify(note)
+        state.verifier.verify(note)
+    except AuditCorrupted as exc:
+        v.error, v.where = exc.message, where
+        return
+    if cp.size > state.size:
+        v.error = (
+            f"rolled back: witness {witness.name} cosigned this log at size {cp.size} (time {at}), "
+            f"the log has {state.size} events"
+        )
+        v.where = where
+    elif cp.root != state.tree.root(cp.size):
+        v.error, v.where = (
+            f"the records do not match the checkpoint of size {cp.size} the witness cosigned",
+            where,
+        )
+    else:
+        v.warnings.append(f"contains the checkpoint of size {cp.size} witness {witness.name} cosigned")
+
+
+def node_of(origin: str) -> str:
+    """The node id in a log's checkpoint origin (``agency-middleware/audit/<node>``)."""
+    return origin.rsplit("/", 1)[-1]
+
+
+def _scan_pinned(
+    directory: Path,
+    verifier: Verifier | None,
+    keyring: Keyring | None,
+    trusted: Checkpoint | None,
+    progress: Callable[[int, int], None] | None,
+) -> NodeVerdict:
+    if keyring is None:
+        return scan_node(directory, verifier, trusted=trusted, progress=progress)
+    pinned = keyring.get(directory.name)
+    if pinned is None:
+        return NodeVerdict(
+            node=directory.name,
+            source=str(directory),
+            error=f"no key for node {directory.name} in the keyring {keyring.source}",
+            where=str(directory),
+        )
+    return scan_node(directory, pinned, trusted=trusted, progress=progress, origin=origin_for(directory.name))
 
 
 def _trusted_found(
@@ -292,7 +417,9 @@ class _BundleNode:
     last_index: int = 0
 
 
-def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | None) -> Verdict:
+def _verify_bundle(
+    path: Path, pinned: Verifier | None, trusted: Checkpoint | None, keyring: Keyring | None = None
+) -> Verdict:
     nodes: dict[str, _BundleNode] = {}
     order: list[NodeVerdict] = []
     try:
@@ -312,7 +439,16 @@ def _verify_bundle(path: Path, pinned: Verifier | None, trusted: Checkpoint | No
             obj = json.loads(line)
             kind = obj.get("kind")
             if kind == "log":
-                bn = _open_bundle_node(obj, pinned, complete, path, where)
+                key = keyring.get(str(obj["node"])) if keyring is not None else pinned
+                bn = _open_bundle_node(obj, key, complete, path, where)
+                if keyring is not None and key is None:
+                    bn.verdict.error = f"no key for node {obj['node']} in the keyring {keyring.source}"
+                    bn.verdict.where = where
+                elif keyring is not None and obj.get("origin") != origin_for(str(obj["node"])):
+                    bn.verdict.error = (
+                        f"log {obj['node']} has the origin of another node: {obj.get('origin')!r}"
+                    )
+                    bn.verdict.where = where
                 nodes[bn.verdict.node] = bn
                 order.append(bn.verdict)
                 continue
@@ -412,7 +548,9 @@ def _bundle_record(bn: _BundleNode, obj: dict[str, Any], line: bytes, where: str
             raise AuditCorrupted("no signed checkpoint to prove records against", where=where)
         final = bn.checkpoints[-1]
         if proof is None:
-            bn.verdict.warnings.append(f"record {index} is after the last signed checkpoint (unproven)")
+            raise AuditCorrupted(
+                f"record {index} is not covered by a signed checkpoint (no inclusion proof)", where=where
+            )
         else:
             try:
                 verify_inclusion(
@@ -445,6 +583,9 @@ def _finish_bundle_node(bn: _BundleNode, trusted: Checkpoint | None, path: Path)
             prev = cp.size
         signed = bn.checkpoints[-1].size if bn.checkpoints else 0
         if signed < bn.tree.size:
-            bn.verdict.warnings.append(f"{bn.tree.size - signed} events after the last signed checkpoint")
+            raise AuditCorrupted(
+                f"records {signed + 1}..{bn.tree.size} are not covered by a signed checkpoint",
+                where=f"{here}, records {signed + 1}..{bn.tree.size}",
+            )
     elif trusted is not None and bn.checkpoints:
         raise AuditCorrupted("a trusted checkpoint can only be checked against a complete bundle", where=here)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import AuditError
 from .export import iter_records
-from .record import AuditRecord, PlainRecord
+from .record import AuditRecord, PlainRecord, parse_record
 
 __all__ = ["WalLogReader", "is_wal_directory"]
 
@@ -22,7 +22,7 @@ def is_wal_directory(directory: str | os.PathLike[str]) -> bool:
     p = Path(directory)
     if not p.is_dir():
         return False
-    return any(p.glob("*.wal")) or any(p.glob("*/*.wal"))
+    return any(p.glob("*.wal*")) or any(p.glob("*/*.wal*"))
 
 
 class WalLogReader:
@@ -49,7 +49,7 @@ class WalLogReader:
         """
         _, merged = iter_records(self._dir, key=self._key)
         for rec in merged:
-            yield rec.index, AuditRecord.model_validate_json(rec.raw)
+            yield rec.index, parse_record(rec.raw, where=f"{rec.node}: record {rec.index}")
 
     async def append(self, record: AuditRecord) -> int:
         raise AuditError("this is a read-only view of the audit log")

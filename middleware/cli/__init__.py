@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ..errors import AgencyError, NotFound, Unavailable
 
         if isinstance(exc, AgencyError):
-            print(f"agency: error: {exc}", file=sys.stderr)
+            print(f"agency: error: {_said_as_options(exc, parser, args)}", file=sys.stderr)
             if isinstance(exc, NotFound):
                 return NOTHING_FOUND
             # 4 only when a call to a gateway found nobody answering (the client sets grpc_code);
@@ -131,6 +131,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"agency: error: not valid YAML: {exc}", file=sys.stderr)
             return ERROR
         raise
+
+
+def _said_as_options(exc: Exception, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The error, with each field that is an option of the command named as the user wrote it:
+    ``cef_max_bytes: must be at least 1024`` reads ``--cef-max-bytes: must be at least 1024``."""
+    from ..errors import InvalidInput, Problem
+
+    if not isinstance(exc, InvalidInput):
+        return str(exc)
+    options: dict[str, str] = {}
+    parsers = [parser]
+    while parsers:
+        current = parsers.pop()
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest, None) or "")
+                if chosen is not None:
+                    parsers.append(chosen)
+            elif action.option_strings and action.dest not in options:
+                options[action.dest] = max(action.option_strings, key=len)
+    if not any(p.field in options for p in exc.problems):
+        return str(exc)
+    named = [Problem(options.get(p.field, p.field), p.reason) for p in exc.problems]
+    return str(InvalidInput(named, what=exc.what))
 
 
 if __name__ == "__main__":  # pragma: no cover

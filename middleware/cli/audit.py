@@ -38,6 +38,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         c.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
         c.add_argument("--json", action="store_true", help="print JSON instead of text")
 
+    def keyring(c: argparse.ArgumentParser) -> None:
+        c.add_argument(
+            "--keyring",
+            type=Path,
+            help="pinned keys of a fleet: a file of '<node id> <verifier key>' lines or a directory of "
+            "<node id>.vkey files; every node log is checked against its own key (instead of --key)",
+        )
+
     ex = cmds.add_parser(
         "export",
         help="export records (jsonl bundle, csv, cef, ocsf)",
@@ -54,6 +62,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
     )
     ex.add_argument("--key", help="the published verifier key (text or a file holding it); pin it")
+    keyring(ex)
     ex.add_argument("--format", choices=["jsonl", "jsonl-flat", "csv", "cef", "ocsf"], default="jsonl")
     ex.add_argument(
         "--cef-max-bytes",
@@ -91,12 +100,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="verify a log directory or an export bundle",
         description="Check CRCs, the hash chain, contiguous indexes, Merkle roots against every signed "
         "checkpoint and proofs in bundles. Exit status: 0 verified against the pinned --key; 1 a "
-        "failure (the first bad record is named); 3 intact, but no --key was pinned, so who signed "
-        "the checkpoints was NOT checked; 2 bad arguments.",
+        "failure (the first bad record is named); 2 bad arguments; 3 nothing to verify (no log at "
+        "the path); 5 intact, but no --key was pinned, so who signed the checkpoints was NOT checked.",
     )
     where(ve)
+    keyring(ve)
     add_progress_option(ve)
     ve.add_argument("--checkpoint", type=Path, help="a checkpoint published earlier: the log must contain it")
+    ve.add_argument(
+        "--witness",
+        help="a witness (its URL, or its state directory): every log must contain the latest checkpoint "
+        "it cosigned for it, so a log rolled back behind it fails; needs --witness-key",
+    )
+    ve.add_argument("--witness-key", help="the witness's verifier key (text or a file holding it)")
     ve.set_defaults(handler=_verify)
 
     cp = cmds.add_parser("checkpoint", help="print the latest signed checkpoint of each node log")
@@ -116,6 +132,77 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mode.add_argument("--old", type=int, help="older tree size")
     pr.add_argument("--size", type=int, default=0, help="tree size to prove against")
     pr.set_defaults(handler=_prove)
+
+    wi = cmds.add_parser(
+        "witness",
+        help="run a witness that co-signs the gateways' checkpoints (C2SP tlog-witness)",
+        description="Serve the C2SP tlog-witness add-checkpoint call over HTTP for the logs of a "
+        "keyring: a checkpoint is co-signed (cosignature/v1, Ed25519) only if the log's key signed it "
+        "and a consistency proof shows it extends the last one co-signed for that log, so a log "
+        "rolled back can never be co-signed again. GET /checkpoint?origin=O gives the latest one "
+        "co-signed (what 'agency audit verify --witness' checks each log against). Gateways submit "
+        "with audit.witness: URL in their definition file. Runs until SIGTERM or Ctrl-C.",
+    )
+    wi.add_argument("--listen", default="127.0.0.1:8460", help="host:port (port 0: any free port)")
+    wi.add_argument(
+        "--state", type=Path, required=True, help="where the latest co-signed checkpoints are kept"
+    )
+    wi.add_argument(
+        "--signing-key",
+        type=Path,
+        required=True,
+        help="the witness's signing key file (created, mode 0600, if absent); keep it away from the state",
+    )
+    wi.add_argument("--name", default="agency-witness", help="the witness's name in its co-signatures")
+    keyring(wi)
+    wi.set_defaults(handler=_witness)
+
+    sh = cmds.add_parser(
+        "ship",
+        help="stream records to a SIEM over syslog (RFC 5424, TCP or TLS), at least once",
+        description="Send every verified record of the node logs under PATH to a syslog collector as "
+        "RFC 5424 messages, octet-counted (RFC 6587), over TCP or TLS; MSG is the record as CEF, OCSF or "
+        "JSON, the structured data [agency@32473 node=... index=...] names it. Records go in rounds: a "
+        "round counts as delivered once the collector has read it all and closed the connection, and "
+        "only then does the node's cursor under --state move; a failed round is sent again, so nothing "
+        "is lost and at most one round (--batch records) arrives twice, identifiable by node and index. "
+        "With --follow, keeps shipping as the logs grow (through collector and gateway restarts) until "
+        "SIGTERM or Ctrl-C.",
+    )
+    sh.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        help="an audit directory of node logs (default: $AGENCY_DATA_DIR/audit or ./agency-data/audit)",
+    )
+    sh.add_argument("--to", required=True, help="the collector: tcp://HOST:PORT or tls://HOST:PORT")
+    sh.add_argument("--ca", type=Path, help="tls: the CA file to check the collector's certificate with")
+    sh.add_argument(
+        "--format", choices=["cef", "ocsf", "json"], default="cef", help="the MSG of each message"
+    )
+    sh.add_argument("--state", type=Path, required=True, help="where the cursors (one per node) are kept")
+    sh.add_argument("--batch", type=int, default=1000, help="records per round (default 1000)")
+    sh.add_argument("--follow", action="store_true", help="keep shipping as the logs grow")
+    sh.add_argument("--interval", type=float, default=1.0, help="--follow: seconds between looks and retries")
+    sh.add_argument("--key", help="the published verifier key (one node); pin it")
+    keyring(sh)
+    sh.set_defaults(handler=_ship)
+
+    bk = cmds.add_parser(
+        "backup",
+        help="copy node logs to a backup directory, never the signing keys",
+        description="Copy every node log under SOURCE into DEST/<node>/ while the gateways keep "
+        "writing: sealed segments once (a segment the copy has is not copied again), the segment "
+        "being written as far as it is, the verifier key and retention's files. Never copied: the "
+        "signing keys (keep them in a secret store), the lock, temporary files and the published "
+        "checkpoint file. The copy is then verified (--key or --keyring pins the keys); exit 1 if it "
+        "does not verify. Restore: docs/operations.md, 'Backup and restore'.",
+    )
+    bk.add_argument("source", type=Path, help="an audit directory (or one node's log directory)")
+    bk.add_argument("dest", type=Path, help="the backup directory (created if needed)")
+    bk.add_argument("--key", help="the published verifier key to verify the copy with (one node)")
+    keyring(bk)
+    bk.set_defaults(handler=_backup)
 
     rt = cmds.add_parser(
         "retain",
@@ -163,6 +250,17 @@ def _key(value: str | None) -> str | None:
     return value
 
 
+def _keyring(args: argparse.Namespace) -> Any:
+    """The ``--keyring`` given, loaded (None without one)."""
+    if getattr(args, "keyring", None) is None:
+        return None
+    from ..audit.keyring import Keyring
+
+    if getattr(args, "key", None):
+        raise InvalidInput.single("keyring", "give --key or --keyring, not both", what="option")
+    return Keyring.load(args.keyring)
+
+
 def _time(value: str | None, field: str) -> datetime | None:
     if not value:
         return None
@@ -198,6 +296,7 @@ def _export(args: argparse.Namespace) -> int:
                         args.format,
                         flt,
                         key=_key(args.key),
+                        keyring=_keyring(args),
                         progress=progress,
                         verify_progress=checking,
                         cef_max_bytes=args.cef_max_bytes,
@@ -215,6 +314,7 @@ def _export(args: argparse.Namespace) -> int:
                 args.format,
                 flt,
                 key=_key(args.key),
+                keyring=_keyring(args),
                 progress=progress,
                 verify_progress=checking,
                 cef_max_bytes=args.cef_max_bytes,
@@ -225,6 +325,12 @@ def _export(args: argparse.Namespace) -> int:
     finally:
         if progress:
             progress.close()
+    if summary.left_out:
+        print(
+            f"agency: warning: {plural(summary.left_out, 'record')} newer than the last signed checkpoint "
+            "left out of the bundle (a checkpoint follows within a second on a live log; export again)",
+            file=sys.stderr,
+        )
     if summary.records == 0 and not flt.empty:
         print(f"agency: warning: no record matches the filter {_filter_text(flt)}", file=sys.stderr)
         return NOTHING_FOUND
@@ -273,14 +379,23 @@ def _verify(args: argparse.Namespace) -> int:
 
     trusted = args.checkpoint.read_text() if args.checkpoint else None
     bars = _verify_bars() if progress_wanted(args) else None
+    ring = _keyring(args)
+    pinned = bool(args.key) or ring is not None
+    witnessed, witness_key = _witness_view(args)
     verdict = verify_path(
-        _default_path(args.path), key=_key(args.key), trusted_checkpoint=trusted, progress=bars
+        _default_path(args.path),
+        key=_key(args.key),
+        keyring=ring,
+        trusted_checkpoint=trusted,
+        progress=bars,
+        witnessed=witnessed,
+        witness_key=witness_key,
     )
     if args.json:
         bad = verdict.first_failure
         report = {
             "ok": verdict.ok,
-            "pinned_key": bool(args.key),
+            "pinned_key": pinned,
             "nodes": [
                 {
                     "node": n.node,
@@ -296,24 +411,25 @@ def _verify(args: argparse.Namespace) -> int:
             ],
             "error": (bad.error if bad else "nothing to verify") if not verdict.ok else "",
         }
-        report["authenticated"] = verdict.ok and bool(args.key)
+        report["authenticated"] = verdict.ok and pinned
         print(json.dumps(report, indent=2))
         if not verdict.ok:
             return EXIT_FAILED
-        return EXIT_VERIFIED if args.key else EXIT_NOT_AUTHENTICATED
+        return EXIT_VERIFIED if pinned else EXIT_NOT_AUTHENTICATED
     for node in verdict.nodes:
         print(node.describe())
         for w in node.warnings:
             print(f"     note: {w}")
         if node.ok and node.state is not None:  # a directory's log: the task invariant too
-            left = _open_tasks(Path(node.source), args.key)
+            vkey = node.state.verifier.vkey if node.state.verifier else None
+            left = _open_tasks(Path(node.source), vkey)
             if left:
                 print(
                     f"     note: {len(left)} task(s) left open (began in the log, never ended): "
                     + ", ".join(left[:20])
                     + (" ..." if len(left) > 20 else "")
                 )
-    if verdict.ok and not args.key:
+    if verdict.ok and not pinned:
         # the chain is intact, but signed by whatever key sits beside it: anyone who could
         # rewrite the log could have re-signed it with a key of their own
         print(
@@ -329,6 +445,132 @@ def _verify(args: argparse.Namespace) -> int:
     if bad and bad.where:
         print(f"  first bad record: {bad.where}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _witness(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ..audit.checkpoint import origin_for
+    from ..audit.witness import Witness, load_or_create_cosigner
+    from ..audit.witness_http import WitnessServer
+
+    ring = _keyring(args)
+    if ring is None:
+        raise InvalidInput.single("keyring", "required: the logs this witness co-signs", what="audit witness")
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise InvalidInput.single("listen", f"not host:port: {args.listen!r}", what="audit witness")
+    cosigner = load_or_create_cosigner(args.signing_key, args.name)
+    witness = Witness(args.state, cosigner, {origin_for(node): ring.get(node) for node in ring})
+    server = WitnessServer(witness, host, int(port))
+    print(f"agency: witness {cosigner.name} on {server.url} (verifier key: {cosigner.vkey})", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    stop.wait()
+    server.close()
+    return 0
+
+
+def _ship(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from ..audit.checkpoint import Verifier
+    from ..audit.ship import Cursor, Shipper, SyslogTarget
+
+    if args.interval <= 0:
+        raise InvalidInput.single("interval", "must be positive", what="option")
+    ring = _keyring(args)
+    pinned = Verifier(_key(args.key) or "") if args.key else None
+    shipper = Shipper(
+        _default_path(args.path),
+        SyslogTarget(args.to, ca=str(args.ca) if args.ca else None),
+        args.format,
+        Cursor(args.state),
+        batch=args.batch,
+        verifier_for=(lambda node: ring.get(node)) if ring is not None else (lambda node: pinned),
+    )
+    if not args.follow:
+        try:
+            shipped = shipper.run_once()
+        except OSError as exc:
+            from ..errors import Unavailable
+
+            raise Unavailable(f"the collector {args.to} did not take the records: {exc}") from None
+        print(f"shipped {plural(shipped, 'record')} to {args.to}")
+        return 0
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"agency: shipping {shipper.directory} to {args.to} ({args.format})", flush=True)
+    shipper.follow(stop, interval=args.interval)
+    print(f"agency: shipped {plural(shipper.delivered, 'record')}", flush=True)
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from ..audit.backup import backup
+    from ..audit.verify import verify_path
+
+    ring = _keyring(args)
+    if args.dest.resolve() == args.source.resolve() or args.source.resolve() in args.dest.resolve().parents:
+        raise InvalidInput.single("dest", "must be outside the audit directory it backs up", what="backup")
+    summary = backup(args.source, args.dest)
+    print(
+        f"copied {plural(len(summary.copied), 'file')} of {plural(len(summary.nodes), 'node log')} "
+        f"to {args.dest} ({summary.skipped} sealed segment(s) already there)"
+    )
+    verdict = verify_path(args.dest, key=_key(args.key), keyring=ring)
+    for node in verdict.nodes:
+        print(node.describe())
+        for w in node.warnings:
+            print(f"     note: {w}")
+    if not verdict.ok:
+        bad = verdict.first_failure
+        print(f"VERIFICATION FAILED: {bad.error if bad else 'nothing to verify'}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_VERIFIED
+
+
+def _witness_view(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(origin -> the witness's latest cosigned checkpoint, its key) from --witness/--witness-key."""
+    if not args.witness:
+        if args.witness_key:
+            raise InvalidInput.single("witness-key", "given without --witness", what="option")
+        return None, None
+    if not args.witness_key:
+        raise InvalidInput.single("witness-key", "required with --witness", what="option")
+    import urllib.parse
+
+    from ..audit.witness import CosignatureVerifier
+    from ..audit.witness_http import WitnessClient
+
+    key = CosignatureVerifier(_key(args.witness_key) or "")
+    if Path(args.witness).is_dir():
+        state = Path(args.witness)
+
+        def from_dir(origin: str) -> str | None:
+            path = state / (urllib.parse.quote(origin, safe="") + ".checkpoint")
+            return path.read_text() if path.exists() else None
+
+        return from_dir, key
+    try:
+        client = WitnessClient(args.witness)
+    except ValueError as exc:
+        raise InvalidInput.single("witness", str(exc), what="option") from None
+
+    def from_url(origin: str) -> str | None:
+        try:
+            return client.latest(origin)
+        except OSError as exc:
+            from ..errors import Unavailable
+
+            raise Unavailable(f"witness {args.witness} unreachable: {exc}") from None
+
+    return from_url, key
 
 
 def _open_tasks(directory: Path, key: str | None) -> list[str]:

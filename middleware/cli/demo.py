@@ -193,7 +193,10 @@ def _tell(
         for failure, resolution in zip(o.failures, o.resolutions, strict=False):
             if failure.step != name or failure.type.value == "CAPABILITY_MISMATCH":
                 continue
-            what = f"{failure.type.value} on {failure.agent or 'the goal'} (attempt {failure.attempt})"
+            if failure.context.get("before_dispatch"):
+                what = f"{failure.type.value} before dispatch (no agent ran)"
+            else:
+                what = f"{failure.type.value} on {failure.agent or 'the goal'} (attempt {failure.attempt})"
             w(f"[{name}] {what}: {failure.detail}\n")
             extra = f" after {resolution.delay_ms:.0f} ms backoff" if resolution.delay_ms else ""
             w(f"[{name}]   -> {resolution.kind.value}{extra}: {resolution.reason}\n")

@@ -20,6 +20,7 @@ from prometheus_client import start_http_server
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..audit.retention import RetentionSchedule
+from ..audit.witness_http import WitnessClient, Witnessing
 from ..errors import InvalidInput, Unavailable
 from ..liveness import KeepAlive
 from ..redis.health import BackendMonitor, redis_monitor
@@ -260,6 +261,7 @@ async def serve(
     webhooks = None
     monitor: BackendMonitor | None = None
     retention: RetentionSchedule | None = None
+    witnessing: Witnessing | None = None
     metrics_server = None
     console = None
     protocols = None
@@ -351,6 +353,13 @@ async def serve(
                 on_error=metrics.background_error,
             )
             retention.start()
+        if definition.audit.witness:
+            witnessing = Witnessing(
+                agency.audit,  # type: ignore[arg-type]  # a WalAuditLog behind its wrappers
+                WitnessClient(definition.audit.witness),
+                on_refused=lambda status, why: metrics.background_error("witness"),
+            )
+            witnessing.start()
         host = config.address.rsplit(":", 1)[0]
         scheme = "plaintext" if config.tls is None else config.tls.scheme
         to_workers = definition.workers.tls
@@ -380,6 +389,8 @@ async def serve(
             steps.append(("A2A/MCP listeners", protocols.stop))
         if retention is not None:
             steps.append(("audit retention", retention.stop))
+        if witnessing is not None:
+            steps.append(("audit witnessing", witnessing.stop))
         if monitor is not None:
             steps.append(("backend monitor", monitor.stop))
         steps.append(("keep-alive", lambda: keep_alive.__aexit__(None, None, None)))

@@ -195,6 +195,26 @@ async def _route(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
     return CHECK_FAILED if decision.refused else OK
 
 
+def _where(failure: Any) -> str:
+    """Where a failure happened, in words: the step, and the agent and attempt when one ran."""
+    step = f"at step {failure.step}" if failure.step else "in the task"
+    if failure.agent:
+        return f"{step} on {failure.agent} (attempt {failure.attempt})"
+    if failure.type.value in ("CAPABILITY_MISMATCH", "INTENT_DRIFT"):
+        return f"{step}, before any agent ran"
+    return step
+
+
+def _headline(outcome: Any) -> str:
+    """The outcome in one plain sentence, when the state alone does not say it."""
+    first = outcome.failures[0].type.value if outcome.failures else ""
+    if str(outcome.state) == "rejected" and first == "CAPABILITY_MISMATCH":
+        return "refused: no registered agent's contract allows this request, so no agent ran (see why below)"
+    if str(outcome.state) == "rejected":
+        return f"refused: {truncate(outcome.reason, 200)}"
+    return ""
+
+
 def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
     state = str(outcome.state)
     code = OK if state in _DONE else CHECK_FAILED
@@ -202,6 +222,9 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
         out.write(outcome.model_dump_json(indent=2) + "\n")
         return code
     out.write(f"task {outcome.task_id}: {state} ({outcome.a2a_state})\n")
+    headline = _headline(outcome)
+    if headline:
+        out.write(f"{headline}\n")
     out.write(f"trace {outcome.trace_id}\n")
     for step in outcome.steps:
         out.write(
@@ -209,9 +232,7 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
             f"{plural(step.attempts, 'attempt')}, {step.duration_ms:.0f} ms\n"
         )
     for f in outcome.failures:
-        out.write(
-            f"  failure {f.type.value} on {f.agent or '-'} (attempt {f.attempt}): {truncate(f.detail, 100)}\n"
-        )
+        out.write(f"  failure {f.type.value} {_where(f)}: {truncate(f.detail, 100)}\n")
     for r in outcome.resolutions:
         out.write(
             f"  resolution {r.kind.value}{' -> ' + r.agent if r.agent else ''}: {truncate(r.reason, 100)}\n"

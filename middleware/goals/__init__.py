@@ -13,6 +13,7 @@ from .checks import CheckRegistry, CheckResult, RegisteredCheck
 from .goal_store import GoalStore
 from .memory_goal_store import MemoryGoalStore
 from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVerdict, TargetCapability
+from .plans import check_plan, plan_problems
 from .sentences import SentenceError, coerce_step, parse_step_sentence
 from .steps import (
     STEP_KINDS,
@@ -60,8 +61,10 @@ __all__ = [
     "TargetCapability",
     "VerificationStep",
     "Verifier",
+    "check_plan",
     "coerce_step",
     "parse_step_sentence",
+    "plan_problems",
     "step_label",
     "text_of",
     "verify_goal",

@@ -5,9 +5,10 @@ by a business user speaks of the business: "检查用户是否在保修期内（
 This module knows a small vocabulary of such phrases and the output fields they are
 about, and turns three sentence shapes into structured steps:
 
-* **purchase age** – ``…购机≤N个月…`` / ``purchased within N months`` / ``purchased ≤ N
-  months ago``: every ``purchase_date`` in the output (at any depth) is at most N months
-  before now (``json_path`` ``$..purchase_date`` ``within_months`` N);
+* **purchase age** – ``…购机≤N个月…`` (also ``N天``, ``N年``) / ``purchased within N months``
+  (days, years) / ``bought no more than N months ago``: every ``purchase_date`` in the output
+  (at any depth) is at most N calendar months (days, years) before today (``json_path``
+  ``$..purchase_date`` ``within_months`` N; :mod:`.dates` says how a calendar counts);
 * **fault type** – ``(确认)故障类型为X(且非人为损坏)`` / ``fault type is X (and not
   accidental/human damage)``: every ``fault_type`` is X (its code or its Chinese name),
   and, with the second half, every ``accidental`` flag is ``false`` (it must be stated);
@@ -26,6 +27,7 @@ import re
 
 from pydantic import BaseModel
 
+from .dates import UNIT_PATTERN, unit_of
 from .steps import AllOfStep, JsonPathStep
 
 __all__ = ["FAULT_TERMS", "FIELD_TERMS", "parse_phrase"]
@@ -68,7 +70,7 @@ FAULT_TERMS: dict[str, list[str]] = {
 
 _PURCHASE = re.compile(
     r"(?:购机|购买|买机|purchased?|bought)\s*(?:时间|日期)?\s*(?:(?:≤|<=|不超过|不超过了|within|no\s+more\s+than)\s*)"
-    r"(?P<n>\d+)\s*(?:个月|months?)",
+    r"(?P<n>\d+)\s*" + UNIT_PATTERN,
     re.I,
 )
 _FAULT = re.compile(
@@ -96,8 +98,10 @@ def parse_phrase(text: str, description: str) -> BaseModel | None:
     """The check a domain sentence states, or ``None`` when it is not one of the shapes above."""
     m = _PURCHASE.search(text)
     if m:
-        n = int(m.group("n"))
-        return JsonPathStep(path="$..purchase_date", op="within_months", value=n, description=description)
+        unit = unit_of(m.group("unit"))
+        return JsonPathStep(
+            path="$..purchase_date", op=f"within_{unit}", value=int(m.group("n")), description=description
+        )
     m = _FAULT.match(text)
     if m:
         fault = m.group("fault").strip().strip("“”\"'「」")

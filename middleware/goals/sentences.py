@@ -16,6 +16,7 @@ English::
     $.a equals V  | $.a is V | $.a == V    $.a exists | $.a does not exist
     $.a is one of V1, V2 or V3        $.a > V | >= | < | <= | is greater than V ...
     $.a is between A and B            $.items has at least|at most N items
+    $.a is within N days|months|years (a date: calendar arithmetic, see .dates)
     every item of $.items has field F     every item of $.items: <sentence about $>
 
 Chinese::
@@ -25,6 +26,7 @@ Chinese::
     字段X等于Y | 字段X为Y | $.a 等于 3    字段X存在 | 字段X不存在
     字段X是A、B或C之一                  $.a 大于 V | 大于等于 | 小于 | 小于等于 | 不超过 ...
     $.a 在 A 和 B 之间                  $.items 至少有N项 | 最多有N项
+    字段a在N天内 | $.a 在N个月以内 | $.a 不超过N年
     $.items 的每一项都有F字段           $.items 的每一项: <关于 $ 的句子>
 
 Business sentences the grammar does not cover (the seed's own section 4.3, e.g.
@@ -41,6 +43,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .dates import UNIT_PATTERN, unit_of
 from .phrases import parse_phrase
 from .steps import (
     ContainsStep,
@@ -287,6 +290,11 @@ _BETWEEN = re.compile(
     rf"|(?:在|介于)\s*(?P<a2>{_NUM})\s*(?:和|与|到|至|-|~)\s*(?P<b2>{_NUM})\s*(?:之间)?)$",
     re.I,
 )
+_WITHIN = re.compile(
+    rf"{_PREFIX}{_SUBJECT_FIELD}{_OF}(?:is\s+within|within|is\s+at\s+most|is\s+no\s+more\s+than|<=|≤|不超过|在)"
+    rf"\s*(?P<n>\d+)\s*{UNIT_PATTERN}\s*(?:old|ago|以内|之内|内)?$",
+    re.I,
+)
 _COMPARE = re.compile(rf"{_PREFIX}{_SUBJECT_FIELD}{_OF}(?P<op>{_CMP_ALT})\s*(?P<v>.+)$", re.I | re.S)
 
 _EVERY_EN = re.compile(
@@ -392,6 +400,13 @@ def _parse(text: str, description: str, depth: int) -> BaseModel | None:
         )
         return JsonPathStep(
             path=_subject(m), op="not_exists" if negative else "exists", description=description
+        )
+
+    m = _WITHIN.match(text)
+    if m:
+        unit = unit_of(m.group("unit"))
+        return JsonPathStep(
+            path=_subject(m), op=f"within_{unit}", value=int(m.group("n")), description=description
         )
 
     m = _BETWEEN.match(text)

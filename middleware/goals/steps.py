@@ -13,8 +13,10 @@ kind                    passes when
 ``not_contains``        the text does not contain ``value``
 ``regex``               ``pattern`` matches (``literal: true`` escapes the text)
 ``json_path``           ``path`` resolves and ``op`` holds: exists, not_exists,
-                        equals, one_of, gt, ge, lt, le, between, within_months
-                        (a date no more than ``value`` months before now)
+                        equals, one_of, gt, ge, lt, le, between,
+                        within_days / within_months / within_years (a date
+                        no more than ``value`` calendar units before today,
+                        :mod:`.dates`)
 ``json_schema``         the value matches the JSON Schema ``schema``
 ``length``              the value's length (characters / items / keys) is within
                         ``min`` .. ``max``
@@ -47,11 +49,13 @@ from ..errors import InvalidInput
 from ..jsonpath import JsonPath, JsonPathError
 from ..safe_regex import linear_error
 from ..schema_guard import check_schema_bounds
+from .dates import Unit, time_zone
 
 __all__ = [
     "COMPARISONS",
     "JSON_PATH_OPS",
     "STEP_KINDS",
+    "WITHIN_OPS",
     "AllOfStep",
     "ContainsStep",
     "CustomStep",
@@ -77,8 +81,12 @@ JSON_PATH_OPS = (
     "lt",
     "le",
     "between",
+    "within_days",
     "within_months",
+    "within_years",
 )
+#: The ops that take a duration: calendar arithmetic on dates (:mod:`.dates`).
+WITHIN_OPS: dict[str, Unit] = {"within_days": "days", "within_months": "months", "within_years": "years"}
 COMPARISONS = ("gt", "ge", "lt", "le", "between")
 _CHECK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
 
@@ -193,18 +201,34 @@ class JsonPathStep(_Step):
     kind: Literal["json_path"] = "json_path"
     path: str = Field(min_length=1, max_length=1000)
     op: Literal[
-        "exists", "not_exists", "equals", "one_of", "gt", "ge", "lt", "le", "between", "within_months"
+        "exists",
+        "not_exists",
+        "equals",
+        "one_of",
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "between",
+        "within_days",
+        "within_months",
+        "within_years",
     ] = "exists"
     value: Any = Field(default=None, description="Argument of the op (none for exists / not_exists).")
+    timezone: str = Field(
+        default="UTC",
+        max_length=64,
+        exclude_if=lambda zone: zone == "UTC",  # a goal's JSON names a zone only when it is not UTC
+        description="For the within_* ops: the time zone whose calendar days are compared (UTC, "
+        "or an IANA name such as Asia/Shanghai).",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        given = [
-            k for k in ("equals", "one_of", "gt", "ge", "lt", "le", "between", "within_months") if k in data
-        ]
+        given = [k for k in ("equals", "one_of", "gt", "ge", "lt", "le", "between", *WITHIN_OPS) if k in data]
         if "exists" in data:
             given.append("exists")
         if not given:
@@ -237,8 +261,15 @@ class JsonPathStep(_Step):
             raise ValueError(f"op {op} takes no value")
         if op == "one_of" and (not isinstance(v, list) or not v):
             raise ValueError("one_of needs a non-empty list of values")
-        if op == "within_months" and (not _is_number(v) or v <= 0):
-            raise ValueError(f"within_months needs a positive number of months, got {v!r}")
+        if op in WITHIN_OPS:
+            if not _is_number(v) or v <= 0 or v != int(v) or v > 10_000:
+                raise ValueError(f"{op} needs a whole number of {WITHIN_OPS[op]} (1..10000), got {v!r}")
+            try:
+                time_zone(self.timezone)
+            except ValueError as exc:
+                raise ValueError(f"timezone: {exc}") from None
+        elif self.timezone != "UTC":
+            raise ValueError(f"timezone applies to the within_days/months/years ops, not {op}")
         if op in ("gt", "ge", "lt", "le") and not _is_number(v):
             raise ValueError(f"{op} needs a number, got {v!r}")
         if op == "between":
@@ -404,7 +435,12 @@ def step_label(step: Any) -> str:
     if kind == "regex":
         return f"regex /{step.pattern}/{where}" + (" (literal)" if step.literal else "")
     if kind == "json_path":
-        return f"{step.path} {step.op}" + ("" if step.op in ("exists", "not_exists") else f" {step.value!r}")
+        zone = f" ({step.timezone})" if step.timezone != "UTC" else ""
+        return (
+            f"{step.path} {step.op}"
+            + ("" if step.op in ("exists", "not_exists") else f" {step.value!r}")
+            + zone
+        )
     if kind == "json_schema":
         return f"matches JSON Schema{where}"
     if kind == "length":

@@ -31,8 +31,11 @@ from ..jsonpath import JsonPath
 from ..safe_regex import compile_linear
 from ..schemas import compile_schema
 from .checks import CheckRegistry, CheckResult
+from .dates import within_reason
 from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict
+from .plans import check_plan
 from .steps import (
+    WITHIN_OPS,
     AllOfStep,
     ContainsStep,
     CustomStep,
@@ -361,25 +364,6 @@ def _items(path: JsonPath, step: EveryItemStep, subject: _Subject) -> tuple[list
     return items, ""
 
 
-def _within_months(actual: Any, months: float) -> str:
-    """Why the date ``actual`` is not within ``months`` months before now ('' when it is)."""
-    if not isinstance(actual, str):
-        return f"is {_shown(actual)!r}, not a date"
-    try:
-        when = datetime.fromisoformat(actual.replace("Z", "+00:00"))
-    except ValueError:
-        return f"is {actual!r}, not an ISO date"
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = _CLOCK.get()()
-    elapsed = (now.year - when.year) * 12 + (now.month - when.month) - (1 if now.day < when.day else 0)
-    if when > now:
-        return f"is {actual!r}, a date in the future"
-    if elapsed > months:
-        return f"is {actual!r}, {elapsed} months ago, more than {months:g}"
-    return ""
-
-
 def _json_path_check(step: JsonPathStep, label: str) -> SyncCheck:
     path = JsonPath.compile(step.path)
     op, arg, kind = step.op, step.value, step.kind
@@ -400,8 +384,10 @@ def _json_path_check(step: JsonPathStep, label: str) -> SyncCheck:
                 if any(_json_equal(actual, a) for a in arg)
                 else f"is {_shown(actual)!r}, not one of {arg!r}"
             )
-        if op == "within_months":
-            return _within_months(actual, arg)
+        if op in WITHIN_OPS:
+            return within_reason(
+                actual, int(arg), WITHIN_OPS[op], now=_CLOCK.get()(), zone_name=step.timezone
+            )
         if not _is_number(actual):
             return f"is {_shown(actual)!r}, not a number"
         if op == "gt":
@@ -705,18 +691,9 @@ class StagedVerifier:
         self.verdicts: list[GoalVerdict] = []
 
     def check_bindings(self, step_names: Sequence[str]) -> None:
-        """Raise :class:`InvalidInput` for stages bound to steps the task does not have."""
-        problems = [
-            Problem(
-                f"goal.stages[{i}].step",
-                f"stage {stage.name!r} is bound to step {stage.step!r}, which the task does not have "
-                f"(steps: {', '.join(step_names)})",
-            )
-            for i, stage in enumerate(self.goal.stages)
-            if stage.step not in step_names
-        ]
-        if problems:
-            raise InvalidInput(problems, what="task request")
+        """Raise :class:`InvalidInput` for stages bound to steps the task does not have
+        (:func:`middleware.goals.plans.check_plan`)."""
+        check_plan(self.goal, step_names)
 
     async def after_step(self, step: str, output: Any) -> GoalVerdict | None:
         """Verify the stage bound to ``step`` (``None`` when no stage is bound to it)."""

@@ -7,7 +7,9 @@ model) becomes a governed agent with :func:`wrap_runnable`::
     await agency.register(agent.contract, agent)
 
 ``adapter`` maps SMF content to the runnable's input and its result back (with a
-confidence score and provenance); ``callbacks`` writes the runnable's inner steps
+confidence score and provenance); ``output`` reads structured output from what models
+emit (prose around fenced or bare JSON, several objects chosen by the output schema);
+``callbacks`` writes the runnable's inner steps
 (LLM and tool calls, durations, token usage) to the audit log under the task's
 trace id; ``errors`` maps LangChain errors onto the failure vocabulary.
 
@@ -24,9 +26,17 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "Install the extra: pip install 'agency-middleware[langchain]'"
     ) from exc
 
-from .adapter import DEFAULT_CONFIDENCE, LangChainAgent, as_messages, contract_variables, wrap_runnable
+from .adapter import (
+    DEFAULT_CONFIDENCE,
+    LangChainAgent,
+    as_messages,
+    contract_variables,
+    takes_messages,
+    wrap_runnable,
+)
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
+from .output import json_objects, structured_output
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -35,5 +45,8 @@ __all__ = [
     "as_messages",
     "contract_variables",
     "failure_from_exception",
+    "json_objects",
+    "structured_output",
+    "takes_messages",
     "wrap_runnable",
 ]

@@ -44,7 +44,6 @@ SCHEMA_VIOLATION.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
@@ -63,6 +62,7 @@ from ..jsonpath import JsonPath, JsonPathError
 from ..smf import Provenance
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
+from .output import NOTHING, message_text, structured_output
 from .usage import ModelRateLimits, UsageCallbackHandler
 
 __all__ = [
@@ -70,7 +70,6 @@ __all__ = [
     "LangChainAgent",
     "as_messages",
     "contract_variables",
-    "structured_output",
     "takes_messages",
     "wrap_runnable",
 ]
@@ -281,12 +280,13 @@ class LangChainAgent:
                     context={"direction": "output"},
                 )
             return _jsonable(picked)
-        if _wants_object((contract or self.contract).output_schema):
-            structured = structured_output(result)
-            if structured is not _NOTHING:
+        schema = (contract or self.contract).output_schema
+        if _wants_object(schema):
+            structured = structured_output(result, schema)
+            if structured is not NOTHING:
                 return _jsonable(structured)
         if isinstance(result, dict) and _is_message_list(result.get("messages")):
-            return _message_text(result["messages"][-1])
+            return message_text(result["messages"][-1])
         return _jsonable(_plain(result))
 
     # ----------------------------------------------------------------- helpers
@@ -442,13 +442,6 @@ def _declares_streaming(runnable: Any, depth: int = 0) -> bool:
     return any(_declares_streaming(child, depth + 1) for child in children)
 
 
-class _Nothing:
-    pass
-
-
-_NOTHING: Any = _Nothing()
-
-
 def _wants_object(schema: Mapping[str, Any]) -> bool:
     kind = schema.get("type")
     return (
@@ -456,51 +449,6 @@ def _wants_object(schema: Mapping[str, Any]) -> bool:
         or (isinstance(kind, list) and "object" in kind)
         or (kind is None and "properties" in schema)
     )
-
-
-def structured_output(result: Any) -> Any:
-    """The structured output in ``result``, by the libraries' conventions, or ``_NOTHING``.
-
-    In order: the ``structured_response`` key of a ``create_agent`` state (its
-    ``response_format``); a pydantic model or a dict result as is; the arguments of the
-    final message's last tool call (``with_structured_output`` by tool calling); the JSON
-    object in the final message's text (a fenced ````json```` block allowed).
-
-    Raises:
-        AgentFailure: SCHEMA_VIOLATION: the final message holds no JSON object.
-    """
-    if isinstance(result, dict):
-        if result.get("structured_response") is not None:
-            return _plain(result["structured_response"])
-        if _is_message_list(result.get("messages")):
-            return _object_in_message(result["messages"][-1])
-        return _NOTHING
-    if isinstance(result, BaseMessage):
-        return _object_in_message(result)
-    return _NOTHING
-
-
-def _object_in_message(message: BaseMessage) -> Any:
-    calls = getattr(message, "tool_calls", None) or []
-    if calls and isinstance(calls[-1].get("args"), dict):
-        return calls[-1]["args"]
-    text = _message_text(message).strip()
-    fenced = re.fullmatch(r"```(?:json|JSON)?\s*(.*?)\s*```", text, flags=re.DOTALL)
-    if fenced:
-        text = fenced.group(1)
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        preview = text if len(text) <= 120 else text[:119] + "\u2026"
-        raise AgentFailure(
-            FailureType.SCHEMA_VIOLATION,
-            "the contract's output_schema asks for an object but the final message holds no JSON "
-            f"object: {preview!r}",
-            context={"direction": "output"},
-        )
-    return value
 
 
 class _ErrorSource(AsyncCallbackHandler):
@@ -557,21 +505,10 @@ def _is_message_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[-1], BaseMessage)
 
 
-def _message_text(message: BaseMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(
-        part if isinstance(part, str) else str(part.get("text", ""))
-        for part in content
-        if isinstance(part, str) or (isinstance(part, dict) and part.get("type") == "text")
-    )
-
-
 def _plain(result: Any) -> Any:
     """A result as plain data: messages become their text, pydantic models are dumped."""
     if isinstance(result, BaseMessage):
-        return _message_text(result)
+        return message_text(result)
     if isinstance(result, BaseModel):
         return result.model_dump(mode="json")
     if isinstance(result, dict):

@@ -239,8 +239,12 @@ class HumanDesk:
         return esc
 
     def _route(self, esc: Escalation) -> None:
+        # separation of duties: an approval never reaches the person who submitted the task
+        submitters = {s for s in (esc.client, esc.user_id) if s and s != "anonymous"}
         for person in self.people.values():
             if person.tenant != esc.tenant:  # a tenant's escalations reach its own people only
+                continue
+            if esc.kind == "approval" and person.name in submitters:
                 continue
             why = self._why(person, esc)
             if why:

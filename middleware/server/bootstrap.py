@@ -9,15 +9,17 @@ from ..agents import AgentRegistry
 from ..audit import AuditLog, WalAuditLog, WalOptions
 from ..audit.checkpoint import key_inside
 from ..audit.open_tasks import close_open_tasks
-from ..audit.shredding import FileKeyStore, SubjectSealer
+from ..audit.shredding import FileKeyStore, SubjectSealer, reveal
 from ..errors import InvalidInput
 from ..failures import FailureProcessor
 from ..guards.content_guard import ContentGuard
+from ..memory_task_store import MemoryTaskStore
 from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
 from ..metering import Metering
 from ..pipeline import Agency
 from ..router import Router
+from ..task_recovery import rebuild_tasks
 from ..usage_meter import UsageMeter
 from .backends import choose_backends
 from .definition import AgencyDefinition
@@ -62,6 +64,9 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit = MeteredAuditLog(audit, metrics)
     on_redis_error = metrics.redis_error if metrics is not None else None
     backends = choose_backends(definition, "agency", on_redis_error=on_redis_error)
+    # held and interrupted tasks the store does not have (the memory store after any restart)
+    tasks = backends.tasks or MemoryTaskStore()
+    await rebuild_tasks(wal.task_records(), tasks, reveal=_snapshot_reveal(definition))
     # The served gateway is where installed packages' failure handlers take effect: discovery
     # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").
     failures = FailureProcessor(
@@ -81,7 +86,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         audit=audit,
         config=definition.agency,
         failures=failures,
-        tasks=backends.tasks,
+        tasks=tasks,
         sessions=backends.sessions,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
@@ -127,6 +132,16 @@ def _rate_limits(definition: AgencyDefinition) -> Any:
 
         store = RedisBuckets.from_url(definition.storage.redis_url, prefix=definition.storage.key_prefix)
     return ModelRateLimits(rules, store)
+
+
+def _snapshot_reveal(definition: AgencyDefinition) -> Callable[[str], str] | None:
+    """Opens sealed personal values of held tasks' snapshots (``task_recovery``), with the
+    subject keys the personal-data guard sealed them with (None when it does not seal)."""
+    guards = definition.agency.guards
+    if not (guards.any_enabled and guards.personal_data.enabled and definition.subject_keys.enabled):
+        return None
+    store = FileKeyStore(definition.subject_key_directory)
+    return lambda text: reveal(text, store, allowed=True)
 
 
 def _guard(definition: AgencyDefinition) -> ContentGuard | None:

@@ -215,6 +215,11 @@ class AuditSettings(Model):
     retention: RetentionSettings | None = Field(
         default=None, description="Archive or delete old segments on a schedule (default: keep all)."
     )
+    witness: str = Field(
+        default="",
+        description="URL of a witness (``agency audit witness``) this gateway submits each new "
+        "checkpoint to, with a consistency proof; empty (default): none.",
+    )
     checkpoint_interval: timedelta = Field(
         default=timedelta(seconds=1),
         description="Sign and publish a checkpoint this long after the first record no checkpoint "

@@ -30,6 +30,9 @@ def record(i: int, **kw: object) -> AuditRecord:
 
 
 def open_log(root: Path, node: str = "n1", **opts: object) -> WalAuditLog:
+    """A log with the test key; sealed segments stay plain unless asked (the tamper tests edit
+    their bytes; test_compression covers compressed ones)."""
+    opts.setdefault("compress_sealed", False)
     return WalAuditLog(root, node, signer=SIGNER, options=WalOptions(**opts))  # type: ignore[arg-type]
 
 

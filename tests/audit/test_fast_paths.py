@@ -21,6 +21,7 @@ from middleware.audit.segment import (
     EVENT,
     HEADER,
     HEADER_SIZE,
+    LEGACY_VERSION,
     MAGIC,
     MAX_PAYLOAD,
     ZERO_HASH,
@@ -164,7 +165,8 @@ def _fast(buf: bytes, state: ChainState) -> int:
 def test_fast_checker_agrees_with_the_reference_on_random_corruptions() -> None:
     rng = random.Random(6)
     payloads = [rng.randbytes(rng.randrange(1, 60)) for _ in range(40)]
-    good, _, _ = encode_events(1, 0, 0, ZERO_HASH, payloads)
+    # old-format events (no commit frames): the framing checks alone
+    good, _, _ = encode_events(1, 0, 0, ZERO_HASH, payloads, version=LEGACY_VERSION)
     assert _outcome(_fast, good) == _outcome(_reference_check, good)
     assert _outcome(_fast, good)[0] == "ok"
     kinds = {"ok": 0, "torn": 0, "corrupt": 0}
@@ -220,7 +222,8 @@ def test_fast_checker_names_each_framing_failure() -> None:
 
 def test_segments_of_a_real_log_pass_both_checkers(tmp_path: Path) -> None:
     """Sanity: the reference checker accepts the event frames a real log wrote."""
-    frames, _, chain = encode_events(1, 0, 0, ZERO_HASH, [record(i).canonical() for i in range(20)])
+    payloads = [record(i).canonical() for i in range(20)]
+    frames, _, chain = encode_events(1, 0, 0, ZERO_HASH, payloads, version=LEGACY_VERSION)
     state = ChainState()
     assert _reference_check(frames, state) == len(frames) and state.chain == chain
     assert list_segments(tmp_path) == []

@@ -15,8 +15,9 @@ from middleware.audit.export import ExportFilter, export
 from middleware.audit.segment import HEADER, HEADER_SIZE, crc32c
 from middleware.audit.verify import verify_path
 from middleware.audit.wal import WalAuditLog
+from middleware.errors import AuditCorrupted
 
-from .helpers import SIGNER, append_batch, open_log, segments
+from .helpers import SIGNER, append_batch, open_log, record, segments
 
 
 async def _closed_log(root: Path, n: int = 30, **opts: object) -> Path:
@@ -112,13 +113,22 @@ async def test_truncated_and_resigned_with_another_key_is_caught(tmp_path: Path)
     node = await _closed_log(tmp_path, segment_bytes=1 << 20)
     (seg,) = segments(node)
     data = seg.read_bytes()
-    _, end, _, _ = _events(data)[5]  # keep 6 events, before the first checkpoint
+    _, end, _, _ = _events(data)[7]  # keep the first batch of 8 events, before the first checkpoint
     seg.write_bytes(data[:end])
     (node / "checkpoint").unlink()
     attacker = Signer("audit-test")  # same name, different key
     (node / "checkpoint.vkey").write_text(attacker.vkey + "\n")
-    log = WalAuditLog(tmp_path, "n1", signer=attacker)
+    # a gateway never adopts batches another key signed ...
+    with pytest.raises(AuditCorrupted, match="not by the log's key"):
+        WalAuditLog(tmp_path, "n1", signer=attacker)
+    # ... so the attacker writes the records kept again, signed with their own key
+    forged = tmp_path / "forged"
+    log = WalAuditLog(forged, "n1", signer=attacker)
+    await log.append_batch([record(i) for i in range(8)])
     await log.close()
+    shutil.rmtree(node)
+    shutil.copytree(forged / "n1", node)
+    (seg,) = segments(node)
     # the forged log verifies only against the forger's own key ...
     assert verify_path(tmp_path).ok
     # ... not against the published one

@@ -139,11 +139,13 @@ async def test_torn_tail_is_cut_kept_aside_and_appends_continue(tmp_path: Path) 
     data = seg.read_bytes()
     seg.write_bytes(data[:-5])
     log = open_log(root)
-    assert log.size == 31, "only the torn last record is lost"
+    # only the torn last batch is lost: it was acknowledged as a whole, after its fsync
+    assert log.size == 24
     rep = log.recovery
     assert rep.torn_bytes > 0 and not rep.clean
+    assert "batch of 8 events from 25" in rep.torn_reason
     assert (node / rep.broken_file).read_bytes() == data[len(data) - 5 - rep.torn_bytes : -5]
-    assert await log.append(record(99)) == 32
+    assert await log.append(record(99)) == 25
     await log.close()
     assert verify_path(root, key=SIGNER.vkey).ok
 
@@ -156,20 +158,20 @@ async def test_truncate_then_zero_extend_keeps_records_before_the_tear(tmp_path:
     seg.write_bytes(data[:cut] + b"\0" * 4096)
     log = open_log(root)
     kept = [i for i, _ in log.records()]
-    assert kept == list(range(1, len(kept) + 1)) and 25 <= len(kept) < 32
+    assert kept == list(range(1, len(kept) + 1)) and len(kept) in (16, 24)  # whole batches
     await log.close()
     assert verify_path(root, key=SIGNER.vkey).ok
 
 
 async def test_zeroed_sector_in_last_segment_keeps_only_what_precedes_it(tmp_path: Path) -> None:
-    # one batch: nothing after the damage had been promised durable
-    root, node = await _crashed_log(tmp_path, batches=1, per_batch=40)
+    # damage in the last batch: nothing after it had been promised durable
+    root, node = await _crashed_log(tmp_path, batches=5, per_batch=8)
     seg = segments(node)[-1]
     data = bytearray(seg.read_bytes())
-    data[2048 : 2048 + 512] = b"\0" * 512
+    data[len(data) - 1500 : len(data) - 1500 + 512] = b"\0" * 512
     seg.write_bytes(bytes(data))
     log = open_log(root)
-    assert 0 < log.size < 40
+    assert log.size == 32
     assert all(r.detail["i"] == i - 1 for i, r in log.records())
     await log.close()
 
@@ -212,7 +214,7 @@ async def test_length_past_end_of_file_is_a_torn_tail(tmp_path: Path) -> None:
 
 
 async def test_random_garbage_tails_are_cut_where_they_start(tmp_path: Path) -> None:
-    _root, node = await _crashed_log(tmp_path, batches=1, per_batch=30)
+    _root, node = await _crashed_log(tmp_path, batches=6, per_batch=5)
     pristine = segments(node)[-1].read_bytes()
     rng = random.Random(1234)
     for round_ in range(40):
@@ -225,22 +227,29 @@ async def test_random_garbage_tails_are_cut_where_they_start(tmp_path: Path) -> 
         got = [r.detail["i"] for _, r in log.records()]
         assert got == list(range(len(got))), "a prefix of the records, in order"
         assert log.recovery.torn_bytes > 0
-        # every record that ended before the garbage started survives
+        # every batch that ended before the garbage started survives
         assert log.size >= _complete_events(pristine[:offset])
         await log.close()
         shutil.rmtree(case)
 
 
 def _complete_events(prefix: bytes) -> int:
-    """Events whose frames lie entirely inside ``prefix`` (the pristine bytes before the damage)."""
-    off, n = 0, 0
+    """Events of the batches whose frames lie entirely inside ``prefix`` (the pristine bytes
+    before the damage): a batch counts whole or not at all."""
+    off, n, in_batch = 0, 0, 0
     while off + HEADER_SIZE <= len(prefix):
         length = int.from_bytes(prefix[off + 4 : off + 8], "little")
         end = off + HEADER_SIZE + length
         end += -end % 8
         if end > len(prefix):
             break
-        n += prefix[off + 12] == 2
+        if prefix[off + 12] == 5:  # a commit frame: its batch's event count first
+            in_batch = int.from_bytes(prefix[off + HEADER_SIZE : off + HEADER_SIZE + 4], "little")
+            seen = 0
+        elif prefix[off + 12] == 2:
+            seen += 1
+            if seen == in_batch:
+                n += in_batch
         off = end
     return n
 

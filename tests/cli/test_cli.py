@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
+from middleware.audit.compression import read_segment
 from middleware.cli import main
 from middleware.cli.demo import run_demo
 from middleware.demo import clock_on
@@ -61,18 +62,22 @@ async def test_demo_tells_the_story_and_writes_the_audit_log(tmp_path, today):
     assert "Context carried over from session s_demo" in text
     # the failing claims fail the goal, explained, with a suggested reply in Chinese
     assert "[FAIL] 确认故障类型为屏幕碎裂且非人为损坏" in text
-    assert "14 months ago, more than 12" in text
+    assert "ago, more than 12 months" in text
     assert text.count("GOAL FAILED: waiting for a person") == 2
     assert "Suggested reply: 您好" in text
-    # a freight quote for a replacement goal is intent drift; the §4.4 measures close the story
-    assert "INTENT_DRIFT on logistics_agent@1.0.0" in text and "INTENT DRIFT: waiting for a person" in text
+    # a freight quote for a replacement goal is intent drift, refused before the logistics agent
+    # runs; the §4.4 measures close the story
+    assert (
+        "INTENT_DRIFT before dispatch (no agent ran)" in text and "INTENT DRIFT: waiting for a person" in text
+    )
+    assert "[freight] done by" not in text
     assert "Intent-drift rate:        16.7% (1/6)" in text
     assert "First-contact resolution: 33.3% (2/6)" in text
     assert "COMPLETED" in text
     assert "contract says it cannot do stock_prediction" in text
     assert "REJECTED before any agent ran" in text
     assert str(tmp_path / "audit" / "demo") in text
-    assert any(p.stat().st_size > 0 for p in (tmp_path / "audit" / "demo").glob("*.wal"))
+    assert any(p.stat().st_size > 0 for p in (tmp_path / "audit" / "demo").glob("*.wal*"))
     # each trace's timeline command, and it works
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("agency trace show")]
     assert len(commands) == 6 and all(c.endswith(f"--data-dir {tmp_path}") for c in commands)
@@ -194,8 +199,8 @@ def test_serve_answers_grpc_and_stops_cleanly_on_sigterm(tmp_path):
     assert "stopped" in out
     errors = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
     assert not any(e["level"] == "ERROR" for e in errors), err
-    segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal")
-    assert any(b'"node":"node-test"' in p.read_bytes() for p in segments)
+    segments = (Path(tmp_path) / "audit" / "node-test").glob("*.wal*")  # compressed once sealed
+    assert any(b'"node":"node-test"' in read_segment(p) for p in segments)
     # --demo scores answers with the scenario's authority table, as `agency demo` does
     from middleware.audit.wal_reader import WalLogReader
 

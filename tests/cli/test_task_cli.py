@@ -72,7 +72,15 @@ def test_submit_prints_the_outcome_and_the_next_command(address, capsys) -> None
 
 def test_refusals_and_misses_have_their_own_exit_codes(address, capsys) -> None:
     assert main(["submit", "Predict next quarter's stock price", "--address", address]) == 1
-    assert "rejected" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "rejected" in out
+    # said plainly (issue 27): no "on - (attempt 1)"
+    assert "refused: no registered agent's contract allows this request, so no agent ran" in out
+    assert (
+        "failure CAPABILITY_MISMATCH at step main, before any agent ran: refused (action=stock_prediction)"
+        in out
+    )
+    assert "on - (attempt" not in out
     assert main(["route", "predict the stock price", "--address", address, "--json"]) == 1
     decision = json.loads(capsys.readouterr().out)
     assert decision["refused"] and decision["rejected"][0]["constraint"] == "cannot_do"

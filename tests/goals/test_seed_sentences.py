@@ -85,13 +85,14 @@ def test_the_happy_claim_passes(today):
 def test_a_purchase_14_months_ago_is_out_of_warranty_on_every_day(today):
     verdict = verify_goal(goal(), reply(today, purchase_date=_months_ago(14, today)), clock=_clock(today))
     assert [s.step for s in verdict.failed_steps] == [SEED_STEPS[0]]
-    assert "14 months ago, more than 12" in verdict.failed_steps[0].reason
+    reason = verdict.failed_steps[0].reason
+    assert "14 months" in reason and "ago, more than 12 months (covered until" in reason
 
 
 @pytest.mark.parametrize(
     ("change", "failed", "why"),
     [
-        ({"purchase_date": _months_ago(14)}, SEED_STEPS[0], "14 months ago, more than 12"),
+        ({"purchase_date": _months_ago(14)}, SEED_STEPS[0], "ago, more than 12 months"),
         ({"accidental": True}, SEED_STEPS[1], "not human (accidental) damage"),
         ({"fault_type": "battery_fault"}, SEED_STEPS[1], "fault type is 屏幕碎裂"),
         ({"estimated_delivery": None}, SEED_STEPS[2], "$..estimated_delivery not found"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from middleware import TaskState
+from middleware.audit.compression import read_segment
 from middleware.contracts import CapabilityContract
 from middleware.server.bootstrap import build_agency
 from middleware.server.definition import AgencyDefinition
@@ -43,7 +44,7 @@ async def test_a_definition_turns_on_sealing_and_policies(tmp_path: Path) -> Non
     assert done.state is TaskState.COMPLETED
     assert denied.state is TaskState.FAILED and denied.failures[0].context["policy"] == "no-callbacks"
     node_dirs = [d for d in (tmp_path / "data" / "audit").iterdir() if d.is_dir()]
-    blob = b"".join(p.read_bytes() for d in node_dirs for p in d.glob("*.wal"))
+    blob = b"".join(read_segment(p) for d in node_dirs for p in d.glob("*.wal*"))  # compressed once sealed
     assert PHONE.encode() not in blob and b"[sealed:phone:" in blob
     assert list((tmp_path / "data" / "keys" / "subjects").glob("*.key"))  # beside the audit directory
 

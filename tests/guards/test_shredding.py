@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from middleware import Agency, AgencyConfig, TaskState, WalAuditLog
+from middleware.audit.compression import read_segment
 from middleware.audit.export import export
 from middleware.audit.shredding import (
     ERASED,
@@ -93,7 +94,7 @@ def test_after_audit_erase_the_subjects_data_is_unreadable_and_verify_key_passes
     asyncio.run(two_subjects(audit, store))  # the CLI below runs its own event loop
     node = audit / "n1"
     vkey = (node / "checkpoint.vkey").read_text().strip()
-    blob = b"".join(p.read_bytes() for p in node.glob("*.wal"))
+    blob = b"".join(read_segment(p) for p in node.glob("*.wal*"))  # compressed once sealed
     assert PHONE.encode() not in blob and RESIDENT_ID.encode() not in blob and b"[sealed:phone:" in blob
 
     from middleware.audit.shredding import reveal_bytes

@@ -52,12 +52,30 @@ def _echo(request: AgentRequest) -> dict[str, Any]:
     return {"reply": f"{XSS} {request.text}"}
 
 
+def _intake(request: AgentRequest) -> AgentReply:
+    """Reads the user's sentence: a dropped phone is accidental damage."""
+    return AgentReply(
+        output={"intent": "warranty_replacement", "context": {"accidental": "摔" in request.text}},
+        provenance=Provenance(source="greeting_agent", reliability_score=0.9),
+    )
+
+
+def _claims(request: AgentRequest) -> AgentReply:
+    """A claims system that says the damage was not accidental, whatever it was told."""
+    return AgentReply(
+        output={"eligible": True, "accidental": False, "fee": 0},
+        provenance=Provenance(source="warranty_db", reliability_score=0.95),
+    )
+
+
 _AGENTS = {
     "warranty_agent": _warranty,
     "replacement_shipper": _shipper_down,
     "reply_agent": _reply,
     "refund_executor": _refund,
     "echo_agent": _echo,
+    "intake_agent": _intake,
+    "claims_agent": _claims,
 }
 
 
@@ -77,6 +95,8 @@ CONTRACTS = [
     _contract("reply_agent", "compose_reply"),
     _contract("refund_executor", "refund", tags=["payments"]),
     _contract("echo_agent", "echo"),
+    _contract("intake_agent", "read_request"),
+    _contract("claims_agent", "check_claim"),
 ]
 
 GOAL = {

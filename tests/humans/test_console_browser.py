@@ -30,7 +30,7 @@ from .cases import SHIPMENT, TOKENS, WARRANTY_INPUT, WARRANTY_TEXT, XSS, definit
 
 HERE = Path(__file__).parent
 SHOTS = HERE.parent.parent / "docs" / "console"
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("AGENCY_TEST_CHROMIUM", "/usr/bin/chromium")  # as tests/conftest.py checks it
 ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -94,16 +94,17 @@ async def sign_in(browser: Browser, url: str, who: str, *, screenshot: bool = Fa
     return page
 
 
-async def shot(page: Page, name: str) -> None:
-    """A screenshot of the page: into docs/console/ with AGENCY_SCREENSHOTS=1 (to refresh the
-    docs), else next to the test's other files (taken either way: the page must render)."""
+async def shot(page: Page, name: str, *, full: bool = False) -> None:
+    """A screenshot of the page (``full``: the whole page, not only the window): into docs/console/
+    with AGENCY_SCREENSHOTS=1 (to refresh the docs), else next to the test's other files (taken
+    either way: the page must render)."""
     where = (
         SHOTS
         if os.environ.get("AGENCY_SCREENSHOTS") == "1"
         else Path(tempfile.gettempdir()) / "agency-console"
     )
     where.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(where / f"{name}.png"))
+    await page.screenshot(path=str(where / f"{name}.png"), full_page=full)
     assert (where / f"{name}.png").stat().st_size > 5000
 
 
@@ -148,7 +149,10 @@ async def test_an_operator_watches_a_warranty_task_escalate_answers_it_and_sees_
         await shot(page, "inbox")
         await page.click("#inbox a.open")
         await expect(page.locator("main")).to_contain_text("courier API unreachable")
-        await shot(page, "handover")
+        # each sentence once; outputs as fields, not a JSON block
+        assert (await page.locator("main").inner_text()).count("courier API unreachable") == 1
+        await expect(page.locator("#outputs table.kv")).to_contain_text("screen_shattered")
+        await shot(page, "handover", full=True)
         await page.check('input[name="choice"][value="provide_output"]')
         await page.fill("#output", json.dumps(SHIPMENT))
         await page.fill("#note", "shipped by express courier by hand")
@@ -156,7 +160,11 @@ async def test_an_operator_watches_a_warranty_task_escalate_answers_it_and_sees_
         await page.wait_for_url(f"**/tasks/{waiting.task_id}")
         await expect(page.locator("#task-state")).to_have_text("completed")
         await expect(page.locator("#decisions")).to_contain_text("alice")
-        await shot(page, "task")
+        # agent bars are not slivers beside the person's wait: a broken axis, a minimum width
+        await expect(page.locator("#timeline g.break")).to_have_count(1)
+        for box in [await bar.bounding_box() for bar in await page.locator("#timeline g.ok rect").all()]:
+            assert box is not None and box["width"] >= 5
+        await shot(page, "task", full=True)
         done = await agency.GetTask(agency_pb2.GetTaskRequest(task_id=waiting.task_id), metadata=AUTH)
         assert done.state == "completed" and "EXP123456" in json.loads(done.output_json)["reply"]
 
@@ -212,11 +220,14 @@ async def test_an_approver_approves_a_refund_and_the_audit_log_names_them(
         bob = await sign_in(browser, url, "bob")
         await bob.click("#inbox a.open")
         await expect(bob.locator("main")).to_contain_text("$.amount = 250 is above 100")
-        await shot(bob, "approval")
-        # alice opens the same escalation by its address and is refused
+        await shot(bob, "approval", full=True)
+        # the page shows the request and who submitted it
+        await expect(bob.locator("#request")).to_have_text("refund order 42")
+        await expect(bob.locator("#submitted-by")).to_contain_text("user customer-7")
+        # alice opens the same escalation by its address: she reads it, and is offered no form
         await alice.goto(bob.url)
-        await alice.click("#submit-decision")
-        await expect(alice.locator("#error")).to_contain_text("needs one of the roles approver")
+        await expect(alice.locator("#cannot-decide")).to_contain_text("needs one of the roles approver")
+        assert await alice.locator("#decide").count() == 0
         await bob.fill("#note", "regular customer, order checked")
         action = await bob.get_attribute("#decide", "action")
         csrf = await bob.get_attribute('#decide input[name="csrf"]', "value")
@@ -236,7 +247,6 @@ async def test_an_approver_approves_a_refund_and_the_audit_log_names_them(
     assert resumed["detail"]["person"] == "bob" and resumed["detail"]["role"] == "approver"
     decisions = [r for r in records if r["event_type"] == "human.decision"]
     assert [(d["outcome"], d["detail"].get("person")) for d in decisions] == [
-        ("refused", "alice"),
         ("approve", "bob"),
         ("refused", "bob"),
     ]
@@ -283,7 +293,15 @@ async def test_a_moderator_releases_a_held_message_whose_script_is_shown_as_text
         await expect(mo.locator("#evidence")).to_contain_text("Matched phrase wire the money")
         await expect(mo.locator("#held-content")).to_contain_text(XSS)
         assert await mo.evaluate("window.__xss") is None
-        await shot(mo, "held_message")
+        await shot(mo, "held_message", full=True)
+        # release and delete look different: one cannot be undone
+        styles = [
+            await mo.eval_on_selector(
+                sel, "e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).color]"
+            )
+            for sel in ("#release", "#delete")
+        ]
+        assert styles[0] != styles[1]
         await mo.fill("#note", "the bank confirmed the transfer request")
         await mo.click("#release")
         await mo.wait_for_url("**/inbox")
@@ -295,3 +313,38 @@ async def test_a_moderator_releases_a_held_message_whose_script_is_shown_as_text
     assert (released["detail"]["by"], released["detail"]["role"]) == ("mo", "moderator")
     (decision,) = [r for r in records if r["event_type"] == "human.decision"]
     assert decision["detail"]["person"] == "mo" and decision["outcome"] == "release"
+
+
+async def test_a_conflict_between_the_context_and_an_agent_is_settled_in_the_users_language(
+    gateway: tuple[GatewayProcess, str], browser: Browser
+) -> None:
+    """The intake extracted accidental: true from '我的手机摔了一下…'; the claims system says false.
+    The operator sees both values by path, the plan, and a Chinese reply; the chosen value goes on."""
+    gw, url = gateway
+    channel, agency = stub(gw)
+    async with channel:
+        waiting = await agency.Submit(
+            agency_pb2.SubmitRequest(
+                text="我的手机摔了一下，屏幕碎了，要换新",
+                steps=[
+                    agency_pb2.TaskStep(name="intake", action="read_request"),
+                    agency_pb2.TaskStep(name="claim", action="check_claim"),
+                ],
+            ),
+            metadata=AUTH,
+        )
+        assert waiting.state == "input_required"
+        page = await sign_in(browser, url, "alice")
+        await expect(page.locator("#inbox")).to_contain_text(waiting.task_id)
+        await page.click("#inbox a.open")
+        await expect(page.locator("#conflict")).to_contain_text("$.context.accidental")
+        await expect(page.locator("#reply")).to_contain_text("您好")
+        await expect(page.locator("#plan")).to_contain_text("accidental ($.accidental of the answer)")
+        await shot(page, "conflict", full=True)
+        await page.check('input[name="choice"][value="value_1"]')  # the intake's: accidental
+        await page.fill("#note", "the customer said the phone was dropped")
+        await page.click("#submit-decision")
+        await page.wait_for_url(f"**/tasks/{waiting.task_id}")
+        await expect(page.locator("#task-state")).to_have_text("completed")
+        done = await agency.GetTask(agency_pb2.GetTaskRequest(task_id=waiting.task_id), metadata=AUTH)
+        assert json.loads(done.output_json)["accidental"] is True

@@ -92,15 +92,16 @@ async def test_the_warranty_demo_gives_the_same_metrics_per_record_and_per_hand_
     assert value("agency_tasks_total", state="input_required") == 2
     assert value("agency_tasks_total", state="rejected") == 1
     assert value("agency_task_duration_seconds_count") == 4
-    assert value("agency_routing_decisions_total", outcome="chosen") == 12
-    assert value("agency_routing_decisions_total", outcome="refused") == 1
+    # the freight step is refused for the goal's scope before dispatch (issue 27)
+    assert value("agency_routing_decisions_total", outcome="chosen") == 11
+    assert value("agency_routing_decisions_total", outcome="refused") == 2
     assert value("agency_failures_total", type="TOOL_TIMEOUT", agent="replacement_shipper@1.0.0") == 3
-    assert value("agency_failures_total", type="INTENT_DRIFT", agent="logistics_agent@1.0.0") == 1
+    assert value("agency_failures_total", type="INTENT_DRIFT", agent="-") == 1
     assert value("agency_failures_total", type="CAPABILITY_MISMATCH", agent="-") == 1
     assert value("agency_resolutions_total", kind="escalate_to_human") == 2
     assert value("agency_goal_verifications_total", result="passed") == 3
     assert value("agency_goal_verifications_total", result="failed") == 1
-    assert value("agency_audit_appends_total", event_type="task.transition") == 39
+    assert value("agency_audit_appends_total", event_type="task.transition") == 38  # no freight dispatch
     assert value("agency_audit_appends_total", event_type="catalog.change") == 9
     assert value("agency_kpi_tasks_total") == 4
     assert value("agency_kpi_first_contact_resolved_total") == 1

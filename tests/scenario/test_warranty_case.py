@@ -38,7 +38,7 @@ async def test_the_reply_is_in_the_users_language(demo_agency):
     ("kind", "sentence", "why"),
     [
         ("accidental", "确认故障类型为屏幕碎裂且非人为损坏", "$..accidental is True, expected False"),
-        ("expired", "检查用户是否在保修期内（购机≤12个月）", "14 months ago, more than 12"),
+        ("expired", "检查用户是否在保修期内（购机≤12个月）", "ago, more than 12 months"),
     ],
 )
 async def test_a_claim_the_warranty_does_not_cover_fails_the_goal(demo_agency, kind, sentence, why):
@@ -164,7 +164,7 @@ async def test_the_case_holds_on_every_day_of_the_calendar(today):
     assert happy.state is TaskState.COMPLETED and happy.goal_verdict.passed
     assert happy.steps[1].output["purchase_date"] == (day - timedelta(days=7)).isoformat()
     assert happy.steps[2].provenance.reliability_score == pytest.approx(0.975)  # no disagreement
-    for kind, why in [("accidental", "is True, expected False"), ("expired", "14 months ago, more than 12")]:
+    for kind, why in [("accidental", "is True, expected False"), ("expired", "ago, more than 12 months")]:
         outcome = await agency.submit(failing_claim_request(kind))
         assert outcome.state is TaskState.INPUT_REQUIRED and why in outcome.reason
     await agency.close()

@@ -78,7 +78,7 @@ async def test_a_gateway_applies_the_files_audit_retention(tmp_path: Path) -> No
     for i in range(40):
         await old.append(AuditRecord(event_type="agent.step", node="g1", outcome="success", detail={"i": i}))
     await old.close()
-    sealed_before = sorted(p.name for p in (audit_dir / "g1").glob("*.wal"))
+    sealed_before = sorted(p.name for p in (audit_dir / "g1").glob("*.wal*"))
     definition = {
         "server": {"address": "127.0.0.1:0", "metrics_address": ""},
         "audit": {
@@ -90,7 +90,7 @@ async def test_a_gateway_applies_the_files_audit_retention(tmp_path: Path) -> No
         await _file_appears(audit_dir / "g1" / "pruned.json")  # the first run starts with the gateway
     finally:
         assert await gateway.stop() == 0, gateway.output()
-    archived = sorted(p.name for p in (tmp_path / "cold" / "g1").glob("*.wal"))
+    archived = sorted(p.name for p in (tmp_path / "cold" / "g1").glob("*.wal*"))
     assert archived and archived == sealed_before[: len(archived)]
     records = [r for _, r in WalLogReader(audit_dir).records()]
     retention = [r for r in records if r.event_type == "audit.retention"]

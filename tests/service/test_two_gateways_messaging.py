@@ -145,7 +145,7 @@ async def gateways(
         async for key in redis_client.scan_iter(match=redis_prefix + "*"):
             await redis_client.delete(key)
     for gw in gws:  # each gateway kept its own audit log
-        assert list((tmp_path / gw.name / "audit" / gw.name).glob("*.wal"))
+        assert list((tmp_path / gw.name / "audit" / gw.name).glob("*.wal*"))
 
 
 async def test_messages_sent_through_one_gateway_are_delivered_once_across_both(gateways) -> None:

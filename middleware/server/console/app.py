@@ -65,7 +65,7 @@ from ...smf import utcnow
 from ...timeline import build_timelines
 from .sso import COOKIE as SSO_COOKIE
 from .sso import ConsoleSso, SignInRefused
-from .views import audit_state, contract_rows, task_bars, waited
+from .views import audit_state, contract_rows, escalation_view, task_bars, timeline_layout, waited
 
 __all__ = ["build_app"]
 
@@ -348,7 +348,15 @@ def build_app(
             esc = await desk.escalation(request.path_params["esc_id"], person)
         except NotFound as exc:
             return render(request, "error.html", 404, error=exc.message)
-        return render(request, "escalation.html", esc=esc)
+        return render(request, "escalation.html", esc=esc, view=await _view(esc, person))
+
+    async def _view(esc: Any, person: Person) -> dict[str, Any]:
+        """The escalation as its page shows it (with its task's request, when the task is known)."""
+        record = None
+        if not esc.held_message:
+            with contextlib.suppress(AgencyError):
+                record = await agency.tasks.get(esc.task_id)
+        return escalation_view(esc, person, record)
 
     async def decide(request: Request) -> Response:
         person = await _signed_in(request)
@@ -372,7 +380,10 @@ def build_app(
             except NotFound:
                 esc = None
             template = "escalation.html" if esc is not None else "error.html"
-            return render(request, template, _STATUS.get(exc.reason, 400), esc=esc, error=exc.message)
+            view = await _view(esc, person) if esc is not None else None
+            return render(
+                request, template, _STATUS.get(exc.reason, 400), esc=esc, view=view, error=exc.message
+            )
         if outcome is None:
             return RedirectResponse("/inbox", status_code=303)
         return RedirectResponse(f"/tasks/{quote(outcome.task_id, safe='/')}", status_code=303)
@@ -420,7 +431,7 @@ def build_app(
             "task.html",
             task=outcome,
             timeline=timelines[0] if timelines else None,
-            bars=task_bars(records),
+            layout=timeline_layout(task_bars(records)),
             escalation=desk.redact(esc, person) if esc is not None else None,
             decisions=[r for r in records if r.event_type in ("task.resumed", "human.decision")],
         )

@@ -158,6 +158,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "side_effect_free": pb.side_effect_free,
         "data_classes": list(pb.data_classes),
         "restore_personal_data": pb.restore_personal_data,
+        "facts": list(pb.facts),
         "tenant": pb.tenant,
         "shared_with": list(pb.shared_with),
     }
@@ -192,6 +193,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         side_effect_free=c.side_effect_free,
         data_classes=c.data_classes,
         restore_personal_data=c.restore_personal_data,
+        facts=c.facts,
         tenant=c.tenant,
         shared_with=c.shared_with,
     )
