@@ -107,10 +107,12 @@ def caller(run: TaskRecord | None = None) -> PolicySubject:
     principal = current_principal()
     name = principal.name if principal is not None else (run.client if run is not None else "")
     roles = [principal.role] if principal is not None else []
-    attrs: dict[str, Any] = {"roles": roles, "tenant": ""}
+    attrs: dict[str, Any] = {"roles": roles, "tenant": principal.tenant if principal is not None else ""}
     if run is not None:
         attrs["user"] = run.request.user_id
-        attrs["tenant"] = str(run.request.constraints.get("tenant", "")) if run.request.constraints else ""
+        # the task's tenant (its authenticated caller's); a tenant constraint only where there is none
+        claimed = str(run.request.constraints.get("tenant", "")) if run.request.constraints else ""
+        attrs["tenant"] = run.tenant or claimed
     return PolicySubject(type="Caller", id=name or "anonymous", attrs=attrs)
 
 
@@ -243,7 +245,10 @@ class PolicyGate:
             principal=PolicySubject(
                 type="Caller",
                 id=principal.name if principal is not None else "anonymous",
-                attrs={"roles": [principal.role] if principal is not None else [], "tenant": ""},
+                attrs={
+                    "roles": [principal.role] if principal is not None else [],
+                    "tenant": principal.tenant if principal is not None else "",
+                },
             ),
             action="export",
             resource=PolicySubject(type="AuditLog", id="audit", attrs={}),
