@@ -29,7 +29,11 @@ async def test_memory_storage_chooses_every_memory_backend() -> None:
 
 async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(redis_prefix: str) -> None:
     definition = definition_from(
-        {"storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix}}, env={}
+        {
+            "storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix},
+            "agency": {"usage": {"prices": {"gpt-x": {"input": 1, "output": 2}}}},  # metered
+        },
+        env={},
     )
     agency = choose_backends(definition, "agency")
     messaging = choose_backends(definition, "messaging")
@@ -39,6 +43,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             "RedisRoutingStats",
             "RedisTaskStore",
             "RedisSessionStore",
+            "RedisUsageMeter",  # spending sums shared by the replicas (agency.usage)
         ]
         assert [type(s).__name__ for s in vars(messaging).values()] == [
             "RedisMailbox",
@@ -51,7 +56,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
         assert await messaging.subscriptions.members("news") == {"a"}
     finally:
         await messaging.mailboxes.close()
-        for store in (agency.catalog, agency.stats, agency.tasks, agency.sessions):
+        for store in (agency.catalog, agency.stats, agency.tasks, agency.sessions, agency.usage):
             close = getattr(store, "close", None) or getattr(store, "aclose", None)
             if close is not None:
                 await close()
