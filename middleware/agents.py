@@ -53,6 +53,12 @@ class AgentRequest(Model):
         default_factory=current_traceparent,
         description="W3C trace context of the task (empty without tracing); remote workers continue it.",
     )
+    idempotency_key: str = Field(
+        default="",
+        max_length=128,
+        description="For a contract declaring idempotency 'key': the same for every call of this step "
+        "with the same input (a re-dispatch after its gateway died included); act once per key.",
+    )
 
     @property
     def input(self) -> Any:

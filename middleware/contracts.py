@@ -9,7 +9,7 @@ return (the output).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 from jsonschema.exceptions import SchemaError
@@ -122,6 +122,13 @@ class CapabilityContract(Model):
         description="The fields of its answers (names, found at any depth) that are facts the task "
         "keeps consistent: each is compared with what the request, the task's context and earlier "
         "steps state (else DATA_INCONSISTENCY). Empty: every scalar field of its answers.",
+    )
+    idempotency: Literal["", "key"] = Field(
+        default="",
+        description="'key': the agent acts at most once per idempotency key "
+        "(AgentRequest.idempotency_key, sent with every call: the same for every call of a step "
+        "with the same input), so a step interrupted with its gateway may be dispatched again. "
+        "Empty: not declared. The declarer's word, not checked (docs/failures.md, interrupted tasks).",
     )
 
     data_classes: list[str] = Field(

@@ -10,6 +10,8 @@ turns it into a failure event.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -512,6 +514,7 @@ def _agent_request(
 ) -> AgentRequest:
     """What the agent gets: the gateway's own validated parts, put together without validating
     them again (a contract's SLO is positive, so the deadline is too)."""
+    key = idempotency_key(run.request.task_id, step.name, message.content) if contract.idempotency else ""
     if not deadline > 0:  # a configuration that makes no deadline: the validated form says why
         return AgentRequest(
             message=message,
@@ -521,6 +524,7 @@ def _agent_request(
             attempt=cursor.attempt,
             text=text,
             deadline_ms=deadline * 1000,
+            idempotency_key=key,
         )
     return trusted(
         AgentRequest,
@@ -533,8 +537,18 @@ def _agent_request(
             "text": text,
             "deadline_ms": deadline * 1000,
             "traceparent": current_traceparent(),
+            "idempotency_key": key,
         },
     )
+
+
+def idempotency_key(task_id: str, step: str, payload: Any) -> str:
+    """The idempotency key of a call of ``step``: a hash of the task, the step and the input,
+    so every call of the step with the same input has the same key (a retry, a re-dispatch
+    after its gateway died) and a call with another input (a clarification) another one."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    digest = hashlib.sha256(f"{task_id}\x00{step}\x00{canonical}".encode()).hexdigest()
+    return digest[:32]
 
 
 def _take_intake(run: TaskRecord, intake: Intake) -> None:

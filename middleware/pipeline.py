@@ -10,13 +10,17 @@
 through the explicit task states of ``middleware.tasks``, appending every step to the
 audit log before moving on and persisting the task record (``middleware.task_store``)
 when it is created, claimed and stopped. A task waiting for input continues with
-``resume`` on any gateway that shares the store. It knows nothing about gRPC:
+``resume`` on any gateway that shares the store. With shared task leases (``leases=``, see
+``middleware.takeover``) the gateway also holds a lease on each task it runs and saves the
+record before every dispatch, so another replica takes over the tasks of a gateway that died
+(``interrupted``: resumed or canceled). It knows nothing about gRPC:
 ``middleware.server.grpc_api`` adapts it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,7 +39,15 @@ from .contracts import CapabilityContract
 from .detectors import Detectors
 from .dispatcher import AttemptFailed, Dispatcher, brief, decision_detail, envelope
 from .drift import DriftFinding, IntentJudge
-from .errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Problem
+from .errors import (
+    AgencyError,
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Problem,
+)
 from .executor import AlertSink, Directive, ResolutionExecutor, StepCursor
 from .failure_monitor import FailureMonitor
 from .failures import FailureEvent, FailureProcessor, FailureType, Resolution, ResolutionKind
@@ -65,7 +77,9 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
+from .takeover import Takeover, redispatch_allowed
 from .task_journal import TaskJournal, observer_of
+from .task_leases import TaskLeases
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -87,8 +101,6 @@ log = logging.getLogger("agency.pipeline")
 
 Sleeper = Callable[[float], Awaitable[None]]
 
-log = logging.getLogger("agency.pipeline")
-
 
 #: Records after which a task waits until everything it has logged is durable: before
 #: anything leaves the gateway (a dispatch to an agent, an outcome). Acceptance is not one:
@@ -105,6 +117,9 @@ _DURABLE_BARRIERS = frozenset(
     }
 )
 
+
+#: Longest reason a cancel may give (it is kept in the outcome and the audit log).
+MAX_CANCEL_REASON = 4000
 
 #: Problems one rejection record lists (a request with thousands of bad fields is one record).
 MAX_AUDITED_PROBLEMS = 100
@@ -149,6 +164,9 @@ class Agency:
             personal data in clear — docs/security.md).
         policy: Policies as code asked at routing, dispatch and approval (default: none), e.g.
             ``PolicyGate(CedarPolicyEngine(text))`` (docs/security.md).
+        leases: Leases on running tasks shared with other replicas (default: none, one
+            process): with them, ``self.takeover`` holds this gateway's leases and takes over
+            the tasks of gateways that died (start its loop with ``self.takeover.start()``).
         metering: Prices, sums and bounds the agents' model usage (default: built from
             ``config.usage`` when it prices or bounds anything, sums in this process; ``agency
             serve`` gives it Redis sums with Redis storage).
@@ -179,6 +197,7 @@ class Agency:
         agents: AgentRegistry | None = None,
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
+        leases: TaskLeases | None = None,
         metering: Metering | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
@@ -231,6 +250,17 @@ class Agency:
             metering=metering,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
+        self.takeover: Takeover | None = None
+        if leases is not None:
+            self.takeover = Takeover(
+                leases=leases,
+                tasks=self.tasks,
+                stats=self.router.stats,
+                catalog=self.catalog,
+                node=self.config.node_id,
+                append=lambda record: self.audit.append(record),
+                observer=lambda: self.humans,
+            )
 
     # ----------------------------------------------------------------- registry
     async def register(
@@ -356,7 +386,7 @@ class Agency:
                     detail={"problems": [str(p) for p in exc.problems]},
                 )
                 raise
-        await self.tasks.create(run)  # AlreadyExists for a duplicate task id
+        await self._create(run)  # AlreadyExists for a duplicate task id
         await self._tell_humans("task_started", run)
         self._running[req.task_id] = run
         try:
@@ -375,6 +405,19 @@ class Agency:
             await self._cut_short(run, exc)
             raise
 
+    async def _create(self, run: TaskRecord) -> None:
+        """Store a new task, its lease held first when leases are shared (a gateway dying in
+        between leaves a lease on no task, never a task without a lease)."""
+        takeover = self.takeover
+        if takeover is not None and not await takeover.hold(run.task_id):
+            raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
+        try:
+            await self.tasks.create(run)
+        except BaseException:
+            if takeover is not None:
+                await takeover.release(run.task_id)
+            raise
+
     async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
         """End a task's segment in the log with a ``task.interrupted`` record, if it began
         (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
@@ -384,7 +427,9 @@ class Agency:
             await asyncio.shield(self._interrupted(run, _why(error)))
 
     async def _interrupted(self, run: TaskRecord, why: str) -> None:
-        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)."""
+        """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)
+        and, with shared leases, mark it ``interrupted`` in the store (or leave its lease to
+        expire, so a replica takes it over)."""
         try:
             await self._audit(
                 run,
@@ -394,6 +439,8 @@ class Agency:
             )
         except Exception as exc:
             log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
+        if self.takeover is not None:
+            await self.takeover.interrupt(run, why)
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
@@ -491,6 +538,9 @@ class Agency:
                 )
             await self._transition(run, TaskState.DISPATCHED)
             record.agent, record.attempts = cursor.agent, record.attempts + 1
+            if self.takeover is not None:  # the shared store knows what is done and what is in flight
+                run.updated_at = utcnow()
+                await self.tasks.save(run)
             try:
                 answer = await self._dispatcher.attempt(run, step, cursor, extra or {})
             except AttemptFailed as failed:
@@ -762,12 +812,19 @@ class Agency:
         caller: Principal | None = None,
         person: PersonRef | None = None,
     ) -> Outcome:
-        """Continue a task waiting for input, where it stopped, on any gateway sharing the store.
+        """Continue a task waiting for input, or interrupted, where it stopped, on any gateway
+        sharing the store.
+
+        An interrupted task goes on where it was cut off; its step in flight is dispatched
+        again only when the agent's contract declares ``side_effect_free`` or an
+        ``idempotency`` key (then on that agent only), else a person decides
+        (``provide_output``, ``abort``, ``cancel``).
 
         Args:
             task_id: The task.
             answer: For a clarification or a conflict: the id of the chosen option.
-            decision: For a human handover: the human's :class:`HumanDecision`.
+            decision: For a human handover (or an interrupted task): the human's
+                :class:`HumanDecision`.
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
             person: The person deciding (the operator console, which checked their roles);
                 an approval needs one of its gate's roles, and never the task's submitter.
@@ -776,7 +833,8 @@ class Agency:
             PermissionDenied: another client's task; an approval by the submitter, by a
                 person without the gate's role, or by a client that is not an admin.
             NotFound: no such task.
-            FailedPrecondition: the task is not waiting for input (e.g. another resume won).
+            FailedPrecondition: the task is not waiting for input nor interrupted (e.g. another
+                resume won); its interrupted step may have acted and would run again.
             ConcurrentUpdate: another resume holds the task right now.
             InvalidInput: the answer is not an offered option / the decision is malformed.
         """
@@ -804,15 +862,15 @@ class Agency:
                         await self._flush_audit(run)
                 if approval_expired(run.pending):
                     return await self._approval_timeout(run)
+            if run.state is TaskState.INTERRUPTED:
+                await self._redispatch_now(run)
+            cut_off_at = str(run.pending.get("state", "")) if run.state is TaskState.INTERRUPTED else ""
             plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
-            if plan.action == "rerun" and plan.agent and decision is not None:
-                routed = await self._dispatcher.route(run, self._steps(run)[plan.step_index])
-                if prefer(routed, plan.agent).chosen != plan.agent:
-                    why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "")
-                    why = why or await self.router.why_not(plan.agent, routed.constraints) or "not chosen"
-                    raise InvalidInput.single(
-                        "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
-                    )
+            bound = decision is not None or plan.require_agent  # a person's choice, or the key's
+            if plan.action in ("rerun", "continue") and plan.agent and bound:
+                await self._check_agent(run, plan)
+            if self.takeover is not None:  # it waits (checked under its lock): nobody else runs it
+                await self.takeover.hold(task_id, force=True)
             self._running[task_id] = run
             try:
                 await self._audit(
@@ -850,10 +908,108 @@ class Agency:
                 return await self._drive(
                     run, self._accepted(run, self._steps(run)[plan.step_index].name, plan.output)
                 )
+            if plan.action == "continue" and cut_off_at == TaskState.VERIFYING.value and run.step_index:
+                # cut off while verifying the stage of the step done last: verified again
+                done = self._steps(run)[run.step_index - 1].name
+                return await self._drive(run, self._accepted(run, done, run.outputs.get(done)))
             return await self._drive(run, self._run(run, None if plan.action == "approve" else plan))
         except BaseException as exc:
             await self._cut_short(run, exc)
             raise
+
+    async def _redispatch_now(self, run: TaskRecord) -> None:
+        """An interrupted task's ``pending["redispatch"]`` as the in-flight agent's contract says
+        now (it may have registered since the takeover; kept when it is gone)."""
+        agent = str(run.pending.get("agent", ""))
+        if agent:
+            with contextlib.suppress(NotFound):
+                run.pending["redispatch"] = redispatch_allowed((await self.catalog.get(agent)).contract)
+
+    async def _check_agent(self, run: TaskRecord, plan: ResumePlan) -> None:
+        """Refuse a resume whose step must run on ``plan.agent`` when the contracts do not allow
+        it there now (InvalidInput for a person's choice; FailedPrecondition for an interrupted
+        step bound to its agent by the idempotency key)."""
+        step = self._steps(run)[plan.step_index]
+        routed = await self._dispatcher.route(run, step)
+        if prefer(routed, plan.agent).chosen == plan.agent:
+            return
+        why = next((r.reason for r in routed.rejected if r.agent == plan.agent), "")
+        why = why or await self.router.why_not(plan.agent, routed.constraints) or "not chosen"
+        if plan.require_agent:
+            raise FailedPrecondition(
+                f"task {run.task_id}: step {step.name} was interrupted while {plan.agent} ran it, and only "
+                f"{plan.agent} may run it again (its idempotency key), which it may not now: {why}. Resume "
+                "once it is back, or decide provide_output, abort or cancel",
+                details={"state": run.state.value, "step": step.name, "agent": plan.agent},
+            )
+        raise InvalidInput.single(
+            "decision.agent", f"{plan.agent} may not run this step: {why}", what="resume"
+        )
+
+    async def cancel(
+        self,
+        task_id: str,
+        *,
+        reason: str = "",
+        caller: Principal | None = None,
+        person: PersonRef | None = None,
+    ) -> Outcome:
+        """Cancel a task waiting for input (``input_required``, ``auth_required``) or interrupted.
+
+        Audited (``task.resumed`` ``cancel`` naming who and why, then ``task.completed``
+        ``canceled``); canceling a canceled task again answers its outcome (nothing audited).
+
+        Args:
+            task_id: The task.
+            reason: Why (kept in the outcome's reason and the audit log).
+            caller: The authenticated client (None: tokens off): the task's owner or an admin.
+            person: The person canceling (the operator console, which checked their role).
+
+        Raises:
+            NotFound: no such task.
+            PermissionDenied: another client's task (audited).
+            FailedPrecondition: the task has finished (its state named), or is running (a step
+                an agent runs has no safe point to stop).
+            ConcurrentUpdate: a resume holds the task right now.
+        """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required", what="cancel")
+        if len(reason) > MAX_CANCEL_REASON:
+            raise InvalidInput.single(
+                "reason", f"{len(reason)} characters, at most {MAX_CANCEL_REASON}", what="cancel"
+            )
+        async with self.tasks.lock(task_id):
+            run = await self.tasks.get(task_id)
+            if person is None:
+                await self._authorize_task(caller, run, "AgencyService/Cancel")
+            if run.state is TaskState.CANCELED:
+                return run.outcome()
+            if run.state.terminal:
+                raise FailedPrecondition(
+                    f"task {task_id} is {run.state.value}: a finished task cannot be canceled",
+                    details={"state": run.state.value},
+                )
+            if run.state not in (TaskState.INPUT_REQUIRED, TaskState.INTERRUPTED):
+                raise FailedPrecondition(
+                    f"task {task_id} is {run.state.value}: only a task waiting for input or interrupted can "
+                    "be canceled (a step an agent is running has no safe point to stop)",
+                    details={"state": run.state.value},
+                )
+            who = person.name if person is not None else (caller.name if caller is not None else "")
+            role = person.role_names if person is not None else (caller.role.value if caller else "")
+            why = f"canceled by {who or 'the client'}" + (f": {reason}" if reason else "")
+            self._running[task_id] = run
+            try:
+                await self._audit(
+                    run,
+                    AuditEventType.TASK_RESUMED,
+                    "cancel",
+                    {"reason": why, "by": who, "role": role, "why": reason, "was": run.state.value},
+                )
+                return await self._finish(run, TaskState.CANCELED, reason=why)
+            except BaseException as exc:
+                await self._cut_short(run, exc)
+                raise
 
     async def expire_approval(self, task_id: str) -> Outcome | None:
         """End a task whose approval was not given in time (a TOOL_TIMEOUT of the approvers,
@@ -1013,6 +1169,8 @@ class Agency:
             await self._flush_audit(run)  # contract reviews the monitor recorded, if any
         run.updated_at = utcnow()
         await self.tasks.save(run)
+        if self.takeover is not None:
+            await self.takeover.release(run.task_id)
         if run.request.session_id:
             try:
                 await remember(self.sessions, run)
@@ -1198,11 +1356,16 @@ class Agency:
 
     async def close(self) -> None:
         """Close the agents, the audit log, the task store and the session store (the log
-        whatever else fails); tasks still running are first ended in the log as interrupted."""
+        whatever else fails); tasks still running are first ended in the log as interrupted
+        (and, with shared leases, marked interrupted in the store: resumable on a replica)."""
         try:
+            if self.takeover is not None:
+                await self.takeover.stop()
             for run in list(self._running.values()):
                 if self._running.pop(run.request.task_id, None) is not None:
                     await self._interrupted(run, "the gateway shut down before the task ended")
+            if self.takeover is not None:
+                await self.takeover.stop()  # the leases of the tasks that stopped are dropped
             await self.agents.aclose()
         finally:
             try:
@@ -1211,7 +1374,11 @@ class Agency:
                 try:
                     await self.tasks.close()
                 finally:
-                    await self.sessions.close()
+                    try:
+                        await self.sessions.close()
+                    finally:
+                        if self.takeover is not None:
+                            await self.takeover.leases.close()
 
 
 def _main_step() -> TaskStep:

@@ -1,8 +1,12 @@
-"""Resuming a task that waits for input: from the answer to what the pipeline does next.
+"""Resuming a task that waits for input, or that was interrupted: from the answer to what
+the pipeline does next.
 
-:func:`plan_resume` is pure: it checks that the task is waiting, that the answer is
-one of the offered options (or that a human decision fits the handover), and says
-where the task continues. ``Agency.resume`` applies the plan under the task's lock.
+:func:`plan_resume` is pure: it checks that the task is waiting (or interrupted), that the
+answer is one of the offered options (or that a human decision fits the handover), and says
+where the task continues. An interrupted task continues where it was cut off; the step that
+was in flight is dispatched again only when its agent's contract allows it (the task's
+``pending["redispatch"]``: ``side_effect_free`` or ``idempotency``). ``Agency.resume``
+applies the plan under the task's lock.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ class ResumePlan:
     ``accept``: ``output`` becomes the output of step ``step_index`` (its goal stage is
     verified again) and the task moves on; ``rerun``: step ``step_index`` runs again (on
     ``agent``, or routed afresh), with ``extra_input`` added; ``approve``: the step's
-    output stands unverified (a human vouches for it); ``fail`` / ``cancel``: the task ends.
+    output stands unverified (a human vouches for it); ``continue``: an interrupted task goes
+    on where it was cut off (its step in flight on ``agent``; ``require_agent``: on that agent
+    only, whose idempotency key makes the repeat safe); ``fail`` / ``cancel``: the task ends.
     """
 
-    action: Literal["accept", "rerun", "approve", "fail", "cancel"]
+    action: Literal["accept", "rerun", "approve", "continue", "fail", "cancel"]
     step_index: int
     reason: str
     output: Any = None
@@ -39,6 +45,7 @@ class ResumePlan:
     provenance: dict[str, Any] = field(default_factory=dict)  # where an accepted output comes from
     extra_input: dict[str, Any] = field(default_factory=dict)
     audit: dict[str, Any] = field(default_factory=dict)
+    require_agent: bool = False
 
 
 def plan_resume(
@@ -51,10 +58,13 @@ def plan_resume(
     """What resuming ``task`` with ``answer`` (an option id) or ``decision`` means.
 
     Raises:
-        FailedPrecondition: the task is not waiting for input.
+        FailedPrecondition: the task is not waiting for input (nor interrupted); an
+            interrupted step that may have acted would be dispatched again.
         InvalidInput: the answer is not an offered option, the decision is malformed,
             or the wrong kind of reply was given.
     """
+    if task.state is TaskState.INTERRUPTED:
+        return _interrupted(task, answer, decision, steps)
     if task.state is not TaskState.INPUT_REQUIRED:
         raise FailedPrecondition(
             f"task {task.task_id} is {task.state.value}, not waiting for input",
@@ -142,6 +152,86 @@ def _approval(task: TaskRecord, decision: HumanDecision | Mapping[str, Any] | No
     )
 
 
+def _interrupted(
+    task: TaskRecord,
+    answer: str | None,
+    decision: HumanDecision | Mapping[str, Any] | None,
+    steps: list[TaskStep],
+) -> ResumePlan:
+    """An interrupted task: go on (the step in flight again only where its contract allows
+    it), or a person's ``provide_output`` / ``abort`` / ``cancel``."""
+    if answer:
+        raise InvalidInput.single(
+            "answer", "an interrupted task is resumed without an answer, or with a decision", what="resume"
+        )
+    pending = task.pending
+    index = task.step_index
+    agent = str(pending.get("agent", ""))
+    in_flight = bool(pending.get("in_flight"))
+    allowed = str(pending.get("redispatch", ""))
+    where = f"step {pending.get('step') or 'the final verification'}"
+    d = HumanDecision.parse(decision, what="human decision") if decision is not None else None
+    audit: dict[str, Any] = {"interrupted_at": pending.get("node", ""), "step": pending.get("step", "")}
+    if d is not None:
+        audit["decision"] = d.model_dump(mode="json")
+        who = d.by or "human"
+        note = f" ({d.note})" if d.note else ""
+        if d.action == "abort":
+            return ResumePlan("fail", min(index, len(steps) - 1), f"aborted by {who}{note}", audit=audit)
+        if d.action == "cancel":
+            return ResumePlan("cancel", min(index, len(steps) - 1), f"canceled by {who}{note}", audit=audit)
+        if index >= len(steps) and d.action != "retry":
+            raise InvalidInput.single(
+                "decision.action",
+                f"the task was interrupted at its final verification: continue it (no decision, or "
+                f"retry), abort or cancel, not {d.action}",
+                what="resume",
+            )
+        if d.action == "provide_output":
+            return ResumePlan(
+                "accept",
+                index,
+                f"output of {where} provided by {who}{note} after an interruption",
+                output=d.output,
+                agent=f"human:{who}",
+                provenance={"source": f"human:{who}", "reliability_score": 1.0},
+                audit=audit,
+            )
+        if d.action == "approve":
+            raise InvalidInput.single(
+                "decision.action",
+                "an interrupted step has no output to approve: provide_output, retry, abort or cancel",
+                what="resume",
+            )
+    if in_flight and not allowed:
+        raise FailedPrecondition(
+            f"task {task.task_id} was interrupted while {agent} ran {where} (gateway "
+            f"{pending.get('node', '?')} stopped): {agent}'s contract declares neither side_effect_free "
+            "nor an idempotency key, so running the step again could repeat what it did. A person "
+            "decides instead: provide_output (what the step did), abort or cancel",
+            details={"state": task.state.value, "step": str(pending.get("step", "")), "agent": agent},
+        )
+    if d is not None and d.action == "use_agent":
+        if in_flight and allowed == "idempotency" and d.agent != agent:
+            raise InvalidInput.single(
+                "decision.agent",
+                f"{where} was in flight on {agent}, whose idempotency key makes a repeat safe only on "
+                f"{agent}: use_agent {agent}, or provide_output, abort or cancel",
+                what="resume",
+            )
+        agent = d.agent
+    again = f" dispatched again: {allowed}" if in_flight else ""
+    why = f"continued after an interruption ({where}{again})"
+    return ResumePlan(
+        "continue",
+        index,
+        why,
+        agent=agent if in_flight or (d is not None and d.action == "use_agent") else "",
+        audit=audit,
+        require_agent=in_flight and allowed == "idempotency",
+    )
+
+
 def _human(task: TaskRecord, d: HumanDecision, index: int, steps: list[TaskStep]) -> ResumePlan:
     audit = {"decision": d.model_dump(mode="json")}
     who = d.by or "human"
@@ -172,8 +262,11 @@ def _human(task: TaskRecord, d: HumanDecision, index: int, steps: list[TaskStep]
 
 
 def apply_plan(task: TaskRecord, plan: ResumePlan, steps: list[TaskStep]) -> TaskState:
-    """Record an ``accept`` or ``rerun`` plan on ``task``; the state the resume claims it in."""
+    """Record an ``accept``, ``rerun``, ``approve`` or ``continue`` plan on ``task``; the state
+    the resume claims it in."""
     task.pending = {}
+    if plan.action == "continue":  # where it was cut off: the steps done so far stand
+        return TaskState.ROUTING if task.step_index < len(steps) else TaskState.VERIFYING
     task.step_index = plan.step_index
     name = steps[plan.step_index].name
     if plan.action == "approve":

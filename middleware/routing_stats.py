@@ -36,6 +36,11 @@ class RoutingStats(Protocol):
         """A dispatch to ``agent`` ended, well or not."""
         ...
 
+    async def released(self, agent: str) -> None:
+        """A dispatch to ``agent`` was lost with its gateway (taken over by another replica):
+        its load falls, and no outcome is counted (the agent did not fail)."""
+        ...
+
     async def snapshot(self, agent: str) -> AgentStats: ...
 
     async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
@@ -57,6 +62,9 @@ class MemoryRoutingStats:
     async def finished(self, agent: str, *, success: bool) -> None:
         self._in_flight[agent] = max(0, self._in_flight[agent] - 1)
         self._outcomes[agent].append(success)
+
+    async def released(self, agent: str) -> None:
+        self._in_flight[agent] = max(0, self._in_flight[agent] - 1)
 
     async def snapshot(self, agent: str) -> AgentStats:
         return self._snapshot(agent)

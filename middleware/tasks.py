@@ -11,6 +11,10 @@ States map onto the A2A task states so A2A users recognise them::
        ▼        REJECTED        │                   resumed by Agency.resume)
     FAILED / CANCELED ◄─────────┘  (from any non-terminal state)
 
+    SUBMITTED … VERIFYING ─► INTERRUPTED ─► ROUTING / VERIFYING (resumed) | CANCELED | FAILED
+                              (its gateway died: another replica took the task over, or the
+                               call that ran it was cut short; see ``middleware.takeover``)
+
 Only the transitions in ``_LEGAL`` are allowed; an illegal one is a bug and raises
 :class:`IllegalTransition`. :class:`TaskRecord` is the persisted state of one task
 (see ``middleware.task_store``): enough to resume it on any gateway replica.
@@ -56,6 +60,7 @@ class TaskState(StrEnum):
     RETRYING = "retrying"
     VERIFYING = "verifying"
     INPUT_REQUIRED = "input_required"
+    INTERRUPTED = "interrupted"
     COMPLETED = "completed"
     FAILED = "failed"
     REJECTED = "rejected"
@@ -76,6 +81,8 @@ A2A_STATE: dict[TaskState, str] = {
     TaskState.RETRYING: "TASK_STATE_WORKING",
     TaskState.VERIFYING: "TASK_STATE_WORKING",
     TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    # stopped without an outcome: someone must resume or cancel it (the caller's input)
+    TaskState.INTERRUPTED: "TASK_STATE_INPUT_REQUIRED",
     TaskState.COMPLETED: "TASK_STATE_COMPLETED",
     TaskState.FAILED: "TASK_STATE_FAILED",
     TaskState.REJECTED: "TASK_STATE_REJECTED",
@@ -85,14 +92,19 @@ A2A_STATE: dict[TaskState, str] = {
 _S = TaskState
 #: Every legal transition. Terminal states have none.
 LEGAL_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.FAILED, _S.CANCELED}),
-    _S.ROUTING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.REJECTED, _S.FAILED, _S.CANCELED}),
-    _S.DISPATCHED: frozenset(
-        {_S.VERIFYING, _S.RETRYING, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}
+    _S.SUBMITTED: frozenset({_S.ROUTING, _S.REJECTED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}),
+    _S.ROUTING: frozenset(
+        {_S.DISPATCHED, _S.INPUT_REQUIRED, _S.REJECTED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
     ),
-    _S.RETRYING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
-    _S.VERIFYING: frozenset({_S.COMPLETED, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED}),
+    _S.DISPATCHED: frozenset(
+        {_S.VERIFYING, _S.RETRYING, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
+    ),
+    _S.RETRYING: frozenset({_S.DISPATCHED, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}),
+    _S.VERIFYING: frozenset(
+        {_S.COMPLETED, _S.ROUTING, _S.INPUT_REQUIRED, _S.FAILED, _S.CANCELED, _S.INTERRUPTED}
+    ),
     _S.INPUT_REQUIRED: frozenset({_S.ROUTING, _S.DISPATCHED, _S.VERIFYING, _S.FAILED, _S.CANCELED}),
+    _S.INTERRUPTED: frozenset({_S.ROUTING, _S.VERIFYING, _S.FAILED, _S.CANCELED}),
     _S.COMPLETED: frozenset(),
     _S.FAILED: frozenset(),
     _S.REJECTED: frozenset(),

@@ -177,3 +177,58 @@ def start_redis(port: int, *, persist_in: Path | None = None) -> subprocess.Pope
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("redis-server did not start")
+
+
+_WORKER_READY = re.compile(r"agency: worker (\S+) serving on (\S+) .*registered at")
+
+
+@dataclass
+class WorkerProcess:
+    """One running ``agency worker`` process."""
+
+    key: str
+    proc: asyncio.subprocess.Process
+    endpoint: str
+    log: Path
+
+    def output(self) -> str:
+        return _read(self.log)
+
+
+async def start_worker(
+    agent: str,
+    contract: dict[str, Any],
+    gateways: Sequence[str],
+    data_dir: Path,
+    *,
+    pythonpath: Sequence[Path] = (),
+    heartbeat: float = 0.2,
+    ready_within: float = 30,
+) -> WorkerProcess:
+    """Start ``agency worker --agent AGENT --contract FILE --gateway G1 --gateway G2 ...``; ready
+    once it prints that it registered (polled with a deadline)."""
+    name = contract["name"]
+    contract_file = data_dir / f"{name}.contract.json"
+    contract_file.write_text(json.dumps(contract))
+    log = data_dir / f"worker-{name}.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENCY_")}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), env.get("PYTHONPATH", "")])
+    argv = ["-m", "middleware", "worker", "--agent", agent, "--contract", str(contract_file)]
+    for gateway in gateways:
+        argv += ["--gateway", gateway]
+    argv += ["--heartbeat", str(heartbeat)]
+    with _create(log) as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env
+        )
+    deadline = time.monotonic() + ready_within
+    while time.monotonic() < deadline and proc.returncode is None:
+        match = _WORKER_READY.search(_read(log))
+        if match:
+            return WorkerProcess(match.group(1), proc, match.group(2), log)
+        await asyncio.sleep(0.02)
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+    raise AssertionError(f"worker {name} did not start (exit {proc.returncode}):\n{_read(log)}")

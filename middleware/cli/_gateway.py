@@ -17,7 +17,11 @@ __all__ = ["add_gateway_options", "open_client"]
 def add_gateway_options(parser: argparse.ArgumentParser) -> None:
     """``--address``, ``--token-file``, ``--timeout`` and the TLS flags."""
     parser.add_argument(
-        "--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051"
+        "--address",
+        action="append",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="gateway host:port (gRPC); several (repeat it, or a comma list): when one cannot be "
+        "reached the next is called; default $AGENCY_ADDRESS or 127.0.0.1:50051",
     )
     parser.add_argument(
         "--token-file", type=Path, help="file holding the bearer token for the gateway (the token alone)"
@@ -35,8 +39,8 @@ def open_client(args: argparse.Namespace) -> AgencyClient:
 
     tls = client_tls(args)
     token = read_token(args.token_file, field="--token-file") if args.token_file else None
-    address = ServerConfig.from_env(address=args.address).address
-    return AgencyClient(address, tls=tls, token=token, timeout=getattr(args, "timeout", None))
+    addresses = args.address or [ServerConfig.from_env().address]
+    return AgencyClient(addresses, tls=tls, token=token, timeout=getattr(args, "timeout", None))
 
 
 def _seconds(value: str) -> float:

@@ -54,7 +54,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where = argparse.ArgumentParser(add_help=False)
     group = where.add_mutually_exclusive_group()
     group.add_argument(
-        "--address", help="gateway host:port (gRPC); default $AGENCY_ADDRESS or 127.0.0.1:50051"
+        "--address",
+        help="gateway host:port (gRPC), or several as a comma list (the next when one cannot be "
+        "reached); default $AGENCY_ADDRESS or 127.0.0.1:50051",
     )
     group.add_argument("--redis", metavar="URL", help="talk to the shared Redis catalog directly")
     where.add_argument("--prefix", default="agency:", help="Redis key prefix (with --redis; default agency:)")
@@ -190,7 +192,7 @@ def _target(args: argparse.Namespace) -> _Target:
 
     tls = client_tls(args)
     token = read_token(args.token_file, field="--token-file") if args.token_file else None
-    return _GrpcTarget(ServerConfig.from_env(address=args.address).address, tls=tls, token=token)
+    return _GrpcTarget(args.address or ServerConfig.from_env().address, tls=tls, token=token)
 
 
 # --------------------------------------------------------------- operations

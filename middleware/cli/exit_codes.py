@@ -1,9 +1,9 @@
 """The exit statuses of every ``agency`` command, in one place (``agency --help`` lists them).
 
 =====  ==========================================================================
-0      done (a submitted task completed, or waits for input)
+0      done (a submitted task completed, or waits for input; task cancel: canceled)
 1      a check said no: verification failed, health is not SERVING, a task ended
-       failed/rejected/cancelled, a route was refused
+       failed/rejected/cancelled or was interrupted, a route was refused
 2      an error: bad input or options (named), a server error, an address to
        serve on that is taken
 3      nothing found: an id or name that matches nothing, a filter that selects no
@@ -39,9 +39,9 @@ INTERRUPTED = 130
 
 EXIT_CODES_HELP = """\
 exit status:
-  0    done (a submitted task completed, or waits for input)
+  0    done (a submitted task completed, or waits for input; task cancel: canceled)
   1    a check said no: verification failed, health not SERVING, a task ended
-       failed/rejected/cancelled, a route was refused
+       failed/rejected/cancelled or was interrupted, a route was refused
   2    an error: bad input or options (named), a server error, a taken port
   3    nothing found: an id that matches nothing, a filter that selects no record,
        a data directory or log that does not exist

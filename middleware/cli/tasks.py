@@ -1,9 +1,11 @@
-"""``agency submit``, ``agency route``, ``agency task get|resume``: tasks on a running gateway.
+"""``agency submit``, ``agency route``, ``agency task get|resume|cancel``: tasks on a running gateway.
 
 Each calls the gateway with the public client (:mod:`middleware.client`), with the same
-``--address``/``--token-file``/TLS flags as ``agency catalog``; ``--json`` prints the whole
-reply as JSON. Exit status: 0 completed (or waiting for input), 1 the task failed, was
-rejected or cancelled (or the route was refused), 2 an error, 3 no such task, 4 no gateway answers.
+``--address``/``--token-file``/TLS flags as ``agency catalog`` (several addresses: the next
+gateway when one cannot be reached); ``--json`` prints the whole reply as JSON. Exit status: 0
+completed (or waiting for input; for ``task cancel``: canceled), 1 the task failed, was
+rejected, cancelled or interrupted (or the route was refused), 2 an error, 3 no such task, 4 no
+gateway answers.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(r)
     r.set_defaults(handler=_run, op=_route)
 
-    t = sub.add_parser("task", help="look at or resume a task on a running gateway")
+    t = sub.add_parser("task", help="look at, resume or cancel a task on a running gateway")
     cmds = t.add_subparsers(dest="task_command", metavar="SUBCOMMAND", required=True)
     g = cmds.add_parser(
         "get",
@@ -79,19 +81,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.set_defaults(handler=_run, op=_get)
     re = cmds.add_parser(
         "resume",
-        help="answer a task waiting for input (clarification, conflict, human handover)",
+        help="answer a task waiting for input, or continue an interrupted one",
         description="Resume a task in state input_required: --answer OPTION for a clarification or "
         "a conflict (the option ids are in its pending packet), --decision JSON for a human handover "
-        '({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}).',
+        '({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}). Resume a task in '
+        "state interrupted (its gateway died) with neither: it goes on where it was cut off, its step "
+        "in flight dispatched again only if the agent's contract is side_effect_free or declares an "
+        "idempotency key; otherwise decide provide_output, abort or cancel.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     re.add_argument("task_id", metavar="TASK_ID")
-    how = re.add_mutually_exclusive_group(required=True)
+    how = re.add_mutually_exclusive_group()
     how.add_argument("--answer", help="the chosen option id")
     how.add_argument("--decision", metavar="JSON|@FILE", help="a human handover decision")
     _common(re)
     re.set_defaults(handler=_run, op=_resume)
+    c = cmds.add_parser(
+        "cancel",
+        help="cancel a task waiting for input or interrupted",
+        description="Cancel a task in state input_required (auth_required included) or interrupted: "
+        "it ends canceled, audited with who and why. Only its owner or an admin may; a finished "
+        "task is refused naming its state; canceling a canceled task again prints it (exit 0).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("task_id", metavar="TASK_ID")
+    c.add_argument("--reason", default="", help="why (kept in the outcome and the audit log)")
+    _common(c)
+    c.set_defaults(handler=_run, op=_cancel)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -163,6 +181,12 @@ async def _resume(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
         args.task_id, answer=args.answer, decision=json_option(args.decision, "decision")
     )
     return _print_outcome(outcome, args, out)
+
+
+async def _cancel(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    outcome = await client.cancel(args.task_id, reason=args.reason)
+    _print_outcome(outcome, args, out)
+    return OK if str(outcome.state) == "canceled" else CHECK_FAILED
 
 
 async def _route(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
@@ -248,7 +272,15 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
         out.write(f"reason: {outcome.reason}\n")
     if outcome.pending:
         out.write(f"waiting for: {truncate(json.dumps(outcome.pending, ensure_ascii=False), 300)}\n")
-        out.write(f"resume with: agency task resume {outcome.task_id} --answer OPTION (or --decision JSON)\n")
+        if state == "interrupted":
+            out.write(
+                f"resume with: agency task resume {outcome.task_id} (or --decision JSON); "
+                f"or: agency task cancel {outcome.task_id}\n"
+            )
+        else:
+            out.write(
+                f"resume with: agency task resume {outcome.task_id} --answer OPTION (or --decision JSON)\n"
+            )
     if outcome.output is not None:
         out.write(f"output: {truncate(json.dumps(outcome.output, ensure_ascii=False), 300)}\n")
     out.write(f"timeline: agency trace show {outcome.trace_id} (on the gateway's data directory)\n")

@@ -48,7 +48,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "as 'agency serve'. The gateway then needs workers.tls in its definition (or AGENCY_WORKERS_TLS_*).",
     )
     p.add_argument("--agent", required=True, metavar="MODULE:ATTRIBUTE", help="e.g. myapp.agents:faq_agent")
-    p.add_argument("--gateway", required=True, metavar="HOST:PORT", help="the gateway's gRPC address")
+    p.add_argument(
+        "--gateway",
+        required=True,
+        action="append",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="the gateway's gRPC address; several gateways of one fleet (repeat it, or a comma list, "
+        "or a DNS name resolving to several): the worker registers and heartbeats through any live "
+        "one, so its agent stays routable when one dies",
+    )
     p.add_argument(
         "--address",
         default="127.0.0.1:0",
@@ -208,7 +216,7 @@ async def _serve(args: argparse.Namespace, agent: Any, contract: Any, security: 
             to_gateway += ", token"
         print(
             f"agency: worker {worker.key} serving on {worker.endpoint} ({worker.scheme}), "
-            f"registered at {args.gateway} ({to_gateway})",
+            f"registered at {worker.gateway} ({to_gateway})",
             flush=True,
         )
         await task

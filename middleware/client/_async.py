@@ -22,10 +22,11 @@ from .._proto.agency.v1 import (
 from ..audit.checkpoint import Verifier
 from ..catalog import CatalogEntry, CatalogQuery
 from ..contracts import CapabilityContract
-from ..errors import AuditCorrupted, InvalidInput
+from ..errors import AlreadyExists, AuditCorrupted, InvalidInput, Unavailable
 from ..goals import GoalAssertion
 from ..router import RoutingDecision
 from ..server.settings import ClientTlsConfig
+from ..smf import new_id
 from ..tasks import Outcome
 from .audit import AuditEntry, ConsistencyProof, InclusionProof, SignedCheckpoint
 from .types import CatalogChange
@@ -321,15 +322,20 @@ class AgencyClient:
             decision = await client.route("predict the stock price")
             entries = await client.catalog.query(action="ship_replacement")
 
-    Services: :meth:`submit`, :meth:`route`, :meth:`resume`, :meth:`get_task` (AgencyService),
+    Services: :meth:`submit`, :meth:`route`, :meth:`resume`, :meth:`get_task`, :meth:`cancel`
+    (AgencyService),
     ``catalog`` (:class:`CatalogClient`), ``goals`` (:class:`GoalClient`), ``audit``
     (:class:`AuditClient`). A failed call raises the :class:`~middleware.errors.AgencyError`
     the server raised (``INVALID_ARGUMENT`` is :class:`~middleware.errors.InvalidInput` with
     every problem, ``NOT_FOUND`` :class:`~middleware.errors.NotFound` ...); a gateway that does
     not answer is :class:`~middleware.errors.Unavailable`.
 
+    Several gateways (a fleet sharing Redis): give their addresses (a list, or ``"a:1,b:2"``);
+    calls go to one of them, and when it cannot be reached (killed, restarting, NOT_SERVING)
+    the same call goes to the next (see :mod:`middleware.server.grpc_api.failover`).
+
     Args:
-        address: ``host:port`` of the gateway.
+        address: ``host:port`` of the gateway, or several (a sequence, or comma-separated).
         tls: Verify the gateway with TLS (and present a client certificate for mTLS).
         token: Bearer token sent on every call.
         timeout: Seconds per call (None: no deadline; a task may run long).
@@ -338,19 +344,20 @@ class AgencyClient:
 
     def __init__(
         self,
-        address: str = "127.0.0.1:50051",
+        address: str | Sequence[str] = "127.0.0.1:50051",
         *,
         tls: ClientTlsConfig | None = None,
         token: str | None = None,
         timeout: float | None = None,
         channel: grpc.aio.Channel | None = None,
     ) -> None:
-        from ..server.grpc_api.channel import open_channel
+        from ..server.grpc_api.failover import gateway_channel, split_addresses
 
-        self.address = address
+        self.addresses = split_addresses(address) if channel is None else [str(address)]
+        self.address = ",".join(self.addresses)
         self._owns = channel is None
-        self._channel = channel or open_channel(address, tls=tls, token=token)
-        self._calls = _Calls(address, timeout)
+        self._channel = channel or gateway_channel(self.addresses, tls=tls, token=token)
+        self._calls = _Calls(self.address, timeout)
         self._stub = agency_pb2_grpc.AgencyServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.catalog = CatalogClient(self._channel, self._calls)
         self.goals = GoalClient(self._channel, self._calls)
@@ -393,7 +400,8 @@ class AgencyClient:
             user_id: Who asks (default ``anonymous``).
             session_id: The user's session.
             trace_id: Join an existing trace (default: new, or the caller's OTel trace).
-            task_id: Choose the task id (default: generated).
+            task_id: Choose the task id (default: generated here, so that a task whose
+                gateway went away during the call can be found again).
 
         Returns:
             The task's outcome: a refusal or a failure is an outcome (``state``), not an error.
@@ -401,7 +409,11 @@ class AgencyClient:
         Raises:
             InvalidInput: a bad field, named (``text``, ``steps[1].input`` ...).
             NotFound: ``goal_id`` is not registered.
+            Unavailable: no gateway answered, or the connection broke during the call;
+                ``details["task_id"]`` names the task: :meth:`get_task` finds it if a gateway
+                received it (it runs on, or is taken over and ``interrupted`` if its gateway died).
         """
+        task_id = task_id or new_id("task")
         goal_data = goal.model_dump(mode="json") if isinstance(goal, GoalAssertion) else goal
         pb_steps = []
         for i, step in enumerate(steps):
@@ -430,8 +442,25 @@ class AgencyClient:
             trace_id=trace_id,
         )
         from ..server.grpc_api.convert import outcome_from_pb
+        from ..server.grpc_api.failover import resends
 
-        return outcome_from_pb(await self._calls.unary(self._stub.Submit, request))
+        with resends() as resent:
+            try:
+                return outcome_from_pb(await self._calls.unary(self._stub.Submit, request))
+            except AlreadyExists:
+                if not resent:  # a task of that id was there before this call
+                    raise
+                raise Unavailable(
+                    f"the connection to the gateway broke during the submit of task {task_id}, and "
+                    f"{resent[-1]} already has it: the first gateway took it (it finishes it, or if it died "
+                    f"another takes it over and marks it interrupted): get_task({task_id!r}) finds it",
+                    details={"task_id": task_id},
+                ) from None
+            except Unavailable as exc:
+                raise type(exc)(
+                    f"{exc.message} (task {task_id}: get_task({task_id!r}) finds it if a gateway got it)",
+                    details={**exc.details, "task_id": task_id},
+                ) from None
 
     async def route(self, text: str, constraints: Mapping[str, Any] | None = None) -> RoutingDecision:
         """Ask the router, without running anything: who would get ``text``, and why.
@@ -446,7 +475,9 @@ class AgencyClient:
     async def resume(
         self, task_id: str, *, answer: str | None = None, decision: Mapping[str, Any] | None = None
     ) -> Outcome:
-        """Resume a task waiting for input (``state == "input_required"``).
+        """Resume a task waiting for input (``state == "input_required"``) or ``interrupted``
+        (no answer: it goes on where it was cut off; its step in flight runs again only if the
+        agent's contract allows it, else decide ``provide_output``, ``abort`` or ``cancel``).
 
         Args:
             task_id: The task.
@@ -465,6 +496,20 @@ class AgencyClient:
             task_id=task_id, answer=answer or "", decision_json=_json(decision, "decision")
         )
         return outcome_from_pb(await self._calls.unary(self._stub.Resume, request))
+
+    async def cancel(self, task_id: str, *, reason: str = "") -> Outcome:
+        """Cancel a task waiting for input (``input_required``, ``auth_required``) or
+        ``interrupted``; canceling a canceled task again returns its outcome.
+
+        Raises:
+            NotFound: no such task.
+            FailedPrecondition: the task has finished (``details["state"]``), or is running.
+            PermissionDenied: the task belongs to another client (owner or admin only).
+        """
+        from ..server.grpc_api.convert import outcome_from_pb
+
+        request = agency_pb2.CancelRequest(task_id=task_id, reason=reason)
+        return outcome_from_pb(await self._calls.unary(self._stub.Cancel, request))
 
     async def get_task(self, task_id: str) -> Outcome:
         """The task's current outcome (any state). Raises NotFound if there is no such task."""

@@ -184,7 +184,8 @@ class SyncAgencyClient:
             print(outcome.state, outcome.trace_id)
 
     Args:
-        address: ``host:port`` of the gateway.
+        address: ``host:port`` of the gateway, or several (a sequence, or comma-separated):
+            calls fail over to the next when one cannot be reached (see :class:`AgencyClient`).
         tls: Verify the gateway with TLS (and present a client certificate for mTLS).
         token: Bearer token sent on every call.
         timeout: Seconds per call (None: no deadline).
@@ -192,7 +193,7 @@ class SyncAgencyClient:
 
     def __init__(
         self,
-        address: str = "127.0.0.1:50051",
+        address: str | Sequence[str] = "127.0.0.1:50051",
         *,
         tls: ClientTlsConfig | None = None,
         token: str | None = None,
@@ -208,7 +209,8 @@ class SyncAgencyClient:
         except BaseException:
             self._loop.close()
             raise
-        self.address = address
+        self.address = self._client.address
+        self.addresses = self._client.addresses
         self.catalog = _SyncCatalog(self._loop, self._client)
         self.goals = _SyncGoals(self._loop, self._client)
         self.audit = _SyncAudit(self._loop, self._client)
@@ -269,3 +271,7 @@ class SyncAgencyClient:
     def get_task(self, task_id: str) -> Outcome:
         """See :meth:`AgencyClient.get_task`."""
         return self._loop.run(self._client.get_task(task_id))
+
+    def cancel(self, task_id: str, *, reason: str = "") -> Outcome:
+        """See :meth:`AgencyClient.cancel`."""
+        return self._loop.run(self._client.cancel(task_id, reason=reason))

@@ -245,6 +245,12 @@ class RedisCatalog:
             await self.redis.zrem(self._hb, key)
             raise NotFound(f"no capability {key!r} in the catalog")
         entry = self._view(key, raw, _ms(now), now)
+        # the index sets live as long as the entries in them (they were given their TTL once, at
+        # registration: every entry fell out of routing ten leases after it registered)
+        async with self.redis.pipeline(transaction=False) as indexes:
+            for ikey in self._index_keys(entry.contract):
+                indexes.pexpire(ikey, self._ttl_ms, gt=True)
+            await indexes.execute()
         if was_stale:
             event = CatalogEvent(type=CatalogEventType.ALIVE, key=key, entry=entry, at=now)
             await self.redis.publish(self.channel, event.model_dump_json())

@@ -8,7 +8,8 @@ Per agent (``P`` = prefix, default ``agency:stats:``)::
 A Lua script keeps ``ok``/``n`` in step with the list, so reading an agent's stats is one
 HMGET and ranking N candidates is one pipelined round trip. Keys expire after
 ``ttl_seconds`` without dispatches, so agents that left do not leak stats. ``in_flight``
-is a shared counter: a gateway that dies mid-call leaves it high until the key expires.
+is a shared counter: a gateway that dies mid-call leaves it raised until the replica that
+takes its task over (``middleware.takeover``) lowers it with :meth:`RedisRoutingStats.released`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ local inflight = tonumber(redis.call('HGET', KEYS[2], 'in_flight') or 0)
 if inflight > 0 then redis.call('HINCRBY', KEYS[2], 'in_flight', -1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+_RELEASED_LUA = """
+local inflight = tonumber(redis.call('HGET', KEYS[1], 'in_flight') or 0)
+if inflight > 0 then redis.call('HINCRBY', KEYS[1], 'in_flight', -1) end
 return 1
 """
 
@@ -66,6 +73,7 @@ class RedisRoutingStats:
         self.window = window
         self._ttl_ms = int(ttl_seconds * 1000)
         self._finished = redis.register_script(_FINISHED_LUA)
+        self._released = redis.register_script(_RELEASED_LUA)
 
     @redis_operation("routing_stats.started")
     async def started(self, agent: str) -> None:
@@ -80,6 +88,10 @@ class RedisRoutingStats:
             keys=[f"{self.prefix}{agent}:outcomes", self.prefix + agent],
             args=[1 if success else 0, self.window, self._ttl_ms],
         )
+
+    @redis_operation("routing_stats.released")
+    async def released(self, agent: str) -> None:
+        await self._released(keys=[self.prefix + agent])
 
     async def snapshot(self, agent: str) -> AgentStats:
         return (await self.snapshots([agent]))[agent]

@@ -88,6 +88,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         failures=failures,
         tasks=tasks,
         sessions=backends.sessions,
+        leases=backends.leases,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
         policy=definition.policies.gate(),

@@ -161,7 +161,9 @@ class StorageSettings(Model):
     lease_seconds: float | None = Field(
         default=None,
         gt=0,
-        description="Catalog heartbeat lease (default: 30 s on Redis, none in memory).",
+        description="Catalog heartbeat lease, and on Redis each gateway's lease on the tasks it runs: "
+        "a replica takes over the tasks of a gateway that stopped renewing within 4/3 of it "
+        "(default: 30 s on Redis, none in memory).",
     )
 
     @model_validator(mode="after")

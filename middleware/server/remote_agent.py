@@ -141,6 +141,7 @@ class RemoteAgent:
                     attempt=request.attempt,
                     text=request.text,
                     deadline_ms=deadline_ms,
+                    idempotency_key=request.idempotency_key,
                 ),
                 timeout=deadline_ms / 1000,
                 metadata=self._metadata(request.traceparent),

@@ -18,6 +18,13 @@ One worker serves one contract key; two workers registering the same
 ``name@version`` replace each other's endpoint (give replicas distinct versions or
 put them behind one address).
 
+Several gateways sharing one catalog (a fleet on Redis): give the worker all their
+addresses. It registers and heartbeats through one of them at a time, and when that one
+cannot be reached (killed, restarting) the next call goes to the next address
+(:class:`~middleware.server.grpc_api.failover.FailoverChannel`): its lease is renewed
+through any live gateway, so its agent stays routable from every other one. One address
+that is a DNS name resolving to several gateways is failed over by gRPC itself.
+
 Security, both ways (see the operations guide, "Remote workers"): the worker calls
 the gateway over plaintext, TLS or mutual TLS (``gateway_tls``) with this agent's own
 bearer token (``token``; the gateway's token file names the agent), and serves the
@@ -31,7 +38,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -43,9 +50,9 @@ from ..agents import AgentCallable
 from ..background import LoopErrors
 from ..contracts import CapabilityContract
 from ..errors import InvalidInput, PermissionDenied, Unauthenticated, Unavailable
-from .grpc_api.channel import open_channel
 from .grpc_api.convert import contract_to_pb
 from .grpc_api.decode import DecodeGuardInterceptor
+from .grpc_api.failover import gateway_channel, split_addresses
 from .grpc_api.gateway_token import GatewayTokenInterceptor
 from .grpc_api.server import MAX_MESSAGE_BYTES
 from .grpc_api.tls import TlsSettingNames, add_port, tls_hint
@@ -71,7 +78,8 @@ class Worker:
     Args:
         agent: The agent callable (e.g. a :class:`~middleware.langchain.LangChainAgent`).
         contract: Its contract; default ``agent.contract`` (wrapped agents carry theirs).
-        gateway: ``host:port`` of the gateway's gRPC server.
+        gateway: ``host:port`` of the gateway's gRPC server, or several (a sequence, or
+            comma-separated): the gateways of one fleet, sharing one catalog.
         address: ``host:port`` to listen on (port 0 = any free port).
         advertise: The ``host:port`` the gateway should call (default: ``address``'s
             host with the bound port; set it when the worker is behind NAT or in a pod).
@@ -99,7 +107,7 @@ class Worker:
         agent: AgentCallable,
         contract: CapabilityContract | Mapping[str, Any] | None = None,
         *,
-        gateway: str,
+        gateway: str | Sequence[str],
         address: str = "127.0.0.1:0",
         advertise: str | None = None,
         heartbeat_interval: float = 5.0,
@@ -124,7 +132,8 @@ class Worker:
             raise InvalidInput.single("heartbeat_interval", "must be > 0 seconds")
         self.agent = agent
         self.contract = CapabilityContract.parse(contract, what="capability contract")
-        self.gateway = gateway
+        self.gateways = split_addresses(gateway, field="gateway")
+        self.gateway = ",".join(self.gateways)
         self.address = address
         self.advertise = advertise
         self.heartbeat_interval = heartbeat_interval
@@ -200,7 +209,7 @@ class Worker:
         await server.start()
         for name in ("", _SERVICE):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self._channel = open_channel(self.gateway, tls=self.gateway_tls, token=self._token)
+        self._channel = gateway_channel(self.gateways, tls=self.gateway_tls, token=self._token)
         self._catalog = catalog_pb2_grpc.CatalogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         try:
             await self._register(wait=True)
@@ -227,7 +236,7 @@ class Worker:
         if self.registered is not None and self._catalog is not None:
             try:
                 await self._catalog.Deregister(catalog_pb2.DeregisterRequest(key=self.key), timeout=5)
-                log.info("worker %s deregistered from %s", self.key, self.gateway)
+                log.info("worker %s deregistered from %s", self.key, self._current_gateway())
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.NOT_FOUND:
                     log.warning("could not deregister %s from %s: %s", self.key, self.gateway, exc.details())
@@ -264,6 +273,10 @@ class Worker:
         await self.stop()
 
     # ----------------------------------------------------------------- helpers
+    def _current_gateway(self) -> str:
+        """The gateway calls go to now (with several, the one that last answered)."""
+        return str(getattr(self._channel, "address", self.gateway))
+
     async def _register(self, *, wait: bool = False) -> None:
         """Register the contract; with ``wait``, keep trying for ``connect_timeout`` seconds
         while the gateway is unreachable (it may be starting), but not past a TLS refusal."""

@@ -175,9 +175,11 @@ def test_compose_commands_are_real_agency_commands(service):
     if service == "worker":
         module = args.agent.split(":")[0]
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{module} is not in the image"
-        gateway = args.gateway.rpartition(":")
-        assert gateway[0] in compose()["services"]
-        assert int(gateway[2]) == port_of(cli(compose()["services"][gateway[0]]["command"]).address)
+        gateways = [g for given in args.gateway for g in given.split(",")]
+        assert len(gateways) == 2  # every gateway: the worker stays registered through either
+        for gateway in (g.rpartition(":") for g in gateways):
+            assert gateway[0] in compose()["services"]
+            assert int(gateway[2]) == port_of(cli(compose()["services"][gateway[0]]["command"]).address)
 
 
 def test_prometheus_scrapes_the_gateways_metrics_port():

@@ -10,7 +10,7 @@ import pytest
 
 from middleware import Agency, TaskRequest
 from middleware.audit.checkpoint import Signer
-from middleware.audit.wal import WalAuditLog
+from middleware.audit.wal import WalAuditLog, WalOptions
 from middleware.people import Person
 from middleware.people.desk import HumanDesk
 from middleware.server.console import build_app
@@ -25,7 +25,9 @@ AUDREY = "console-token-audrey-auditor-00005"
 
 @pytest.fixture
 async def desk(tmp_path: Path) -> HumanDesk:
-    audit = WalAuditLog(tmp_path / "audit", "n1", signer=Signer("console-test"))
+    # no timed checkpoints: the tests count the checkpoints a person signs
+    options = WalOptions(checkpoint_interval=None)
+    audit = WalAuditLog(tmp_path / "audit", "n1", signer=Signer("console-test"), options=options)
     agency = Agency(audit=audit)
     await agency.register(
         {"name": "echo_agent", "can_do": ["echo"], "slo_latency_ms": 2000},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,6 +35,8 @@ from middleware.server.protocols.common import HttpServer
 from middleware.testing import ScriptedAgent
 
 pytestmark = pytest.mark.asyncio
+
+A2A_CANCEL_SCRIPT = Path(__file__).resolve().parent.parent / "js" / "a2a_cancel.mjs"
 
 
 def message(
@@ -353,5 +356,56 @@ async def test_a_running_task_is_not_cancelable_and_runs_to_its_end():
             await client.close()
     finally:
         await server.stop()
-    assert "only a task waiting for input can be canceled" in str(info.value)
+    assert "only a task waiting for input or interrupted can be canceled" in str(info.value)
     assert record.state.value == "completed"
+
+
+async def test_an_interrupted_task_this_gateway_never_saw_through_a2a_is_canceled():
+    """Taken over from a gateway that died (its A2A task store died with it): canceled here."""
+    from a2a.types.a2a_pb2 import CancelTaskRequest
+
+    from middleware.takeover import mark_interrupted
+    from middleware.tasks import TaskRecord, TaskRequest
+    from middleware.tasks import TaskState as AgencyState
+
+    agency = Agency()
+    record = TaskRecord.start(TaskRequest(text="plan my trip"), None, "trace-1")
+    record.state = AgencyState.ROUTING  # as the dead gateway last saved it
+    await agency.tasks.create(record)
+    mark_interrupted(record, dead_node="gw-dead", node="gw-here", reason="gateway gw-dead stopped")
+    await agency.tasks.save(record)  # as the replica that took it over leaves it
+    server, url = await serve(agency)
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            client = await create_client(url, ClientConfig(streaming=False, httpx_client=http))
+            canceled = await client.cancel_task(CancelTaskRequest(id=record.task_id))
+            await client.close()
+    finally:
+        await server.stop()
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert (await agency.tasks.get(record.task_id)).state.value == "canceled"
+
+
+async def test_the_official_javascript_sdk_cancels_a_waiting_task():
+    """tests/js/a2a_cancel.mjs: @a2a-js/sdk sends, cancels (CancelTask), cancels again (refused)."""
+    import asyncio
+    import json
+
+    agency, _ = await hedging_agency()
+    server, url = await serve(agency)
+    script = A2A_CANCEL_SCRIPT
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "node", str(script), url, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await server.stop()
+    assert proc.returncode == 0, err.decode()
+    seen = json.loads(out.decode().strip().splitlines()[-1])
+    assert seen["before"] == "TASK_STATE_INPUT_REQUIRED" and seen["after"] == "TASK_STATE_CANCELED"
+    assert "cannot be canceled" in seen["again"]
+    record = await agency.tasks.get(seen["task_id"])
+    assert record.state.value == "canceled"
+    [resumed] = [r for _, r in agency.audit.records() if r.event_type == "task.resumed"]
+    assert resumed.outcome == "cancel" and resumed.detail["why"] == "canceled through A2A"

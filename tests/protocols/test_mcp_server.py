@@ -212,3 +212,30 @@ async def test_another_clients_task_cannot_be_resumed_and_the_refusal_is_audited
     ]
     assert len(refusals) == 1 and "dave" in str(refusals[0].detail)
     assert unsure.calls == 1
+
+
+async def test_cancel_task_cancels_a_waiting_task_once_and_refuses_a_finished_one():
+    agency = Agency()
+    unsure = ScriptedAgent(AgentReply(output={"plan": "probably plan A"}, confidence_score=0.5))
+    await agency.register(
+        {"name": "planner", "can_do": ["plan_trip"], "output_schema": {"type": "object"}}, unsure
+    )
+    server, url = await serve(agency)
+    try:
+        async with Client(url) as client:
+            assert "cancel_task" in {t.name for t in (await client.list_tools()).tools}
+            waiting = await client.call_tool("plan_trip", {})
+            task_id = waiting.structured_content["task_id"]
+            canceled = await client.call_tool("cancel_task", {"task_id": task_id, "reason": "not needed"})
+            again = await client.call_tool("cancel_task", {"task_id": task_id})
+            done = await client.call_tool("resume_task", {"task_id": task_id, "answer": "accept"})
+            missing = await client.call_tool("cancel_task", {"task_id": "task-nope"})
+    finally:
+        await server.stop()
+    assert not canceled.is_error and canceled.structured_content["state"] == "canceled"
+    assert "not needed" in canceled.content[0].text
+    assert not again.is_error and again.structured_content["state"] == "canceled"
+    assert done.is_error and done.structured_content["error"] == "FAILED_PRECONDITION"
+    assert missing.is_error and missing.structured_content["error"] == "NOT_FOUND"
+    [record] = [r for _, r in agency.audit.records() if r.event_type == "task.resumed"]
+    assert record.outcome == "cancel" and record.detail["why"] == "not needed"

@@ -18,6 +18,7 @@ async def test_memory_storage_chooses_every_memory_backend() -> None:
     assert type(agency.catalog).__name__ == "MemoryCatalog"
     assert type(agency.stats).__name__ == "MemoryRoutingStats"
     assert agency.tasks is None and agency.sessions is None  # the agency's memory defaults
+    assert agency.leases is None  # one process: no takeover
     assert [type(s).__name__ for s in vars(messaging).values()] == [
         "MemoryMailbox",
         "MemoryBuckets",
@@ -43,8 +44,10 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             "RedisRoutingStats",
             "RedisTaskStore",
             "RedisSessionStore",
+            "RedisTaskLeases",  # a replica takes over the tasks of a gateway that died
             "RedisUsageMeter",  # spending sums shared by the replicas (agency.usage)
         ]
+        assert agency.leases is not None and agency.leases.lease_seconds == 30.0
         assert [type(s).__name__ for s in vars(messaging).values()] == [
             "RedisMailbox",
             "RedisBuckets",
@@ -56,7 +59,14 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
         assert await messaging.subscriptions.members("news") == {"a"}
     finally:
         await messaging.mailboxes.close()
-        for store in (agency.catalog, agency.stats, agency.tasks, agency.sessions, agency.usage):
+        for store in (
+            agency.catalog,
+            agency.stats,
+            agency.tasks,
+            agency.sessions,
+            agency.leases,
+            agency.usage,
+        ):
             close = getattr(store, "close", None) or getattr(store, "aclose", None)
             if close is not None:
                 await close()

@@ -436,6 +436,25 @@ def build_app(
             decisions=[r for r in records if r.event_type in ("task.resumed", "human.decision")],
         )
 
+    async def cancel(request: Request) -> Response:
+        """An operator cancels a task waiting for input or interrupted (audited with who and why)."""
+        person = await _signed_in(request)
+        if isinstance(person, Response):
+            return person
+        task_id = request.path_params["task_id"]
+        form = await _form(request, f"cancel {task_id}")
+        if form is None:
+            return render(request, "error.html", 403, error="Refused: the form is not this session's (CSRF).")
+        if not person.has(HumanRole.OPERATOR):
+            why = "canceling a task needs the operator role"
+            await desk.refuse_request(person.name, why, {"task": task_id})
+            return render(request, "error.html", 403, error="Canceling a task needs the operator role.")
+        try:
+            await agency.cancel(task_id, reason=form.get("reason", ""), person=person.ref())
+        except AgencyError as exc:
+            return render(request, "error.html", _STATUS.get(exc.reason, 400), error=exc.message)
+        return RedirectResponse(f"/tasks/{quote(task_id, safe='/')}", status_code=303)
+
     async def contracts(request: Request) -> Response:
         person = await _signed_in(request)
         if isinstance(person, Response):
@@ -527,6 +546,7 @@ def build_app(
         Route("/inbox/{esc_id}/decide", decide, methods=["POST"]),
         Route("/tasks", tasks),
         Route("/tasks.json", tasks_json),
+        Route("/tasks/{task_id:path}/cancel", cancel, methods=["POST"]),  # before the page's route
         Route("/tasks/{task_id:path}", task),  # a task id may hold '/' (ids are the callers')
         Route("/contracts", contracts),
         Route("/audit", audit),

@@ -1,4 +1,5 @@
-"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting tasks, read tasks."""
+"""``agency.v1.AgencyService``: submit tasks, dry-run routing, resume waiting or interrupted tasks,
+read tasks, cancel waiting or interrupted tasks."""
 
 from __future__ import annotations
 
@@ -61,3 +62,12 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
         self, request: agency_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
     ) -> agency_pb2.Outcome:
         return outcome_to_pb(await self._agency.get_task(request.task_id, caller=current_principal()))
+
+    @rpc
+    async def Cancel(
+        self, request: agency_pb2.CancelRequest, context: grpc.aio.ServicerContext
+    ) -> agency_pb2.Outcome:
+        outcome = await self._agency.cancel(
+            request.task_id, reason=request.reason, caller=current_principal()
+        )
+        return outcome_to_pb(outcome)

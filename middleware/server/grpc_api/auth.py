@@ -78,6 +78,7 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.AgencyService/Route": _CALL,
     "/agency.v1.AgencyService/Resume": _CALL,
     "/agency.v1.AgencyService/GetTask": _CALL,
+    "/agency.v1.AgencyService/Cancel": _CALL,  # the task's owner or an admin (checked by the core)
     "/agency.v1.AuditService/Export": _AUDIT,
     "/agency.v1.AuditService/LatestCheckpoint": _AUDIT,
     "/agency.v1.AuditService/InclusionProof": _AUDIT,

@@ -159,6 +159,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "data_classes": list(pb.data_classes),
         "restore_personal_data": pb.restore_personal_data,
         "facts": list(pb.facts),
+        "idempotency": pb.idempotency,
         "tenant": pb.tenant,
         "shared_with": list(pb.shared_with),
     }
@@ -194,6 +195,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         data_classes=c.data_classes,
         restore_personal_data=c.restore_personal_data,
         facts=c.facts,
+        idempotency=c.idempotency,
         tenant=c.tenant,
         shared_with=c.shared_with,
     )

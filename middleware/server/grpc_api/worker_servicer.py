@@ -93,6 +93,7 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
             text=request.text,
             deadline_ms=request.deadline_ms if request.deadline_ms > 0 else None,
             traceparent=trace.get("traceparent", ""),
+            idempotency_key=request.idempotency_key,
         )
         budget = _budget(context.time_remaining(), request.deadline_ms)
         if self._tracing is None:

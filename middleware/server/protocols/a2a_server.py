@@ -109,6 +109,7 @@ _PRINCIPAL = "agency.principal"
 _STATE: dict[AgencyState, Any] = {  # A2A TaskState values
     AgencyState.COMPLETED: TaskState.TASK_STATE_COMPLETED,
     AgencyState.INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
+    AgencyState.INTERRUPTED: TaskState.TASK_STATE_INPUT_REQUIRED,  # resume (a follow-up) or cancel
     AgencyState.REJECTED: TaskState.TASK_STATE_REJECTED,
     AgencyState.FAILED: TaskState.TASK_STATE_FAILED,
     AgencyState.CANCELED: TaskState.TASK_STATE_CANCELED,
@@ -430,13 +431,10 @@ class GovernedExecutor(AgentExecutor):
         return outcome
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        """Cancel a task waiting for input (the handler refuses running ones before this)."""
+        """Cancel a task waiting for input or interrupted (the handler refuses running ones
+        before this)."""
         task_id = context.task_id or ""
-        outcome = await self.agency.resume(
-            task_id,
-            decision={"action": "cancel", "note": "canceled through A2A", "by": _name(context)},
-            caller=_principal(context),
-        )
+        outcome = await self.agency.cancel(task_id, reason="canceled through A2A", caller=_principal(context))
         updater = TaskUpdater(event_queue, task_id, context.context_id or "")
         await _report(outcome, updater)
 
@@ -630,8 +628,10 @@ def _output_artifact(outcome: Outcome) -> Artifact:
 
 
 class _GovernedHandler(DefaultRequestHandler):
-    """The SDK's handler, but a running task is not cancelable (only a waiting one is): the
-    pipeline has no safe point to stop a step an agent is running."""
+    """The SDK's handler, but a running task is not cancelable (only a waiting or interrupted
+    one is): the pipeline has no safe point to stop a step an agent is running. A governed task
+    this gateway's A2A store does not hold (it came through a gateway that died, and was taken
+    over here) is canceled in the pipeline and answered from its outcome."""
 
     def __init__(self, agency: Agency, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -643,13 +643,34 @@ class _GovernedHandler(DefaultRequestHandler):
         except (NotFound, PermissionDenied):
             task: Task | None = await super().on_cancel_task(params, context)  # the SDK's not-found
             return task
-        if not outcome.state.terminal and outcome.state is not AgencyState.INPUT_REQUIRED:
+        if not outcome.state.terminal and outcome.state not in _CANCELABLE:
             raise TaskNotCancelableError(
-                message=f"task {params.id} is {outcome.state.value}: only a task waiting for input can be "
-                "canceled (a running step is not interrupted)"
+                message=f"task {params.id} is {outcome.state.value}: only a task waiting for input or "
+                "interrupted can be canceled (a running step is not interrupted)"
             )
-        canceled: Task | None = await super().on_cancel_task(params, context)
-        return canceled
+        if outcome.state.terminal or await self.task_store.get(params.id, context) is not None:
+            canceled: Task | None = await super().on_cancel_task(params, context)
+            return canceled
+        outcome = await self._agency.cancel(
+            params.id, reason="canceled through A2A", caller=_principal(context)
+        )
+        text = outcome_text(outcome)
+        return Task(
+            id=outcome.task_id,
+            context_id=outcome.task_id,
+            status=TaskStatus(
+                state=_STATE[outcome.state],
+                message=Message(
+                    role=Role.ROLE_AGENT,
+                    message_id=outcome.task_id + ":canceled",
+                    parts=[new_text_part(text), new_data_part(outcome_data(outcome))],
+                ),
+            ),
+        )
+
+
+#: Governed states an A2A cancel ends (a running step has no safe point to stop).
+_CANCELABLE = frozenset({AgencyState.INPUT_REQUIRED, AgencyState.INTERRUPTED})
 
 
 def build_a2a_app(

@@ -193,6 +193,8 @@ def outcome_text(outcome: Outcome) -> str:
             return f"Waiting for a human decision: {outcome.reason or pending.get('reason', '')}".strip()
         options = ", ".join(f"{o.get('id')} ({o.get('label', '')})" for o in pending.get("options", []))
         return f"{pending.get('question', 'Input required.')} Answer with one of: {options}".strip()
+    if state is TaskState.INTERRUPTED:
+        return f"Interrupted: {outcome.reason}".strip()
     if state is TaskState.REJECTED:
         return f"Refused: {outcome.reason}"
     if state is TaskState.CANCELED:

@@ -11,7 +11,8 @@ Tools, rebuilt from the catalog on every ``tools/list``:
 * ``governed_task``: any request by text, with a goal, steps and input (the whole pipeline,
   e.g. the warranty case).
 * ``resume_task``: the answer to a clarification (``answer``) or a human decision
-  (``decision``) for a task that stopped for input.
+  (``decision``) for a task that stopped for input; or nothing, to continue an interrupted task.
+* ``cancel_task``: cancel a task waiting for input or interrupted (``task_id``, ``reason``).
 
 A completed task is the tool result (``structuredContent`` the output). Everything else is a
 tool error (``isError``) whose text says why and whose structured content is the outcome:
@@ -62,6 +63,7 @@ log = logging.getLogger("agency.mcp")
 
 GOVERNED_TASK = "governed_task"
 RESUME_TASK = "resume_task"
+CANCEL_TASK = "cancel_task"
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 _GOVERNED_TASK_SCHEMA: dict[str, Any] = {
@@ -92,6 +94,17 @@ _RESUME_SCHEMA: dict[str, Any] = {
 }
 
 
+_CANCEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["task_id"],
+    "properties": {
+        "task_id": {"type": "string", "minLength": 1},
+        "reason": {"type": "string", "maxLength": 4000, "description": "Why (kept in the audit log)."},
+    },
+    "additionalProperties": False,
+}
+
+
 def tool_name(action: str) -> str:
     """The MCP tool name of an action (MCP names allow ``A-Za-z0-9_.-``)."""
     return _TOOL_NAME.sub("_", action)
@@ -115,14 +128,20 @@ async def governed_tools(agency: Agency, tenant: str = "") -> tuple[list[types.T
         types.Tool(
             name=RESUME_TASK,
             description="Answer a task that stopped for input: a clarification (answer = an option id) or "
-            "a human handover (decision).",
+            "a human handover (decision); or continue an interrupted task (neither).",
             input_schema=_RESUME_SCHEMA,
+        ),
+        types.Tool(
+            name=CANCEL_TASK,
+            description="Cancel a task waiting for input or interrupted (its owner or an admin); a "
+            "finished task is refused naming its state.",
+            input_schema=_CANCEL_SCHEMA,
         ),
     ]
     actions: dict[str, str] = {}
     for action, contracts in sorted(by_action.items()):
         name = tool_name(action)
-        if name in (GOVERNED_TASK, RESUME_TASK) or name in actions:
+        if name in (GOVERNED_TASK, RESUME_TASK, CANCEL_TASK) or name in actions:
             continue
         actions[name] = action
         schemas = _unique([c.input_schema or {"type": "object"} for c in contracts])
@@ -172,6 +191,8 @@ def _result(outcome: Outcome) -> types.CallToolResult:
     text = outcome_text(outcome)
     if outcome.state is TaskState.INPUT_REQUIRED:
         text += f" (task {outcome.task_id}: answer with the {RESUME_TASK} tool)"
+    if outcome.state is TaskState.INTERRUPTED:
+        text += f" (task {outcome.task_id}: continue it with {RESUME_TASK}, or {CANCEL_TASK})"
     return types.CallToolResult(
         content=[types.TextContent(text=text)],
         structured_content=data,
@@ -290,6 +311,16 @@ def build_mcp_server(
                     caller=principal,
                 )
                 return _result(await _elicit(ctx, agency, outcome, principal))
+            if params.name == CANCEL_TASK:
+                outcome = await agency.cancel(
+                    str(arguments.get("task_id", "")),
+                    reason=str(arguments.get("reason", "")),
+                    caller=principal,
+                )
+                return types.CallToolResult(  # what was asked was done: not a tool error
+                    content=[types.TextContent(text=outcome_text(outcome))],
+                    structured_content=outcome_data(outcome),
+                )
             if params.name == GOVERNED_TASK:
                 text = str(arguments.pop("text", ""))
                 governance.update(arguments)

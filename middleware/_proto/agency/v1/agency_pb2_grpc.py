@@ -27,7 +27,8 @@ if _version_not_supported:
 
 class AgencyServiceStub:
     """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
-    for input (a clarification answer or a human decision); read a task's state.
+    for input (a clarification answer or a human decision) or interrupted; read a task's
+    state; cancel a waiting or interrupted task.
     """
 
     def __init__(self, channel):
@@ -56,11 +57,17 @@ class AgencyServiceStub:
                 request_serializer=agency_dot_v1_dot_agency__pb2.GetTaskRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_agency__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/agency.v1.AgencyService/Cancel',
+                request_serializer=agency_dot_v1_dot_agency__pb2.CancelRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+                _registered_method=True)
 
 
 class AgencyServiceServicer:
     """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
-    for input (a clarification answer or a human decision); read a task's state.
+    for input (a clarification answer or a human decision) or interrupted; read a task's
+    state; cancel a waiting or interrupted task.
     """
 
     def Submit(self, request, context):
@@ -83,6 +90,15 @@ class AgencyServiceServicer:
 
     def GetTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Cancel(self, request, context):
+        """Cancel a task waiting for input (input_required / auth_required) or interrupted; its
+        owner or an admin. A canceled task answers with its outcome again; a finished one is
+        FAILED_PRECONDITION naming its state.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -110,6 +126,11 @@ def add_AgencyServiceServicer_to_server(servicer, server):
                     request_deserializer=agency_dot_v1_dot_agency__pb2.GetTaskRequest.FromString,
                     response_serializer=agency_dot_v1_dot_agency__pb2.Outcome.SerializeToString,
             ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=agency_dot_v1_dot_agency__pb2.CancelRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_agency__pb2.Outcome.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'agency.v1.AgencyService', rpc_method_handlers)
@@ -120,7 +141,8 @@ def add_AgencyServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AgencyService:
     """Submit tasks to be governed; ask the router for a dry run; resume a task waiting
-    for input (a clarification answer or a human decision); read a task's state.
+    for input (a clarification answer or a human decision) or interrupted; read a task's
+    state; cancel a waiting or interrupted task.
     """
 
     @staticmethod
@@ -220,6 +242,33 @@ class AgencyService:
             target,
             '/agency.v1.AgencyService/GetTask',
             agency_dot_v1_dot_agency__pb2.GetTaskRequest.SerializeToString,
+            agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.AgencyService/Cancel',
+            agency_dot_v1_dot_agency__pb2.CancelRequest.SerializeToString,
             agency_dot_v1_dot_agency__pb2.Outcome.FromString,
             options,
             channel_credentials,

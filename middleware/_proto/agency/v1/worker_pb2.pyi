@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InvokeRequest(_message.Message):
-    __slots__ = ("message", "contract_key", "task_id", "step", "attempt", "deadline_ms", "text")
+    __slots__ = ("message", "contract_key", "task_id", "step", "attempt", "deadline_ms", "text", "idempotency_key")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_KEY_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class InvokeRequest(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     message: _common_pb2.SMFMessage
     contract_key: str
     task_id: str
@@ -23,7 +24,8 @@ class InvokeRequest(_message.Message):
     attempt: int
     deadline_ms: float
     text: str
-    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., contract_key: _Optional[str] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., deadline_ms: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., contract_key: _Optional[str] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., deadline_ms: _Optional[float] = ..., text: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class InvokeResult(_message.Message):
     __slots__ = ("output_json", "confidence_score", "provenance", "freshness_ttl", "created_at", "intention_trace", "usage")
