@@ -103,3 +103,30 @@ async def test_agency_report_per_tenant(tmp_path: Path, capsys) -> None:
     assert agency_main(["report", "--audit-dir", audit, "--tenant", "globex"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Tenant: globex\n") and "Tasks handled:            1" in text
+
+
+async def test_agency_audit_export_filters_by_tenant(tmp_path: Path, capsys) -> None:
+    agency = Agency(audit=WalAuditLog(tmp_path / "audit", "node-1"))
+    await agency.register({"name": "w", "can_do": ["work"], "tenant": "acme"}, ScriptedAgent({"ok": 1}))
+    with acting_as(Principal(name="acme-web", role=Role.CLIENT, tenant="acme")):
+        mine = await agency.submit({"text": "work", "constraints": {"action": "work"}})
+    other = await agency.submit({"text": "work", "constraints": {"action": "work"}})  # no tenant
+    await agency.close()
+    out = tmp_path / "acme.jsonl"
+    code = agency_main(
+        [
+            "audit",
+            "export",
+            str(tmp_path / "audit"),
+            "--format",
+            "jsonl-flat",
+            "--tenant",
+            "acme",
+            "-o",
+            str(out),
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    tasks = {r.get("task_id") for r in records}
+    assert mine.task_id in tasks and other.task_id not in tasks
