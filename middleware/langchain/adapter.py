@@ -43,6 +43,7 @@ SCHEMA_VIOLATION.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
@@ -63,7 +64,7 @@ from ..smf import Provenance
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 from .output import NOTHING, message_text, structured_output
-from .usage import ModelRateLimits, UsageCallbackHandler
+from .usage import ModelRateLimits, ToolLimitHandler, UsageCallbackHandler
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -190,7 +191,10 @@ class LangChainAgent:
         tracker = _ErrorSource() if handler is None else None
         config = self._config(request, handler)
         usage = UsageCallbackHandler(self.rate_limits)
-        config["callbacks"] = [*_as_list(config.get("callbacks")), usage]
+        extra: list[Any] = [usage]
+        if self.rate_limits is not None and self.rate_limits.settings.tool:
+            extra.append(ToolLimitHandler(self.rate_limits, asyncio.get_running_loop()))
+        config["callbacks"] = [*_as_list(config.get("callbacks")), *extra]
         if tracker is not None:
             config["callbacks"] = [*_as_list(config.get("callbacks")), tracker]
         try:

@@ -13,10 +13,11 @@ and workers sharing that Redis.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 from uuid import UUID
 
-from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackHandler
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
@@ -26,7 +27,7 @@ from ..messaging.limits import Bucket, BucketStore, MemoryBuckets
 from ..usage import Usage, UsageRateLimits
 from .callbacks import _response_model, _token_usage
 
-__all__ = ["ModelRateLimits", "UsageCallbackHandler"]
+__all__ = ["ModelRateLimits", "ToolLimitHandler", "UsageCallbackHandler"]
 
 
 class ModelRateLimits:
@@ -118,12 +119,38 @@ class UsageCallbackHandler(AsyncCallbackHandler):
         sums[0] += int(reported.get("input_tokens", 0))
         sums[1] += int(reported.get("output_tokens", 0))
 
-    async def on_tool_start(
+
+class ToolLimitHandler(BaseCallbackHandler):
+    """Takes a token from a tool's bucket before the tool runs.
+
+    A synchronous handler on purpose: LangChain runs a synchronous tool (most are) through its
+    synchronous callback manager in a worker thread, where an asynchronous handler's error is
+    only logged, never raised. This one blocks that thread while the bucket is charged on the
+    agent's event loop, and raises there, before the tool runs.
+    """
+
+    raise_error = True
+
+    def __init__(self, limits: ModelRateLimits, loop: asyncio.AbstractEventLoop) -> None:
+        self.limits = limits
+        self.loop = loop
+
+    def on_tool_start(
         self, serialized: dict[str, Any], input_str: str, *, run_id: UUID, **kwargs: Any
     ) -> None:
-        if self.limits is not None:
-            name = str(kwargs.get("name") or (serialized or {}).get("name") or "tool")
-            await self.limits.charge("tool", name)
+        name = str(kwargs.get("name") or (serialized or {}).get("name") or "tool")
+        charge = self.limits.charge("tool", name)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:  # called on the loop itself: it cannot wait for the loop
+            charge.close()
+            raise AgentFailure(
+                FailureType.TOOL_ERROR,
+                f"tool {name!r}: its rate limit cannot be checked from the event loop's own thread",
+            )
+        asyncio.run_coroutine_threadsafe(charge, self.loop).result()
 
 
 def _model_id(serialized: dict[str, Any] | None, metadata: Any, kwargs: Any) -> str:

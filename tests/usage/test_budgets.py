@@ -281,3 +281,35 @@ async def test_a_model_over_its_rate_limit_fails_the_attempt_before_it_is_called
     assert (
         after.state is TaskState.COMPLETED and after.output == "thinking, round 2"
     )  # round 2 was never used
+
+
+async def test_a_tool_over_its_rate_limit_is_refused_before_it_runs() -> None:
+    import asyncio
+    import uuid
+
+    from langchain_core.tools import tool
+
+    from middleware.errors import AgentFailure
+    from middleware.langchain.usage import ToolLimitHandler
+
+    seconds = Seconds()
+    limits = ModelRateLimits(
+        UsageRateLimits.model_validate({"tool": [{"match": "web_*", "rate": 1, "burst": 1}]}),
+        MemoryBuckets(clock=seconds),
+    )
+    ran: list[str] = []
+
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        ran.append(query)
+        return "found"
+
+    handler = ToolLimitHandler(limits, asyncio.get_running_loop())
+    assert await web_search.ainvoke("first", {"callbacks": [handler]}) == "found"
+    with pytest.raises(AgentFailure, match=r"tool 'web_search' is over its rate limit") as info:
+        await web_search.ainvoke("second", {"callbacks": [handler]})
+    assert info.value.context["rate_limited"] is True and info.value.context["retry_after_ms"] == 1000
+    assert ran == ["first"]  # refused before it ran
+    seconds.now += 1.0
+    assert await web_search.ainvoke("third", {"callbacks": [handler], "run_id": uuid.uuid4()}) == "found"
