@@ -218,7 +218,12 @@ class _Caller(User):
 
     @property
     def user_name(self) -> str:
-        return self.principal.name if self.principal is not None else ""
+        # the SDK's task store scopes tasks by this name: a tenant's client of the same name as
+        # another tenant's is another user
+        p = self.principal
+        if p is None:
+            return ""
+        return f"{p.tenant}/{p.name}" if p.tenant else p.name
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):
