@@ -7,7 +7,9 @@ The cast of section 4.2, each with its contract and SLO:
   ``purchase_date``) and anchors ``GOAL_WARRANTY_001`` itself (its contract may
   ``anchor_goal``; see ``middleware.intake``). The client sends only what the user said.
 * L2 the orchestrator: the pipeline plays it (routing, state, failure handling,
-  verification); it is not an agent of its own.
+  verification); it is not an agent of its own. It runs the goal's own plan
+  (``WARRANTY_PLAN``: order, warranty, shipping, reply, each step's input mapped from the
+  request, the context and earlier outputs) once the greeting agent anchored the goal.
 * L3 ``order_agent`` (can_do get_order_detail, cancel_order; cannot_do issue_refund),
   ``logistics_agent``, ``warranty_agent``.
 * L4 ``refund_executor``, ``replacement_shipper``, ``express_shipper`` (SLA < 2 s).
@@ -41,6 +43,7 @@ from .goals import GoalAssertion, GoalStage, IntentionScope
 from .goals.dates import add_period
 from .intake import detect_language
 from .pipeline import Agency
+from .plans import Plan, PlanStep
 from .reliability import ReliabilityConfig
 from .smf import Provenance, utcnow
 from .tasks import TaskRequest, TaskStep
@@ -51,6 +54,7 @@ __all__ = [
     "DEMO_RELIABILITY",
     "SEED_VERIFICATION_STEPS",
     "WARRANTY_GOAL",
+    "WARRANTY_PLAN",
     "WARRANTY_STEPS",
     "build_demo_agency",
     "clock_on",
@@ -71,6 +75,59 @@ SEED_VERIFICATION_STEPS = [
     "确认故障类型为屏幕碎裂且非人为损坏",
     "输出更换机型、预计送达时间、是否收取费用",
 ]
+
+_USER = ["context.user_id", "request.user_id", "task.user_id"]
+_MODEL = ["context.device_model", "request.device_model", "steps.order.device_model"]
+_LANGUAGE = {"refs": ["context.language", "task.language"], "optional": True}
+
+#: The goal's plan (the seed's section 4.3 flow): the order system first (it knows what the user
+#: bought and when), then the warranty check (the eligibility stage), the replacement, the reply.
+#: Each step gets only the fields its contract needs, from the context the greeting agent
+#: extracted, the request and the earlier outputs.
+WARRANTY_PLAN = Plan(
+    steps=[
+        PlanStep(
+            name="order",
+            action="get_order_detail",
+            input={
+                "user_id": _USER,
+                "device_model": {"refs": ["context.device_model", "request.device_model"], "optional": True},
+                # what the customer said: the order system falls back on it when it has no order
+                "purchase_date": {"refs": ["context.purchase_date"], "optional": True},
+            },
+        ),
+        PlanStep(
+            name="warranty",
+            action="warranty_check",
+            input={
+                "user_id": _USER,
+                "device_model": _MODEL,
+                "fault_type": "context.fault_type",
+                "accidental": "context.accidental",
+                "purchase_date": {"refs": ["context.purchase_date"], "optional": True},
+                "order": "steps.order",
+            },
+            # a task that named the goal itself (no intake ran): the greeting agent reads the
+            # user's words for what is missing before anyone asks the user
+            supplied_by="extract_intent",
+        ),
+        PlanStep(
+            name="shipping",
+            action="ship_replacement",
+            input={"warranty": "steps.warranty", "order": "steps.order", "language": _LANGUAGE},
+        ),
+        PlanStep(
+            name="reply",
+            action="compose_reply",
+            input={
+                "shipping": "steps.shipping",
+                "warranty": "steps.warranty",
+                "device_model": _MODEL,
+                "language": _LANGUAGE,
+            },
+        ),
+    ]
+)
 
 WARRANTY_GOAL = GoalAssertion(
     id="GOAL_WARRANTY_001",
@@ -97,6 +154,7 @@ WARRANTY_GOAL = GoalAssertion(
         ],
         forbidden_fields=["freight_quote", "freight_fee"],
     ),
+    plan=WARRANTY_PLAN,
 )
 
 #: The authority of the scenario's sources (the definition file's ``agency.reliability``).
@@ -118,7 +176,8 @@ def demo_config() -> AgencyConfig:
     return AgencyConfig(reliability=DEMO_RELIABILITY)
 
 
-#: The steps of a warranty request: the orchestrator's plan (the pipeline runs it).
+#: The steps of a warranty request as a client would send them (before goals owned their plans;
+#: the gateway now runs ``WARRANTY_PLAN`` when the client sends none).
 WARRANTY_STEPS = [
     TaskStep(name="intake", action="extract_intent"),
     TaskStep(name="order", action="get_order_detail"),
@@ -139,6 +198,12 @@ _SHIPMENT = {
 _CUSTOMER = {
     "type": "object",
     "required": ["user_id", "device_model"],
+    "properties": {"user_id": {"type": "string"}, "device_model": {"type": "string"}},
+}
+#: The order system finds the user's order by user id (the device model narrows it when known).
+_ORDER_QUERY = {
+    "type": "object",
+    "required": ["user_id"],
     "properties": {"user_id": {"type": "string"}, "device_model": {"type": "string"}},
 }
 
@@ -170,7 +235,7 @@ CONTRACTS = [
         can_do=["get_order_detail", "cancel_order"],
         cannot_do=["issue_refund"],
         description="L3: order details (purchase date, model) and cancellations.",
-        input_schema=_CUSTOMER,
+        input_schema=_ORDER_QUERY,
         output_schema={
             "type": "object",
             "required": ["order_id", "purchase_date"],
@@ -289,8 +354,11 @@ def _months_between(earlier: date, later: date) -> int:
 
 #: Device fingerprints the shop knows (the L1 contract's input: user id and device fingerprint).
 _DEVICES = {"fp_7f3a": "PhoneX", "fp_19c2": "PhoneX"}
-#: The order system: the purchase of each demo user, relative to today.
-_ORDERS = {"u_789": ("ORD-20481", 0, 7), "u_456": ("ORD-17730", 14, 0)}  # (order id, months, days) ago
+#: The order system: the purchase of each demo user, relative to today, and the model bought.
+_ORDERS = {  # (order id, months ago, days ago, model)
+    "u_789": ("ORD-20481", 0, 7, "PhoneX"),
+    "u_456": ("ORD-17730", 14, 0, "PhoneX"),
+}
 
 
 def _greeting(request: AgentRequest, today: date) -> AgentReply:
@@ -308,13 +376,15 @@ def _greeting(request: AgentRequest, today: date) -> AgentReply:
     accidental = bool(re.search(r"摔|掉在|掉地|砸|进水|dropped|fell|water", text, re.I))
     replace = re.search(r"换新|更换|换机|换一台|replace", text, re.I)
     intent = "warranty_replacement" if replace and shattered else "general_inquiry"
-    context = {
-        "user_id": data.get("user_id", ""),
-        "device_model": _DEVICES.get(str(data.get("device", "")), "unknown"),
+    context: dict[str, Any] = {
         "fault_type": "screen_shattered" if shattered else "unknown",
         "accidental": accidental,
         "language": language,
     }
+    if data.get("user_id"):
+        context["user_id"] = data["user_id"]
+    if str(data.get("device", "")) in _DEVICES:  # an unknown fingerprint says nothing of the model
+        context["device_model"] = _DEVICES[str(data["device"])]
     if purchase is not None:
         context["purchase_date"] = purchase.isoformat()
     return AgentReply(
@@ -331,15 +401,17 @@ def _greeting(request: AgentRequest, today: date) -> AgentReply:
 
 def _order(request: AgentRequest, today: date) -> AgentReply:
     user = str(request.input["user_id"])
-    order_id, months, days = _ORDERS.get(user, ("ORD-00000", 0, 0))
-    bought = months_before(today, months) - timedelta(days=days)
+    if user in _ORDERS:
+        order_id, months, days, model = _ORDERS[user]
+        bought = (months_before(today, months) - timedelta(days=days)).isoformat()
+    else:  # no order on file: the purchase date the customer gave stands (no second opinion)
+        order_id, model = "ORD-00000", ""
+        bought = str(request.input.get("purchase_date") or today.isoformat())
+    output = {"order_id": order_id, "user_id": user, "purchase_date": bought}
+    if request.input.get("device_model") or model:  # what was bought (the model asked about first)
+        output["device_model"] = request.input.get("device_model") or model
     return AgentReply(
-        output={
-            "order_id": order_id,
-            "user_id": user,
-            "device_model": request.input["device_model"],
-            "purchase_date": bought.isoformat(),
-        },
+        output=output,
         confidence_score=0.99,
         provenance=Provenance(source="orders_db", reliability_score=0.99),
     )
@@ -488,13 +560,13 @@ async def build_demo_agency(agency: Agency | None = None, *, clock: Clock | None
 
 
 def warranty_request(session_id: str = "s_demo") -> TaskRequest:
-    """The seed's request: only what the user said and who they are (no goal, no context)."""
+    """The seed's request: only what the user said and who they are (no goal, no context, no
+    steps: the greeting agent anchors the goal and the gateway runs the goal's plan)."""
     return TaskRequest(
         text="我上周买的手机屏幕碎了，要换新",
         user_id="u_789",
         session_id=session_id,
         input={"user_id": "u_789", "device": "fp_7f3a"},
-        steps=list(WARRANTY_STEPS),
     )
 
 
@@ -512,7 +584,6 @@ def failing_claim_request(kind: str = "accidental", session_id: str = "") -> Tas
         user_id=user,
         session_id=session_id,
         input={"user_id": user, "device": device},
-        steps=list(WARRANTY_STEPS),
     )
 
 

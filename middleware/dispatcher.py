@@ -43,6 +43,7 @@ from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
 from .metering import Metering
+from .plan_inputs import step_payload
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
@@ -223,7 +224,7 @@ class Dispatcher:
         if not contract.routable_for(run.tenant):  # never another tenant's agent, however named
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, f"no agent {key} for this task's tenant")
         _check_inputs_fresh(run, step, self._clock())
-        payload = {**run.request.input, **run.context, **run.outputs, **step.input, **extra}
+        payload = step_payload(run, step, extra)  # a plan step: its mapped input (plan_inputs.py)
         try:
             contract.check_input(payload)
         except ContractViolation as exc:
@@ -358,7 +359,9 @@ class Dispatcher:
             await self._stats.finished(key, success=success)
             await self._circuit(run, key, reached)
         elapsed = (time.perf_counter() - started) * 1000
-        run.steps[-1].duration_ms = round(elapsed, 3)
+        record = run.step_record(step.name)  # not the last record: plan branches run at once
+        if record is not None:
+            record.duration_ms = round(elapsed, 3)
         inspected = AgentResult(
             run.task_id,
             step.name,
@@ -419,7 +422,9 @@ class Dispatcher:
     ) -> None:
         """INTENT_DRIFT when the answer is outside the goal's intention scope (``middleware.drift``)."""
         assert run.goal is not None
-        routed = run.routing[-1].get("constraints", {}) if run.routing else {}
+        routed: dict[str, Any] = next(
+            (r.get("constraints", {}) for r in reversed(run.routing) if r.get("step") == step.name), {}
+        )
         answer = Answer(
             goal=run.goal,
             step=step.name,

@@ -22,7 +22,14 @@ from ._model import Model
 from .collaboration import plan_for
 from .errors import InvalidInput
 from .failures import FailureEvent, Resolution, ResolutionKind
-from .interventions import Blocking, Clarification, CompletedStep, HandoverPacket, suggested_reply
+from .interventions import (
+    Blocking,
+    Clarification,
+    CompletedStep,
+    HandoverPacket,
+    InputRequest,
+    suggested_reply,
+)
 from .smf import utcnow
 from .tasks import TaskRecord, TaskState
 
@@ -136,6 +143,9 @@ class ResolutionExecutor:
             cursor.agent, cursor.attempt = resolution.agent, 1
             cursor.backups_used += 1
             return Directive.SWITCH
+        if kind is ResolutionKind.ASK_CLARIFICATION and resolution.payload.get("missing"):
+            cursor.pending = _input_request(resolution, event)
+            return self._stop(cursor, TaskState.INPUT_REQUIRED, resolution.reason)
         if kind in (ResolutionKind.ASK_CLARIFICATION, ResolutionKind.RETURN_CONFLICT):
             question = _clarification(resolution, event, task)
             if question is None:
@@ -199,6 +209,19 @@ def _clarification(resolution: Resolution, event: FailureEvent, task: TaskRecord
         ).model_dump(mode="json")
     except InvalidInput:
         return None
+
+
+def _input_request(resolution: Resolution, event: FailureEvent) -> dict[str, Any]:
+    """The question for a plan step's missing input (``middleware.plan_runner``)."""
+    missing = [dict(m) for m in resolution.payload.get("missing") or [] if isinstance(m, dict)]
+    return InputRequest(
+        step=event.step,
+        question=str(resolution.payload.get("question") or "Please give the missing input."),
+        fields=[str(m.get("answer_as") or m.get("field")) for m in missing],
+        missing=missing,
+        schemas=dict(resolution.payload.get("schemas") or {}),
+        failure_type=event.type.value,
+    ).model_dump(mode="json")
 
 
 def handover(task: TaskRecord, event: FailureEvent, reason: str) -> HandoverPacket:

@@ -4,13 +4,15 @@ A task stops in ``input_required`` for one of three reasons, each a structured
 ``pending`` payload (never an open question):
 
 * ``clarification`` – a question with options for the user (CONTEXT_AMBIGUITY);
+* ``missing_input`` – a plan step's input the task cannot build: the fields to give
+  (CONTEXT_AMBIGUITY; answered with ``input``, the values joining the task's context);
 * ``conflict`` – two sources disagree; both values with their provenance, as options
   (DATA_INCONSISTENCY);
 * ``human_handover`` – a :class:`HandoverPacket` for a colleague: the conversation
   state, the completed steps with timestamps, the blocking point and a suggested reply.
 
-``Agency.resume`` takes the user's ``answer`` (an option id) or a human's
-:class:`HumanDecision` and continues where the task stopped.
+``Agency.resume`` takes the user's ``answer`` (an option id), the ``input`` asked for, or
+a human's :class:`HumanDecision` and continues where the task stopped.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "CompletedStep",
     "HandoverPacket",
     "HumanDecision",
+    "InputRequest",
     "Option",
     "check_answer",
     "suggested_reply",
@@ -70,6 +73,20 @@ class Clarification(Model):
         if len(ids) != len(set(ids)):
             raise ValueError("options: ids must be unique")
         return self
+
+
+class InputRequest(Model):
+    """What a plan step needs and nobody gave: the fields to answer with (``resume(input=...)``)."""
+
+    kind: Literal["missing_input"] = "missing_input"
+    step: str
+    question: str = Field(min_length=1)
+    fields: list[str] = Field(min_length=1, description="The names to answer by.")
+    missing: list[dict[str, Any]] = Field(
+        default_factory=list, description="Each missing input: field, the references tried, answer_as."
+    )
+    schemas: dict[str, Any] = Field(default_factory=dict, description="JSON Schema per field, when known.")
+    failure_type: str = ""
 
 
 class CompletedStep(Model):

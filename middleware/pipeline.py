@@ -58,8 +58,8 @@ from .goals import (
     MemoryGoalStore,
     StagedVerifier,
     Verifier,
-    check_plan,
-    plan_problems,
+    check_stage_bindings,
+    stage_binding_problems,
 )
 from .guards.audit_guard import PersonalDataAuditLog
 from .guards.content_guard import ContentGuard
@@ -71,6 +71,9 @@ from .memory_task_store import MemoryTaskStore
 from .metering import BudgetStop, Metering
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
+from .plan_runner import PlanRunner, check_client_steps, task_steps
+from .planner import Planner
+from .plans import check_plan
 from .reliability import ReliabilityScorer, WeightedReliabilityScorer
 from .resume import ResumePlan, apply_plan, plan_resume, prefer
 from .router import Router, RoutingDecision
@@ -156,6 +159,8 @@ class Agency:
             rule-based judge; add a ``LangChainIntentJudge`` for meaning the rules miss).
         approvals: Approval gates checked before each step's agent runs (default: none).
         humans: Told when tasks start and stop (the human desk: inboxes, mailboxes).
+        planner: Proposes a plan for a task that names no steps and whose goal declares none
+            (default: none; ``middleware.planner``, checked before anything runs).
         agents: The callables behind contracts, and how remote workers are called (default: an
             :class:`AgentRegistry` with the plaintext gRPC remote factory; ``agency serve``
             injects one with the definition's ``workers`` TLS and token).
@@ -198,6 +203,7 @@ class Agency:
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
         leases: TaskLeases | None = None,
+        planner: Planner | None = None,
         metering: Metering | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
@@ -261,6 +267,20 @@ class Agency:
                 append=lambda record: self.audit.append(record),
                 observer=lambda: self.humans,
             )
+        self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
+            catalog=self.catalog,
+            router=self.router,
+            planner=planner,
+            max_steps=self.config.limits.max_steps_per_task,
+            run_step=self._run_step,
+            verify=self._verify,
+            finish=self._finish,
+            resolve=self._resolve,
+            executor=self._executor,
+            audit=self._audit,
+            transition=self._transition,
+            guard=self.guard,
+        )
 
     # ----------------------------------------------------------------- registry
     async def register(
@@ -313,6 +333,28 @@ class Agency:
         goal = GoalAssertion.parse(goal, what="goal assertion")
         self.verifier.require_checks(goal)
         return self.goals.put(goal, replace=replace)
+
+    async def check_plan(self, goal: GoalAssertion | Mapping[str, Any]) -> None:
+        """Check a goal's plan against the contracts registered now: each contract that can do
+        a step's action gets every input its schema requires, none refuses it (``cannot_do``).
+        A step no contract can do yet is allowed (its worker may register later; the plan is
+        checked again when a task runs it).
+
+        Raises:
+            InvalidInput: every problem, by field (``goal.plan.steps[1].input.device_model``).
+        """
+        goal = GoalAssertion.parse(goal, what="goal assertion")
+        if goal.plan is None:
+            return
+        problems = check_plan(
+            goal.plan,
+            [e.contract for e in await self.catalog.all()],
+            prefix="goal.plan",
+            max_steps=self.config.limits.max_steps_per_task,
+            require_contracts=False,
+        )
+        if problems:
+            raise InvalidInput(problems, what=f"plan of {goal.id}")
 
     def get_goal(self, goal_id: str) -> GoalAssertion:
         """The registered goal ``goal_id``.
@@ -377,7 +419,10 @@ class Agency:
             await self._recall(run)
         if goal is not None:
             try:
-                check_plan(goal, [s.name for s in req.steps] or ["main"])
+                check_client_steps(goal, req.steps)  # a client's steps against the goal's plan
+                names = self._plans.stage_steps(req.steps, goal)
+                if names is not None:  # None: the planner's plan will be checked against them
+                    check_stage_bindings(goal, names)
             except InvalidInput as exc:
                 await self._record(
                     AuditEventType.MESSAGE_REJECTED,
@@ -459,9 +504,15 @@ class Agency:
             await self._flush_audit(run)
 
     def _steps(self, run: TaskRecord) -> list[TaskStep]:
+        if run.plan is not None:  # the goal's, the planner's (plan_runner.py)
+            return task_steps(run)
         return run.request.steps or [_main_step()]
 
     async def _run(self, run: TaskRecord, first: ResumePlan | None = None) -> Outcome:
+        if self._plans.wants_plan(run) and (stopped := await self._plans.prepare(run)) is not None:
+            return stopped
+        if run.plan is not None:  # steps the gateway planned: a DAG, branches at the same time
+            return await self._plans.run(run, first)
         steps = self._steps(run)
         while run.step_index < len(steps):
             step = steps[run.step_index]
@@ -586,7 +637,9 @@ class Agency:
                 fresh_until=answer.fresh_until,
             )
             if run.anchor_goal:
-                await self._anchor(run, cursor.agent)
+                refused = await self._anchor(run, step.name, cursor.agent)
+                if refused is not None:
+                    return refused
             return await self._verify_stage(run, step.name, answer.output)
 
     async def _out_of_scope(self, run: TaskRecord, step: TaskStep, drift: DriftFinding) -> Outcome:
@@ -611,9 +664,13 @@ class Agency:
         await self._carry_out(run, resolution, event, cursor)
         return await self._stop(run, cursor)
 
-    async def _anchor(self, run: TaskRecord, agent: str) -> None:
+    async def _anchor(self, run: TaskRecord, step: str, agent: str) -> Outcome | None:
         """Anchor the goal an intake agent named (see ``middleware.intake``; the dispatcher has
-        checked that it is registered).
+        checked that it is registered); the goal's plan, if it has one, joins after the intake
+        step (``PlanRunner.on_anchor``).
+
+        Returns an outcome when the task stops here: the goal's own plan cannot run on the
+        live contracts (the deployment's fault, not the client's: the task fails, explained).
 
         Raises:
             InvalidInput: the task's plan cannot satisfy the goal's stages (a stage bound to a
@@ -622,10 +679,24 @@ class Agency:
         """
         goal_id, run.anchor_goal = run.anchor_goal, ""
         if run.goal is not None:
-            return  # the client anchored one already: it stays
+            return None  # the client anchored one already: it stays
         goal = self.get_goal(goal_id)
-        problems = plan_problems(goal, [s.name for s in self._steps(run)], anchored_by=agent)
-        if problems:
+        try:
+            names = await self._plans.on_anchor(run, goal, [s.name for s in self._steps(run)])
+        except AgencyError as exc:
+            event = run.failure_event(
+                FailureType.SCHEMA_VIOLATION,
+                step=step,
+                agent=agent,
+                detail=f"{agent} anchored {goal_id}: {exc}",
+            )
+            resolution = await self._resolve(run, event)
+            cursor = StepCursor(agent="", fallbacks=[])
+            if await self._executor.apply(resolution, event, cursor, run) is not Directive.STOP:
+                cursor.stop_state, cursor.stop_reason = TaskState.FAILED, event.detail  # no retry fixes it
+            return await self._stop(run, cursor)
+        problems = stage_binding_problems(goal, names, anchored_by=agent) if names is not None else []
+        if problems:  # None above: the planner's plan is checked against the stages instead
             error = InvalidInput(problems, what="task request")
             await self._audit(
                 run,
@@ -635,7 +706,8 @@ class Agency:
                 agent=agent,
                 rule="plan_against_goal",
             )
-            await self._finish(run, TaskState.REJECTED, reason="; ".join(p.reason for p in problems))
+            reason = "; ".join(p.reason for p in problems)
+            await self._finish(run, TaskState.REJECTED, reason=reason, now=True)
             raise error
         run.goal = goal
         timing = self._deadlines.get(run.task_id)
@@ -654,16 +726,19 @@ class Agency:
             },
             agent=agent,
         )
+        return None
 
     async def _verify_stage(self, run: TaskRecord, step: str, output: Any) -> Outcome | None:
         """Verify the goal stage bound to ``step`` (if any) as soon as the step returned."""
-        stage = run.goal.stage_for(step) if run.goal is not None else None
-        if stage is None:
+        goal = run.goal
+        stage = goal.stage_for(step) if goal is not None else None
+        if goal is None or stage is None:
             return None
         await self._transition(run, TaskState.VERIFYING)
-        run.stage_verdicts = [v for v in run.stage_verdicts if v.stage != stage.name]  # a redo replaces
-        verdict = await self._staged(run).after_step(step, output)
+        verdict = await StagedVerifier(goal, self.verifier).after_step(step, output)
         assert verdict is not None
+        # a redo replaces; read after the check: a plan's branches verify their stages at once
+        run.stage_verdicts = [*(v for v in run.stage_verdicts if v.stage != stage.name), verdict]
         await self._audit(
             run,
             AuditEventType.VERIFICATION,
@@ -811,6 +886,7 @@ class Agency:
         decision: HumanDecision | Mapping[str, Any] | None = None,
         caller: Principal | None = None,
         person: PersonRef | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Continue a task waiting for input, or interrupted, where it stopped, on any gateway
         sharing the store.
@@ -825,6 +901,8 @@ class Agency:
             answer: For a clarification or a conflict: the id of the chosen option.
             decision: For a human handover (or an interrupted task): the human's
                 :class:`HumanDecision`.
+            input: For a plan step's missing input: the asked fields' values (they join the
+                task's context).
             caller: The authenticated client (None: tokens off): the task's owner or an admin.
             person: The person deciding (the operator console, which checked their roles);
                 an approval needs one of its gate's roles, and never the task's submitter.
@@ -865,7 +943,7 @@ class Agency:
             if run.state is TaskState.INTERRUPTED:
                 await self._redispatch_now(run)
             cut_off_at = str(run.pending.get("state", "")) if run.state is TaskState.INTERRUPTED else ""
-            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision)
+            plan = plan_resume(run, self._steps(run), answer=answer, decision=decision, input=input)
             bound = decision is not None or plan.require_agent  # a person's choice, or the key's
             if plan.action in ("rerun", "continue") and plan.agent and bound:
                 await self._check_agent(run, plan)
@@ -1129,7 +1207,7 @@ class Agency:
         stops (waiting or terminal) – the states another replica can act on – not on every
         working transition (each is in the audit log).
         """
-        if run.state is new:
+        if run.state is new or self._plans.in_parallel(run, new):  # branches at once: dispatched
             return
         check_transition(run.state, new)
         old, run.state = run.state, new
@@ -1150,7 +1228,16 @@ class Agency:
         verdict: GoalVerdict | None = None,
         reason: str = "",
         pending: dict[str, Any] | None = None,
+        now: bool = False,
     ) -> Outcome:
+        """End a task's segment in ``state``; in a plan step the runner ends it once its branches
+        settled, unless ``now`` (an error is about to leave the task, e.g. a rejected plan)."""
+        if not now:
+            held = self._plans.defer(
+                run, state, output=output, verdict=verdict, reason=reason, pending=pending
+            )
+            if held is not None:  # a plan step: the runner ends the task once its branches settled
+                return held
         if state is TaskState.REJECTED and run.state is not TaskState.ROUTING:
             await self._transition(run, TaskState.ROUTING)
         run.output = output if state is not TaskState.FAILED or verdict is not None else None

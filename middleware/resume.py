@@ -11,13 +11,15 @@ applies the plan under the task's lock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import FailedPrecondition, InvalidInput
+from .contracts import check_against_schema
+from .errors import FailedPrecondition, InvalidInput, Problem
 from .facts import replace_at
-from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, check_answer
+from .interventions import ACCEPT, RETRY, Clarification, HumanDecision, InputRequest, check_answer
 from .router import RoutingDecision
 from .smf import Provenance
 from .tasks import TaskRecord, TaskState, TaskStep
@@ -31,10 +33,11 @@ class ResumePlan:
 
     ``accept``: ``output`` becomes the output of step ``step_index`` (its goal stage is
     verified again) and the task moves on; ``rerun``: step ``step_index`` runs again (on
-    ``agent``, or routed afresh), with ``extra_input`` added; ``approve``: the step's
-    output stands unverified (a human vouches for it); ``continue``: an interrupted task goes
-    on where it was cut off (its step in flight on ``agent``; ``require_agent``: on that agent
-    only, whose idempotency key makes the repeat safe); ``fail`` / ``cancel``: the task ends.
+    ``agent``, or routed afresh), with ``extra_input`` added and ``context`` (input the user
+    gave) joining the task's context; ``approve``: the step's output stands unverified (a human
+    vouches for it); ``continue``: an interrupted task goes on where it was cut off (its step in
+    flight on ``agent``; ``require_agent``: on that agent only, whose idempotency key makes the
+    repeat safe); ``fail`` / ``cancel``: the task ends.
     """
 
     action: Literal["accept", "rerun", "approve", "continue", "fail", "cancel"]
@@ -44,6 +47,7 @@ class ResumePlan:
     agent: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)  # where an accepted output comes from
     extra_input: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
     audit: dict[str, Any] = field(default_factory=dict)
     require_agent: bool = False
 
@@ -54,16 +58,23 @@ def plan_resume(
     *,
     answer: str | None = None,
     decision: HumanDecision | Mapping[str, Any] | None = None,
+    input: Mapping[str, Any] | None = None,
 ) -> ResumePlan:
-    """What resuming ``task`` with ``answer`` (an option id) or ``decision`` means.
+    """What resuming ``task`` with ``answer`` (an option id), ``input`` (the fields a plan step
+    asked for) or ``decision`` means.
 
     Raises:
         FailedPrecondition: the task is not waiting for input (nor interrupted); an
             interrupted step that may have acted would be dispatched again.
-        InvalidInput: the answer is not an offered option, the decision is malformed,
-            or the wrong kind of reply was given.
+        InvalidInput: the answer is not an offered option, the input lacks an asked field or
+            holds one not asked for or of the wrong type, the decision is malformed, or the
+            wrong kind of reply was given.
     """
     if task.state is TaskState.INTERRUPTED:
+        if input is not None:
+            raise InvalidInput.single(
+                "input", "this task was interrupted, it does not wait for input fields", what="resume"
+            )
         return _interrupted(task, answer, decision, steps)
     if task.state is not TaskState.INPUT_REQUIRED:
         raise FailedPrecondition(
@@ -74,6 +85,17 @@ def plan_resume(
     index = min(task.step_index, len(steps) - 1)
     if kind == "approval":
         return _approval(task, decision, index)
+    if input is not None and decision is None:
+        if kind != "missing_input":
+            raise InvalidInput.single("input", "this task does not wait for input fields", what="resume")
+        return _given(task, InputRequest.parse(task.pending, what="pending input request"), input, index)
+    if kind == "missing_input" and decision is None:
+        asked = InputRequest.parse(task.pending, what="pending input request")
+        if answer and len(asked.fields) == 1:  # one field asked: a plain answer gives it (a chat reply)
+            name = asked.fields[0]
+            return _given(task, asked, {name: _typed(answer, asked.schemas.get(name))}, index)
+        fields = ", ".join(asked.fields)
+        raise InvalidInput.single("input", f"required: this task waits for {fields}", what="resume")
     if decision is not None:
         return _human(task, HumanDecision.parse(decision, what="human decision"), index, steps)
     if kind == "human_handover":
@@ -124,6 +146,46 @@ def plan_resume(
         agent=str(held.get("agent", "")),
         extra_input={"clarification": clarification},
         audit=audit,
+    )
+
+
+def _typed(answer: str, schema: Any) -> Any:
+    """A text answer as the value its field's schema wants (``"false"`` for a boolean field)."""
+    wanted = schema.get("type") if isinstance(schema, dict) else None
+    if wanted in (None, "string") or (isinstance(wanted, list) and "string" in wanted):
+        return answer
+    try:
+        return json.loads(answer)
+    except ValueError:
+        return answer  # refused by the schema check, naming the field
+
+
+def _given(task: TaskRecord, asked: InputRequest, given: Mapping[str, Any], index: int) -> ResumePlan:
+    """The user's values for the fields a plan step asked for: each asked field, of its type."""
+    if not isinstance(given, Mapping):
+        raise InvalidInput.single("input", "must be an object of the asked fields", what="resume")
+    problems = [Problem(f"input.{f}", "required (asked for)") for f in asked.fields if given.get(f) is None]
+    problems += [
+        Problem(f"input.{k}", f"not asked for (asked: {', '.join(asked.fields)})")
+        for k in given
+        if k not in asked.fields
+    ]
+    for name in asked.fields:
+        schema = asked.schemas.get(name)
+        if given.get(name) is not None and isinstance(schema, dict):
+            try:
+                check_against_schema(schema, given[name], what=f"input.{name}")
+            except InvalidInput as exc:
+                problems += [Problem(f"input.{name}", p.reason) for p in exc.problems]
+    if problems:
+        raise InvalidInput(problems, what="resume")
+    values = {k: given[k] for k in asked.fields}
+    return ResumePlan(
+        "rerun",
+        index,
+        f"user gave {', '.join(asked.fields)}",
+        context=values,
+        audit={"input": sorted(values)},
     )
 
 
@@ -277,6 +339,8 @@ def apply_plan(task: TaskRecord, plan: ResumePlan, steps: list[TaskStep]) -> Tas
         task.complete_step(name, plan.output, agent=plan.agent, provenance=provenance)
         staged = task.goal is not None and task.goal.stage_for(name) is not None
         return TaskState.ROUTING if task.step_index < len(steps) and not staged else TaskState.VERIFYING
+    if plan.context:  # input the user gave: the task knows it now (every later step too)
+        task.context.update(plan.context)
     if plan.extra_input:  # kept with the task: it still applies if the step is redone
         task.step_inputs[name] = {**task.step_inputs.get(name, {}), **plan.extra_input}
     return TaskState.ROUTING

@@ -34,6 +34,7 @@ from ._model import Model, trusted
 from .errors import FailedPrecondition
 from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
+from .plans import Plan
 from .smf import Provenance, new_id, utcnow
 from .usage import UsageTotals
 
@@ -236,6 +237,10 @@ class Outcome(Model):
     pending: dict[str, Any] = Field(
         default_factory=dict, description="For input_required: the clarification or handover packet."
     )
+    plan: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The plan the gateway ran ({source, steps: [{name, action, after ...}]}); empty: none.",
+    )
     usage: UsageTotals | None = Field(
         default=None, description="What the task's model calls spent: tokens, cost, per model (None: none)."
     )
@@ -360,6 +365,14 @@ class TaskRecord(Model):
         "agent's input holds it.",
     )
     anchor_goal: str = Field(default="", description="A goal an intake agent asked to anchor (transient).")
+    plan: Plan | None = Field(
+        default=None,
+        description="The plan the gateway runs (the goal's, the planner's); None: the request's steps.",
+    )
+    plan_source: str = Field(
+        default="",
+        description="Where the plan came from (goal:<id>, intake, planner) or none; empty: not decided yet.",
+    )
     active_ms: float = Field(default=0.0, ge=0, description="Time spent running (not waiting).")
     rewinds: int = Field(default=0, ge=0, description="Steps redone because their output went stale.")
     transitions: list[Transition] = Field(default_factory=list)
@@ -417,6 +430,8 @@ class TaskRecord(Model):
                 "language": "",
                 "context": {},
                 "anchor_goal": "",
+                "plan": None,
+                "plan_source": "",
                 "active_ms": 0.0,
                 "rewinds": 0,
                 "transitions": [],
@@ -509,7 +524,8 @@ class TaskRecord(Model):
         record.output, record.confidence_score, record.status = output, confidence, "completed"
         record.finished_at, record.provenance, record.fresh_until = utcnow(), provenance, fresh_until
         self.outputs[name] = output
-        self.held = {}
+        if self.held.get("step", name) == name:  # a parallel branch's held answer stays its own
+            self.held = {}
         self.step_index += 1
         return record
 
@@ -557,6 +573,7 @@ class TaskRecord(Model):
                 "routing": [dict(r) for r in self.routing],
                 "reason": self.reason,
                 "pending": dict(self.pending),
+                "plan": {"source": self.plan_source, "steps": self.plan.summary()} if self.plan else {},
                 "usage": self.usage.model_copy(deep=True) if self.usage is not None else None,
                 "audit_index": self.last_index,
                 "a2a_state": _a2a_state(state, self.pending),

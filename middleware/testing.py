@@ -1,7 +1,9 @@
 """Fakes shipped with the package, so users and tests use the same thing.
 
 ``ScriptedAgent`` plays back a script of steps: return a value, hang past any
-deadline, or raise. It records every request it receives.
+deadline, or raise. It records every request it receives. ``ScriptedChatModel`` answers
+prompts with scripted replies, as a LangChain chat model would (``ainvoke``): the governed
+planner's and the LangChain intent judge's stand-in where no model may be called.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from .agents import AgentReply, AgentRequest
 
-__all__ = ["Hang", "ManualClock", "Raise", "ScriptedAgent"]
+__all__ = ["Hang", "ManualClock", "Raise", "ScriptedAgent", "ScriptedChatModel"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,29 @@ class ScriptedAgent:
             result = fn(request)
             return await result if inspect.isawaitable(result) else result
         return step
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """What a chat model answers: its ``content``."""
+
+    content: str
+
+
+class ScriptedChatModel:
+    """A chat model that answers each prompt with the next scripted reply (the last repeats) and
+    keeps every prompt it was given (``prompts``). A definition file can name it as a factory:
+    ``planner: {factory: middleware.testing:ScriptedChatModel, args: {replies: [...]}}``.
+    """
+
+    def __init__(self, replies: Iterable[str] = ()) -> None:
+        self.replies = list(replies) or ['{"refuse": "no scripted reply"}']
+        self.prompts: list[str] = []
+
+    async def ainvoke(self, prompt: Any) -> ChatReply:
+        index = min(len(self.prompts), len(self.replies) - 1)
+        self.prompts.append(str(prompt))
+        return ChatReply(self.replies[index])
 
 
 class ManualClock:

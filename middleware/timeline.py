@@ -5,7 +5,9 @@ them into :class:`Timeline` objects: who was asked what (with the SMF metadata o
 every message), how long each call took, every failure and its resolution, and the
 goal verification step by step. :func:`render_text` and :func:`render_html` show
 it to people; the HTML page is self-contained (inline CSS, no scripts, no external
-assets) and every value from the log is escaped.
+assets) and every value from the log is escaped. A task that ran a plan shows it (where it
+came from, each step and what it waits for, the branches that ran at the same time) and
+each step's span on one time axis, so branches that overlapped are drawn side by side.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from .audit.record import AuditEventType, AuditRecord
 from .errors import InvalidInput, NotFound, Problem
 from .ids import MIN_PREFIX, id_matches, normalise_id
 
-__all__ = ["Timeline", "TimelineEntry", "build_timelines", "find_trace", "render_html", "render_text"]
+__all__ = [
+    "Timeline",
+    "TimelineEntry",
+    "build_timelines",
+    "find_trace",
+    "plan_lines",
+    "render_html",
+    "render_text",
+]
 
 E = AuditEventType
 
@@ -32,7 +42,8 @@ class TimelineEntry:
 
     Attributes:
         offset_ms: Time since the task was submitted.
-        kind: ``submitted``, ``message``, ``goal``, ``route``, ``refused``, ``dispatch``,
+        kind: ``submitted``, ``message``, ``goal``, ``plan`` (proposed, accepted, refused, a step
+            skipped), ``route``, ``refused``, ``dispatch``,
             ``agent-step`` (an LLM, tool or runnable call inside a wrapped LangChain agent),
             ``result``, ``failure``, ``resolution``, ``handover``, ``verification``, ``rejected``
             (input refused at the boundary), ``completed`` or ``interrupted`` (the task was cut
@@ -67,6 +78,7 @@ class Timeline:
     records: int = 0
     entries: list[TimelineEntry] = field(default_factory=list)
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
     """What the task's model calls spent (``usage.recorded`` records): tokens, cost, per model."""
 
@@ -153,6 +165,8 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
                     details=[str(c.get("description") or c.get("kind", "")) for c in checks],
                 )
             )
+        elif r.event_type in (E.PLAN_PROPOSED, E.PLAN_ACCEPTED, E.PLAN_REFUSED, E.PLAN_SKIPPED):
+            add(_plan_entry(at, r, t))
         elif r.event_type in (E.ROUTING_DECISION, E.ROUTING_REFUSED):
             refused = r.event_type == E.ROUTING_REFUSED
             cands = ", ".join(
@@ -187,7 +201,7 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
             msg = _as_dict(d.get("message"))
             ms = d.get("duration_ms")
             info = t.steps.setdefault(step, {"agent": "", "attempts": 0, "duration_ms": 0.0})
-            info.update(agent=r.actors.agent, duration_ms=ms, status="completed")
+            info.update(agent=r.actors.agent, duration_ms=ms, status="completed", end_ms=at)
             add(
                 TimelineEntry(
                     at,
@@ -293,9 +307,82 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
             info["attempts"] += 1
             info["agent"] = r.actors.agent
             info.setdefault("status", "running")
+            info.setdefault("start_ms", at)
         elif r.event_type == E.FAILURE and step in t.steps:
             t.steps[step]["status"] = "failed"
+            t.steps[step]["end_ms"] = at
+        elif r.event_type == E.PLAN_SKIPPED and step:
+            t.steps.setdefault(step, {"agent": "", "attempts": 0, "duration_ms": None})["status"] = "skipped"
     return t
+
+
+def _plan_entry(at: float, r: AuditRecord, t: Timeline) -> TimelineEntry:
+    """A ``plan.*`` record; the plan it accepts (or refuses) is kept for drawing."""
+    d = r.detail
+    if r.event_type == E.PLAN_SKIPPED:
+        return TimelineEntry(
+            at,
+            "plan",
+            "fail",
+            f"step {d.get('step', '')} skipped (the plan goes on without it): {d.get('reason', '')}",
+            step=str(d.get("step", "")),
+            details=[str(d["failure"])] if d.get("failure") else [],
+        )
+    if r.event_type == E.PLAN_PROPOSED:
+        proposal = _as_dict(d.get("plan"))
+        steps = [_as_dict(s).get("name", "?") for s in proposal.get("steps") or [] if isinstance(s, dict)]
+        what = (
+            f"{len(steps)} steps: {', '.join(map(str, steps))}"
+            if steps
+            else d.get("question") or d.get("reason", "no plan")
+        )
+        return TimelineEntry(at, "plan", "info", f"planner {d.get('planner', '?')} proposed {what}")
+    steps = [_as_dict(s) for s in d.get("steps") or []]
+    if r.event_type == E.PLAN_REFUSED:
+        problems = [str(p) for p in d.get("problems") or []]
+        t.plan = {**t.plan, "status": "refused", "problems": problems}
+        if steps:
+            t.plan.update(steps=steps, source=str(d.get("source", t.plan.get("source", ""))))
+        return TimelineEntry(at, "plan", "fail", f"plan refused ({len(problems)} problems)", details=problems)
+    t.plan = {
+        "source": str(d.get("source", "")),
+        "status": "accepted",
+        "steps": steps,
+        "branches": [list(map(str, b)) for b in d.get("branches") or [] if isinstance(b, list)],
+    }
+    return TimelineEntry(
+        at,
+        "plan",
+        "ok",
+        f"plan accepted ({t.plan['source'] or '?'}): {len(steps)} steps",
+        details=plan_lines(t.plan),
+    )
+
+
+def plan_lines(plan: dict[str, Any]) -> list[str]:
+    """Each step and what it waits for; steps that may run at the same time marked as such."""
+    lines = []
+    together = {n: [o for o in group if o != n] for group in plan.get("branches") or [] for n in group}
+    for s in plan.get("steps") or []:
+        name, after = str(s.get("name", "?")), [str(a) for a in s.get("after") or []]
+        text = f"{name} ◄ {', '.join(after)}" if after else name
+        if len(after) > 1:
+            text += "  (waits for all)"
+        if together.get(name):
+            text += f"  ║ parallel with {', '.join(together[name])}"
+        if s.get("on_failure") == "continue":
+            text += "  (may be skipped)"
+        lines.append(text)
+    return lines
+
+
+def _bar(start: Any, end: Any, total: float, width: int = 24) -> str:
+    """``|   ████     |``: a step's span on the task's time axis."""
+    if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or total <= 0:
+        return ""
+    a = min(width - 1, int(start / total * width))
+    b = max(a + 1, min(width, round(end / total * width)))
+    return "|" + " " * a + "█" * (b - a) + " " * (width - b) + "|"
 
 
 def _add_usage(total: dict[str, Any], d: dict[str, Any]) -> None:
@@ -343,6 +430,11 @@ def render_text(timeline: Timeline) -> str:
         mark = {"ok": " ", "fail": "!", "info": " "}[e.status]
         lines.append(f"{mark}{_num(e.offset_ms):>10} ms  {e.kind:<12} {where}{e.summary}")
         lines.extend(f"{'':>27}{d}" for d in e.details)
+    if timeline.plan:
+        plan = timeline.plan
+        lines += ["", f"Plan ({plan.get('source') or '?'}, {plan.get('status', '')}):"]
+        lines.extend(f"  {line}" for line in plan_lines(plan))
+        lines.extend(f"  ! {p}" for p in plan.get("problems") or [])
     if timeline.usage:
         u = timeline.usage
         lines += [
@@ -356,10 +448,16 @@ def render_text(timeline: Timeline) -> str:
         )
     if timeline.steps:
         lines += ["", "Steps:"]
+        total = timeline.duration_ms or max(
+            (s["end_ms"] for s in timeline.steps.values() if isinstance(s.get("end_ms"), (int, float))),
+            default=0.0,
+        )
         for name, s in timeline.steps.items():
+            start, end = s.get("start_ms"), s.get("end_ms")
+            span = f"  {_num(start)} → {_num(end)} ms {_bar(start, end, total)}" if start is not None else ""
             lines.append(
                 f"  {name or 'main':<16} {s.get('agent', ''):<32} attempts {s.get('attempts', 0)}  "
-                f"last call {_num(s.get('duration_ms'))} ms  {s.get('status', '')}"
+                f"last call {_num(s.get('duration_ms'))} ms{span}  {s.get('status', '')}"
             )
     return "\n".join(lines) + "\n"
 
@@ -393,6 +491,14 @@ def render_html(timelines: list[Timeline], *, title: str = "") -> str:
         )
         if t.text:
             body.append(f"<p><b>Request:</b> {e(t.text)}</p>")
+        if t.plan:
+            source, status = str(t.plan.get("source") or "?"), str(t.plan.get("status", ""))
+            body.append(
+                f"<p><b>Plan</b> ({e(source)}, {e(status)}):</p><ul>"
+                + "".join(f"<li><code>{e(line)}</code></li>" for line in plan_lines(t.plan))
+                + "".join(f"<li>{e(str(p))}</li>" for p in t.plan.get("problems") or [])
+                + "</ul>"
+            )
         body.append("<table><tr><th>+ms</th><th>event</th><th>step</th><th>what happened</th></tr>")
         for x in t.entries:
             details = "".join(f"<li>{e(d)}</li>" for d in x.details)

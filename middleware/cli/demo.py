@@ -18,6 +18,7 @@ from ..pipeline import Agency
 from ..router import RoutingWeights
 from ..tasks import Outcome, TaskRequest
 from .report import render
+from .tasks import plan_line
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +26,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo",
         help="run the reference scenario in process and explain each step",
         description="Run the seed's e-commerce case (section 4): greeting_agent reads "
-        "'我上周买的手机屏幕碎了，要换新', extracts the context and anchors GOAL_WARRANTY_001; "
+        "'我上周买的手机屏幕碎了，要换新' (the client sends only that, and who asks), extracts the context "
+        "and anchors GOAL_WARRANTY_001; the gateway runs the goal's own plan (shown); "
         "the order and warranty agents are chosen by contract; the replacement shipper times out, "
         "is retried, and the backup express "
         "shipper succeeds; the goal's own Chinese sentences are verified; a second question of the same "
@@ -179,6 +181,12 @@ def _tell(
         w("\n")
         if anchored.detail.get("context"):
             w(f"Context extracted: {json.dumps(anchored.detail['context'], ensure_ascii=False)}\n")
+    if o.plan:
+        source = str(o.plan.get("source", ""))
+        whose = f"the plan of {source[5:]}" if source.startswith("goal:") else source or "?"
+        w(f"Plan the gateway chose ({whose}): {plan_line(o.plan)}\n")
+    elif request.steps:
+        w(f"Plan the client sent: {' → '.join(s.name for s in request.steps)}\n")
     submitted = next((r for r in records if r.event_type == "task.submitted"), None)
     carried = submitted.detail.get("session_context") if submitted is not None else None
     if carried:

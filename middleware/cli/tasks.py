@@ -83,17 +83,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "resume",
         help="answer a task waiting for input, or continue an interrupted one",
         description="Resume a task in state input_required: --answer OPTION for a clarification or "
-        "a conflict (the option ids are in its pending packet), --decision JSON for a human handover "
-        '({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}). Resume a task in '
-        "state interrupted (its gateway died) with neither: it goes on where it was cut off, its step "
-        "in flight dispatched again only if the agent's contract is side_effect_free or declares an "
-        "idempotency key; otherwise decide provide_output, abort or cancel.",
+        "a conflict (the option ids are in its pending packet), --input JSON for the fields a plan "
+        "step asked for (missing_input; --answer VALUE when it asks for one), --decision JSON for a "
+        'human handover ({"action": "retry|use_agent|provide_output|approve|abort|cancel", ...}). '
+        "Resume a task in state interrupted (its gateway died) with none of them: it goes on where "
+        "it was cut off, its step in flight dispatched again only if the agent's contract is "
+        "side_effect_free or declares an idempotency key; otherwise decide provide_output, abort or "
+        "cancel.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     re.add_argument("task_id", metavar="TASK_ID")
     how = re.add_mutually_exclusive_group()
-    how.add_argument("--answer", help="the chosen option id")
+    how.add_argument("--answer", help="the chosen option id (or the one asked field's value)")
+    how.add_argument(
+        "--input", metavar="JSON|@FILE", help='the asked fields, e.g. \'{"device_model": "PhoneX"}\''
+    )
     how.add_argument("--decision", metavar="JSON|@FILE", help="a human handover decision")
     _common(re)
     re.set_defaults(handler=_run, op=_resume)
@@ -178,7 +183,10 @@ async def _get(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
 
 async def _resume(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
     outcome = await client.resume(
-        args.task_id, answer=args.answer, decision=json_option(args.decision, "decision")
+        args.task_id,
+        answer=args.answer,
+        decision=json_option(args.decision, "decision"),
+        input=json_option(args.input, "input"),
     )
     return _print_outcome(outcome, args, out)
 
@@ -239,6 +247,28 @@ def _headline(outcome: Any) -> str:
     return ""
 
 
+def plan_line(plan: dict[str, Any]) -> str:
+    """A plan in one line: ``a → b → c`` when each step waits for the one before, else each
+    step with what it waits for (``join ◄ left, right``)."""
+    steps = [s for s in plan.get("steps") or [] if isinstance(s, dict)]
+    names = [str(s.get("name", "?")) for s in steps]
+    if all(list(s.get("after") or []) == names[i - 1 : i] for i, s in enumerate(steps)):
+        return " → ".join(names)
+    return "; ".join(
+        f"{s.get('name')} ◄ {', '.join(map(str, s['after']))}" if s.get("after") else str(s.get("name"))
+        for s in steps
+    )
+
+
+def _resume_hint(pending: dict[str, Any]) -> str:
+    if pending.get("kind") == "missing_input":
+        fields = [str(f) for f in pending.get("fields") or []]
+        given = ", ".join(f'"{f}": ...' for f in fields)
+        one = " (or --answer VALUE)" if len(fields) == 1 else ""
+        return f"--input '{{{given}}}'{one}"
+    return "--answer OPTION (or --decision JSON)"
+
+
 def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
     state = str(outcome.state)
     code = OK if state in _DONE else CHECK_FAILED
@@ -250,6 +280,8 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
     if headline:
         out.write(f"{headline}\n")
     out.write(f"trace {outcome.trace_id}\n")
+    if outcome.plan:
+        out.write(f"plan ({outcome.plan.get('source') or '?'}): {plan_line(outcome.plan)}\n")
     for step in outcome.steps:
         out.write(
             f"  step {step.name}: {step.agent or '-'} {step.status}, "
@@ -278,9 +310,7 @@ def _print_outcome(outcome: Any, args: argparse.Namespace, out: IO[str]) -> int:
                 f"or: agency task cancel {outcome.task_id}\n"
             )
         else:
-            out.write(
-                f"resume with: agency task resume {outcome.task_id} --answer OPTION (or --decision JSON)\n"
-            )
+            out.write(f"resume with: agency task resume {outcome.task_id} {_resume_hint(outcome.pending)}\n")
     if outcome.output is not None:
         out.write(f"output: {truncate(json.dumps(outcome.output, ensure_ascii=False), 300)}\n")
     out.write(f"timeline: agency trace show {outcome.trace_id} (on the gateway's data directory)\n")

@@ -473,7 +473,12 @@ class AgencyClient:
         return decision_from_pb(await self._calls.unary(self._stub.Route, request))
 
     async def resume(
-        self, task_id: str, *, answer: str | None = None, decision: Mapping[str, Any] | None = None
+        self,
+        task_id: str,
+        *,
+        answer: str | None = None,
+        decision: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """Resume a task waiting for input (``state == "input_required"``) or ``interrupted``
         (no answer: it goes on where it was cut off; its step in flight runs again only if the
@@ -481,7 +486,9 @@ class AgencyClient:
 
         Args:
             task_id: The task.
-            answer: The chosen option id of a clarification or conflict; or
+            answer: The chosen option id of a clarification or conflict (or the value of the
+                one field a ``missing_input`` question asks for); or
+            input: The fields a ``missing_input`` question asks for, ``{"device_model": ...}``; or
             decision: A human handover decision,
                 ``{"action": "retry|use_agent|provide_output|abort|cancel", ...}``.
 
@@ -493,7 +500,10 @@ class AgencyClient:
         from ..server.grpc_api.convert import outcome_from_pb
 
         request = agency_pb2.ResumeRequest(
-            task_id=task_id, answer=answer or "", decision_json=_json(decision, "decision")
+            task_id=task_id,
+            answer=answer or "",
+            decision_json=_json(decision, "decision"),
+            input_json=_json(input, "input"),
         )
         return outcome_from_pb(await self._calls.unary(self._stub.Resume, request))
 

@@ -263,10 +263,15 @@ class SyncAgencyClient:
         return self._loop.run(self._client.route(text, constraints))
 
     def resume(
-        self, task_id: str, *, answer: str | None = None, decision: Mapping[str, Any] | None = None
+        self,
+        task_id: str,
+        *,
+        answer: str | None = None,
+        decision: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
     ) -> Outcome:
         """See :meth:`AgencyClient.resume`."""
-        return self._loop.run(self._client.resume(task_id, answer=answer, decision=decision))
+        return self._loop.run(self._client.resume(task_id, answer=answer, decision=decision, input=input))
 
     def get_task(self, task_id: str) -> Outcome:
         """See :meth:`AgencyClient.get_task`."""

@@ -13,8 +13,8 @@ from .checks import CheckRegistry, CheckResult, RegisteredCheck
 from .goal_store import GoalStore
 from .memory_goal_store import MemoryGoalStore
 from .model import GoalAssertion, GoalStage, GoalVerdict, IntentionScope, StepVerdict, TargetCapability
-from .plans import check_plan, plan_problems
 from .sentences import SentenceError, coerce_step, parse_step_sentence
+from .stage_bindings import check_stage_bindings, stage_binding_problems
 from .steps import (
     STEP_KINDS,
     AllOfStep,
@@ -61,10 +61,10 @@ __all__ = [
     "TargetCapability",
     "VerificationStep",
     "Verifier",
-    "check_plan",
+    "check_stage_bindings",
     "coerce_step",
     "parse_step_sentence",
-    "plan_problems",
+    "stage_binding_problems",
     "step_label",
     "text_of",
     "verify_goal",

@@ -21,6 +21,7 @@ from typing import Any
 from ..contracts import SEMVER_RE, CapabilityContract
 from ..errors import InvalidInput, Problem
 from ..findings import Finding
+from ..plans import check_plan
 from .model import GoalAssertion
 
 __all__ = ["HIGH_CRITICALITY_MIN_TIMEOUT", "catalog_from", "goals_in", "lint_goal", "lint_goals"]
@@ -160,6 +161,10 @@ def _semantic(
                     **where,
                 )
             )
+    if goal and goal.plan is not None and catalog:  # the plan against the given catalog
+        contracts = {c.key: c for c in catalog.values()}.values()
+        for p in check_plan(goal.plan, contracts, require_contracts=False):
+            out.append(Finding("error", "plan-contract", p.reason, field=p.field, **where))
     if goal:
         for field, step in _all_steps(goal):
             if step.kind == "regex" and not step.literal and _NESTED_QUANTIFIER.search(step.pattern):

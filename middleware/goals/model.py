@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .._model import Model
+from ..plans import Plan
 from .steps import StepSpec
 
 __all__ = [
@@ -82,6 +83,8 @@ class GoalAssertion(Model):
         target_capabilities: Capabilities the goal targets (for ``agency goal lint``).
         time_critical: Every message of its tasks must carry a ``freshness_ttl``.
         intention_scope: What its steps' outputs must be about (else INTENT_DRIFT).
+        plan: The steps the gateway runs for it when a task names no steps (``middleware.plans``);
+            its stages bind to the plan's steps.
     """
 
     id: str = Field(description="Global goal id such as ``GOAL_FINANCE_001``.")
@@ -97,6 +100,9 @@ class GoalAssertion(Model):
     )
     intention_scope: IntentionScope | None = Field(
         default=None, description="What its steps' outputs must be about (else INTENT_DRIFT)."
+    )
+    plan: Plan | None = Field(
+        default=None, description="The steps the gateway runs for it when a task names none."
     )
     tenant: str = Field(
         default="",
@@ -142,6 +148,27 @@ class GoalAssertion(Model):
         if not v and not info.data.get("stages"):
             raise ValueError("a goal needs at least one verification step (or a stage with steps)")
         return v
+
+    @model_validator(mode="after")
+    def _plan_fits(self) -> GoalAssertion:
+        if self.plan is None:
+            return self
+        names = self.plan.names()
+        for i, step in enumerate(self.plan.steps):
+            if not step.action or step.action.startswith("@"):
+                raise ValueError(f"plan.steps[{i}].action: required (the action the step asks for)")
+            scope = self.intention_scope.actions if self.intention_scope is not None else []
+            if scope and step.action not in scope:
+                raise ValueError(
+                    f"plan.steps[{i}].action: {step.action} is outside the goal's intention_scope.actions"
+                )
+        for i, stage in enumerate(self.stages):
+            if stage.step not in names:
+                raise ValueError(
+                    f"stages[{i}].step: stage {stage.name!r} is bound to step {stage.step!r}, which the "
+                    f"plan does not have (steps: {', '.join(names)})"
+                )
+        return self
 
     def stage_for(self, step: str) -> GoalStage | None:
         """The stage bound to task step ``step``, if any."""

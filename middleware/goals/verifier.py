@@ -33,7 +33,7 @@ from ..schemas import compile_schema
 from .checks import CheckRegistry, CheckResult
 from .dates import within_reason
 from .model import GoalAssertion, GoalStage, GoalVerdict, StepVerdict
-from .plans import check_plan
+from .stage_bindings import check_stage_bindings
 from .steps import (
     WITHIN_OPS,
     AllOfStep,
@@ -692,8 +692,8 @@ class StagedVerifier:
 
     def check_bindings(self, step_names: Sequence[str]) -> None:
         """Raise :class:`InvalidInput` for stages bound to steps the task does not have
-        (:func:`middleware.goals.plans.check_plan`)."""
-        check_plan(self.goal, step_names)
+        (:func:`middleware.goals.stage_bindings.check_stage_bindings`)."""
+        check_stage_bindings(self.goal, step_names)
 
     async def after_step(self, step: str, output: Any) -> GoalVerdict | None:
         """Verify the stage bound to ``step`` (``None`` when no stage is bound to it)."""

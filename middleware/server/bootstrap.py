@@ -93,6 +93,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         router=Router(backends.catalog, stats=backends.stats),
         policy=definition.policies.gate(),
         guard=_guard(definition),
+        planner=definition.planner.build(),
         metering=_metering(definition, backends.usage),
     )
     limits = _rate_limits(definition)

@@ -70,6 +70,8 @@ from ..messaging.registration import RegistrationQuota
 from ..messaging.webhooks import WebhookSettings
 from ..names import look_alike, reserved_prefix
 from ..people.model import HumansSettings
+from ..planner import LangChainPlanner, Planner
+from ..plans import check_plan
 from ..tenancy import check_tenant
 from .identity_settings import IdentitySettings
 from .protocol_settings import ProtocolSettings
@@ -148,6 +150,35 @@ class AgentDefinition(Model):
             agent: AgentCallable = resolve_import(self.agent)
             return agent
         return None
+
+
+class PlannerSettings(Model):
+    """The governed planner (docs/semantics.md, "Plans"): off unless a chat model is named.
+
+    ``factory`` builds a LangChain chat model (any object with ``ainvoke``) from ``args``, e.g.
+    ``langchain_openai:ChatOpenAI`` with ``{model: gpt-4.1-mini}``; the gateway asks it for a plan
+    when a task names no steps and its goal (if any) declares none, and checks every proposal
+    against the contracts before anything runs.
+    """
+
+    factory: str = Field(default="", description="module:attribute building the chat model; empty: off.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for ``factory``.")
+    name: str = Field(
+        default="langchain", min_length=1, max_length=64, description="Its name in the audit log."
+    )
+
+    @field_validator("factory")
+    @classmethod
+    def _importable(cls, v: str) -> str:
+        if v and not callable(resolve_import(v)):
+            raise ValueError(f"{v!r} is not callable")
+        return v
+
+    def build(self) -> Planner | None:
+        """The planner, or None when off."""
+        if not self.factory:
+            return None
+        return LangChainPlanner(resolve_import(self.factory)(**self.args), name=self.name)
 
 
 class StorageSettings(Model):
@@ -544,6 +575,9 @@ class AgencyDefinition(Model):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     agents: list[AgentDefinition] = Field(default_factory=list)
     goals: list[GoalAssertion] = Field(default_factory=list)
+    planner: PlannerSettings = Field(
+        default_factory=PlannerSettings, description="The governed planner (off unless a model is named)."
+    )
     messaging: MessagingSettings = Field(default_factory=MessagingSettings)
     workers: WorkersSettings = Field(default_factory=WorkersSettings)
     humans: HumansSettings = Field(default_factory=HumansSettings)
@@ -593,6 +627,14 @@ class AgencyDefinition(Model):
         for i, g in enumerate(self.goals):
             if goal_at.setdefault(g.id, i) != i:
                 problems.append(Problem(f"goals[{i}].id", f"{g.id} is already goals[{goal_at[g.id]}]"))
+            if g.plan is not None:  # against the file's own contracts (workers may add more later)
+                problems += check_plan(
+                    g.plan,
+                    [a.contract for a in self.agents],
+                    prefix=f"goals[{i}].plan",
+                    max_steps=self.agency.limits.max_steps_per_task,
+                    require_contracts=False,
+                )
         if problems:
             # Not a ValueError: pydantic would fold it into one message; we keep the paths.
             raise InvalidInput(problems, what="definition")

@@ -166,7 +166,8 @@ EVENT_TYPES = [
     "audit.retention", "catalog.change", "contract.review", "failure.event", "failure.quarantine",
     "failure.resolution", "goal.anchored", "goal.verification", "human.handover", "message.accepted",
     "message.acked", "message.dead_lettered", "message.duplicate", "message.expired", "message.forged",
-    "message.lost", "message.rejected", "policy.resolution", "routing.decision", "routing.refused",
+    "message.lost", "message.rejected", "plan.accepted", "plan.proposed", "plan.refused", "plan.skipped",
+    "policy.resolution", "routing.decision", "routing.refused",
     "task.completed", "task.interrupted", "task.resumed", "task.submitted", "task.transition",
 ]  # fmt: skip
 

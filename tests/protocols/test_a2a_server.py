@@ -180,7 +180,8 @@ async def test_streaming_tells_each_pipeline_state_then_the_final_one(demo_agenc
     working = [
         dict(u.metadata)["agency_state"] for u in updates if u.status.state == TaskState.TASK_STATE_WORKING
     ]
-    assert working[:3] == ["routing", "dispatched", "verifying"]
+    # the greeting agent first (the intake: no goal here), then the calculator, then the check
+    assert working[:5] == ["routing", "dispatched", "routing", "dispatched", "verifying"]
 
 
 async def test_a_time_critical_answer_tells_its_ttl_in_the_artifact_metadata(demo_agency):

@@ -62,7 +62,7 @@ from ...people.model import Person
 from ...people.sign_ins import MemorySignIns, SignInStore
 from ...refusals import RefusalAggregator
 from ...smf import utcnow
-from ...timeline import build_timelines
+from ...timeline import build_timelines, plan_lines
 from .sso import COOKIE as SSO_COOKIE
 from .sso import ConsoleSso, SignInRefused
 from .views import audit_state, contract_rows, escalation_view, task_bars, timeline_layout, waited
@@ -432,6 +432,7 @@ def build_app(
             task=outcome,
             timeline=timelines[0] if timelines else None,
             layout=timeline_layout(task_bars(records)),
+            plan=plan_lines(timelines[0].plan) if timelines and timelines[0].plan else [],
             escalation=desk.redact(esc, person) if esc is not None else None,
             decisions=[r for r in records if r.event_type in ("task.resumed", "human.decision")],
         )

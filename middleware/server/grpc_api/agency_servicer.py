@@ -49,11 +49,16 @@ class AgencyServicer(agency_pb2_grpc.AgencyServiceServicer):
     ) -> agency_pb2.Outcome:
         try:
             decision = loads(request.decision_json, "decision_json", want=dict)
+            given = loads(request.input_json, "input_json", want=dict)
         except InvalidInput as exc:  # the task's own refusals are audited by Agency.resume
             await self._agency.record_rejection(exc)
             raise
         outcome = await self._agency.resume(
-            request.task_id, answer=request.answer or None, decision=decision, caller=current_principal()
+            request.task_id,
+            answer=request.answer or None,
+            decision=decision,
+            input=given,
+            caller=current_principal(),
         )
         return outcome_to_pb(outcome)
 

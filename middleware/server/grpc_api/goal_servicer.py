@@ -9,7 +9,7 @@ import grpc
 from ..._model import parse_model
 from ..._proto.agency.v1 import goals_pb2, goals_pb2_grpc
 from ...access import current_principal
-from ...errors import InvalidInput, NotFound, PermissionDenied
+from ...errors import InvalidInput, NotFound, PermissionDenied, Problem
 from ...goals import GoalAssertion
 from ...pipeline import Agency
 from ...tenancy import sees
@@ -28,6 +28,7 @@ def goal_to_pb(goal: GoalAssertion) -> goals_pb2.Goal:
         stages=[s.name for s in goal.stages],
         verification_step_count=len(goal.verification_steps),
         goal_json=json.dumps(goal.model_dump(mode="json"), ensure_ascii=False),
+        plan_steps=goal.plan.names() if goal.plan is not None else [],
     )
 
 
@@ -43,6 +44,13 @@ class GoalServicer(goals_pb2_grpc.GoalServiceServicer):
         if data is None:
             raise InvalidInput.single("goal_json", "the goal assertion is required", what="goal assertion")
         goal = parse_model(GoalAssertion, data, what="goal assertion", prefix="goal_json")
+        try:  # its plan against the contracts registered now
+            await self._agency.check_plan(goal)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                [Problem(f"goal_json.{p.field.removeprefix('goal.')}", p.reason) for p in exc.problems],
+                what=exc.what,
+            ) from None
         caller = current_principal()
         if caller is not None and caller.tenant:  # a tenant's admin registers its tenant's goals
             if goal.tenant and goal.tenant != caller.tenant:

@@ -14,8 +14,10 @@ a W3C ``traceparent`` in the metadata continues the caller's trace. The provenan
 state maps onto the A2A states: completed (the output as an artifact), input-required (a
 clarification or a human handover: the packet as a data part), rejected (a refusal),
 failed, canceled. A follow-up message on an input-required task resumes it
-(:meth:`Agency.resume`): a data part ``{"answer": ID}`` or ``{"decision": {...}}``, or the
-option id as text. ``SendStreamingMessage`` streams every pipeline state as a ``working``
+(:meth:`Agency.resume`): a data part ``{"answer": ID}``, ``{"input": {...}}`` (the fields a plan
+step asked for) or ``{"decision": {...}}``, or the option id (or the one asked field's value)
+as text. A message with only the user's words runs the plan of the goal the intake agent
+anchors (docs/semantics.md, "Plans"). ``SendStreamingMessage`` streams every pipeline state as a ``working``
 status update (``metadata.agency_state``) before the final one.
 
 Callers authenticate with the A2A security scheme ``bearer`` (HTTP bearer), checked against
@@ -398,10 +400,10 @@ class GovernedExecutor(AgentExecutor):
         self, context: RequestContext, message: Message, principal: Principal | None, updater: TaskUpdater
     ) -> None:
         task_id = context.task_id or ""
-        answer, decision = _answer(message)
+        answer, decision, given = _answer(message)
         outcome = await self._follow(
             task_id,
-            self.agency.resume(task_id, answer=answer, decision=decision, caller=principal),
+            self.agency.resume(task_id, answer=answer, decision=decision, input=given, caller=principal),
             updater,
         )
         if outcome is not None:
@@ -519,14 +521,17 @@ def _struct(message: Message) -> dict[str, Any]:
     return meta
 
 
-def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None]:
-    """The answer (option id) or human decision a follow-up message carries."""
+def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]:
+    """The answer (option id, or an asked field's value), human decision or asked input a
+    follow-up message carries."""
     for item in get_data_parts(list(message.parts)):
         if isinstance(item, dict) and "decision" in item:
-            return None, dict(item["decision"])
+            return None, dict(item["decision"]), None
+        if isinstance(item, dict) and isinstance(item.get("input"), dict):
+            return None, None, dict(item["input"])
         if isinstance(item, dict) and "answer" in item:
-            return str(item["answer"]), None
-    return get_message_text(message, " ").strip() or None, None
+            return str(item["answer"]), None, None
+    return get_message_text(message, " ").strip() or None, None, None
 
 
 async def _report(outcome: Outcome, updater: TaskUpdater) -> None:

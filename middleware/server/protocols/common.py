@@ -191,6 +191,9 @@ def outcome_text(outcome: Outcome) -> str:
         pending = outcome.pending
         if pending.get("kind") == "human_handover":
             return f"Waiting for a human decision: {outcome.reason or pending.get('reason', '')}".strip()
+        if pending.get("kind") == "missing_input":
+            fields = ", ".join(str(f) for f in pending.get("fields") or [])
+            return f"{pending.get('question', 'Input required.')} (answer with: {fields})".strip()
         options = ", ".join(f"{o.get('id')} ({o.get('label', '')})" for o in pending.get("options", []))
         return f"{pending.get('question', 'Input required.')} Answer with one of: {options}".strip()
     if state is TaskState.INTERRUPTED:

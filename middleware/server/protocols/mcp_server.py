@@ -88,6 +88,7 @@ _RESUME_SCHEMA: dict[str, Any] = {
     "properties": {
         "task_id": {"type": "string", "minLength": 1},
         "answer": {"type": "string", "description": "The id of the chosen option (a clarification)."},
+        "input": {"type": "object", "description": "The fields a plan step asked for (missing input)."},
         "decision": {"type": "object", "description": "A human decision: {action, agent?, output?, note?}."},
     },
     "additionalProperties": False,
@@ -127,8 +128,9 @@ async def governed_tools(agency: Agency, tenant: str = "") -> tuple[list[types.T
         ),
         types.Tool(
             name=RESUME_TASK,
-            description="Answer a task that stopped for input: a clarification (answer = an option id) or "
-            "a human handover (decision); or continue an interrupted task (neither).",
+            description="Answer a task that stopped for input: a clarification (answer = an option id), "
+            "missing input (input = the asked fields) or a human handover (decision); or continue an "
+            "interrupted task (none of them).",
             input_schema=_RESUME_SCHEMA,
         ),
         types.Tool(
@@ -209,48 +211,73 @@ async def _elicit(
 ) -> Outcome:
     """Ask a pending clarification through MCP elicitation, where the client has it, and resume.
 
-    Only clarifications and conflicts (a choice among offered options) are asked; a human
-    handover, a declined or canceled elicitation, or a connection without a back channel
-    (the 2026-07-28 revision has none) leaves the task waiting: the tool error says how to
-    answer it with ``resume_task``.
+    Clarifications and conflicts (a choice among offered options) and a plan step's missing
+    input (a form of the asked fields) are asked; a human handover, a declined or canceled
+    elicitation, or a connection without a back channel (the 2026-07-28 revision has none)
+    leaves the task waiting: the tool error says how to answer it with ``resume_task``.
     """
     capability = types.ClientCapabilities(elicitation=types.ElicitationCapability())
     for _ in range(MAX_ELICITATIONS):
         pending = outcome.pending
-        options = pending.get("options") or []
-        if outcome.state is not TaskState.INPUT_REQUIRED or pending.get("kind") not in (
+        kind = pending.get("kind")
+        if outcome.state is not TaskState.INPUT_REQUIRED or kind not in (
             "clarification",
             "conflict",
+            "missing_input",
         ):
             return outcome
         try:
             if not ctx.session.check_client_capability(capability):
                 return outcome
             reply = await ctx.session.elicit_form(
-                str(pending.get("question") or "Input required"),
-                {
-                    "type": "object",
-                    "properties": {
-                        "answer": {  # a titled single-select enum (MCP 2025-11-25; enumNames is deprecated)
-                            "type": "string",
-                            "title": "Your choice",
-                            "oneOf": [
-                                {"const": str(o.get("id")), "title": str(o.get("label") or o.get("id"))}
-                                for o in options
-                            ],
-                        }
-                    },
-                    "required": ["answer"],
-                },
+                str(pending.get("question") or "Input required"), _form(pending)
             )
         except Exception as exc:  # no back channel, client error: the task keeps waiting
             log.debug("elicitation not possible for %s: %s", outcome.task_id, exc)
             return outcome
-        answer = (reply.content or {}).get("answer") if reply.action == "accept" else None
-        if not answer:
+        content = dict(reply.content or {}) if reply.action == "accept" else {}
+        if not content:
             return outcome
-        outcome = await agency.resume(outcome.task_id, answer=str(answer), caller=principal)
+        if kind == "missing_input":
+            outcome = await agency.resume(outcome.task_id, input=content, caller=principal)
+        elif content.get("answer"):
+            outcome = await agency.resume(outcome.task_id, answer=str(content["answer"]), caller=principal)
+        else:
+            return outcome
     return outcome
+
+
+#: JSON Schema types an elicitation form may ask for (MCP: flat objects of primitive fields).
+_PRIMITIVE = {"string", "number", "integer", "boolean"}
+
+
+def _form(pending: dict[str, Any]) -> dict[str, Any]:
+    """The elicitation form of a pending question: the choice among its options, or the asked
+    fields (each with its type when the contract's schema gives a primitive one)."""
+    if pending.get("kind") == "missing_input":
+        schemas = pending.get("schemas") or {}
+        fields = [str(f) for f in pending.get("fields") or []]
+        properties = {}
+        for name in fields:
+            raw = schemas.get(name)
+            given = raw.get("type") if isinstance(raw, dict) else None
+            kind = given if isinstance(given, str) and given in _PRIMITIVE else "string"
+            properties[name] = {"type": kind, "title": name}
+        return {"type": "object", "properties": properties, "required": fields}
+    options = pending.get("options") or []
+    return {
+        "type": "object",
+        "properties": {
+            "answer": {  # a titled single-select enum (MCP 2025-11-25; enumNames is deprecated)
+                "type": "string",
+                "title": "Your choice",
+                "oneOf": [
+                    {"const": str(o.get("id")), "title": str(o.get("label") or o.get("id"))} for o in options
+                ],
+            }
+        },
+        "required": ["answer"],
+    }
 
 
 def _error(exc: AgencyError) -> types.CallToolResult:
@@ -307,6 +334,7 @@ def build_mcp_server(
                 outcome = await agency.resume(
                     str(arguments.get("task_id", "")),
                     answer=arguments.get("answer"),
+                    input=arguments.get("input"),
                     decision=decision,
                     caller=principal,
                 )

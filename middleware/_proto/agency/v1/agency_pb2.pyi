@@ -187,14 +187,16 @@ class Outcome(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., state: _Optional[str] = ..., a2a_state: _Optional[str] = ..., output_json: _Optional[str] = ..., goal_id: _Optional[str] = ..., goal_verdict: _Optional[_Union[GoalVerdict, _Mapping]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., resolutions: _Optional[_Iterable[_Union[Resolution, _Mapping]]] = ..., reason: _Optional[str] = ..., pending_json: _Optional[str] = ..., audit_index: _Optional[int] = ..., outcome_json: _Optional[str] = ...) -> None: ...
 
 class ResumeRequest(_message.Message):
-    __slots__ = ("task_id", "answer", "decision_json")
+    __slots__ = ("task_id", "answer", "decision_json", "input_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     DECISION_JSON_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     answer: str
     decision_json: str
-    def __init__(self, task_id: _Optional[str] = ..., answer: _Optional[str] = ..., decision_json: _Optional[str] = ...) -> None: ...
+    input_json: str
+    def __init__(self, task_id: _Optional[str] = ..., answer: _Optional[str] = ..., decision_json: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
     __slots__ = ("task_id",)

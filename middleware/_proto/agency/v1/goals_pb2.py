@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gency/v1/goals.proto\x12\tagency.v1\"\x99\x01\n\x04Goal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x05\x12\x13\n\x0b\x63riticality\x18\x04 \x01(\t\x12\x0e\n\x06stages\x18\x05 \x03(\t\x12\x1f\n\x17verification_step_count\x18\x06 \x01(\x05\x12\x11\n\tgoal_json\x18\x07 \x01(\t\"9\n\x13RegisterGoalRequest\x12\x11\n\tgoal_json\x18\x01 \x01(\t\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"!\n\x0eGetGoalRequest\x12\x0f\n\x07goal_id\x18\x01 \x01(\t2\x85\x01\n\x0bGoalService\x12?\n\x0cRegisterGoal\x12\x1e.agency.v1.RegisterGoalRequest\x1a\x0f.agency.v1.Goal\x12\x35\n\x07GetGoal\x12\x19.agency.v1.GetGoalRequest\x1a\x0f.agency.v1.Goalb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gency/v1/goals.proto\x12\tagency.v1\"\xad\x01\n\x04Goal\x12\n\n\x02id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x03 \x01(\x05\x12\x13\n\x0b\x63riticality\x18\x04 \x01(\t\x12\x0e\n\x06stages\x18\x05 \x03(\t\x12\x1f\n\x17verification_step_count\x18\x06 \x01(\x05\x12\x11\n\tgoal_json\x18\x07 \x01(\t\x12\x12\n\nplan_steps\x18\x08 \x03(\t\"9\n\x13RegisterGoalRequest\x12\x11\n\tgoal_json\x18\x01 \x01(\t\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"!\n\x0eGetGoalRequest\x12\x0f\n\x07goal_id\x18\x01 \x01(\t2\x85\x01\n\x0bGoalService\x12?\n\x0cRegisterGoal\x12\x1e.agency.v1.RegisterGoalRequest\x1a\x0f.agency.v1.Goal\x12\x35\n\x07GetGoal\x12\x19.agency.v1.GetGoalRequest\x1a\x0f.agency.v1.Goalb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,11 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agency.v1.goals_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GOAL']._serialized_start=37
-  _globals['_GOAL']._serialized_end=190
-  _globals['_REGISTERGOALREQUEST']._serialized_start=192
-  _globals['_REGISTERGOALREQUEST']._serialized_end=249
-  _globals['_GETGOALREQUEST']._serialized_start=251
-  _globals['_GETGOALREQUEST']._serialized_end=284
-  _globals['_GOALSERVICE']._serialized_start=287
-  _globals['_GOALSERVICE']._serialized_end=420
+  _globals['_GOAL']._serialized_end=210
+  _globals['_REGISTERGOALREQUEST']._serialized_start=212
+  _globals['_REGISTERGOALREQUEST']._serialized_end=269
+  _globals['_GETGOALREQUEST']._serialized_start=271
+  _globals['_GETGOALREQUEST']._serialized_end=304
+  _globals['_GOALSERVICE']._serialized_start=307
+  _globals['_GOALSERVICE']._serialized_end=440
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Goal(_message.Message):
-    __slots__ = ("id", "description", "timeout_seconds", "criticality", "stages", "verification_step_count", "goal_json")
+    __slots__ = ("id", "description", "timeout_seconds", "criticality", "stages", "verification_step_count", "goal_json", "plan_steps")
     ID_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class Goal(_message.Message):
     STAGES_FIELD_NUMBER: _ClassVar[int]
     VERIFICATION_STEP_COUNT_FIELD_NUMBER: _ClassVar[int]
     GOAL_JSON_FIELD_NUMBER: _ClassVar[int]
+    PLAN_STEPS_FIELD_NUMBER: _ClassVar[int]
     id: str
     description: str
     timeout_seconds: int
@@ -22,7 +23,8 @@ class Goal(_message.Message):
     stages: _containers.RepeatedScalarFieldContainer[str]
     verification_step_count: int
     goal_json: str
-    def __init__(self, id: _Optional[str] = ..., description: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., criticality: _Optional[str] = ..., stages: _Optional[_Iterable[str]] = ..., verification_step_count: _Optional[int] = ..., goal_json: _Optional[str] = ...) -> None: ...
+    plan_steps: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., description: _Optional[str] = ..., timeout_seconds: _Optional[int] = ..., criticality: _Optional[str] = ..., stages: _Optional[_Iterable[str]] = ..., verification_step_count: _Optional[int] = ..., goal_json: _Optional[str] = ..., plan_steps: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterGoalRequest(_message.Message):
     __slots__ = ("goal_json", "replace")

@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class GoalServiceStub:
-    """Goal assertions: registered once (validated strictly: every problem is named),
-    then referenced by id from submitted tasks (SubmitRequest.goal_id).
+    """Goal assertions: registered once (validated strictly: every problem is named; a goal's
+    plan is also checked against the contracts registered then), then referenced by id from
+    submitted tasks (SubmitRequest.goal_id). A task that names no steps runs its goal's plan.
     """
 
     def __init__(self, channel):
@@ -49,8 +50,9 @@ class GoalServiceStub:
 
 
 class GoalServiceServicer:
-    """Goal assertions: registered once (validated strictly: every problem is named),
-    then referenced by id from submitted tasks (SubmitRequest.goal_id).
+    """Goal assertions: registered once (validated strictly: every problem is named; a goal's
+    plan is also checked against the contracts registered then), then referenced by id from
+    submitted tasks (SubmitRequest.goal_id). A task that names no steps runs its goal's plan.
     """
 
     def RegisterGoal(self, request, context):
@@ -87,8 +89,9 @@ def add_GoalServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GoalService:
-    """Goal assertions: registered once (validated strictly: every problem is named),
-    then referenced by id from submitted tasks (SubmitRequest.goal_id).
+    """Goal assertions: registered once (validated strictly: every problem is named; a goal's
+    plan is also checked against the contracts registered then), then referenced by id from
+    submitted tasks (SubmitRequest.goal_id). A task that names no steps runs its goal's plan.
     """
 
     @staticmethod

@@ -19,7 +19,7 @@ from middleware import (
 )
 from middleware.demo import build_demo_agency, demo_config
 from middleware.errors import InvalidInput
-from middleware.goals import check_plan, plan_problems
+from middleware.goals import check_stage_bindings, stage_binding_problems
 from middleware.testing import ScriptedAgent
 
 ONLY_INTAKE = TaskRequest(
@@ -109,10 +109,13 @@ def test_plan_problems_is_the_one_place_the_check_lives():
             {"name": "second", "step": "check", "verification_steps": ["$.ok is true"]},
         ],
     )
-    assert plan_problems(goal, ["look", "check"]) == []
-    assert [p.field for p in plan_problems(goal, [])] == ["goal.stages[0].step", "goal.stages[1].step"]
+    assert stage_binding_problems(goal, ["look", "check"]) == []
+    assert [p.field for p in stage_binding_problems(goal, [])] == [
+        "goal.stages[0].step",
+        "goal.stages[1].step",
+    ]
     with pytest.raises(InvalidInput, match="steps: look"):
-        check_plan(goal, ["look"])
+        check_stage_bindings(goal, ["look"])
 
 
 async def test_an_intake_naming_an_unknown_goal_is_retried_for_real():

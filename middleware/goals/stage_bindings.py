@@ -3,7 +3,7 @@
 A goal's stages are bound to task steps by name (``eligibility`` checks what step
 ``warranty`` returns). A plan without one of those steps can never pass the goal: the
 stage would never be verified. Such a task is the client's mistake, refused before any
-agent is blamed for it: :func:`check_plan` raises ``InvalidInput`` naming each stage and
+agent is blamed for it: :func:`check_stage_bindings` raises ``InvalidInput`` naming each stage and
 the step it is missing — at submit when the goal is known, and as soon as an intake agent
 anchors one mid-task (``Agency`` ends the task ``rejected`` and the submit fails with it).
 
@@ -18,10 +18,12 @@ from collections.abc import Sequence
 from ..errors import InvalidInput, Problem
 from .model import GoalAssertion
 
-__all__ = ["check_plan", "plan_problems"]
+__all__ = ["check_stage_bindings", "stage_binding_problems"]
 
 
-def plan_problems(goal: GoalAssertion, step_names: Sequence[str], *, anchored_by: str = "") -> list[Problem]:
+def stage_binding_problems(
+    goal: GoalAssertion, step_names: Sequence[str], *, anchored_by: str = ""
+) -> list[Problem]:
     """One problem per stage of ``goal`` bound to a step ``step_names`` does not have.
 
     Args:
@@ -42,12 +44,12 @@ def plan_problems(goal: GoalAssertion, step_names: Sequence[str], *, anchored_by
     ]
 
 
-def check_plan(goal: GoalAssertion, step_names: Sequence[str], *, anchored_by: str = "") -> None:
+def check_stage_bindings(goal: GoalAssertion, step_names: Sequence[str], *, anchored_by: str = "") -> None:
     """Raise :class:`InvalidInput` (``what``: task request) naming every stage whose step is missing.
 
     Raises:
         InvalidInput: one problem per stage bound to a missing step (field ``goal.stages[i].step``).
     """
-    problems = plan_problems(goal, step_names, anchored_by=anchored_by)
+    problems = stage_binding_problems(goal, step_names, anchored_by=anchored_by)
     if problems:
         raise InvalidInput(problems, what="task request")
