@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ._model import trusted
-from .access import Principal, authorize_task, refusal_record
+from .access import Principal, authorize_task, current_principal, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -68,6 +68,7 @@ from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
 from .memory_task_store import MemoryTaskStore
+from .metering import BudgetStop, Metering
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
 from .plan_runner import PlanRunner, check_client_steps, task_steps
@@ -95,6 +96,7 @@ from .tasks import (
     keep_outcome_json,
     outcome_json,
 )
+from .tenancy import tenant_of
 
 __all__ = ["Agency"]
 
@@ -170,6 +172,9 @@ class Agency:
         leases: Leases on running tasks shared with other replicas (default: none, one
             process): with them, ``self.takeover`` holds this gateway's leases and takes over
             the tasks of gateways that died (start its loop with ``self.takeover.start()``).
+        metering: Prices, sums and bounds the agents' model usage (default: built from
+            ``config.usage`` when it prices or bounds anything, sums in this process; ``agency
+            serve`` gives it Redis sums with Redis storage).
     """
 
     def __init__(
@@ -199,6 +204,7 @@ class Agency:
         policy: PolicyGate | None = None,
         leases: TaskLeases | None = None,
         planner: Planner | None = None,
+        metering: Metering | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -224,6 +230,9 @@ class Agency:
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
+        if metering is None and self.config.usage.enabled:
+            metering = Metering(self.config.usage, clock=clock)
+        self.metering = metering
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
@@ -244,6 +253,7 @@ class Agency:
             guard=guard,
             policy=policy,
             goals=self.goals,
+            metering=metering,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
         self.takeover: Takeover | None = None
@@ -364,17 +374,26 @@ class Agency:
         )
 
     # ------------------------------------------------------------------ routing
-    async def route(self, text: str, constraints: Mapping[str, Any] | None = None) -> RoutingDecision:
-        """A dry run: what the router would decide for ``text``, with its reasons."""
+    async def route(
+        self, text: str, constraints: Mapping[str, Any] | None = None, *, tenant: str | None = None
+    ) -> RoutingDecision:
+        """A dry run: what the router would decide for ``text``, with its reasons (among the
+        contracts of ``tenant``, default: the current caller's, and those shared with it)."""
         wanted = await self.router.constraints_for(text, constraints)
-        return await self.router.decide(wanted)
+        return await self.router.decide(
+            wanted, tenant=tenant_of(current_principal()) if tenant is None else tenant
+        )
 
     # ------------------------------------------------------------------- submit
-    async def submit(self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "") -> Outcome:
+    async def submit(
+        self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "", tenant: str | None = None
+    ) -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
 
         ``client`` (the authenticated caller, if any) owns the task: only it, or an admin,
-        may read or resume it (see :func:`middleware.access.authorize_task`).
+        may read or resume it (see :func:`middleware.access.authorize_task`). ``tenant`` (default:
+        the current caller's) scopes it: routed only to that tenant's agents and those shared
+        with it, seen only by that tenant (:mod:`middleware.tenancy`).
 
         Raises:
             InvalidInput: the request (or its SMF envelope) does not validate; audited.
@@ -390,8 +409,12 @@ class Agency:
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
+        if tenant is None:
+            tenant = tenant_of(current_principal())
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client)
+        if goal is not None and req.goal is None and goal.tenant and goal.tenant != tenant:
+            raise NotFound(f"no goal {req.goal_id!r}")  # another tenant's goal is not even named
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client, tenant=tenant)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
         if goal is not None:
@@ -551,6 +574,10 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # a spent budget stops the task before its next attempt (the chosen agent, a retry, a backup)
+            if self.metering is not None and (spent := await self.metering.check(run, agent=cursor.agent)):
+                record.status = "pending"
+                return await self._budget_stop(run, step, cursor.agent, spent)
             # an approval gate holds the step before its agent (the chosen one, or a backup) runs
             if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
                 record.status = "pending"
@@ -780,6 +807,31 @@ class Agency:
         cursor = StepCursor(agent="", fallbacks=[])
         await self._carry_out(run, resolution, event, cursor)
         return await self._stop(run, cursor)
+
+    async def _budget_stop(self, run: TaskRecord, step: TaskStep, agent: str, spent: BudgetStop) -> Outcome:
+        """Stop before ``step`` runs on ``agent``: a budget is spent (audited with it and the
+        spend); a person decides (``hold``) or the task fails (``abort``)."""
+        error, detail = spent.error(), spent.detail()
+        hold = spent.budget.on_exhausted == "hold"
+        await self._audit(
+            run,
+            AuditEventType.BUDGET_EXCEEDED,
+            "held" if hold else "aborted",
+            {"step": step.name, **detail, "why": error.message},
+            agent=agent,
+            rule=f"budget:{spent.budget.label}",
+        )
+        if not hold:
+            return await self._finish(run, TaskState.FAILED, reason=error.message)
+        pending = {
+            "kind": "human_handover",
+            "reason": error.message,
+            "step": step.name,
+            "agent": agent,
+            "failure_type": error.reason,
+            "budget": detail,
+        }
+        return await self._finish(run, TaskState.INPUT_REQUIRED, reason=error.message, pending=pending)
 
     async def _carry_out(
         self,
@@ -1119,7 +1171,7 @@ class Agency:
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
         """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
         try:
-            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id, tenant=run.tenant)
         except PermissionDenied as exc:
             record = refusal_record(exc, node=self.config.node_id)
             ids = {"task_id": run.task_id, "trace_id": run.trace_id}
@@ -1227,7 +1279,7 @@ class Agency:
         if state is None:
             return
         try:
-            authorize_session(state, run.client)
+            authorize_session(state, run.client, tenant=run.tenant)
         except PermissionDenied as exc:
             await self._record(
                 AuditEventType.MESSAGE_REJECTED,
@@ -1305,6 +1357,7 @@ class Agency:
                 goal_id=run.goal.id if run.goal else "",
                 user=run.request.user_id,
                 session=run.request.session_id,
+                tenant=run.tenant,
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id

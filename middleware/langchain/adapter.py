@@ -43,6 +43,7 @@ SCHEMA_VIOLATION.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
@@ -63,6 +64,7 @@ from ..smf import Provenance
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 from .output import NOTHING, message_text, structured_output
+from .usage import ModelRateLimits, ToolLimitHandler, UsageCallbackHandler
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -125,6 +127,10 @@ class LangChainAgent:
         capture_io: Record prompt/answer/tool previews in those audit records.
         reliability: Provenance reliability of the output (default: the input's).
         config: Extra ``RunnableConfig`` (tags, metadata, ``max_concurrency`` ...).
+        rate_limits: Buckets per model and per tool taken before each call
+            (:class:`~.usage.ModelRateLimits`; ``agency serve`` gives its agents the definition's
+            ``agency.usage.rate_limits``); None = not limited. The models' token usage is
+            reported in the reply's ``usage`` either way.
     """
 
     def __init__(
@@ -141,6 +147,7 @@ class LangChainAgent:
         capture_io: bool = True,
         reliability: float | None = None,
         config: RunnableConfig | None = None,
+        rate_limits: ModelRateLimits | None = None,
     ) -> None:
         if not isinstance(runnable, Runnable):
             raise TypeError(f"expected a LangChain Runnable, got {type(runnable).__name__}")
@@ -155,6 +162,7 @@ class LangChainAgent:
         self.capture_io = capture_io
         self.reliability = reliability
         self.config: RunnableConfig = config or {}
+        self.rate_limits = rate_limits
         if isinstance(confidence, int | float) and not 0 <= confidence <= 1:
             raise ValueError(f"confidence must be within 0..1, got {confidence}")
         self.takes_messages = input_mapping is None and takes_messages(runnable)
@@ -182,6 +190,11 @@ class LangChainAgent:
         handler = self._handler(request)
         tracker = _ErrorSource() if handler is None else None
         config = self._config(request, handler)
+        usage = UsageCallbackHandler(self.rate_limits)
+        extra: list[Any] = [usage]
+        if self.rate_limits is not None and self.rate_limits.settings.tool:
+            extra.append(ToolLimitHandler(self.rate_limits, asyncio.get_running_loop()))
+        config["callbacks"] = [*_as_list(config.get("callbacks")), *extra]
         if tracker is not None:
             config["callbacks"] = [*_as_list(config.get("callbacks")), tracker]
         try:
@@ -203,6 +216,7 @@ class LangChainAgent:
         output = self.map_output(result, contract)
         return AgentReply(
             output=output,
+            usage=usage.usage(),
             confidence_score=self._confidence(result),
             provenance=Provenance(
                 source=f"{contract.key} (langchain {self.name})",
