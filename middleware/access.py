@@ -105,6 +105,11 @@ class Principal(Model):
     role_given: bool = Field(
         default=True, description="False when its line named no role and the default applied."
     )
+    tenant: str = Field(
+        default="",
+        description="The tenant the caller acts for (empty: none, as without tenants configured).",
+    )
+    via: str = Field(default="token", description="How it was authenticated: token (the file) or oidc.")
 
     def owns(self, capability: str) -> bool:
         """Whether ``capability`` (a contract name) is this agent's own name (:func:`same_name`)."""
@@ -146,14 +151,34 @@ def acting_as(principal: Principal) -> Iterator[None]:
             _caller.reset(token)
 
 
-def authorize_task(principal: Principal | None, owner: str, *, operation: str, task_id: str) -> None:
+def authorize_task(
+    principal: Principal | None, owner: str, *, operation: str, task_id: str, tenant: str = ""
+) -> None:
     """Let the client that submitted a task (or an admin) read or resume it; refuse others.
 
-    No principal (auth off) or no owner (submitted without tokens) allows everyone.
+    No principal (auth off) or no owner (submitted without tokens) allows everyone of the
+    task's ``tenant``. A caller of another tenant is refused whatever its role, unless it is
+    a global admin (an admin without a tenant: :mod:`middleware.tenancy`).
 
     Raises:
         PermissionDenied: naming the client, its role, the operation and the task.
     """
+    if (
+        principal is not None
+        and principal.tenant != tenant
+        and not (principal.role is Role.ADMIN and not principal.tenant)
+    ):
+        raise PermissionDenied(
+            f"client {principal.name!r} (role {principal.role.value}) may not {operation} {task_id}: "
+            "a task is seen only within its own tenant",
+            details={
+                "client": principal.name,
+                "role": principal.role.value,
+                "operation": operation,
+                "permission": "tenant",
+                "target": task_id,
+            },
+        )
     if principal is None or not owner or principal.role is Role.ADMIN or same_name(principal.name, owner):
         return
     raise PermissionDenied(

@@ -20,6 +20,7 @@ from .guards.config import GuardConfig
 from .limits import TaskLimits
 from .reliability import ReliabilityConfig
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS
+from .usage import UsageSettings
 
 __all__ = ["AgencyConfig"]
 
@@ -71,6 +72,10 @@ class AgencyConfig(Model):
     guards: GuardConfig = Field(
         default_factory=GuardConfig,
         description="Content guards: personal data and prompt injection (docs/security.md).",
+    )
+    usage: UsageSettings = Field(
+        default_factory=UsageSettings,
+        description="Model usage: prices per model, budgets, rate limits per model and tool.",
     )
 
     @field_validator("failure_policies")

@@ -21,6 +21,7 @@ from .contracts import CapabilityContract
 from .errors import FailedPrecondition, NotFound
 from .smf import Provenance, SMFMessage
 from .trace_context import current_traceparent
+from .usage import Usage
 
 __all__ = [
     "Agent",
@@ -86,6 +87,12 @@ class AgentReply(Model):
     )
     intention_trace: list[str] | None = Field(
         default=None, description="Goal ids the answer serves; None = the task's goal."
+    )
+    usage: list[Usage] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Tokens the models the agent called spent, one entry per model (priced and "
+        "summed by the gateway, bounded by budgets: middleware.usage).",
     )
 
 

@@ -19,6 +19,7 @@ from ._model import Model
 from .errors import InvalidInput
 from .schema_guard import check_schema_bounds
 from .schemas import CompiledSchema, compile_schema
+from .tenancy import check_tenant, routable
 
 __all__ = ["SEMVER_RE", "CapabilityContract", "check_against_schema", "normalise_label"]
 
@@ -148,6 +149,17 @@ class CapabilityContract(Model):
         description="Tokens of personal data in its answer are turned back into the values "
         "(personal-data guard in tokenize mode): the next step and the user see them.",
     )
+    tenant: str = Field(
+        default="",
+        max_length=63,
+        description="The tenant it belongs to (empty: none). Tasks of other tenants never reach it "
+        "unless ``shared_with`` names them; its key is ``tenant/name@version`` (middleware.tenancy).",
+    )
+    shared_with: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Other tenants whose tasks may be routed to it (``*``: every tenant).",
+    )
 
     # Compiled schemas, kept with the contract: (schema object compiled, compiled form).
     _compiled: _SchemaCache = PrivateAttr(default_factory=lambda: _SchemaCache())
@@ -159,6 +171,16 @@ class CapabilityContract(Model):
         if not _NAME_RE.match(v):
             raise ValueError("must start with a letter and use a-z, 0-9, _ . - (max 128)")
         return v
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_tenant(v)
+
+    @field_validator("shared_with")
+    @classmethod
+    def _shared(cls, v: list[str]) -> list[str]:
+        return sorted({t if t.strip() == "*" else check_tenant(t) for t in v if t.strip()})
 
     @field_validator("version")
     @classmethod
@@ -223,8 +245,14 @@ class CapabilityContract(Model):
 
     @property
     def key(self) -> str:
-        """``name@version``: unique in a catalog."""
+        """``name@version`` (``tenant/name@version`` for a tenant's): unique in a catalog."""
+        if self.tenant:
+            return f"{self.tenant}/{self.name}@{self.version}"
         return f"{self.name}@{self.version}"
+
+    def routable_for(self, tenant: str) -> bool:
+        """Whether a task of ``tenant`` may be routed here (its own tenant, or shared with it)."""
+        return routable(self.tenant, self.shared_with, tenant)
 
     def compiled_schema(self, which: str) -> CompiledSchema:
         """The compiled ``input_schema`` or ``output_schema`` (compiled on first use, then kept)."""

@@ -42,6 +42,7 @@ from .guards.content_guard import GUARD_RECORD, ContentGuard
 from .guards.policy import PolicyGate
 from .intake import ANCHOR_ACTION, Intake
 from .limits import json_size
+from .metering import Metering
 from .plan_inputs import step_payload
 from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, WeightedReliabilityScorer
 from .router import Router, RoutingDecision
@@ -104,11 +105,13 @@ class Dispatcher:
         guard: ContentGuard | None = None,
         policy: PolicyGate | None = None,
         goals: GoalStore | None = None,
+        metering: Metering | None = None,
         progress: Callable[[TaskRecord, str, str], TaskProgress] | None = None,
     ) -> None:
         self._guard = guard
         self._policy = policy
         self._goals = goals
+        self._metering = metering
         self._progress = progress
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
@@ -146,18 +149,21 @@ class Dispatcher:
             explicit["tags"] = list(step.tags)
         constraints = await self._router.constraints_for(step.text or run.request.text, explicit)
         open_circuits = self._breaker.open_agents()
-        decision = await self._router.decide(constraints, exclude=open_circuits)
+        tenant = run.tenant
+        decision = await self._router.decide(constraints, exclude=open_circuits, tenant=tenant)
         if self._policy is not None:  # agents a policy forbids are left out
             decision = await self._policy.route(
                 run,
                 step,
                 decision,
                 contract_of=self._contract_of,
-                redecide=lambda denied: self._router.decide(constraints, exclude=[*open_circuits, *denied]),
+                redecide=lambda denied: self._router.decide(
+                    constraints, exclude=[*open_circuits, *denied], tenant=tenant
+                ),
                 audit=self._audit,
             )
         if decision.refused and open_circuits:
-            unfiltered = await self._router.decide(constraints)
+            unfiltered = await self._router.decide(constraints, tenant=tenant)
             if not unfiltered.refused:
                 unfiltered.fallbacks = []
                 decision = unfiltered
@@ -218,6 +224,8 @@ class Dispatcher:
         except (NotFound, FailedPrecondition) as exc:  # gone, or remote with no way to call it
             raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, str(exc)) from None
         contract = entry.contract
+        if not contract.routable_for(run.tenant):  # never another tenant's agent, however named
+            raise AttemptFailed(FailureType.TOOL_UNAVAILABLE, f"no agent {key} for this task's tenant")
         _check_inputs_fresh(run, step, self._clock())
         payload = step_payload(run, step, extra)  # a plan step: its mapped input (plan_inputs.py)
         try:
@@ -295,6 +303,10 @@ class Dispatcher:
                 ) from None
             reached = True
             reply = raw if isinstance(raw, AgentReply) else AgentReply(output=raw)
+            if self._metering is not None and reply.usage:  # spent, whatever becomes of the answer
+                await self._metering.record(
+                    run, step=step.name, agent=key, usage=reply.usage, audit=self._audit
+                )
             if self._guard is not None:  # the task's tokens back into values, if the contract allows
                 restored, count = self._guard.restore(run, contract, reply.output)
                 if count:

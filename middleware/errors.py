@@ -17,6 +17,7 @@ place (see ``middleware.server.grpc_api.status``) without parsing strings::
     │   ├── RoutingRefused           ROUTING_REFUSED   FAILED_PRECONDITION
     │   └── ConcurrentUpdate         CONCURRENT_UPDATE FAILED_PRECONDITION
     ├── ResourceExhausted            RESOURCE_EXHAUSTED RESOURCE_EXHAUSTED
+    │   └── BudgetExhausted          BUDGET_EXHAUSTED  RESOURCE_EXHAUSTED (a usage budget is spent)
     ├── DeadlineExceeded             DEADLINE_EXCEEDED DEADLINE_EXCEEDED
     ├── Unavailable                  UNAVAILABLE       UNAVAILABLE
     │   └── BackendUnavailable       BACKEND_UNAVAILABLE UNAVAILABLE (Redis failed during the call)
@@ -47,6 +48,7 @@ __all__ = [
     "AuditCorrupted",
     "AuditError",
     "BackendUnavailable",
+    "BudgetExhausted",
     "ConcurrentUpdate",
     "ContractViolation",
     "DeadlineExceeded",
@@ -230,6 +232,15 @@ class ResourceExhausted(AgencyError):
     default_message = "resource exhausted"
     reason = "RESOURCE_EXHAUSTED"
     retryable = True
+
+
+class BudgetExhausted(ResourceExhausted):
+    """A budget of model usage is spent: no further step runs until a person decides or the
+    period turns (``details``: the budget, what was spent, the limit)."""
+
+    default_message = "budget exhausted"
+    reason = "BUDGET_EXHAUSTED"
+    retryable = False
 
 
 class DeadlineExceeded(AgencyError):

@@ -128,6 +128,7 @@ class KpiReport(Model):
 
     since: datetime | None = None
     until: datetime | None = None
+    tenant: str | None = Field(default=None, description="The tenant measured (None: every task).")
     sla_seconds: float
     tasks: int = Field(description="Tasks submitted in the period that reached a first stop.")
     resolved_first_contact: int
@@ -152,11 +153,15 @@ def compute_kpis(
     since: datetime | None = None,
     until: datetime | None = None,
     sla_seconds: float = DEFAULT_SLA_SECONDS,
+    tenant: str | None = None,
 ) -> KpiReport:
-    """The measures of the tasks submitted in ``[since, until)`` (records in log order)."""
+    """The measures of the tasks submitted in ``[since, until)`` (records in log order); with
+    ``tenant``, of that tenant's tasks only (``""``: the tasks without a tenant)."""
     tally = TaskTally()
     figures: list[TaskFigures] = []
     for record in records:
+        if tenant is not None and record.actors.tenant != tenant:
+            continue
         done = tally.add(record)
         if done is None:
             continue
@@ -173,6 +178,7 @@ def compute_kpis(
     return KpiReport(
         since=since,
         until=until,
+        tenant=tenant,
         sla_seconds=sla_seconds,
         tasks=n,
         resolved_first_contact=resolved,

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from ._model import trusted
-from .access import Principal, Role, authorize_task, refusal_record
+from .access import Principal, Role, authorize_task, current_principal, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -69,6 +69,7 @@ from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
 from .memory_task_events import MemoryTaskEventLog
 from .memory_task_store import MemoryTaskStore
+from .metering import BudgetStop, Metering
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
 from .people.model import PersonRef
 from .plan_runner import PlanRunner, check_client_steps, task_steps
@@ -101,6 +102,7 @@ from .tasks import (
     keep_outcome_json,
     outcome_json,
 )
+from .tenancy import tenant_of
 
 __all__ = ["Agency"]
 
@@ -176,6 +178,9 @@ class Agency:
         leases: Leases on running tasks shared with other replicas (default: none, one
             process): with them, ``self.takeover`` holds this gateway's leases and takes over
             the tasks of gateways that died (start its loop with ``self.takeover.start()``).
+        metering: Prices, sums and bounds the agents' model usage (default: built from
+            ``config.usage`` when it prices or bounds anything, sums in this process; ``agency
+            serve`` gives it Redis sums with Redis storage).
         events: Every task's events for its followers (:meth:`watch`; default: in memory;
             Redis so that any replica serves them).
         runner: Runs the tasks submitted without waiting (default: a :class:`TaskRunner`).
@@ -208,6 +213,7 @@ class Agency:
         policy: PolicyGate | None = None,
         leases: TaskLeases | None = None,
         planner: Planner | None = None,
+        metering: Metering | None = None,
         events: TaskEventLog | None = None,
         runner: TaskRunner | None = None,
     ) -> None:
@@ -235,6 +241,9 @@ class Agency:
         self.monitor = monitor or FailureMonitor(self.config.monitor)
         self.approvals = approvals or ApprovalGates()
         self.humans = humans
+        if metering is None and self.config.usage.enabled:
+            metering = Metering(self.config.usage, clock=clock)
+        self.metering = metering
         self.events: TaskEventLog = events if events is not None else MemoryTaskEventLog()
         self.runner = runner if runner is not None else TaskRunner()
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
@@ -257,6 +266,7 @@ class Agency:
             guard=guard,
             policy=policy,
             goals=self.goals,
+            metering=metering,
             progress=self._progress,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
@@ -378,19 +388,31 @@ class Agency:
         )
 
     # ------------------------------------------------------------------ routing
-    async def route(self, text: str, constraints: Mapping[str, Any] | None = None) -> RoutingDecision:
-        """A dry run: what the router would decide for ``text``, with its reasons."""
+    async def route(
+        self, text: str, constraints: Mapping[str, Any] | None = None, *, tenant: str | None = None
+    ) -> RoutingDecision:
+        """A dry run: what the router would decide for ``text``, with its reasons (among the
+        contracts of ``tenant``, default: the current caller's, and those shared with it)."""
         wanted = await self.router.constraints_for(text, constraints)
-        return await self.router.decide(wanted)
+        return await self.router.decide(
+            wanted, tenant=tenant_of(current_principal()) if tenant is None else tenant
+        )
 
     # ------------------------------------------------------------------- submit
     async def submit(
-        self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "", wait: bool = True
+        self,
+        request: TaskRequest | Mapping[str, Any] | str,
+        *,
+        client: str = "",
+        tenant: str | None = None,
+        wait: bool = True,
     ) -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
 
         ``client`` (the authenticated caller, if any) owns the task: only it, or an admin,
-        may read or resume it (see :func:`middleware.access.authorize_task`).
+        may read or resume it (see :func:`middleware.access.authorize_task`). ``tenant`` (default:
+        the current caller's) scopes it: routed only to that tenant's agents and those shared
+        with it, seen only by that tenant (:mod:`middleware.tenancy`).
 
         ``wait=False`` answers as soon as the task is accepted and durable (its record stored,
         its acceptance in the audit log): the outcome in state ``submitted``, after the same
@@ -415,8 +437,12 @@ class Agency:
         except InvalidInput as exc:
             await self.record_rejection(exc)
             raise
+        if tenant is None:
+            tenant = tenant_of(current_principal())
         goal = req.goal or (self.get_goal(req.goal_id) if req.goal_id else None)
-        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client)
+        if goal is not None and req.goal is None and goal.tenant and goal.tenant != tenant:
+            raise NotFound(f"no goal {req.goal_id!r}")  # another tenant's goal is not even named
+        run = TaskRecord.start(req, goal, req.trace_id or new_trace_id(), client=client, tenant=tenant)
         if req.session_id:  # a later task of a conversation starts with what the earlier ones found
             await self._recall(run)
         if goal is not None:
@@ -617,6 +643,10 @@ class Agency:
             run.steps.append(record)
         record.status = "running"
         while True:
+            # a spent budget stops the task before its next attempt (the chosen agent, a retry, a backup)
+            if self.metering is not None and (spent := await self.metering.check(run, agent=cursor.agent)):
+                record.status = "pending"
+                return await self._budget_stop(run, step, cursor.agent, spent)
             # an approval gate holds the step before its agent (the chosen one, or a backup) runs
             if self.approvals and (gate := self.approvals.pending_for(run, step, cursor.agent)) is not None:
                 record.status = "pending"
@@ -846,6 +876,31 @@ class Agency:
         cursor = StepCursor(agent="", fallbacks=[])
         await self._carry_out(run, resolution, event, cursor)
         return await self._stop(run, cursor)
+
+    async def _budget_stop(self, run: TaskRecord, step: TaskStep, agent: str, spent: BudgetStop) -> Outcome:
+        """Stop before ``step`` runs on ``agent``: a budget is spent (audited with it and the
+        spend); a person decides (``hold``) or the task fails (``abort``)."""
+        error, detail = spent.error(), spent.detail()
+        hold = spent.budget.on_exhausted == "hold"
+        await self._audit(
+            run,
+            AuditEventType.BUDGET_EXCEEDED,
+            "held" if hold else "aborted",
+            {"step": step.name, **detail, "why": error.message},
+            agent=agent,
+            rule=f"budget:{spent.budget.label}",
+        )
+        if not hold:
+            return await self._finish(run, TaskState.FAILED, reason=error.message)
+        pending = {
+            "kind": "human_handover",
+            "reason": error.message,
+            "step": step.name,
+            "agent": agent,
+            "failure_type": error.reason,
+            "budget": detail,
+        }
+        return await self._finish(run, TaskState.INPUT_REQUIRED, reason=error.message, pending=pending)
 
     async def _carry_out(
         self,
@@ -1229,7 +1284,8 @@ class Agency:
     async def list_tasks(
         self, query: TaskQuery | Mapping[str, Any], *, caller: Principal | None = None
     ) -> TaskPage:
-        """The caller's tasks (an admin: everyone's, or one client's), newest first, one page.
+        """The caller's tasks (an admin: everyone's of its tenant, or one client's; a global
+        admin: every tenant's), newest first, one page.
 
         A running task's state is the live one (its last event's; the store holds the state it
         was accepted or claimed in until it stops).
@@ -1239,6 +1295,9 @@ class Agency:
             PermissionDenied: a client that is not an admin names another client.
         """
         wanted = TaskQuery.parse(query, what="task list") if not isinstance(query, TaskQuery) else query
+        if caller is not None and (caller.tenant or caller.role is not Role.ADMIN):
+            # one tenant's tasks only, as GetTask sees them (a global admin: every tenant's)
+            wanted = wanted.model_copy(update={"tenant": caller.tenant})
         if caller is not None and caller.role is not Role.ADMIN:
             if (
                 wanted.client not in (None, "")
@@ -1277,7 +1336,7 @@ class Agency:
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
         """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
         try:
-            authorize_task(caller, run.client, operation=operation, task_id=run.task_id)
+            authorize_task(caller, run.client, operation=operation, task_id=run.task_id, tenant=run.tenant)
         except PermissionDenied as exc:
             record = refusal_record(exc, node=self.config.node_id)
             ids = {"task_id": run.task_id, "trace_id": run.trace_id}
@@ -1391,7 +1450,7 @@ class Agency:
         if state is None:
             return
         try:
-            authorize_session(state, run.client)
+            authorize_session(state, run.client, tenant=run.tenant)
         except PermissionDenied as exc:
             await self._record(
                 AuditEventType.MESSAGE_REJECTED,
@@ -1469,6 +1528,7 @@ class Agency:
                 goal_id=run.goal.id if run.goal else "",
                 user=run.request.user_id,
                 session=run.request.session_id,
+                tenant=run.tenant,
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id

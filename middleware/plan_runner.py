@@ -220,7 +220,7 @@ class PlanRunner:
             return None
         if run.request.constraints.get("action") or await self._refused_outright(run):
             return None  # the client named the action, or no contract may do it: one routed step
-        if await self._live(ANCHOR_ACTION):
+        if await self._live(ANCHOR_ACTION, tenant=run.tenant):
             intake = PlanStep(name=ANCHOR_STEP, action=ANCHOR_ACTION, after=[])
             run.plan, run.plan_source = Plan(steps=[intake]), "intake"
         elif self.planner is not None:
@@ -494,17 +494,20 @@ class PlanRunner:
             context={
                 "missing": [m.described() for m in missing],
                 "question": _question(run, step, missing),
-                "schemas": await self._schemas(step, missing),
+                "schemas": await self._schemas(step, missing, tenant=run.tenant),
             },
         )
         await self._stop_for(run, event)
 
-    async def _schemas(self, step: PlanStep, missing: list[Missing]) -> dict[str, Any]:
-        """The JSON Schema of each missing field, from a contract that can do the step."""
+    async def _schemas(self, step: PlanStep, missing: list[Missing], *, tenant: str) -> dict[str, Any]:
+        """The JSON Schema of each missing field, from a contract that can do the step (one a
+        task of ``tenant`` may be routed to)."""
         out: dict[str, Any] = {}
         for entry in await self._catalog.candidates(step.action):
             properties = entry.contract.input_schema.get("properties")
             if entry.stale or step.action not in entry.contract.can_do or not isinstance(properties, dict):
+                continue
+            if not entry.contract.routable_for(tenant):
                 continue
             for m in missing:
                 if m.field in properties and m.key not in out:
@@ -668,7 +671,10 @@ class PlanRunner:
         await self._stop_for(run, event)
 
     async def _plan_request(self, run: TaskRecord, step: PlanStep) -> PlanRequest:
-        entries = [e for e in await self._catalog.all() if not e.stale]
+        # the planner is told only of the contracts this task may be routed to (its tenant's, shared)
+        entries = [
+            e for e in await self._catalog.all() if not e.stale and e.contract.routable_for(run.tenant)
+        ]
         actions: dict[str, CatalogAction] = {}
         for entry in sorted(entries, key=lambda e: e.key):
             contract = entry.contract
@@ -751,7 +757,7 @@ class PlanRunner:
         contracts = {}
         for action in sorted(wanted):
             for entry in await self._catalog.candidates(action):
-                if not entry.stale:
+                if not entry.stale and entry.contract.routable_for(run.tenant):
                     contracts[entry.key] = entry.contract
         scope = goal.intention_scope.actions if goal is not None and goal.intention_scope is not None else []
         return check_plan(
@@ -779,10 +785,13 @@ class PlanRunner:
             },
         )
 
-    async def _live(self, action: str) -> bool:
+    async def _live(self, action: str, *, tenant: str = "") -> bool:
         entries: list[CatalogEntry] = await self._catalog.candidates(action)
         return any(
-            not e.stale and action in e.contract.can_do and action not in e.contract.cannot_do
+            not e.stale
+            and action in e.contract.can_do
+            and action not in e.contract.cannot_do
+            and e.contract.routable_for(tenant)
             for e in entries
         )
 
@@ -792,7 +801,7 @@ class PlanRunner:
         constraints = await self._router.constraints_for(run.request.text, run.request.constraints)
         if not constraints.action:
             return False
-        return (await self._router.decide(constraints)).refused
+        return (await self._router.decide(constraints, tenant=run.tenant)).refused
 
 
 def _question(run: TaskRecord, step: PlanStep, missing: list[Missing]) -> str:

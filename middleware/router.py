@@ -246,13 +246,17 @@ class Router:
         extracted = await self.extractor.extract(text) if text else Constraints()
         return extracted.merged(explicit or {})
 
-    async def decide(self, constraints: Constraints, *, exclude: Sequence[str] = ()) -> RoutingDecision:
+    async def decide(
+        self, constraints: Constraints, *, exclude: Sequence[str] = (), tenant: str = ""
+    ) -> RoutingDecision:
         """Filter and rank the candidates for ``constraints``; never raises on 'no fit'.
 
         Args:
             constraints: What the agent must satisfy; without an action nothing can be
                 checked against ``can_do``, so the request is refused.
             exclude: Keys (``name@version``) not to choose this time.
+            tenant: The task's tenant: only its own contracts and those shared with it are
+                considered; another tenant's are not even named among the rejections.
         """
         if not constraints.action:
             decision = RoutingDecision(
@@ -267,7 +271,9 @@ class Router:
             )
             decision.explanation = _explain(decision)
             return decision
-        entries = await self.catalog.candidates(constraints.action)
+        entries = [
+            e for e in await self.catalog.candidates(constraints.action) if e.contract.routable_for(tenant)
+        ]
         checks = _active_checks(constraints)
         rejected: list[dict[str, str]] = []
         fitting: list[CatalogEntry] = []

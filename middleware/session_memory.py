@@ -36,9 +36,9 @@ async def remember(store: SessionStore, run: TaskRecord) -> None:
     session_id = run.request.session_id
     async with store.lock(session_id):
         state = await store.get(session_id) or ConversationState(
-            session_id=session_id, client=run.client, user_id=run.request.user_id
+            session_id=session_id, client=run.client, user_id=run.request.user_id, tenant=run.tenant
         )
-        if state.client and run.client and state.client != run.client:
+        if state.tenant != run.tenant or (state.client and run.client and state.client != run.client):
             return
         state.intent_id = run.intent or state.intent_id
         state.language = run.language or state.language

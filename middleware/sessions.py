@@ -52,6 +52,7 @@ class ConversationState(Model):
 
     session_id: str = Field(min_length=1, max_length=256)
     client: str = Field(default="", description="The client that owns the session (empty: tokens off).")
+    tenant: str = Field(default="", description="The tenant the session belongs to (empty: none).")
     user_id: str = ""
     intent_id: str = Field(default="", description="The user's intent, as an intake agent extracted it.")
     current_goal: GoalAssertion | None = None
@@ -69,12 +70,19 @@ class ConversationState(Model):
         return {key: message.get("content") for key, message in self.context_map.items()}
 
 
-def authorize_session(state: ConversationState, client: str) -> None:
-    """Refuse a client that is not the session's owner (no owner or no client: allowed).
+def authorize_session(state: ConversationState, client: str, *, tenant: str = "") -> None:
+    """Refuse a client that is not the session's owner (no owner or no client: allowed), and
+    any task of another tenant than the session's.
 
     Raises:
         PermissionDenied: naming the client and the session.
     """
+    if state.tenant != tenant:
+        raise PermissionDenied(
+            f"client {client!r} may not use session {state.session_id}: a session is used only "
+            "within its own tenant",
+            details={"client": client, "permission": "tenant", "target": state.session_id},
+        )
     if not state.client or not client or state.client == client:
         return
     raise PermissionDenied(

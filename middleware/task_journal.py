@@ -46,6 +46,7 @@ class TaskJournal:
         "_session",
         "_states",
         "_template",
+        "_tenant",
         "_user",
         "goal_id",
     )
@@ -61,11 +62,12 @@ class TaskJournal:
         user: str,
         session: str,
         observer: Callable[[PlainRecord], None] | None,
+        tenant: str = "",
     ) -> None:
         self._log = log
         # what every record of the task carries, built once: each record is a copy of it
         self._template = task_record_template(node=node, task_id=task_id, trace_id=trace_id)
-        self._user, self._session = user, session
+        self._user, self._session, self._tenant = user, session, tenant
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
         self._states: list[str] = []  # the task's state once each pending record happened
@@ -90,7 +92,10 @@ class TaskJournal:
         record["event_id"] = new_id("evt")
         record["event_type"] = event_type
         record["time"] = utc_now_text()
-        record["actors"] = {"user": self._user, "agent": agent, "session": self._session}
+        actors = {"user": self._user, "agent": agent, "session": self._session}
+        if self._tenant:  # records without a tenant keep their bytes (audit.record.Actors)
+            actors["tenant"] = self._tenant
+        record["actors"] = actors
         record["goal_id"] = self.goal_id
         record["rule"] = rule
         record["outcome"] = outcome

@@ -1,6 +1,7 @@
 """Listing tasks (ListTasks): whose, which, newest first, a page at a time.
 
 A :class:`TaskQuery` names the owner (``client``: a name, or None for everyone's — an admin, or
+a gateway without tokens) and its tenant (``tenant``: None for every tenant — a global admin, or
 a gateway without tokens), the states, the goal and a creation time range. Stores answer with a
 :class:`TaskPage` of :class:`TaskSummary` rows, newest first (ties by task id), and a
 ``next_page_token`` that continues after the page's last row ("" at the end). A page may hold
@@ -54,6 +55,7 @@ class TaskQuery(Model):
     """Which tasks to list (every criterion given must hold)."""
 
     client: str | None = Field(default=None, description="Whose tasks; None = everyone's.")
+    tenant: str | None = Field(default=None, description="Of which tenant; None = every tenant's.")
     states: list[TaskState] = Field(default_factory=list, description="Any of these; empty = any state.")
     goal_id: str = ""
     created_after: datetime | None = Field(default=None, description="Created at or after (inclusive).")
@@ -63,6 +65,8 @@ class TaskQuery(Model):
 
     def matches(self, summary: TaskSummary) -> bool:
         """Whether ``summary`` is one of the tasks asked for (owner, states, goal, time)."""
+        if self.tenant is not None and summary.tenant != self.tenant:
+            return False
         if self.client is not None and not same_name(summary.client, self.client):
             return False
         if self.states and summary.state not in self.states:
@@ -81,6 +85,7 @@ class TaskSummary(Model):
     state: TaskState
     a2a_state: str = ""
     client: str = ""
+    tenant: str = ""
     user_id: str = ""
     goal_id: str = ""
     trace_id: str = ""
@@ -107,6 +112,7 @@ def summary_of(record: TaskRecord) -> TaskSummary:
             "state": record.state,
             "a2a_state": _a2a_state(record.state, record.pending),
             "client": record.client,
+            "tenant": record.tenant,
             "user_id": record.request.user_id,
             "goal_id": record.goal.id if record.goal is not None else "",
             "trace_id": record.trace_id,

@@ -36,6 +36,7 @@ from .failures import FailureEvent, FailureType, Resolution
 from .goals import GoalAssertion, GoalVerdict
 from .plans import Plan
 from .smf import Provenance, new_id, utcnow
+from .usage import UsageTotals
 
 __all__ = [
     "A2A_STATE",
@@ -189,6 +190,7 @@ class StepRecord(Model):
     status: str = "pending"
     provenance: Provenance | None = Field(default=None, description="Source of the output.")
     fresh_until: datetime | None = Field(default=None, description="The output's freshness TTL ends here.")
+    usage: UsageTotals | None = Field(default=None, description="What the agent's models spent in this step.")
 
     @classmethod
     def begin(cls, name: str) -> StepRecord:
@@ -207,6 +209,7 @@ class StepRecord(Model):
                 "status": "pending",
                 "provenance": None,
                 "fresh_until": None,
+                "usage": None,
             },
         )
 
@@ -237,6 +240,9 @@ class Outcome(Model):
     plan: dict[str, Any] = Field(
         default_factory=dict,
         description="The plan the gateway ran ({source, steps: [{name, action, after ...}]}); empty: none.",
+    )
+    usage: UsageTotals | None = Field(
+        default=None, description="What the task's model calls spent: tokens, cost, per model (None: none)."
     )
     audit_index: int = Field(default=0, description="Index of the last audit record of this task.")
     a2a_state: str = ""
@@ -325,6 +331,8 @@ class TaskRecord(Model):
     client: str = Field(
         default="", description="The authenticated client that submitted it (empty: tokens off)."
     )
+    tenant: str = Field(default="", description="The tenant the task belongs to (empty: no tenants).")
+    usage: UsageTotals | None = Field(default=None, description="What its model calls spent so far.")
     state: TaskState = TaskState.SUBMITTED
     version: int = Field(default=0, ge=0)
     step_index: int = Field(default=0, ge=0, description="The step the task is at (len = verification).")
@@ -377,7 +385,13 @@ class TaskRecord(Model):
 
     @classmethod
     def start(
-        cls, request: TaskRequest, goal: GoalAssertion | None, trace_id: str, *, client: str = ""
+        cls,
+        request: TaskRequest,
+        goal: GoalAssertion | None,
+        trace_id: str,
+        *,
+        client: str = "",
+        tenant: str = "",
     ) -> TaskRecord:
         """A new task of a validated ``request`` (and ``goal``), built without validating them
         again; ``trace_id`` is the request's (validated) or a new one."""
@@ -390,6 +404,8 @@ class TaskRecord(Model):
                 "goal": goal,
                 "trace_id": trace_id,
                 "client": client,
+                "tenant": tenant,
+                "usage": None,
                 "state": TaskState.SUBMITTED,
                 "version": 0,
                 "step_index": 0,
@@ -558,6 +574,7 @@ class TaskRecord(Model):
                 "reason": self.reason,
                 "pending": dict(self.pending),
                 "plan": {"source": self.plan_source, "steps": self.plan.summary()} if self.plan else {},
+                "usage": self.usage.model_copy(deep=True) if self.usage is not None else None,
                 "audit_index": self.last_index,
                 "a2a_state": _a2a_state(state, self.pending),
             },

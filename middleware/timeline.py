@@ -79,6 +79,8 @@ class Timeline:
     entries: list[TimelineEntry] = field(default_factory=list)
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     plan: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    """What the task's model calls spent (``usage.recorded`` records): tokens, cost, per model."""
 
 
 def find_trace(records: Iterable[tuple[int, AuditRecord]], trace_id: str) -> list[AuditRecord]:
@@ -259,6 +261,36 @@ def _timeline(task_id: str, records: list[AuditRecord]) -> Timeline:
             )
         elif r.event_type == E.AGENT_STEP:
             add(_agent_step(at, r, step))
+        elif r.event_type == E.USAGE:
+            _add_usage(t.usage, d)
+            add(
+                TimelineEntry(
+                    at,
+                    "usage",
+                    "info",
+                    f"{d.get('model', '-')}: {d.get('input_tokens', 0)} in / "
+                    f"{d.get('output_tokens', 0)} out, {d.get('cost', 0)} {d.get('currency', '')}"
+                    + (" (unpriced)" if r.outcome == "unpriced" else ""),
+                    step=step,
+                    agent=r.actors.agent,
+                )
+            )
+        elif r.event_type in (E.BUDGET_ALERT, E.BUDGET_EXCEEDED):
+            stopped = r.event_type == E.BUDGET_EXCEEDED
+            add(
+                TimelineEntry(
+                    at,
+                    "budget",
+                    "fail" if stopped else "info",
+                    (f"stopped ({r.outcome}): {d.get('why', '')}" if stopped else f"alert at {r.outcome}: ")
+                    + ("" if stopped else f"{d.get('budget', '')} used {d.get('used', '')}"),
+                    step=step,
+                    agent=r.actors.agent,
+                    details=[
+                        f"spent {d.get('spent')} {d.get('currency', '')}, {d.get('spent_tokens')} tokens"
+                    ],
+                )
+            )
         elif r.event_type == E.TASK_INTERRUPTED:
             t.state, t.reason, t.duration_ms = "interrupted", str(d.get("reason", "")), at
             add(TimelineEntry(at, "interrupted", "fail", "task interrupted" + _suffix(t.reason)))
@@ -353,6 +385,17 @@ def _bar(start: Any, end: Any, total: float, width: int = 24) -> str:
     return "|" + " " * a + "█" * (b - a) + " " * (width - b) + "|"
 
 
+def _add_usage(total: dict[str, Any], d: dict[str, Any]) -> None:
+    inp, out = int(d.get("input_tokens") or 0), int(d.get("output_tokens") or 0)
+    cost = float(d.get("cost") or 0)
+    total["input_tokens"] = total.get("input_tokens", 0) + inp
+    total["output_tokens"] = total.get("output_tokens", 0) + out
+    total["cost"] = round(total.get("cost", 0.0) + cost, 6)
+    total["currency"] = d.get("currency", "")
+    model = total.setdefault("by_model", {}).setdefault(str(d.get("model", "-")), [0, 0, 0.0])
+    model[0], model[1], model[2] = model[0] + inp, model[1] + out, round(model[2] + cost, 6)
+
+
 _STEP_DETAILS = ("model", "token_usage", "tool_calls", "input_preview", "output_preview", "error")
 
 
@@ -392,6 +435,17 @@ def render_text(timeline: Timeline) -> str:
         lines += ["", f"Plan ({plan.get('source') or '?'}, {plan.get('status', '')}):"]
         lines.extend(f"  {line}" for line in plan_lines(plan))
         lines.extend(f"  ! {p}" for p in plan.get("problems") or [])
+    if timeline.usage:
+        u = timeline.usage
+        lines += [
+            "",
+            f"Usage: {u['input_tokens']} input + {u['output_tokens']} output tokens, "
+            f"{u['cost']:g} {u['currency']}",
+        ]
+        lines.extend(
+            f"  {model:<32} {i} in / {o} out  {c:g} {u['currency']}"
+            for model, (i, o, c) in u["by_model"].items()
+        )
     if timeline.steps:
         lines += ["", "Steps:"]
         total = timeline.duration_ms or max(

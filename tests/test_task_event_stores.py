@@ -216,3 +216,12 @@ async def test_a_redis_list_reads_a_bounded_number_of_rows_per_page_and_goes_on(
         TaskQuery(states=[TaskState.FAILED], page_size=1, page_token=page.next_page_token)
     )
     assert rest.tasks == [] and rest.next_page_token == ""
+
+
+async def test_two_tenants_clients_of_one_name_are_listed_apart(store):
+    t1, t2 = rec("t1"), rec("t2")
+    t1.tenant, t2.tenant = "acme", "globex"
+    await created(store, [t1, t2])
+    assert [t.task_id for t in (await store.list(TaskQuery(client="alice", tenant="acme"))).tasks] == ["t1"]
+    assert [t.task_id for t in (await store.list(TaskQuery(client="alice", tenant="globex"))).tasks] == ["t2"]
+    assert [t.tenant for t in (await store.list(TaskQuery())).tasks] == ["globex", "acme"]

@@ -427,3 +427,27 @@ async def test_with_the_personal_data_guard_the_stream_holds_the_guarded_records
     assert all(e.detail == records[e.id] for e in audited)
     assert events[-1].final is not None and events[-1].final.output == outcome.output
     await agency.close()
+
+
+async def test_a_task_list_stays_within_the_callers_tenant():
+    """Two tenants' clients of one name are two clients; a tenant's admin sees its tenant only;
+    an admin without a tenant sees every tenant's tasks; following another tenant's task is refused."""
+    agency = Agency()
+    await agency.register(contract("quick", "think"), lambda req: {"ok": True})
+    alice_t1 = Principal(name="alice", role=Role.CLIENT, tenant="t1")
+    alice_t2 = Principal(name="alice", role=Role.CLIENT, tenant="t2")
+    admin_t1 = Principal(name="ops", role=Role.ADMIN, tenant="t1")
+    one = await agency.submit(request(), client="alice", tenant="t1")
+    two = await agency.submit(request(), client="alice", tenant="t2")
+
+    assert [t.task_id for t in (await agency.list_tasks({}, caller=alice_t1)).tasks] == [one.task_id]
+    assert [t.task_id for t in (await agency.list_tasks({}, caller=alice_t2)).tasks] == [two.task_id]
+    tenant_admin = await agency.list_tasks({}, caller=admin_t1)
+    assert [(t.task_id, t.tenant) for t in tenant_admin.tasks] == [(one.task_id, "t1")]
+    assert {t.task_id for t in (await agency.list_tasks({}, caller=ADMIN)).tasks} == {
+        one.task_id,
+        two.task_id,
+    }
+    with pytest.raises(PermissionDenied):
+        await anext(agency.watch(two.task_id, caller=alice_t1))
+    await agency.close()

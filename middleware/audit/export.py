@@ -64,6 +64,8 @@ class ExportFilter:
         goal_id: Only this goal.
         agent: Only steps involving this agent.
         event_types: Only these event types.
+        tenant: Only records of this tenant (``actors.tenant``; ``""``: records without one);
+            None: every tenant's.
     """
 
     since: datetime | None = None
@@ -72,6 +74,7 @@ class ExportFilter:
     goal_id: str = ""
     agent: str = ""
     event_types: frozenset[str] = frozenset()
+    tenant: str | None = None
     #: The trace ids ``trace_id`` (a full id or a prefix) matched so far.
     traces_seen: set[str] = field(default_factory=set, compare=False, repr=False)
 
@@ -88,12 +91,20 @@ class ExportFilter:
     @property
     def empty(self) -> bool:
         return not (
-            self.since or self.until or self.trace_id or self.goal_id or self.agent or self.event_types
+            self.since
+            or self.until
+            or self.trace_id
+            or self.goal_id
+            or self.agent
+            or self.event_types
+            or self.tenant is not None
         )
 
     def matches(self, rec: dict[str, Any]) -> bool:
         """Whether a record (its JSON object) passes the filter."""
         if self.event_types and rec.get("event_type") not in self.event_types:
+            return False
+        if self.tenant is not None and (rec.get("actors") or {}).get("tenant", "") != self.tenant:
             return False
         if self.trace_id:
             trace = str(rec.get("trace_id") or "")
@@ -118,6 +129,7 @@ class ExportFilter:
             "goal_id": self.goal_id,
             "agent": self.agent,
             "event_types": sorted(self.event_types),
+            **({"tenant": self.tenant} if self.tenant is not None else {}),
         }
 
 

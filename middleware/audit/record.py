@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 from pydantic_core import to_jsonable_python
 
 from .._model import Model
@@ -75,14 +75,28 @@ class AuditEventType(StrEnum):
     AGENT_REGISTERED = "agent.registered"
     AGENT_TURN = "agent.turn"
     AGENT_HANDOFF = "agent.handoff"
+    USAGE = "usage.recorded"
+    BUDGET_ALERT = "budget.alert"
+    BUDGET_EXCEEDED = "budget.exceeded"
 
 
 class Actors(Model):
-    """Who was involved: the end user, the agent, the session."""
+    """Who was involved: the end user, the agent, the session, and the tenant they act in.
+
+    ``tenant`` is written only when there is one, so a record without a tenant has the same
+    canonical bytes (and hash) as before tenants existed."""
 
     user: str = ""
     agent: str = ""
     session: str = ""
+    tenant: str = ""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_tenant(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("tenant"):
+            data.pop("tenant", None)
+        return data
 
 
 class AuditRecord(Model):

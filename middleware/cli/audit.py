@@ -78,6 +78,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ex.add_argument("--goal", default="", help="only this goal id")
     ex.add_argument("--agent", default="", help="only steps involving this agent")
     ex.add_argument("--event-type", action="append", default=[], help="only this event type (repeatable)")
+    ex.add_argument(
+        "--tenant",
+        default=None,
+        help="only this tenant's records (actors.tenant; '' for the records without one)",
+    )
     ex.add_argument("--output", "-o", type=Path, help="write here (default: stdout)")
     ex.add_argument(
         "--subject-keys",
@@ -281,6 +286,7 @@ def _export(args: argparse.Namespace) -> int:
         goal_id=args.goal,
         agent=args.agent,
         event_types=frozenset(args.event_type),
+        tenant=args.tenant,
     )
     show = progress_wanted(args)
     progress = Progress("exporting", unit="rec", unit_scale=True) if show else None

@@ -44,6 +44,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_SLA_SECONDS,
         help=f"the SLA handling times are compared with (default {DEFAULT_SLA_SECONDS:g})",
     )
+    p.add_argument(
+        "--tenant",
+        help="only this tenant's tasks ('' for the tasks without a tenant; default: every task)",
+    )
+    p.add_argument(
+        "--by-tenant",
+        action="store_true",
+        help="one report per tenant found in the period (and one for the tasks without a tenant)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_run)
 
@@ -70,8 +79,31 @@ def _run(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise NotFound(f"no audit log at {directory}: is --data-dir the gateway's data directory?")
     log = open_audit_log(directory)
+    if args.by_tenant:
+        tenants = sorted({r.actors.tenant for _, r in log.records() if r.event_type == "task.submitted"})
+        reports = [
+            compute_kpis(
+                (r for _, r in log.records()),
+                since=since,
+                until=until,
+                sla_seconds=args.sla_seconds,
+                tenant=t,
+            )
+            for t in tenants
+        ]
+        if args.json:
+            sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
+        else:
+            for r in reports:
+                render(r, sys.stdout)
+                sys.stdout.write("\n")
+        return 0 if any(r.tasks for r in reports) or not (since or until) else NOTHING_FOUND
     report = compute_kpis(
-        (r for _, r in log.records()), since=since, until=until, sla_seconds=args.sla_seconds
+        (r for _, r in log.records()),
+        since=since,
+        until=until,
+        sla_seconds=args.sla_seconds,
+        tenant=args.tenant,
     )
     if args.json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
@@ -94,6 +126,7 @@ def render(report: KpiReport, out: TextIO) -> None:
     n = report.tasks
     aht = "n/a" if report.average_handling_seconds is None else f"{report.average_handling_seconds:.3f} s"
     lines = [
+        *([f"Tenant: {report.tenant or '(none)'}"] if report.tenant is not None else []),
         f"Period: {period}",
         f"Tasks handled:            {n}  {json.dumps(report.outcomes, sort_keys=True)}",
         f"First-contact resolution: {_pct(report.first_contact_resolution)} "

@@ -32,6 +32,7 @@ from ..server.event_loop import run as run_loop
 from ..server.grpc_api import build_server
 from ..server.grpc_api.gate import BackendGate
 from ..server.http_limits import ensure_fd_headroom
+from ..server.identity import Identities
 from ..server.metrics import Metrics
 from ..server.settings import (
     ENV_VARIABLES,
@@ -78,9 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--auth-tokens",
         type=Path,
-        help="token file ('CLIENT_NAME SHA256_HEX [ROLE]' per line; ROLE client, agent or admin, default "
-        "agent): require a bearer token on every call; catalog writes need an agent token named after "
-        "the contract, or admin",
+        help="token file ('CLIENT_NAME SHA256_HEX [ROLE [TENANT]]' per line; ROLE client, agent, auditor "
+        "or admin, default agent; TENANT: the client's tenant): require a bearer token on every call; "
+        "catalog writes need an agent token named after the contract, or admin",
     )
     p.add_argument(
         "--reuse-port",
@@ -248,6 +249,10 @@ async def serve(
     if clients is not None:
         _log_roles(config.auth_tokens, clients)
         _warn_ungranted(clients, definition.grants)
+    identities = Identities.build(clients, definition.identity.oidc)  # token file + OIDC issuer
+    if definition.identity.oidc is not None:
+        oidc = definition.identity.oidc
+        log.info("OIDC bearer tokens of %s (audience %s) accepted", oidc.issuer, oidc.audience)
     metrics = Metrics(sla_seconds=definition.agency.sla_seconds)
     agency = await build_agency(definition, metrics=metrics)
     node_id = definition.agency.node_id
@@ -309,7 +314,7 @@ async def serve(
             agency,
             config.address,
             tls=config.tls,
-            token_hashes=clients,
+            token_hashes=identities if identities.required else None,
             grants=definition.grants,
             limits=limits,
             interceptors=interceptors,
@@ -325,7 +330,7 @@ async def serve(
             protocols = Protocols(
                 agency,
                 definition.protocols,
-                token_hashes=clients,
+                token_hashes=identities if identities.required else None,
                 card_key=default_card_key_path(definition.audit_directory),  # the gateway's card is signed
                 http_limits=http_limits,
             )
@@ -409,6 +414,7 @@ async def serve(
             steps.append(("mailboxes", post_office.transport.close))
         steps.append(("agents, audit log and task store", agency.close))
         steps.append(("catalog", agency.catalog.close))
+        steps.append(("OIDC key cache", identities.aclose))
         for what, step in steps:
             try:
                 await step()

@@ -104,6 +104,11 @@ class GoalAssertion(Model):
     plan: Plan | None = Field(
         default=None, description="The steps the gateway runs for it when a task names none."
     )
+    tenant: str = Field(
+        default="",
+        max_length=63,
+        description="The tenant whose tasks may anchor it (empty: every task; middleware.tenancy).",
+    )
 
     @field_validator("id")
     @classmethod

@@ -36,6 +36,7 @@ from ..errors import PermissionDenied
 from ..failures import FailureType
 from ..router import RoutingDecision
 from ..tasks import TaskRecord, TaskStep
+from ..tenancy import split_key
 
 __all__ = [
     "POLICY_RECORD",
@@ -106,10 +107,12 @@ def caller(run: TaskRecord | None = None) -> PolicySubject:
     principal = current_principal()
     name = principal.name if principal is not None else (run.client if run is not None else "")
     roles = [principal.role] if principal is not None else []
-    attrs: dict[str, Any] = {"roles": roles, "tenant": ""}
+    attrs: dict[str, Any] = {"roles": roles, "tenant": principal.tenant if principal is not None else ""}
     if run is not None:
         attrs["user"] = run.request.user_id
-        attrs["tenant"] = str(run.request.constraints.get("tenant", "")) if run.request.constraints else ""
+        # the task's tenant (its authenticated caller's); a tenant constraint only where there is none
+        claimed = str(run.request.constraints.get("tenant", "")) if run.request.constraints else ""
+        attrs["tenant"] = run.tenant or claimed
     return PolicySubject(type="Caller", id=name or "anonymous", attrs=attrs)
 
 
@@ -223,7 +226,7 @@ class PolicyGate:
         request = PolicyRequest(
             principal=PolicySubject(type="Person", id=person or "anonymous", attrs={"roles": sorted(roles)}),
             action="approve",
-            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={"name": agent.split("@")[0]}),
+            resource=PolicySubject(type="Agent", id=agent or "unknown", attrs={"name": split_key(agent)[1]}),
             context={**task_context(run, None), "step": str(run.pending.get("step", ""))},
         )
         verdict = await self._ask(audit, run, request, agent=agent)
@@ -242,7 +245,10 @@ class PolicyGate:
             principal=PolicySubject(
                 type="Caller",
                 id=principal.name if principal is not None else "anonymous",
-                attrs={"roles": [principal.role] if principal is not None else [], "tenant": ""},
+                attrs={
+                    "roles": [principal.role] if principal is not None else [],
+                    "tenant": principal.tenant if principal is not None else "",
+                },
             ),
             action="export",
             resource=PolicySubject(type="AuditLog", id="audit", attrs={}),

@@ -45,6 +45,7 @@ SCHEMA_VIOLATION.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
@@ -67,6 +68,7 @@ from ..task_progress import TOKEN, current_progress, emit_progress
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 from .output import NOTHING, message_text, structured_output
+from .usage import ModelRateLimits, ToolLimitHandler, UsageCallbackHandler
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
@@ -129,6 +131,10 @@ class LangChainAgent:
         capture_io: Record prompt/answer/tool previews in those audit records.
         reliability: Provenance reliability of the output (default: the input's).
         config: Extra ``RunnableConfig`` (tags, metadata, ``max_concurrency`` ...).
+        rate_limits: Buckets per model and per tool taken before each call
+            (:class:`~.usage.ModelRateLimits`; ``agency serve`` gives its agents the definition's
+            ``agency.usage.rate_limits``); None = not limited. The models' token usage is
+            reported in the reply's ``usage`` either way.
     """
 
     def __init__(
@@ -145,6 +151,7 @@ class LangChainAgent:
         capture_io: bool = True,
         reliability: float | None = None,
         config: RunnableConfig | None = None,
+        rate_limits: ModelRateLimits | None = None,
     ) -> None:
         if not isinstance(runnable, Runnable):
             raise TypeError(f"expected a LangChain Runnable, got {type(runnable).__name__}")
@@ -159,6 +166,7 @@ class LangChainAgent:
         self.capture_io = capture_io
         self.reliability = reliability
         self.config: RunnableConfig = config or {}
+        self.rate_limits = rate_limits
         if isinstance(confidence, int | float) and not 0 <= confidence <= 1:
             raise ValueError(f"confidence must be within 0..1, got {confidence}")
         self.takes_messages = input_mapping is None and takes_messages(runnable)
@@ -186,6 +194,11 @@ class LangChainAgent:
         handler = self._handler(request)
         tracker = _ErrorSource() if handler is None else None
         config = self._config(request, handler)
+        usage = UsageCallbackHandler(self.rate_limits)
+        extra: list[Any] = [usage]
+        if self.rate_limits is not None and self.rate_limits.settings.tool:
+            extra.append(ToolLimitHandler(self.rate_limits, asyncio.get_running_loop()))
+        config["callbacks"] = [*_as_list(config.get("callbacks")), *extra]
         if tracker is not None:
             config["callbacks"] = [*_as_list(config.get("callbacks")), tracker]
         forwarding = current_progress() is not None  # the contract streams its progress
@@ -212,6 +225,7 @@ class LangChainAgent:
         output = self.map_output(result, contract)
         return AgentReply(
             output=output,
+            usage=usage.usage(),
             confidence_score=self._confidence(result),
             provenance=Provenance(
                 source=f"{contract.key} (langchain {self.name})",

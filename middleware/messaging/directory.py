@@ -48,6 +48,9 @@ class AgentRecord(Model):
     name_keys: list[str] = Field(
         default_factory=list, description="Its look-alike keys (middleware.names): one agent per key."
     )
+    tenant: str = Field(
+        default="", description="Its tenant (the registering client's): it reaches only that tenant's agents."
+    )
 
 
 @dataclass(frozen=True)

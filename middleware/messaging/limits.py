@@ -42,7 +42,7 @@ __all__ = [
     "Scope",
 ]
 
-Scope = Literal["sender", "recipient", "topic"]
+Scope = Literal["sender", "recipient", "topic", "model", "tool"]  # model, tool: agency.usage.rate_limits
 
 
 class LimitRule(Model):

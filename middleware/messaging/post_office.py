@@ -39,7 +39,7 @@ import random
 import secrets
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -407,6 +407,8 @@ class PostOffice:
         self.refusals: RefusalAggregator = refusals or RefusalAggregator(
             lambda record: self.audit.append(record), node=socket.gethostname()
         )
+        #: The tenant of each agent enrolled from the definition (registered ones: their record).
+        self.agent_tenants: dict[str, str] = {}
 
     # ------------------------------------------------------------------ identity
     async def register(self, name: str, public_key: str | bytes, *, description: str = "") -> str:
@@ -416,11 +418,20 @@ class PostOffice:
         return registration.token
 
     async def enroll(
-        self, name: str, public_key: str | bytes, token_sha256: str, *, description: str = ""
+        self,
+        name: str,
+        public_key: str | bytes,
+        token_sha256: str,
+        *,
+        description: str = "",
+        tenant: str = "",
     ) -> None:
         """Register an agent whose token was issued out of band (only its SHA-256 is given),
-        as the agency definition file does; audited as ``agent.registered`` / ``enrolled``."""
+        as the agency definition file does; audited as ``agent.registered`` / ``enrolled``.
+        ``tenant``: the agent reaches (and is found by) that tenant's agents only."""
         self.identity.enroll(name, public_key, token_sha256, description=description)
+        if tenant:
+            self.agent_tenants[name] = tenant
         await self._audit(AuditEventType.AGENT_REGISTERED, "enrolled", name, {"description": description})
 
     async def authenticate(self, token: str | None, *, operation: str = "messaging") -> str:
@@ -587,6 +598,7 @@ class PostOffice:
                 registered_at=self.clock(),
                 registered_by=who,
                 name_keys=list(name_keys(name)),
+                tenant=caller.tenant if caller is not None else "",
             )
             quota = 0 if admin else self.registration_quota.max_per_client
             taken = await self.directory.add(record, max_per_client=quota)
@@ -672,12 +684,38 @@ class PostOffice:
         )
         return True
 
+    def tenant_of(self, agent: str) -> str:
+        """The tenant of ``agent`` (empty: none)."""
+        record = self._registered.get(agent)
+        return record.tenant if record is not None else self.agent_tenants.get(agent, "")
+
+    async def _tenant(self, agent: str) -> str:
+        """The tenant of ``agent``, asking the shared directory for one registered elsewhere."""
+        if agent in self._registered or agent in self.identity:
+            return self.tenant_of(agent)
+        record = await self.directory.get(agent)
+        return record.tenant if record is not None else ""
+
+    async def _same_tenant(self, sender: str, agents: Iterable[str]) -> list[str]:
+        tenant = await self._tenant(sender)
+        return [a for a in agents if await self._tenant(a) == tenant]
+
+    async def _check_tenant(self, sender: str, receiver: str) -> None:
+        if not await self._same_tenant(sender, [receiver]):  # another tenant's agent: as unknown as none
+            raise NotFound(f"no registered agent {receiver!r} to deliver to")
+
     async def find_agents(
-        self, capability: str = "", *, topic: str = "", include_pending: bool = False
+        self,
+        capability: str = "",
+        *,
+        topic: str = "",
+        include_pending: bool = False,
+        tenant: str | None = None,
     ) -> list[tuple[AgentRecord, float | None]]:
         """Agents whose name and description contain every word of ``capability``
         (case-insensitive) and, with ``topic``, that publish or subscribe to it; with when each
-        was last seen (None: never). Agents of the definition file are included."""
+        was last seen (None: never). Agents of the definition file are included. ``tenant``:
+        only that tenant's agents (None: every tenant's)."""
         records = {r.name: r for r in await self.directory.all() if include_pending or r.status == "active"}
         for name in self.identity.names():
             if name not in records and name not in self._registered:
@@ -689,11 +727,14 @@ class PostOffice:
                     token_sha256=ident.token_hash,
                     registered_at=0.0,
                     registered_by="definition",
+                    tenant=self.agent_tenants.get(name, ""),
                 )
         subscribed = await self.subscriptions.all()
         words = capability.lower().split()
         found = []
         for record in records.values():
+            if tenant is not None and record.tenant != tenant:
+                continue
             text = f"{record.name} {record.description}".lower()
             if any(w not in text for w in words):
                 continue
@@ -768,6 +809,8 @@ class PostOffice:
         async def route(sender: str, msg: SMFMessage) -> None:
             if not await self.knows(msg.receiver):
                 raise NotFound(f"no registered agent {msg.receiver!r} to deliver to")
+            if sender not in self.flows_exempt:
+                await self._check_tenant(sender, msg.receiver)
             if self.flows is not None and sender not in self.flows_exempt:
                 self.flows.check(sender, msg.receiver)
 
@@ -810,7 +853,10 @@ class PostOffice:
             self._check_declared(sender, topic)
 
         sender, msg = await self._admit(token, message, signature, options, route)
-        recipients = sorted(await self.subscriptions.members(topic) - {sender})
+        # a topic reaches the subscribers of the sender's tenant only
+        recipients = sorted(
+            await self._same_tenant(sender, await self.subscriptions.members(topic) - {sender})
+        )
         if not recipients:
             self.drift[topic] += 1
             if self.on_drift is not None:
@@ -846,7 +892,7 @@ class PostOffice:
             self.acl.check_publish(sender, BROADCAST_TOPIC)
 
         sender, msg = await self._admit(token, message, signature, options, route)
-        recipients = [a for a in await self.agent_names() if a != sender]
+        recipients = await self._same_tenant(sender, [a for a in await self.agent_names() if a != sender])
         return await self._deliver(sender, msg, signature, options, recipients)
 
     async def _admit(

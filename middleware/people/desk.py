@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,7 @@ class HumanDesk:
     ) -> None:
         self.agency = agency
         self.people = {p.name: p for p in people}
-        self._by_token = {p.token_sha256: p for p in people}
+        self._by_token = {p.token_sha256: p for p in people if p.token_sha256}
         self.store: EscalationStore = store or MemoryEscalationStore()
         self.post_office: PostOffice | None = None
         self._desk_token = ""
@@ -160,7 +161,8 @@ class HumanDesk:
                 await post_office.enroll(
                     person.mailbox,
                     public_key_b64(generate_key()),
-                    person.token_sha256,
+                    # a person signing in only by SSO reads no mailbox over gRPC: a token nobody holds
+                    person.token_sha256 or hashlib.sha256(secrets.token_bytes(32)).hexdigest(),
                     description=f"mailbox of {person.display_name or person.name}",
                 )
         self._desk_key = generate_key()
@@ -222,6 +224,7 @@ class HumanDesk:
             criticality=run.goal.criticality if run.goal else "",
             tags=tags,
             client=run.client,
+            tenant=run.tenant,
             user_id=run.request.user_id,
             summary=str(pending.get("question") or pending.get("why") or run.reason)[:500],
             expires_at=datetime.fromisoformat(str(expires)) if expires else None,
@@ -239,6 +242,8 @@ class HumanDesk:
         # separation of duties: an approval never reaches the person who submitted the task
         submitters = {s for s in (esc.client, esc.user_id) if s and s != "anonymous"}
         for person in self.people.values():
+            if person.tenant != esc.tenant:  # a tenant's escalations reach its own people only
+                continue
             if esc.kind == "approval" and person.name in submitters:
                 continue
             why = self._why(person, esc)
@@ -369,7 +374,11 @@ class HumanDesk:
     # ------------------------------------------------------------------- inbox
     async def inbox(self, person: Person) -> list[Escalation]:
         """What waits for ``person``, oldest first (quarantined content removed unless allowed)."""
-        found = [e for e in await self.store.list_open() if person.name in e.assignees]
+        found = [
+            e
+            for e in await self.store.list_open()
+            if person.name in e.assignees and e.tenant == person.tenant
+        ]
         return [self.redact(e, person) for e in sorted(found, key=lambda e: e.created_at)]
 
     async def escalation(self, esc_id: str, person: Person) -> Escalation:
@@ -379,7 +388,7 @@ class HumanDesk:
             NotFound: no such escalation (or expired from the store).
         """
         esc = await self.store.get(esc_id)
-        if esc is None:
+        if esc is None or esc.tenant != person.tenant:  # another tenant's is not even named
             raise NotFound(f"no escalation {esc_id!r}")
         shown = self.redact(esc, person)
         if esc.held_message and not shown.pending.get("redacted") and self.post_office is not None:
@@ -624,6 +633,7 @@ class HumanDesk:
             "state": run.state.value,
             "text": run.request.text[:200],
             "client": run.client,
+            "tenant": run.tenant,
             "user_id": run.request.user_id,
             "goal_id": run.goal.id if run.goal else "",
             "pending": str(run.pending.get("kind", "")),

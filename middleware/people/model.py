@@ -24,6 +24,7 @@ from ..jsonpath import JsonPath, JsonPathError
 from ..messaging.identity import token_hash
 from ..names import look_alike
 from ..smf import new_id, utcnow
+from ..tenancy import check_tenant, split_key
 
 __all__ = [
     "MESSAGE_SUBJECT",
@@ -61,7 +62,7 @@ class EscalationRoute(Model):
             (not self.kinds or esc.kind in self.kinds)
             and (not self.failure_types or esc.failure_type in {t.value for t in self.failure_types})
             and (not self.criticality or esc.criticality in self.criticality)
-            and (not self.agents or esc.agent.partition("@")[0] in self.agents)
+            and (not self.agents or split_key(esc.agent)[1] in self.agents)
             and (not self.tags or bool(set(self.tags) & set(esc.tags)))
         )
 
@@ -86,9 +87,18 @@ class Person(Model):
     name: str = Field(description="Sign-in name; also the name of the person's mailbox (human:<name>).")
     display_name: str = Field(default="", max_length=200)
     roles: list[HumanRole] = Field(min_length=1, description="operator, approver, compliance_officer ...")
-    token_sha256: str = Field(description="Hex SHA-256 of the person's bearer token (see hash_token).")
+    token_sha256: str = Field(
+        default="",
+        description="Hex SHA-256 of the person's bearer token (see hash_token); empty: the person signs "
+        "in only through the console's single sign-on (humans.console.oidc).",
+    )
     routes: list[EscalationRoute] = Field(
         default_factory=list, description="Which escalations reach this person (besides role defaults)."
+    )
+    tenant: str = Field(
+        default="",
+        description="The tenant whose escalations, tasks, contracts and audit records the person sees "
+        "(empty: none; middleware.tenancy).",
     )
 
     @field_validator("name")
@@ -98,10 +108,15 @@ class Person(Model):
             raise ValueError("1-128 characters: letters, digits and _ . : - (not first)")
         return v
 
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_tenant(v)
+
     @field_validator("token_sha256")
     @classmethod
     def _hash(cls, v: str) -> str:
-        return token_hash(v)
+        return token_hash(v) if v.strip() else ""
 
     @property
     def mailbox(self) -> str:
@@ -166,7 +181,7 @@ class ApprovalGate(Model):
 
     def applies(self, *, agent: str, action: str, goal: str, data: Any) -> str | None:
         """Why this gate holds the step (a sentence), or None when it does not apply."""
-        if self.agent and agent.partition("@")[0] != self.agent:
+        if self.agent and split_key(agent)[1] != self.agent:
             return None
         if self.action and action != self.action:
             return None
@@ -181,6 +196,39 @@ class ApprovalGate(Model):
         return None
 
 
+class ConsoleOidcSettings(Model):
+    """The console's single sign-on: the OIDC authorization-code flow with PKCE (S256).
+
+    The ID token's ``username_claim`` names the person (``humans.people[].name``); their roles
+    and tenant are the definition's. People without a ``token_sha256`` sign in only this way.
+    """
+
+    issuer: str = Field(description="The issuer URL (its discovery document gives the endpoints).")
+    client_id: str = Field(min_length=1, description="The console's client id at the provider.")
+    client_secret_file: str = Field(
+        default="", description="File with the client secret (none: a public client, PKCE alone)."
+    )
+    redirect_url: str = Field(
+        default="",
+        description="Where the provider sends people back (default: the console's URL + /oidc/callback).",
+    )
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile"])
+    username_claim: str = Field(
+        default="preferred_username",
+        description="The ID token claim naming the person (humans.people[].name).",
+    )
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
+    clock_skew_seconds: float = Field(default=60, ge=0, description="Leeway on the ID token's exp and iat.")
+
+    @field_validator("issuer")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if not re.match(r"^https://[^/\s]+|^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)", v):
+            raise ValueError(f"{v!r}: an https URL (plain http only on 127.0.0.1, localhost or [::1])")
+        return v
+
+
 class ConsoleSettings(Model):
     """The operator console (off unless ``address`` is set)."""
 
@@ -193,6 +241,9 @@ class ConsoleSettings(Model):
         default=10.0, gt=0, description="Sign-in attempts one source address may make per minute (refill)."
     )
     signin_burst: int = Field(default=10, ge=1, description="Sign-in attempts one source may make at once.")
+    oidc: ConsoleOidcSettings | None = Field(
+        default=None, description="Sign people in through the company's OIDC provider (token sign-in stays)."
+    )
 
 
 class HumansSettings(Model):
@@ -219,7 +270,7 @@ class HumansSettings(Model):
                         f"people[{i}].name: {p.name!r} looks like people[{j}] {other!r} (names are compared "
                         "case-folded and by their Unicode confusable skeleton): one person, or two names"
                     )
-            if tokens.setdefault(p.token_sha256, i) != i:
+            if p.token_sha256 and tokens.setdefault(p.token_sha256, i) != i:
                 raise ValueError(
                     f"people[{i}].token_sha256: the same token as people[{tokens[p.token_sha256]}]"
                 )
@@ -248,6 +299,7 @@ class Escalation(Model):
     criticality: str = ""
     tags: list[str] = Field(default_factory=list)
     client: str = Field(default="", description="The client that submitted the task.")
+    tenant: str = Field(default="", description="The task's tenant: only its people see the escalation.")
     user_id: str = ""
     summary: str = ""
     created_at: datetime = Field(default_factory=utcnow)

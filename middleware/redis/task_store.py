@@ -9,9 +9,10 @@ carries a TTL.
 
 Task lists (ListTasks) read two sorted sets of task ids scored by creation time (in
 microseconds): ``{prefix}{tasks}:all`` (every task) and ``{prefix}{client:NAME}:tasks``
-(the tasks of one client, its name case-folded). A page walks the set newest first and reads
-the rows ``s`` of the ids it meets (one pipelined round trip per batch); an id whose task
-expired is removed from the set on the way. Each set keeps the newest ``max_listed`` ids.
+(the tasks of one client, its name case-folded; ``{client:TENANT/NAME}`` within a tenant). A
+page walks the set newest first and reads the rows ``s`` of the ids it meets (one pipelined
+round trip per batch); an id whose task expired is removed from the set on the way. Each set
+keeps the newest ``max_listed`` ids.
 """
 
 from __future__ import annotations
@@ -109,11 +110,17 @@ class RedisTaskStore:
     def _key(self, task_id: str) -> str:
         return f"{self._prefix}task:{task_id}"
 
-    def _listed(self, client: str | None) -> str:
-        """The sorted set listing every task (``None``) or one client's."""
+    def _listed(self, client: str | None, tenant: str | None = None) -> str:
+        """The sorted set listing every task (``None``) or one client's (of ``tenant``: two
+        tenants' clients of one name are two clients)."""
         if client is None:
             return f"{self._prefix}{{tasks}}:all"
-        return f"{self._prefix}{{client:{client.strip().casefold()}}}:tasks"
+        who = client.strip().casefold()
+        return (
+            f"{self._prefix}{{client:{tenant}/{who}}}:tasks"
+            if tenant
+            else f"{self._prefix}{{client:{who}}}:tasks"
+        )
 
     @redis_operation("task_store.create")
     async def create(self, record: TaskRecord) -> None:
@@ -130,7 +137,7 @@ class RedisTaskStore:
         score = {record.task_id: micros(record.created_at)}
         pipe = self._redis.pipeline(transaction=False)
         for key in dict.fromkeys(
-            [self._listed(None), *([self._listed(record.client)] if record.client else [])]
+            [self._listed(None), *([self._listed(record.client, record.tenant)] if record.client else [])]
         ):
             pipe.zadd(key, score)
             pipe.zremrangebyrank(key, 0, -self._max_listed - 1)
@@ -186,7 +193,7 @@ class RedisTaskStore:
     @redis_operation("task_store.list")
     async def list(self, query: TaskQuery) -> TaskPage:
         cursor = parse_page_token(query.page_token)
-        key = self._listed(query.client)
+        key = self._listed(query.client, query.tenant)
         high: float | str = "+inf"
         if cursor is not None:
             high = cursor[0]

@@ -28,6 +28,7 @@ from ..sessions import SessionStore
 from ..task_events import TaskEventLog
 from ..task_leases import TaskLeases
 from ..task_store import TaskStore
+from ..usage_meter import UsageMeter
 
 if TYPE_CHECKING:
     from .definition import AgencyDefinition
@@ -46,6 +47,8 @@ class AgencyBackends:
     sessions: SessionStore | None = None
     leases: TaskLeases | None = None
     events: TaskEventLog | None = None
+    usage: UsageMeter | None = None
+    """Spending sums for budgets (None: the agency's memory default)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,19 @@ def choose_backends(
         events=RedisTaskEventLog.from_url(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
         ),
+        # spending sums shared by replicas: a budget spent through one gateway stops the others
+        usage=_usage_meter(definition, on_redis_error),
+    )
+
+
+def _usage_meter(definition: AgencyDefinition, on_redis_error: RedisErrorHook | None) -> UsageMeter | None:
+    if not definition.agency.usage.enabled:
+        return None
+    from ..redis.usage_meter import RedisUsageMeter
+
+    storage = definition.storage
+    return RedisUsageMeter.from_url(
+        storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..agents import AgentRegistry
 from ..audit import AuditLog, WalAuditLog, WalOptions
@@ -16,9 +16,11 @@ from ..guards.content_guard import ContentGuard
 from ..memory_task_store import MemoryTaskStore
 from ..messaging.limits import RateLimits
 from ..messaging.post_office import PostOffice
+from ..metering import Metering
 from ..pipeline import Agency
 from ..router import Router
 from ..task_recovery import rebuild_tasks
+from ..usage_meter import UsageMeter
 from .backends import choose_backends
 from .definition import AgencyDefinition
 from .metrics import MeteredAuditLog, Metrics
@@ -93,14 +95,46 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         policy=definition.policies.gate(),
         guard=_guard(definition),
         planner=definition.planner.build(),
+        metering=_metering(definition, backends.usage),
     )
+    limits = _rate_limits(definition)
     for spec in definition.agents:
         # replace: every replica (and a restarted one, while its old entry lives on in Redis)
         # registers the same contracts from the same file
-        await agency.register(spec.contract, spec.build(), replace=True)
+        agent = spec.build()
+        if limits is not None and getattr(agent, "rate_limits", False) is None:
+            agent.rate_limits = limits  # type: ignore[union-attr]  # a wrapped LangChain agent
+        await agency.register(spec.contract, agent, replace=True)
     for goal in definition.goals:
         agency.register_goal(goal)
     return agency
+
+
+def _metering(definition: AgencyDefinition, meter: UsageMeter | None) -> Metering | None:
+    """Prices, sums and budgets of ``agency.usage`` (sums in Redis with Redis storage)."""
+    if not definition.agency.usage.enabled:
+        return None
+    from ..smf import utcnow
+
+    return Metering(definition.agency.usage, meter=meter, clock=utcnow)
+
+
+def _rate_limits(definition: AgencyDefinition) -> Any:
+    """``agency.usage.rate_limits`` for the wrapped LangChain agents (buckets in Redis with
+    Redis storage, shared by replicas); None when there are none or LangChain is not installed."""
+    rules = definition.agency.usage.rate_limits
+    if not (rules.model or rules.tool):
+        return None
+    try:
+        from ..langchain.usage import ModelRateLimits
+    except ImportError:
+        return None
+    store = None
+    if definition.storage.backend == "redis":
+        from ..redis.rate_limits import RedisBuckets
+
+        store = RedisBuckets.from_url(definition.storage.redis_url, prefix=definition.storage.key_prefix)
+    return ModelRateLimits(rules, store)
 
 
 def _snapshot_reveal(definition: AgencyDefinition) -> Callable[[str], str] | None:
@@ -156,7 +190,11 @@ async def build_post_office(
     )
     for agent in messaging.agents:
         await post_office.enroll(
-            agent.name, agent.public_key, agent.token_sha256, description=agent.description
+            agent.name,
+            agent.public_key,
+            agent.token_sha256,
+            description=agent.description,
+            tenant=agent.tenant,
         )
     return post_office
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..access import DEFAULT_ROLE, Principal, Role
 from ..errors import InvalidInput
+from ..tenancy import check_tenant
 
 if TYPE_CHECKING:
     from ..audit.checkpoint import Signer
@@ -56,7 +57,10 @@ def unsafe_permissions(path: Path) -> str | None:
 
 
 def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
-    """Read a token file: one ``CLIENT_NAME SHA256_HEX [ROLE]`` per line (``#`` comments).
+    """Read a token file: one ``CLIENT_NAME SHA256_HEX [ROLE [TENANT]]`` per line (``#`` comments).
+
+    ``TENANT`` puts the client in a tenant (:mod:`middleware.tenancy`): it sees and routes to
+    that tenant's agents only; an admin or auditor line without one is global.
 
     ``ROLE`` is ``client``, ``agent``, ``auditor`` or ``admin`` (see :mod:`middleware.access`); a line
     without one gets :data:`~middleware.access.DEFAULT_ROLE` (``role_given`` false).
@@ -88,21 +92,24 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
         if not line:
             continue
         parts = line.split()
-        if len(parts) not in (2, 3) or not _HASH.match(parts[1].lower()):
+        if len(parts) not in (2, 3, 4) or not _HASH.match(parts[1].lower()):
             problems.append(
                 Problem(
-                    f"{p}:{n}", f"expected 'CLIENT_NAME SHA256_HEX [ROLE]' (64 hex digits; ROLE: {roles})"
+                    f"{p}:{n}",
+                    f"expected 'CLIENT_NAME SHA256_HEX [ROLE [TENANT]]' (64 hex digits; ROLE: {roles})",
                 )
             )
             continue
         digest = parts[1].lower()
-        if len(parts) == 3:
+        if len(parts) >= 3:
             try:
                 role = Role(parts[2].lower())
-            except ValueError:
-                problems.append(Problem(f"{p}:{n}", f"unknown role {parts[2]!r} (expected {roles})"))
+                tenant = check_tenant(parts[3]) if len(parts) == 4 else ""
+            except ValueError as exc:
+                why = str(exc) if len(parts) == 4 and "tenant" in str(exc) else ""
+                problems.append(Problem(f"{p}:{n}", why or f"unknown role {parts[2]!r} (expected {roles})"))
                 continue
-            principal = Principal(name=parts[0], role=role)
+            principal = Principal(name=parts[0], role=role, tenant=tenant)
         else:
             principal = Principal(name=parts[0], role=DEFAULT_ROLE, role_given=False)
         other = names.setdefault(principal.name.strip().casefold(), principal.name)
@@ -110,7 +117,11 @@ def read_token_hashes(path: str | os.PathLike[str]) -> dict[str, Principal]:
             problems.append(Problem(f"{p}:{n}", f"{principal.name!r} differs from {other!r} only in case"))
             continue
         earlier = out.get(digest)
-        if earlier is not None and (earlier.name, earlier.role) != (principal.name, principal.role):
+        if earlier is not None and (earlier.name, earlier.role, earlier.tenant) != (
+            principal.name,
+            principal.role,
+            principal.tenant,
+        ):
             problems.append(
                 Problem(f"{p}:{n}", f"the same token as line {seen[digest]}, for another client or role")
             )

@@ -72,6 +72,8 @@ from ..names import look_alike, reserved_prefix
 from ..people.model import HumansSettings
 from ..planner import LangChainPlanner, Planner
 from ..plans import check_plan
+from ..tenancy import check_tenant
+from .identity_settings import IdentitySettings
 from .protocol_settings import ProtocolSettings
 from .settings import (
     AgencyConfig,
@@ -329,6 +331,9 @@ class MessagingAgent(Model):
         description="Hex SHA-256 of the agent's bearer token (the token itself never goes in the file)."
     )
     receive_only: bool = Field(default=False, description="May never send (refused as a flow sender).")
+    tenant: str = Field(
+        default="", description="Its tenant: it reaches, and is found by, that tenant's agents only."
+    )
     handoff_reminder: str | None = Field(
         default=None, description="System note when a conversation is handed to it ({agent} = its name)."
     )
@@ -353,6 +358,11 @@ class MessagingAgent(Model):
         except InvalidInput as exc:
             raise ValueError(exc.problems[0].reason) from None
         return v
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_tenant(v)
 
     @field_validator("token_sha256")
     @classmethod
@@ -574,6 +584,9 @@ class AgencyDefinition(Model):
     protocols: ProtocolSettings = Field(default_factory=ProtocolSettings)
     policies: PolicySettings = Field(default_factory=PolicySettings)
     subject_keys: SubjectKeySettings = Field(default_factory=SubjectKeySettings)
+    identity: IdentitySettings = Field(
+        default_factory=IdentitySettings, description="OIDC bearer tokens beside the token file."
+    )
     grants: dict[str, AgentGrant] = Field(
         default_factory=dict,
         description="What each agent token may declare when it registers (see middleware.grants).",

@@ -56,6 +56,9 @@ _OBSERVED = frozenset(
         AuditEventType.CONTRACT_REVIEW,
         AuditEventType.CIRCUIT_CHANGE,
         AuditEventType.AGENT_RESULT,
+        AuditEventType.USAGE,
+        AuditEventType.BUDGET_ALERT,
+        AuditEventType.BUDGET_EXCEEDED,
     }
 )
 
@@ -77,6 +80,13 @@ class Metrics:
         self.kpis = KpiMetrics(r, sla_seconds=sla_seconds)
         self.tasks = Counter(
             "agency_tasks_total", "Tasks finished, by final state.", ["state"], registry=None
+        )
+        self.tenant_tasks = Counter(
+            "agency_tenant_tasks_total",
+            "Tasks of a tenant finished, by tenant and final state (tasks without a tenant are only "
+            "in agency_tasks_total).",
+            ["tenant", "state"],
+            registry=None,
         )
         self.routing = Counter(
             "agency_routing_decisions_total",
@@ -122,6 +132,31 @@ class Metrics:
             "agency_task_duration_seconds",
             "End-to-end time of a task, submit to outcome.",
             buckets=_LATENCY_BUCKETS,
+            registry=None,
+        )
+        self.llm_tokens = Counter(
+            "agency_llm_tokens_total",
+            "Tokens the agents' models spent (as the agents reported them), by model, direction "
+            "(input|output) and tenant.",
+            ["model", "direction", "tenant"],
+            registry=None,
+        )
+        self.llm_cost = Counter(
+            "agency_llm_cost_total",
+            "What the agents' model calls cost (agency.usage.prices), by model, tenant and currency.",
+            ["model", "tenant", "currency"],
+            registry=None,
+        )
+        self.budget_alerts = Counter(
+            "agency_budget_alerts_total",
+            "Budget thresholds crossed (each once per period), by budget scope.",
+            ["scope"],
+            registry=None,
+        )
+        self.budget_stops = Counter(
+            "agency_budget_stops_total",
+            "Tasks stopped before a step because a budget was spent, by scope and outcome (held|aborted).",
+            ["scope", "outcome"],
             registry=None,
         )
         self.audit_appends = Counter(
@@ -193,6 +228,7 @@ class Metrics:
         # (``_Folded`` is the registry's collector for them) or when enough are waiting.
         self._folded = _Folded(
             self.tasks,
+            self.tenant_tasks,
             self.routing,
             self.failures,
             self.resolutions,
@@ -203,6 +239,10 @@ class Metrics:
             self.task_latency,
             self.audit_appends,
             self.audit_append_latency,
+            self.llm_tokens,
+            self.llm_cost,
+            self.budget_alerts,
+            self.budget_stops,
         )
         r.register(self._folded)
         # Children of the folded metrics, looked up once per label value: ``labels()``
@@ -309,6 +349,9 @@ class Metrics:
         inc = self._folded.inc
         if kind == AuditEventType.TASK_COMPLETED:
             inc(self._child(self.tasks, outcome), 1)
+            actors = record["actors"] if isinstance(record, dict) else record.actors.model_dump()
+            if tenant := actors.get("tenant"):
+                inc(self._child(self.tenant_tasks, tenant, outcome), 1)
         elif kind == AuditEventType.ROUTING_DECISION:
             inc(self._child(self.routing, "chosen"), 1)
         elif kind == AuditEventType.ROUTING_REFUSED:
@@ -333,6 +376,18 @@ class Metrics:
             self.contract_review.labels(agent=agent or "-", type=d.get("failure_type", "-")).set(flagged)
         elif kind == AuditEventType.CIRCUIT_CHANGE:
             self.breaker_state.labels(agent=agent or "-").set(BREAKER_STATES.get(outcome, 0))
+        elif kind == AuditEventType.USAGE:
+            model, tenant = str(d.get("model") or "-"), str(d.get("tenant") or "-")
+            inc(self._child(self.llm_tokens, model, "input", tenant), int(d.get("input_tokens") or 0))
+            inc(self._child(self.llm_tokens, model, "output", tenant), int(d.get("output_tokens") or 0))
+            inc(
+                self._child(self.llm_cost, model, tenant, str(d.get("currency") or "-")),
+                float(d.get("cost") or 0),
+            )
+        elif kind == AuditEventType.BUDGET_ALERT:
+            inc(self._child(self.budget_alerts, str(d.get("scope") or "-")), 1)
+        elif kind == AuditEventType.BUDGET_EXCEEDED:
+            inc(self._child(self.budget_stops, str(d.get("scope") or "-"), outcome), 1)
         elif kind == AuditEventType.AGENT_RESULT and isinstance(d.get("duration_ms"), (int, float)):
             self._folded.observe(self._child(self.dispatch_latency, agent or "-"), d["duration_ms"] / 1000)
 

@@ -192,6 +192,10 @@ class RemoteAgent:
                 "intention_trace": (
                     list(result.intention_trace.goal_ids) if result.HasField("intention_trace") else None
                 ),
+                "usage": [
+                    {"model": u.model, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens}
+                    for u in result.usage
+                ],
             },
             what="reply",
         )

@@ -289,7 +289,10 @@ class Worker:
         deadline = loop.time() + self.connect_timeout
         while True:
             try:
-                await self._catalog.Register(request, timeout=max(deadline - loop.time(), 0.01))
+                entry = await self._catalog.Register(request, timeout=max(deadline - loop.time(), 0.01))
+                if entry.contract.tenant and not contract.tenant:  # the gateway put it in the token's tenant
+                    contract = contract.model_copy(update={"tenant": entry.contract.tenant})
+                    self.contract = self.contract.model_copy(update={"tenant": entry.contract.tenant})
                 break
             except grpc.aio.AioRpcError as exc:
                 # unreachable (perhaps starting): try again; a TLS refusal will not change

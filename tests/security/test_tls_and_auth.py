@@ -147,7 +147,7 @@ def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
     bad = tmp_path / "bad"
     bad.write_text(
         f"worker-1 not-a-hash\n\nonly-a-name\nops {hash_token('a')} root\n"
-        f"x {hash_token('b')} agent extra\ny {hash_token('c')} agent\nz {hash_token('c')} admin\n"
+        f"x {hash_token('b')} agent acme extra\ny {hash_token('c')} agent\nz {hash_token('c')} admin\n"
         f"y {hash_token('c')} agent\n"  # the same line again is harmless
     )
     with pytest.raises(InvalidInput) as info:
@@ -155,7 +155,7 @@ def test_token_file_lists_hashes_and_bad_lines_are_named(tmp_path):
     problems = {p.field: p.reason for p in info.value.problems}
     assert list(problems) == [f"{bad}:1", f"{bad}:3", f"{bad}:4", f"{bad}:5", f"{bad}:7"]
     assert problems[f"{bad}:4"] == "unknown role 'root' (expected client, agent, auditor, admin)"
-    assert "'CLIENT_NAME SHA256_HEX [ROLE]'" in problems[f"{bad}:5"]
+    assert "'CLIENT_NAME SHA256_HEX [ROLE [TENANT]]'" in problems[f"{bad}:5"]
     assert problems[f"{bad}:7"] == "the same token as line 6, for another client or role"
 
 

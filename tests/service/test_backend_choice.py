@@ -31,7 +31,11 @@ async def test_memory_storage_chooses_every_memory_backend() -> None:
 
 async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(redis_prefix: str) -> None:
     definition = definition_from(
-        {"storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix}}, env={}
+        {
+            "storage": {"backend": "redis", "redis_url": REDIS_URL, "key_prefix": redis_prefix},
+            "agency": {"usage": {"prices": {"gpt-x": {"input": 1, "output": 2}}}},  # metered
+        },
+        env={},
     )
     agency = choose_backends(definition, "agency")
     messaging = choose_backends(definition, "messaging")
@@ -43,6 +47,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             "RedisSessionStore",
             "RedisTaskLeases",  # a replica takes over the tasks of a gateway that died
             "RedisTaskEventLog",  # a task's events, served by any replica
+            "RedisUsageMeter",  # spending sums shared by the replicas (agency.usage)
         ]
         assert agency.leases is not None and agency.leases.lease_seconds == 30.0
         assert [type(s).__name__ for s in vars(messaging).values()] == [
@@ -63,6 +68,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             agency.sessions,
             agency.leases,
             agency.events,
+            agency.usage,
         ):
             close = getattr(store, "close", None) or getattr(store, "aclose", None)
             if close is not None:

@@ -1,6 +1,7 @@
 """The operator console: a server-rendered Starlette application over the human desk.
 
-Pages: sign-in (a person's bearer token, posted in a form, checked by its SHA-256), the
+Pages: sign-in (a person's bearer token, posted in a form, checked by its SHA-256; or single
+sign-on through the company's OIDC provider, :mod:`.sso`), the
 inbox (what waits for this person, oldest first), one escalation with its decision form,
 tasks (a live list, filters) and a task (graphical timeline, SMF metadata per hop, checks,
 failure → resolution, routing explanation), contracts, and audit (latest signed checkpoint,
@@ -54,6 +55,7 @@ from ...errors import (
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
+    Unavailable,
 )
 from ...people.desk import HumanDesk
 from ...people.model import Person
@@ -61,6 +63,8 @@ from ...people.sign_ins import MemorySignIns, SignInStore
 from ...refusals import RefusalAggregator
 from ...smf import utcnow
 from ...timeline import build_timelines, plan_lines
+from .sso import COOKIE as SSO_COOKIE
+from .sso import ConsoleSso, SignInRefused
 from .views import audit_state, contract_rows, escalation_view, task_bars, timeline_layout, waited
 
 __all__ = ["build_app"]
@@ -134,6 +138,7 @@ def build_app(
     signin_burst: int = 10,
     refusals: RefusalAggregator | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sso: ConsoleSso | None = None,
 ) -> Starlette:
     """The console over ``desk`` (and its agency).
 
@@ -149,6 +154,8 @@ def build_app(
         refusals: Audits refused sign-ins per source and minute (default: its own, on the
             agency's audit log); the app keeps it as ``app.state.refusals`` (flushed at stop).
         clock: Monotonic seconds for the sign-in rate limit (injected in tests).
+        sso: Single sign-on through the company's OIDC provider (``/signin/oidc``); token
+            sign-in stays.
     """
     env = _env()
     agency = desk.agency
@@ -211,8 +218,84 @@ def build_app(
             return RedirectResponse("/signin", status_code=303)
         return person
 
+    sso_issuer = sso.settings.issuer if sso is not None else ""
+
     async def signin_page(request: Request) -> Response:
-        return render(request, "signin.html")
+        return render(request, "signin.html", sso_issuer=sso_issuer)
+
+    async def _signed_in_as(request: Request, person: Person) -> None:
+        old = request.session.get("sign_in")
+        if isinstance(old, str):
+            await sign_ins.end(old)
+        request.session.clear()
+        sign_in = await sign_ins.start(person.name, seconds=session_seconds)
+        request.session.update(
+            person=person.name, sign_in=sign_in, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat()
+        )
+
+    async def _limited(source: str, wait: float) -> Response:
+        await refusals.refused(
+            source,
+            "console/signin",
+            ResourceExhausted(
+                f"more than {signin_burst} sign-in attempts from one address "
+                f"(humans.console.signin_per_minute {signin_per_minute:g})"
+            ),
+        )
+        response = HTMLResponse("Too many sign-in attempts; wait a minute.", status_code=429)
+        response.headers["retry-after"] = str(max(1, math.ceil(wait)))
+        return response
+
+    async def signin_oidc(request: Request) -> Response:
+        if sso is None:
+            return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        if (wait := attempts.take(_source(request))) is not None:
+            return await _limited(_source(request), wait)
+        try:
+            url, flow = await sso.start(str(request.base_url))
+        except Unavailable as exc:
+            return render(request, "signin.html", 503, error=exc.message, sso_issuer=sso_issuer)
+        response = RedirectResponse(url, status_code=303)
+        # Lax (not the session's Strict): it must come back on the provider's redirect
+        response.set_cookie(
+            SSO_COOKIE, flow, max_age=600, path="/oidc", httponly=True, samesite="lax", secure=secure_cookies
+        )
+        return response
+
+    async def oidc_callback(request: Request) -> Response:
+        if sso is None:
+            return render(request, "error.html", 404, error="Single sign-on is not configured.")
+        source = _source(request)
+        if (wait := attempts.take(source)) is not None:
+            return await _limited(source, wait)
+        try:
+            name = await sso.finish(
+                console_url=str(request.base_url),
+                params=dict(request.query_params),
+                cookie=request.cookies.get(SSO_COOKIE),
+            )
+        except SignInRefused as exc:  # anonymous: counted per source, like unknown tokens
+            why = f"single sign-on refused: {exc.why}"
+            await refusals.refused(source, "console/oidc/callback", Unauthenticated(why))
+            return render(
+                request, "signin.html", 401, error=f"Sign-in refused: {exc.why}", sso_issuer=sso_issuer
+            )
+        except Unavailable as exc:
+            return render(request, "signin.html", 503, error=exc.message, sso_issuer=sso_issuer)
+        person = desk.people.get(name)
+        if person is None:  # the provider vouches for someone the agency does not know: named
+            await desk.refuse_request(
+                "", f"single sign-on of {name[:64]!r}: no such person in humans.people", {"form": "signin"}
+            )
+            error = f"{name} is not a person of this agency."
+            return render(request, "signin.html", 403, error=error, sso_issuer=sso_issuer)
+        await _signed_in_as(request, person)
+        request.state.person = person
+        # a page, not a redirect: the session cookie is SameSite=Strict, and a redirect chain that
+        # began at the provider's site would not carry it to /inbox
+        response = render(request, "signed_in.html")
+        response.delete_cookie(SSO_COOKIE, path="/oidc")
+        return response
 
     async def signin(request: Request) -> Response:
         source = _source(request)
@@ -235,15 +318,8 @@ def build_app(
         person = desk.authenticate(form.get("token", ""))
         if person is None:
             await refusals.refused(source, "console/signin", Unauthenticated("sign-in with an unknown token"))
-            return render(request, "signin.html", 401, error="Unknown token.")
-        old = request.session.get("sign_in")
-        if isinstance(old, str):
-            await sign_ins.end(old)
-        request.session.clear()
-        sign_in = await sign_ins.start(person.name, seconds=session_seconds)
-        request.session.update(
-            person=person.name, sign_in=sign_in, csrf=secrets.token_urlsafe(32), at=utcnow().isoformat()
-        )
+            return render(request, "signin.html", 401, error="Unknown token.", sso_issuer=sso_issuer)
+        await _signed_in_as(request, person)
         return RedirectResponse("/inbox", status_code=303)
 
     async def signout(request: Request) -> Response:
@@ -317,22 +393,24 @@ def build_app(
         if isinstance(person, Response):
             return person
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
-        return render(request, "tasks.html", rows=await _rows(state, q), state=state, q=q)
+        return render(request, "tasks.html", rows=await _rows(state, q, person), state=state, q=q)
 
-    async def _rows(state: str, q: str) -> list[dict[str, Any]]:
+    async def _rows(state: str, q: str, person: Person) -> list[dict[str, Any]]:
         rows = await desk.store.recent_tasks()
         return [
             r
             for r in rows
-            if (not state or r.get("state") == state)
+            if r.get("tenant", "") == person.tenant  # a person sees their own tenant's tasks only
+            and (not state or r.get("state") == state)
             and (not q or q.lower() in f"{r.get('task_id')} {r.get('text')} {r.get('client')}".lower())
         ]
 
     async def tasks_json(request: Request) -> Response:
-        if await _person(request) is None:
+        person = await _person(request)
+        if person is None:
             return JSONResponse({"error": "sign in"}, status_code=401)
         state, q = request.query_params.get("state", ""), request.query_params.get("q", "")
-        return JSONResponse({"tasks": await _rows(state, q)})
+        return JSONResponse({"tasks": await _rows(state, q, person)})
 
     async def task(request: Request) -> Response:
         person = await _signed_in(request)
@@ -340,6 +418,8 @@ def build_app(
             return person
         task_id = request.path_params["task_id"]
         try:
+            if (await agency.tasks.get(task_id)).tenant != person.tenant:  # not even named
+                raise NotFound(f"no task {task_id!r}")
             outcome = await agency.get_task(task_id)
         except AgencyError as exc:
             return render(request, "error.html", _STATUS.get(exc.reason, 400), error=exc.message)
@@ -380,7 +460,7 @@ def build_app(
         person = await _signed_in(request)
         if isinstance(person, Response):
             return person
-        return render(request, "contracts.html", rows=await contract_rows(agency))
+        return render(request, "contracts.html", rows=await contract_rows(agency, tenant=person.tenant))
 
     async def audit(request: Request) -> Response:
         person = await _signed_in(request)
@@ -428,7 +508,9 @@ def build_app(
         try:
             fmt = ExportFormat(params.get("format", "jsonl"))
             flt = ExportFilter(
-                since=_when(params.get("since", ""), "since"), until=_when(params.get("until", ""), "until")
+                since=_when(params.get("since", ""), "since"),
+                until=_when(params.get("until", ""), "until"),
+                tenant=person.tenant or None,  # a tenant's person exports that tenant's records only
             )
         except ValueError:
             return render(
@@ -457,6 +539,8 @@ def build_app(
         Route("/healthz", healthz),
         Route("/signin", signin_page, methods=["GET"]),
         Route("/signin", signin, methods=["POST"]),
+        Route("/signin/oidc", signin_oidc, methods=["GET"]),
+        Route("/oidc/callback", oidc_callback, methods=["GET"]),
         Route("/signout", signout, methods=["POST"]),
         Route("/inbox", inbox),
         Route("/inbox/{esc_id}", escalation, methods=["GET"]),

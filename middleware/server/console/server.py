@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import uvicorn
 
 from ...errors import InvalidInput
 from ...people.desk import HumanDesk
+from ...people.model import ConsoleOidcSettings
 from ...people.sign_ins import SignInStore
 from ..http_guard import ConnectionGuard, limit_body, uvicorn_options
 from ..http_limits import HttpLimits
@@ -55,6 +57,7 @@ class ConsoleServer:
         sign_ins: SignInStore | None = None,
         signin_per_minute: float = 10.0,
         signin_burst: int = 10,
+        sso: ConsoleOidcSettings | None = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
@@ -63,6 +66,12 @@ class ConsoleServer:
         self._sock.bind((self.host, int(port or 0)))
         self.port: int = self._sock.getsockname()[1]
         self.tls = tls_cert is not None and tls_key is not None
+        secret = secret or secrets.token_urlsafe(32)
+        self.sso = None
+        if sso is not None:
+            from .sso import ConsoleSso
+
+            self.sso = ConsoleSso(sso, secret=secret)
         app = build_app(
             desk,
             secret=secret,
@@ -71,6 +80,7 @@ class ConsoleServer:
             sign_ins=sign_ins,
             signin_per_minute=signin_per_minute,
             signin_burst=signin_burst,
+            sso=self.sso,
         )
         self.refusals = app.state.refusals
         self.sign_ins = sign_ins
@@ -125,6 +135,7 @@ class ConsoleServer:
             sign_ins=sign_ins,
             signin_per_minute=settings.signin_per_minute,
             signin_burst=settings.signin_burst,
+            sso=settings.oidc,
         )
 
     @property
@@ -150,3 +161,5 @@ class ConsoleServer:
         close = getattr(self.sign_ins, "close", None)
         if close is not None:
             await close()
+        if self.sso is not None:
+            await self.sso.aclose()

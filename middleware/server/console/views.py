@@ -382,9 +382,10 @@ def waited(since: datetime, now: datetime | None = None) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
-async def contract_rows(agency: Agency) -> list[dict[str, Any]]:
-    """Per contract: failure rates by type (the monitor's window), review flags (> 15 %),
-    circuit state, and the SLO against the observed latency (answers in the audit log)."""
+async def contract_rows(agency: Agency, *, tenant: str = "") -> list[dict[str, Any]]:
+    """Per contract of ``tenant`` (and those shared with it): failure rates by type (the
+    monitor's window), review flags (> 15 %), circuit state, and the SLO against the observed
+    latency (answers in the audit log)."""
     latencies: dict[str, list[float]] = {}
     flags: dict[str, dict[str, Any]] = {}
     for _, r in agency.audit.records():
@@ -395,6 +396,8 @@ async def contract_rows(agency: Agency) -> list[dict[str, Any]]:
             flags[key] = {**r.detail, "outcome": r.outcome, "at": r.time}
     rows = []
     for entry in await agency.catalog.all():
+        if not entry.contract.routable_for(tenant):
+            continue
         c = entry.contract
         tasks, by_type = agency.monitor.figures(c.key)
         seen = sorted(latencies.get(c.key, []))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 
 from ..._proto.agency.v1 import audit_pb2, audit_pb2_grpc
+from ...access import current_principal
 from ...audit.checkpoint import Checkpoint
 from ...audit.export import ExportedRecord, ExportFilter, iter_records
 from ...audit.wal import WalAuditLog
@@ -54,6 +56,7 @@ def filter_from_pb(req: audit_pb2.ExportRequest) -> ExportFilter:
         goal_id=req.goal_id,
         agent=req.agent,
         event_types=frozenset(req.event_types),
+        tenant=req.tenant if req.HasField("tenant") else None,
     )
 
 
@@ -73,6 +76,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
     ) -> AsyncIterator[audit_pb2.AuditEntry]:
         log = _wal(self._agency.audit)
         flt = filter_from_pb(request)
+        caller = current_principal()
+        if caller is not None and caller.tenant:  # a tenant's auditor reads its tenant's records only
+            flt = dataclasses.replace(flt, tenant=caller.tenant)
         if self._agency.policy is not None:  # policies as code: may this caller export this?
             what = {
                 "trace_id": flt.trace_id or "",

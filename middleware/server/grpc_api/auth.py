@@ -17,15 +17,16 @@ needs ``admin``: a new RPC is closed until someone decides who may call it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from ...access import DEFAULT_ROLE, Permission, Principal, acting_as, authorize
-from ...errors import AgencyError, PermissionDenied, Unauthenticated
+from ...access import Permission, Principal, acting_as, authorize
+from ...errors import AgencyError, PermissionDenied, Unauthenticated, Unavailable
+from ...tenancy import split_key
+from ..identity import Identities
 from .decode import is_malformed
 from .status import rpc, rpc_stream
 
@@ -38,7 +39,7 @@ OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 Deny = Callable[[PermissionDenied], Awaitable[None]]
 #: Awaited with (peer, method, error) for each call refused for its token (the gateway
 #: audits them aggregated per source: :class:`middleware.refusals.RefusalAggregator`).
-Unknown = Callable[[str, str, Unauthenticated], Awaitable[None]]
+Unknown = Callable[[str, str, AgencyError], Awaitable[None]]
 
 
 def _contract(request: Any) -> tuple[str, str]:
@@ -48,7 +49,7 @@ def _contract(request: Any) -> tuple[str, str]:
 
 def _key(request: Any) -> tuple[str, str]:
     key: str = request.key
-    return key.partition("@")[0], key  # name@version: names have no '@'
+    return split_key(key)[1], key  # [tenant/]name@version: names have no '@' nor '/'
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class _Refuse:
     async def _raise(self, context: grpc.aio.ServicerContext) -> None:
         if isinstance(self.error, PermissionDenied) and self.on_deny is not None:
             await self.on_deny(self.error)
-        if isinstance(self.error, Unauthenticated) and self.on_unknown is not None:
+        if isinstance(self.error, Unauthenticated | Unavailable) and self.on_unknown is not None:
             await self.on_unknown(context.peer() or "", self.method, self.error)
         raise self.error
 
@@ -134,24 +135,20 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
     role :data:`PERMISSIONS` asks for.
 
     Args:
-        token_hashes: ``{sha256_hex_of_token: principal}``; a bare client name gets
-            :data:`~middleware.access.DEFAULT_ROLE`.
+        token_hashes: Who each token is: :class:`~middleware.server.identity.Identities` (the
+            token file and an OIDC issuer), or ``{sha256_hex_of_token: principal}`` (a bare
+            client name gets :data:`~middleware.access.DEFAULT_ROLE`).
         on_deny: Awaited with each PERMISSION_DENIED refusal before the call ends (audit).
         on_unknown: Awaited with each UNAUTHENTICATED refusal (peer, method, error).
     """
 
     def __init__(
         self,
-        token_hashes: Mapping[str, Principal | str],
+        token_hashes: Identities | Mapping[str, Principal | str],
         on_deny: Deny | None = None,
         on_unknown: Unknown | None = None,
     ) -> None:
-        self._clients = {
-            h.lower(): p
-            if isinstance(p, Principal)
-            else Principal(name=p, role=DEFAULT_ROLE, role_given=False)
-            for h, p in token_hashes.items()
-        }
+        self._identities = token_hashes if isinstance(token_hashes, Identities) else Identities(token_hashes)
         self._on_deny = on_deny
         self._on_unknown = on_unknown
 
@@ -163,12 +160,13 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method or ""
         if method.startswith(OPEN_SERVICES):
             return await continuation(handler_call_details)
-        principal, why = self._authenticate(handler_call_details.invocation_metadata or ())
+        principal, refusal = await self._authenticate(handler_call_details.invocation_metadata or ())
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
         if principal is None:
-            return _refusing(handler, _Refuse(Unauthenticated(why), None, self._on_unknown, method))
+            assert refusal is not None
+            return _refusing(handler, _Refuse(refusal, None, self._on_unknown, method))
         rule = PERMISSIONS.get(method, _UNLISTED)
         operation = method.lstrip("/").removeprefix("agency.v1.")
         if rule.target is None:
@@ -179,14 +177,11 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             return _as(principal, handler)
         return self._checking(handler, principal, rule, operation)
 
-    def _authenticate(self, metadata: Any) -> tuple[Principal | None, str]:
-        token = _bearer(metadata)
-        if token is None:
-            return None, "missing bearer token (send 'authorization: Bearer <token>')"
-        principal = self._clients.get(hashlib.sha256(token.encode()).hexdigest())
-        if principal is None:
-            return None, "unknown bearer token"
-        return principal, ""
+    async def _authenticate(self, metadata: Any) -> tuple[Principal | None, AgencyError | None]:
+        try:
+            return await self._identities.authenticate(_bearer(metadata)), None
+        except (Unauthenticated, Unavailable) as exc:  # Unavailable: the issuer's keys cannot be had
+            return None, exc
 
     def _checking(
         self, handler: grpc.RpcMethodHandler, principal: Principal, rule: Rule, operation: str

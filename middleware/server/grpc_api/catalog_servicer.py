@@ -11,13 +11,14 @@ from typing import Any
 import grpc
 
 from ..._proto.agency.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from ...access import Role, current_caller, current_principal
+from ...access import Principal, Role, current_caller, current_principal
 from ...caller_limits import CallerLimits, CpuBudget, StreamCounter, WriteRateLimiter
 from ...catalog import CatalogEntry, CatalogEvent, CatalogWatch
 from ...contracts import CapabilityContract
-from ...errors import AgencyError, PermissionDenied, ResourceExhausted
+from ...errors import AgencyError, NotFound, PermissionDenied, ResourceExhausted
 from ...grants import Grants, check_grant
 from ...pipeline import Agency
+from ...tenancy import global_reader, sees, split_key, tenant_of
 from .convert import contract_from_pb, entry_to_pb, query_from_pb
 from .status import rpc, rpc_stream
 
@@ -113,13 +114,25 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         with self._streams.holding(principal.name):
             yield
 
-    async def _granted(self, contract: CapabilityContract, operation: str) -> None:
+    async def _granted(self, contract: CapabilityContract, operation: str) -> CapabilityContract:
+        """The contract in the caller's tenant (set when it names none), within its grant."""
+        principal = current_principal()
         try:
-            check_grant(current_principal(), contract, self._grants, operation=operation)
+            contract = _in_tenant(principal, contract, operation)
+            check_grant(principal, contract, self._grants, operation=operation)
         except PermissionDenied as exc:
             if self._on_deny is not None:
                 await self._on_deny(exc)
             raise
+        return contract
+
+    async def _visible(self, key: str) -> CatalogEntry:
+        """The entry ``key`` if the caller may see it (NOT_FOUND otherwise: another tenant's
+        agents are not even named)."""
+        entry = await self._agency.catalog.get(key)
+        if not _sees(current_principal(), entry):
+            raise NotFound(f"no capability {key!r}")
+        return entry
 
     @rpc
     async def Register(
@@ -127,7 +140,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     ) -> catalog_pb2.CatalogEntry:
         self._write("CatalogService/Register")
         contract = await self._compiled(request.contract, "CatalogService/Register")
-        await self._granted(contract, "CatalogService/Register")
+        contract = await self._granted(contract, "CatalogService/Register")
         entry = await self._agency.register(contract, replace=request.replace, actor=current_caller())
         return entry_to_pb(entry)
 
@@ -135,14 +148,15 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     async def Get(
         self, request: catalog_pb2.GetCapabilityRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
-        return entry_to_pb(await self._agency.catalog.get(request.key))
+        return entry_to_pb(await self._visible(request.key))
 
     @rpc
     async def Query(
         self, request: catalog_pb2.QueryRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.QueryResponse:
         entries = await self._agency.catalog.query(query_from_pb(request))
-        return catalog_pb2.QueryResponse(entries=[entry_to_pb(e) for e in entries])
+        caller = current_principal()
+        return catalog_pb2.QueryResponse(entries=[entry_to_pb(e) for e in entries if _sees(caller, e)])
 
     @rpc
     async def Update(
@@ -150,8 +164,8 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
     ) -> catalog_pb2.CatalogEntry:
         self._write("CatalogService/Update")
         contract = await self._compiled(request.contract, "CatalogService/Update")
-        await self._granted(contract, "CatalogService/Update")
-        await self._agency.catalog.get(contract.key)  # NOT_FOUND unless it exists
+        contract = await self._granted(contract, "CatalogService/Update")
+        await self._visible(contract.key)  # NOT_FOUND unless it exists
         return entry_to_pb(await self._agency.register(contract, replace=True, actor=current_caller()))
 
     @rpc
@@ -159,6 +173,7 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.DeregisterRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.DeregisterResponse:
         self._write("CatalogService/Deregister")
+        await self._own_tenant(request.key)
         await self._agency.deregister(request.key, actor=current_caller())
         return catalog_pb2.DeregisterResponse()
 
@@ -167,7 +182,14 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
         self, request: catalog_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> catalog_pb2.CatalogEntry:
         self._write("CatalogService/Heartbeat")
+        await self._own_tenant(request.key)
         return entry_to_pb(await self._agency.catalog.heartbeat(request.key))
+
+    async def _own_tenant(self, key: str) -> None:
+        """A write to ``key`` only within the caller's own tenant (a global admin: any)."""
+        principal = current_principal()
+        if principal is not None and not global_reader(principal) and split_key(key)[0] != principal.tenant:
+            raise NotFound(f"no capability {key!r}")
 
     @rpc_stream
     async def Watch(
@@ -182,10 +204,12 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
                 pump = asyncio.create_task(backlog.pump(events))
                 waiting: set[asyncio.Future[Any]] = set()
                 try:
+                    caller = current_principal()
                     if request.include_existing:
                         for entry in await self._agency.catalog.all():
                             backlog.check()
-                            yield _existing(entry)
+                            if _sees(caller, entry):
+                                yield _existing(entry)
                     while True:
                         backlog.check()
                         get = asyncio.ensure_future(backlog.queue.get())
@@ -201,12 +225,56 @@ class CatalogServicer(catalog_pb2_grpc.CatalogServiceServicer):
                                     yield backlog.taken(backlog.queue.get_nowait())
                                 return
                             continue
-                        yield backlog.taken(get.result())
+                        event = backlog.taken(get.result())
+                        if _event_seen(caller, event):
+                            yield event
                 finally:
                     pending = [f for f in (pump, *waiting) if not f.done()]
                     for f in pending:
                         f.cancel()
                     await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _sees(principal: Principal | None, entry: CatalogEntry) -> bool:
+    """Whether ``principal`` may see ``entry``: its tenant's, one shared with it, or a global reader."""
+    contract = entry.contract
+    return sees(principal, contract.tenant) or contract.routable_for(tenant_of(principal))
+
+
+def _event_seen(principal: Principal | None, event: catalog_pb2.CatalogEvent) -> bool:
+    if global_reader(principal):
+        return True
+    if event.HasField("entry"):
+        contract = event.entry.contract
+        return contract.tenant == tenant_of(principal) or bool(
+            {"*", tenant_of(principal)} & set(contract.shared_with)
+        )
+    return split_key(event.key)[0] == tenant_of(principal)
+
+
+def _in_tenant(
+    principal: Principal | None, contract: CapabilityContract, operation: str
+) -> CapabilityContract:
+    """``contract`` in the caller's tenant: a caller of a tenant registers into it (the
+    contract's tenant is set to it, another is refused); a global admin names any tenant."""
+    if principal is None or global_reader(principal):
+        return contract
+    if not contract.tenant:
+        return contract.model_copy(update={"tenant": principal.tenant}) if principal.tenant else contract
+    if contract.tenant != principal.tenant:
+        raise PermissionDenied(
+            f"client {principal.name!r} (role {principal.role.value}) may not {operation} "
+            f"{contract.key}: a caller registers only in its own tenant "
+            f"({principal.tenant or 'none'})",
+            details={
+                "client": principal.name,
+                "role": principal.role.value,
+                "operation": operation,
+                "permission": "catalog_write",
+                "target": contract.key,
+            },
+        )
+    return contract
 
 
 class _Backlog:

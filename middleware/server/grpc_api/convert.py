@@ -160,6 +160,8 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "restore_personal_data": pb.restore_personal_data,
         "facts": list(pb.facts),
         "idempotency": pb.idempotency,
+        "tenant": pb.tenant,
+        "shared_with": list(pb.shared_with),
         "stream_progress": pb.stream_progress,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
@@ -195,6 +197,8 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         restore_personal_data=c.restore_personal_data,
         facts=c.facts,
         idempotency=c.idempotency,
+        tenant=c.tenant,
+        shared_with=c.shared_with,
         stream_progress=c.stream_progress,
     )
 

@@ -8,9 +8,11 @@ import grpc
 
 from ..._model import parse_model
 from ..._proto.agency.v1 import goals_pb2, goals_pb2_grpc
-from ...errors import InvalidInput, Problem
+from ...access import current_principal
+from ...errors import InvalidInput, NotFound, PermissionDenied, Problem
 from ...goals import GoalAssertion
 from ...pipeline import Agency
+from ...tenancy import sees
 from .convert import loads
 from .status import rpc
 
@@ -49,6 +51,14 @@ class GoalServicer(goals_pb2_grpc.GoalServiceServicer):
                 [Problem(f"goal_json.{p.field.removeprefix('goal.')}", p.reason) for p in exc.problems],
                 what=exc.what,
             ) from None
+        caller = current_principal()
+        if caller is not None and caller.tenant:  # a tenant's admin registers its tenant's goals
+            if goal.tenant and goal.tenant != caller.tenant:
+                raise PermissionDenied(
+                    f"client {caller.name!r} may not register goal {goal.id} for tenant {goal.tenant!r}: "
+                    "a caller registers goals of its own tenant only"
+                )
+            goal = goal.model_copy(update={"tenant": caller.tenant})
         return goal_to_pb(self._agency.register_goal(goal, replace=request.replace))
 
     @rpc
@@ -57,4 +67,8 @@ class GoalServicer(goals_pb2_grpc.GoalServiceServicer):
     ) -> goals_pb2.Goal:
         if not request.goal_id:
             raise InvalidInput.single("goal_id", "required")
-        return goal_to_pb(self._agency.get_goal(request.goal_id))
+        goal = self._agency.get_goal(request.goal_id)
+        caller = current_principal()
+        if goal.tenant and not sees(caller, goal.tenant):  # another tenant's goal is not even named
+            raise NotFound(f"no goal {request.goal_id!r}")
+        return goal_to_pb(goal)

@@ -21,6 +21,7 @@ from ...messaging.directory import AgentRecord
 from ...messaging.identity import check_topic
 from ...messaging.post_office import Envelope, PostOffice, Received
 from ...refusals import calling_from, source_of
+from ...tenancy import global_reader, tenant_of
 from .convert import dumps, loads, smf_from_pb, smf_to_pb
 from .status import rpc, rpc_stream
 
@@ -216,8 +217,10 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
             raise InvalidInput([Problem("capability", "at most 1000 characters")])
         if request.topic:
             check_topic(request.topic)
+        caller = current_principal()  # a tenant's client finds its tenant's agents only
+        tenant = None if global_reader(caller) else tenant_of(caller)
         found = await self._po.find_agents(
-            request.capability, topic=request.topic, include_pending=request.include_pending
+            request.capability, topic=request.topic, include_pending=request.include_pending, tenant=tenant
         )
         return messages_pb2.FindAgentsResponse(agents=[agent_info(r, seen) for r, seen in found])
 

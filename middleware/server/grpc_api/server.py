@@ -21,11 +21,12 @@ from ..._proto.agency.v1 import (
 )
 from ...access import Principal, refusal_record
 from ...caller_limits import CallerLimits
-from ...errors import PermissionDenied, Unauthenticated
+from ...errors import AgencyError, PermissionDenied
 from ...grants import Grants
 from ...messaging.post_office import PostOffice
 from ...pipeline import Agency
 from ...refusals import RefusalAggregator, source_of
+from ..identity import Identities
 from ..settings import TlsConfig
 from .agency_servicer import AgencyServicer
 from .audit_servicer import AuditServicer
@@ -96,7 +97,7 @@ def build_server(
     address: str = "127.0.0.1:0",
     *,
     tls: TlsConfig | None = None,
-    token_hashes: Mapping[str, Principal | str] | None = None,
+    token_hashes: Identities | Mapping[str, Principal | str] | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     post_office: PostOffice | None = None,
     reuse_port: bool = False,
@@ -107,10 +108,12 @@ def build_server(
 
     Args:
         tls: Serve TLS (mutual TLS when it requires client certificates); None = plaintext.
-        token_hashes: ``{sha256_of_token: principal}`` (a bare client name gets the default
-            role); set = every call but health and reflection needs a known bearer token,
-            and the role its method asks for (see :mod:`.auth`); refusals are audited (calls
-            refused for their token once per source and minute, with a count: see
+        token_hashes: Who each bearer token is: :class:`~middleware.server.identity.Identities`
+            (the token file and an OIDC issuer) or ``{sha256_of_token: principal}`` (a bare
+            client name gets the default role); set = every call but health and reflection
+            needs a known bearer token, and the role its method asks for (see :mod:`.auth`);
+            refusals are audited (calls refused for their token once per source and minute,
+            with a count: see
             :mod:`middleware.refusals`).
         interceptors: Further server interceptors (e.g. tracing), outermost first.
         post_office: Backs ``MessageService`` (default: in-memory mailboxes, same audit log).
@@ -139,9 +142,11 @@ def build_server(
     async def audit_denial(error: PermissionDenied) -> None:
         await agency.audit.append(refusal_record(error, node=agency.config.node_id))
 
+    if isinstance(token_hashes, Identities) and not token_hashes.required:
+        token_hashes = None
     if token_hashes is not None:
 
-        async def audit_unknown(peer: str, method: str, error: Unauthenticated) -> None:
+        async def audit_unknown(peer: str, method: str, error: AgencyError) -> None:
             await refusals.refused(source_of(peer), method.lstrip("/").removeprefix("agency.v1."), error)
 
         chain.append(TokenAuthInterceptor(token_hashes, on_deny=audit_denial, on_unknown=audit_unknown))

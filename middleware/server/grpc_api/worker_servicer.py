@@ -76,6 +76,8 @@ class AgentWorkerServicer(worker_pb2_grpc.AgentWorkerServicer):
         self, request: worker_pb2.InvokeRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.InvokeResponse:
         hosted = self._agents.get(request.contract_key)
+        if hosted is None:  # a tenant's gateway key (tenant/name@version) of the contract served here
+            hosted = self._agents.get(request.contract_key.rpartition("/")[2])
         if hosted is None:
             served = ", ".join(sorted(self._agents)) or "nothing"
             raise NotFound(f"this worker does not serve {request.contract_key!r} (it serves {served})")
@@ -141,6 +143,10 @@ async def _invoke(
         result.created_at = reply.created_at.isoformat()
     if reply.intention_trace is not None:
         result.intention_trace.CopyFrom(worker_pb2.IntentionTrace(goal_ids=reply.intention_trace))
+    result.usage.extend(
+        worker_pb2.ModelUsage(model=u.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens)
+        for u in reply.usage
+    )
     return worker_pb2.InvokeResponse(result=result)
 
 

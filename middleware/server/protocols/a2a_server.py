@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from typing import Any
 
 from a2a.auth.user import User
@@ -79,14 +79,24 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...access import Permission, Principal, authorize
-from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
+from ...refusals import RefusalAggregator
 from ...task_events import OUTCOME, TaskEvent
 from ...tasks import Outcome
 from ...tasks import TaskState as AgencyState
+from ..identity import Identities
 from .a2a_stream import StatusStream
 from .card_signing import CardSigner
-from .common import FRESHNESS_TTL, Callers, answer_ttl, outcome_data, outcome_text, task_request
+from .common import (
+    FRESHNESS_TTL,
+    Callers,
+    answer_ttl,
+    http_source,
+    outcome_data,
+    outcome_text,
+    task_request,
+)
 from .task_follow import follow_while
 
 __all__ = [
@@ -131,7 +141,9 @@ async def gateway_card(agency: Agency, url: str, *, auth: bool, name: str = "Age
     """
     actions: dict[str, dict[str, Any]] = {}
     for entry in sorted(await agency.catalog.all(), key=lambda e: e.key):
-        if entry.stale:
+        # the card is public: a tenant's agents are never listed on it (only those without a
+        # tenant, and those shared with every tenant)
+        if entry.stale or not entry.contract.routable_for(""):
             continue
         contract = entry.contract
         for action in contract.can_do:
@@ -216,7 +228,12 @@ class _Caller(User):
 
     @property
     def user_name(self) -> str:
-        return self.principal.name if self.principal is not None else ""
+        # the SDK's task store scopes tasks by this name: a tenant's client of the same name as
+        # another tenant's is another user
+        p = self.principal
+        if p is None:
+            return ""
+        return f"{p.tenant}/{p.name}" if p.tenant else p.name
 
 
 class _ContextBuilder(DefaultServerCallContextBuilder):
@@ -236,8 +253,10 @@ class _BearerGate:
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
         try:
-            scope[_PRINCIPAL] = self.callers.from_header(header)
-        except Unauthenticated as exc:
+            scope[_PRINCIPAL] = await self.callers.from_header(
+                header, source=http_source(scope), operation=f"A2A {scope['method']} {scope['path']}"[:120]
+            )
+        except (Unauthenticated, Unavailable) as exc:
             response = JSONResponse(
                 {"error": "UNAUTHENTICATED", "message": str(exc)},
                 status_code=401,
@@ -377,8 +396,11 @@ class GovernedExecutor(AgentExecutor):
             )
         )
         client = principal.name if principal is not None else ""
+        tenant = principal.tenant if principal is not None else ""
         stream = StatusStream(task_id, updater.context_id)
-        outcome = await self._follow(task_id, self.agency.submit(request, client=client), stream, event_queue)
+        outcome = await self._follow(
+            task_id, self.agency.submit(request, client=client, tenant=tenant), stream, event_queue
+        )
         if outcome is not None:
             await _report(outcome, updater, stream.carried())
 
@@ -723,7 +745,7 @@ def build_a2a_app(
     agency: Agency,
     *,
     url: str,
-    token_hashes: dict[str, Principal] | None = None,
+    token_hashes: Identities | Mapping[str, Principal] | None = None,
     card_signer: CardSigner | None = None,
 ) -> Starlette:
     """The A2A application of ``agency``: Agent Card, JSON-RPC and HTTP+JSON bindings.
@@ -731,11 +753,15 @@ def build_a2a_app(
     Args:
         agency: The governance core every message goes through.
         url: The base URL clients reach it at (written into the card).
-        token_hashes: The gateway's token file (``ServerConfig.token_hashes()``); None = no
-            tokens required.
+        token_hashes: Who each bearer token is: the gateway's
+            :class:`~middleware.server.identity.Identities` (token file, OIDC issuer) or its token
+            file (``ServerConfig.token_hashes()``); None = no tokens required. Requests refused
+            for their token are audited per source and minute (:mod:`middleware.refusals`).
         card_signer: Signs the card served (JWS, ``card_signing``); None = unsigned.
     """
-    callers = Callers(token_hashes)
+    callers = Callers(
+        token_hashes, refusals=RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    )
     base = _card(url, [_ANY_SKILL], auth=callers.required)  # what the handler checks: capabilities
     handler = _GovernedHandler(
         agency,

@@ -17,14 +17,16 @@ from typing import Any
 
 import uvicorn
 
-from ...access import DEFAULT_ROLE, Principal
+from ...access import Principal
 from ...agents import MAX_FRESHNESS_TTL, AgentReply
-from ...errors import AgentFailure, InvalidInput, Unauthenticated
+from ...errors import AgentFailure, InvalidInput, Unauthenticated, Unavailable
 from ...pipeline import Agency
+from ...refusals import RefusalAggregator
 from ...smf import utcnow
 from ...tasks import Outcome, TaskRequest, TaskState
 from ..http_guard import ConnectionGuard, limit_body, uvicorn_options
 from ..http_limits import HttpLimits
+from ..identity import Identities
 
 __all__ = [
     "FRESHNESS_TTL",
@@ -35,6 +37,7 @@ __all__ = [
     "answer_ttl",
     "definition_hash",
     "flag_for_review",
+    "http_source",
     "outcome_data",
     "outcome_text",
     "remote_reply",
@@ -77,38 +80,53 @@ def definition_hash(definition: Mapping[str, Any]) -> str:
 
 
 class Callers:
-    """Who a bearer token belongs to: the same token file and roles as the gRPC gateway.
+    """Who a bearer token belongs to: the same token file, OIDC issuer and roles as the gRPC gateway.
 
     Args:
-        token_hashes: ``{sha256_hex_of_token: principal}`` (see
-            :meth:`middleware.server.settings.ServerConfig.token_hashes`); None = tokens off, every
-            caller is anonymous.
+        token_hashes: :class:`~middleware.server.identity.Identities`, or ``{sha256_hex_of_token:
+            principal}`` (see :meth:`middleware.server.settings.ServerConfig.token_hashes`); None =
+            tokens off, every caller is anonymous.
+        refusals: Audits the requests refused for their token, per source and interval, as the
+            gRPC gateway does (:mod:`middleware.refusals`); None = not audited.
     """
 
-    def __init__(self, token_hashes: Mapping[str, Principal | str] | None) -> None:
-        self.required = token_hashes is not None
-        self._clients = {
-            h.lower(): p
-            if isinstance(p, Principal)
-            else Principal(name=p, role=DEFAULT_ROLE, role_given=False)
-            for h, p in (token_hashes or {}).items()
-        }
+    def __init__(
+        self,
+        token_hashes: Identities | Mapping[str, Principal | str] | None,
+        *,
+        refusals: RefusalAggregator | None = None,
+    ) -> None:
+        self.identities = token_hashes if isinstance(token_hashes, Identities) else Identities(token_hashes)
+        self.required = self.identities.required
+        self.refusals = refusals
 
-    def from_header(self, authorization: str | None) -> Principal | None:
+    async def from_header(
+        self, authorization: str | None, *, source: str = "", operation: str = ""
+    ) -> Principal | None:
         """The principal of an ``Authorization: Bearer <token>`` header (None: tokens off).
 
         Raises:
-            Unauthenticated: tokens are required and the header is missing or unknown.
+            Unauthenticated: tokens are required and the header is missing, unknown, or a JWT
+                the issuer's checks refuse (audited when ``refusals`` is set).
+            Unavailable: the issuer's keys cannot be fetched (audited the same way).
         """
         if not self.required:
             return None
         scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("missing bearer token (send 'Authorization: Bearer <token>')")
-        principal = self._clients.get(hashlib.sha256(token.strip().encode()).hexdigest())
-        if principal is None:
-            raise Unauthenticated("unknown bearer token")
-        return principal
+        try:
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("missing bearer token (send 'Authorization: Bearer <token>')")
+            return await self.identities.authenticate(token.strip())
+        except (Unauthenticated, Unavailable) as exc:
+            if self.refusals is not None:
+                await self.refusals.refused(source or "unknown", operation, exc)
+            raise
+
+
+def http_source(scope: Mapping[str, Any]) -> str:
+    """The source of an ASGI request for the refusal records: its client address without the port."""
+    client = scope.get("client")
+    return f"http:{client[0]}" if client else "http:unknown"
 
 
 def task_request(

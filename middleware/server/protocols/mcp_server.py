@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -45,15 +45,18 @@ from starlette.applications import Starlette
 
 from ...access import Permission, Principal, authorize, refusal_record
 from ...contracts import CapabilityContract
-from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated
+from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
+from ...refusals import RefusalAggregator
 from ...task_events import TaskEvent, describe
 from ...tasks import Outcome, TaskState
+from ..identity import Identities
 from .common import (
     FRESHNESS_TTL,
     GOVERNANCE_META,
     Callers,
     answer_ttl,
+    http_source,
     outcome_data,
     outcome_text,
     task_request,
@@ -114,11 +117,12 @@ def tool_name(action: str) -> str:
     return _TOOL_NAME.sub("_", action)
 
 
-async def governed_tools(agency: Agency) -> tuple[list[types.Tool], dict[str, str]]:
-    """The tools of ``agency``'s catalog now, and ``{tool name: action}``."""
+async def governed_tools(agency: Agency, tenant: str = "") -> tuple[list[types.Tool], dict[str, str]]:
+    """The tools of ``agency``'s catalog now, and ``{tool name: action}``: the contracts a task
+    of ``tenant`` may be routed to (its own and those shared with it)."""
     by_action: dict[str, list[CapabilityContract]] = {}
     for entry in sorted(await agency.catalog.all(), key=lambda e: e.key):
-        if not entry.stale:
+        if not entry.stale and entry.contract.routable_for(tenant):
             for action in entry.contract.can_do:
                 by_action.setdefault(action, []).append(entry.contract)
     tools = [
@@ -304,14 +308,17 @@ def build_mcp_server(
     """
     callers = callers or Callers(None)
 
-    def principal_of(ctx: ServerRequestContext[Any]) -> Principal | None:
+    async def principal_of(ctx: ServerRequestContext[Any]) -> Principal | None:
+        # the HTTP gate authenticated (and audited) the request already: not audited twice
         headers = getattr(ctx.request, "headers", None)
-        return callers.from_header(headers.get("authorization") if headers is not None else None)
+        quiet = Callers(callers.identities)
+        return await quiet.from_header(headers.get("authorization") if headers is not None else None)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools, _ = await governed_tools(agency)
+        principal = await principal_of(ctx)
+        tools, _ = await governed_tools(agency, principal.tenant if principal is not None else "")
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(
@@ -336,7 +343,7 @@ def build_mcp_server(
             return await follow_while(agency, task_id, work, tell, after=after)
 
         try:
-            principal = principal_of(ctx)
+            principal = await principal_of(ctx)
             if principal is not None:
                 try:
                     authorize(principal, Permission.CALL, operation=f"MCP/tools/call/{params.name}")
@@ -373,7 +380,7 @@ def build_mcp_server(
                 governance.update(arguments)
                 data: dict[str, Any] = {}
             else:
-                _, actions = await governed_tools(agency)
+                _, actions = await governed_tools(agency, principal.tenant if principal is not None else "")
                 action = actions.get(params.name)
                 if action is None:  # a protocol error, not a tool's failure (MCP 2025-11-25: -32602)
                     unknown = InvalidInput.single(
@@ -388,9 +395,10 @@ def build_mcp_server(
             request = task_request(
                 text, governance, data=data, source=f"mcp:{client or 'anonymous'}", where="arguments"
             )
-            outcome = await followed(request.task_id, agency.submit(request, client=client))
+            tenant = principal.tenant if principal is not None else ""
+            outcome = await followed(request.task_id, agency.submit(request, client=client, tenant=tenant))
             return _result(await _elicit(ctx, agency, outcome, principal))
-        except Unauthenticated as exc:
+        except (Unauthenticated, Unavailable) as exc:
             return _error(exc)
         except InvalidInput as exc:
             await agency.record_rejection(exc, component="mcp")
@@ -422,8 +430,12 @@ class _BearerGate:
         if scope["type"] == "http":
             header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
             try:
-                self.callers.from_header(header)
-            except Unauthenticated as exc:
+                await self.callers.from_header(
+                    header,
+                    source=http_source(scope),
+                    operation=f"MCP {scope['method']} {scope['path']}"[:120],
+                )
+            except (Unauthenticated, Unavailable) as exc:
                 from starlette.responses import JSONResponse
 
                 response = JSONResponse(
@@ -440,11 +452,18 @@ def build_mcp_http_app(
     agency: Agency,
     *,
     path: str = "/mcp",
-    token_hashes: dict[str, Principal] | None = None,
+    token_hashes: Identities | Mapping[str, Principal] | None = None,
     host: str = "127.0.0.1",
 ) -> Starlette:
-    """The Streamable HTTP application of the MCP server (stateful sessions, SSE responses)."""
-    callers = Callers(token_hashes)
+    """The Streamable HTTP application of the MCP server (stateful sessions, SSE responses).
+
+    ``token_hashes``: who each bearer token is (:class:`~middleware.server.identity.Identities`
+    or the token file; None = no tokens); requests refused for their token are audited per
+    source and minute (:mod:`middleware.refusals`).
+    """
+    callers = Callers(
+        token_hashes, refusals=RefusalAggregator(agency.audit.append, node=agency.config.node_id)
+    )
     server = build_mcp_server(agency, callers=callers)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
     app.add_middleware(_BearerGate, callers=callers)

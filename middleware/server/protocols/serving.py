@@ -12,6 +12,7 @@ from ...access import Principal
 from ...errors import InvalidInput
 from ...pipeline import Agency
 from ..http_limits import HttpLimits
+from ..identity import Identities
 from ..protocol_settings import ProtocolSettings
 from .common import HttpServer
 
@@ -27,8 +28,8 @@ class Protocols:
     Args:
         agency: The governance core.
         settings: The definition's ``protocols`` section.
-        token_hashes: The gateway's token file (None = tokens off): A2A and MCP callers use
-            the same tokens and roles as gRPC.
+        token_hashes: The gateway's identities (token file, OIDC issuer; None = tokens off): A2A
+            and MCP callers use the same tokens and roles as gRPC.
         out: Where to say what is served (stdout; stderr when stdout is the MCP channel).
         http_limits: The limits of each HTTP listener (docs/operations.md, Security).
     """
@@ -38,7 +39,7 @@ class Protocols:
         agency: Agency,
         settings: ProtocolSettings,
         *,
-        token_hashes: dict[str, Principal] | None,
+        token_hashes: Identities | dict[str, Principal] | None,
         out: TextIO | None = None,
         card_key: Path | None = None,
         http_limits: HttpLimits | None = None,

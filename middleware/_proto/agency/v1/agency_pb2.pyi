@@ -275,7 +275,7 @@ class ListTasksRequest(_message.Message):
     def __init__(self, states: _Optional[_Iterable[str]] = ..., goal_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., client: _Optional[str] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("task_id", "state", "a2a_state", "client", "user_id", "goal_id", "trace_id", "created_at", "updated_at", "reason", "text")
+    __slots__ = ("task_id", "state", "a2a_state", "client", "user_id", "goal_id", "trace_id", "created_at", "updated_at", "reason", "text", "tenant")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     A2A_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,7 @@ class TaskSummary(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     state: str
     a2a_state: str
@@ -298,7 +299,8 @@ class TaskSummary(_message.Message):
     updated_at: str
     reason: str
     text: str
-    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., a2a_state: _Optional[str] = ..., client: _Optional[str] = ..., user_id: _Optional[str] = ..., goal_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., reason: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., a2a_state: _Optional[str] = ..., client: _Optional[str] = ..., user_id: _Optional[str] = ..., goal_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., reason: _Optional[str] = ..., text: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token")

@@ -24,29 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gency/v1/audit.proto\x12\tagency.v1\"t\n\rExportRequest\x12\r\n\x05since\x18\x01 \x01(\t\x12\r\n\x05until\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x0f\n\x07goal_id\x18\x04 \x01(\t\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x06 \x03(\t\"J\n\nAuditEntry\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x0f\n\x07time_ns\x18\x03 \x01(\x03\x12\x0e\n\x06record\x18\x04 \x01(\x0c\"\x19\n\x17LatestCheckpointRequest\"h\n\x10SignedCheckpoint\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0c\n\x04root\x18\x04 \x01(\x0c\x12\x0c\n\x04note\x18\x05 \x01(\t\x12\x0c\n\x04vkey\x18\x06 \x01(\t\"9\n\x15InclusionProofRequest\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x11\n\ttree_size\x18\x02 \x01(\x04\"\\\n\x16InclusionProofResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\x11\n\tleaf_hash\x18\x03 \x01(\x0c\x12\r\n\x05proof\x18\x04 \x03(\x0c\"=\n\x17\x43onsistencyProofRequest\x12\x10\n\x08old_size\x18\x01 \x01(\x04\x12\x10\n\x08new_size\x18\x02 \x01(\x04\"M\n\x18\x43onsistencyProofResponse\x12\x10\n\x08old_size\x18\x01 \x01(\x04\x12\x10\n\x08new_size\x18\x02 \x01(\x04\x12\r\n\x05proof\x18\x03 \x03(\x0c\x32\xd4\x02\n\x0c\x41uditService\x12;\n\x06\x45xport\x12\x18.agency.v1.ExportRequest\x1a\x15.agency.v1.AuditEntry0\x01\x12S\n\x10LatestCheckpoint\x12\".agency.v1.LatestCheckpointRequest\x1a\x1b.agency.v1.SignedCheckpoint\x12U\n\x0eInclusionProof\x12 .agency.v1.InclusionProofRequest\x1a!.agency.v1.InclusionProofResponse\x12[\n\x10\x43onsistencyProof\x12\".agency.v1.ConsistencyProofRequest\x1a#.agency.v1.ConsistencyProofResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x61gency/v1/audit.proto\x12\tagency.v1\"\x94\x01\n\rExportRequest\x12\r\n\x05since\x18\x01 \x01(\t\x12\r\n\x05until\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x0f\n\x07goal_id\x18\x04 \x01(\t\x12\r\n\x05\x61gent\x18\x05 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x06 \x03(\t\x12\x13\n\x06tenant\x18\x07 \x01(\tH\x00\x88\x01\x01\x42\t\n\x07_tenant\"J\n\nAuditEntry\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x04\x12\x0f\n\x07time_ns\x18\x03 \x01(\x03\x12\x0e\n\x06record\x18\x04 \x01(\x0c\"\x19\n\x17LatestCheckpointRequest\"h\n\x10SignedCheckpoint\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x0e\n\x06origin\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0c\n\x04root\x18\x04 \x01(\x0c\x12\x0c\n\x04note\x18\x05 \x01(\t\x12\x0c\n\x04vkey\x18\x06 \x01(\t\"9\n\x15InclusionProofRequest\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x11\n\ttree_size\x18\x02 \x01(\x04\"\\\n\x16InclusionProofResponse\x12\r\n\x05index\x18\x01 \x01(\x04\x12\x11\n\ttree_size\x18\x02 \x01(\x04\x12\x11\n\tleaf_hash\x18\x03 \x01(\x0c\x12\r\n\x05proof\x18\x04 \x03(\x0c\"=\n\x17\x43onsistencyProofRequest\x12\x10\n\x08old_size\x18\x01 \x01(\x04\x12\x10\n\x08new_size\x18\x02 \x01(\x04\"M\n\x18\x43onsistencyProofResponse\x12\x10\n\x08old_size\x18\x01 \x01(\x04\x12\x10\n\x08new_size\x18\x02 \x01(\x04\x12\r\n\x05proof\x18\x03 \x03(\x0c\x32\xd4\x02\n\x0c\x41uditService\x12;\n\x06\x45xport\x12\x18.agency.v1.ExportRequest\x1a\x15.agency.v1.AuditEntry0\x01\x12S\n\x10LatestCheckpoint\x12\".agency.v1.LatestCheckpointRequest\x1a\x1b.agency.v1.SignedCheckpoint\x12U\n\x0eInclusionProof\x12 .agency.v1.InclusionProofRequest\x1a!.agency.v1.InclusionProofResponse\x12[\n\x10\x43onsistencyProof\x12\".agency.v1.ConsistencyProofRequest\x1a#.agency.v1.ConsistencyProofResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agency.v1.audit_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXPORTREQUEST']._serialized_start=36
-  _globals['_EXPORTREQUEST']._serialized_end=152
-  _globals['_AUDITENTRY']._serialized_start=154
-  _globals['_AUDITENTRY']._serialized_end=228
-  _globals['_LATESTCHECKPOINTREQUEST']._serialized_start=230
-  _globals['_LATESTCHECKPOINTREQUEST']._serialized_end=255
-  _globals['_SIGNEDCHECKPOINT']._serialized_start=257
-  _globals['_SIGNEDCHECKPOINT']._serialized_end=361
-  _globals['_INCLUSIONPROOFREQUEST']._serialized_start=363
-  _globals['_INCLUSIONPROOFREQUEST']._serialized_end=420
-  _globals['_INCLUSIONPROOFRESPONSE']._serialized_start=422
-  _globals['_INCLUSIONPROOFRESPONSE']._serialized_end=514
-  _globals['_CONSISTENCYPROOFREQUEST']._serialized_start=516
-  _globals['_CONSISTENCYPROOFREQUEST']._serialized_end=577
-  _globals['_CONSISTENCYPROOFRESPONSE']._serialized_start=579
-  _globals['_CONSISTENCYPROOFRESPONSE']._serialized_end=656
-  _globals['_AUDITSERVICE']._serialized_start=659
-  _globals['_AUDITSERVICE']._serialized_end=999
+  _globals['_EXPORTREQUEST']._serialized_start=37
+  _globals['_EXPORTREQUEST']._serialized_end=185
+  _globals['_AUDITENTRY']._serialized_start=187
+  _globals['_AUDITENTRY']._serialized_end=261
+  _globals['_LATESTCHECKPOINTREQUEST']._serialized_start=263
+  _globals['_LATESTCHECKPOINTREQUEST']._serialized_end=288
+  _globals['_SIGNEDCHECKPOINT']._serialized_start=290
+  _globals['_SIGNEDCHECKPOINT']._serialized_end=394
+  _globals['_INCLUSIONPROOFREQUEST']._serialized_start=396
+  _globals['_INCLUSIONPROOFREQUEST']._serialized_end=453
+  _globals['_INCLUSIONPROOFRESPONSE']._serialized_start=455
+  _globals['_INCLUSIONPROOFRESPONSE']._serialized_end=547
+  _globals['_CONSISTENCYPROOFREQUEST']._serialized_start=549
+  _globals['_CONSISTENCYPROOFREQUEST']._serialized_end=610
+  _globals['_CONSISTENCYPROOFRESPONSE']._serialized_start=612
+  _globals['_CONSISTENCYPROOFRESPONSE']._serialized_end=689
+  _globals['_AUDITSERVICE']._serialized_start=692
+  _globals['_AUDITSERVICE']._serialized_end=1032
 # @@protoc_insertion_point(module_scope)

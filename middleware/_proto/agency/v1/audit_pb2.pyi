@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ExportRequest(_message.Message):
-    __slots__ = ("since", "until", "trace_id", "goal_id", "agent", "event_types")
+    __slots__ = ("since", "until", "trace_id", "goal_id", "agent", "event_types", "tenant")
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     since: str
     until: str
     trace_id: str
     goal_id: str
     agent: str
     event_types: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, since: _Optional[str] = ..., until: _Optional[str] = ..., trace_id: _Optional[str] = ..., goal_id: _Optional[str] = ..., agent: _Optional[str] = ..., event_types: _Optional[_Iterable[str]] = ...) -> None: ...
+    tenant: str
+    def __init__(self, since: _Optional[str] = ..., until: _Optional[str] = ..., trace_id: _Optional[str] = ..., goal_id: _Optional[str] = ..., agent: _Optional[str] = ..., event_types: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("node", "index", "time_ns", "record")

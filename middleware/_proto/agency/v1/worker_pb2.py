@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from middleware._proto.agency.v1 import common_pb2 as agency_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gency/v1/worker.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\"\xb9\x01\n\rInvokeRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x14\n\x0c\x63ontract_key\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x01\x12\x0c\n\x04text\x18\x07 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\"\xde\x01\n\x0cInvokeResult\x12\x13\n\x0boutput_json\x18\x01 \x01(\t\x12\x18\n\x10\x63onfidence_score\x18\x02 \x01(\x01\x12)\n\nprovenance\x18\x03 \x01(\x0b\x32\x15.agency.v1.Provenance\x12\x1a\n\rfreshness_ttl\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12\x32\n\x0fintention_trace\x18\x06 \x01(\x0b\x32\x19.agency.v1.IntentionTraceB\x10\n\x0e_freshness_ttl\"\"\n\x0eIntentionTrace\x12\x10\n\x08goal_ids\x18\x01 \x03(\t\"B\n\x0c\x41gentFailure\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\x03 \x01(\t\"r\n\x0eInvokeResponse\x12)\n\x06result\x18\x01 \x01(\x0b\x32\x17.agency.v1.InvokeResultH\x00\x12*\n\x07\x66\x61ilure\x18\x02 \x01(\x0b\x32\x17.agency.v1.AgentFailureH\x00\x42\t\n\x07outcome2L\n\x0b\x41gentWorker\x12=\n\x06Invoke\x12\x18.agency.v1.InvokeRequest\x1a\x19.agency.v1.InvokeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gency/v1/worker.proto\x12\tagency.v1\x1a\x16\x61gency/v1/common.proto\"\xb9\x01\n\rInvokeRequest\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agency.v1.SMFMessage\x12\x14\n\x0c\x63ontract_key\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x06 \x01(\x01\x12\x0c\n\x04text\x18\x07 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\"\x84\x02\n\x0cInvokeResult\x12\x13\n\x0boutput_json\x18\x01 \x01(\t\x12\x18\n\x10\x63onfidence_score\x18\x02 \x01(\x01\x12)\n\nprovenance\x18\x03 \x01(\x0b\x32\x15.agency.v1.Provenance\x12\x1a\n\rfreshness_ttl\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ncreated_at\x18\x05 \x01(\t\x12\x32\n\x0fintention_trace\x18\x06 \x01(\x0b\x32\x19.agency.v1.IntentionTrace\x12$\n\x05usage\x18\x07 \x03(\x0b\x32\x15.agency.v1.ModelUsageB\x10\n\x0e_freshness_ttl\"H\n\nModelUsage\x12\r\n\x05model\x18\x01 \x01(\t\x12\x14\n\x0cinput_tokens\x18\x02 \x01(\x04\x12\x15\n\routput_tokens\x18\x03 \x01(\x04\"\"\n\x0eIntentionTrace\x12\x10\n\x08goal_ids\x18\x01 \x03(\t\"B\n\x0c\x41gentFailure\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontext_json\x18\x03 \x01(\t\"r\n\x0eInvokeResponse\x12)\n\x06result\x18\x01 \x01(\x0b\x32\x17.agency.v1.InvokeResultH\x00\x12*\n\x07\x66\x61ilure\x18\x02 \x01(\x0b\x32\x17.agency.v1.AgentFailureH\x00\x42\t\n\x07outcome2L\n\x0b\x41gentWorker\x12=\n\x06Invoke\x12\x18.agency.v1.InvokeRequest\x1a\x19.agency.v1.InvokeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INVOKEREQUEST']._serialized_start=62
   _globals['_INVOKEREQUEST']._serialized_end=247
   _globals['_INVOKERESULT']._serialized_start=250
-  _globals['_INVOKERESULT']._serialized_end=472
-  _globals['_INTENTIONTRACE']._serialized_start=474
-  _globals['_INTENTIONTRACE']._serialized_end=508
-  _globals['_AGENTFAILURE']._serialized_start=510
-  _globals['_AGENTFAILURE']._serialized_end=576
-  _globals['_INVOKERESPONSE']._serialized_start=578
-  _globals['_INVOKERESPONSE']._serialized_end=692
-  _globals['_AGENTWORKER']._serialized_start=694
-  _globals['_AGENTWORKER']._serialized_end=770
+  _globals['_INVOKERESULT']._serialized_end=510
+  _globals['_MODELUSAGE']._serialized_start=512
+  _globals['_MODELUSAGE']._serialized_end=584
+  _globals['_INTENTIONTRACE']._serialized_start=586
+  _globals['_INTENTIONTRACE']._serialized_end=620
+  _globals['_AGENTFAILURE']._serialized_start=622
+  _globals['_AGENTFAILURE']._serialized_end=688
+  _globals['_INVOKERESPONSE']._serialized_start=690
+  _globals['_INVOKERESPONSE']._serialized_end=804
+  _globals['_AGENTWORKER']._serialized_start=806
+  _globals['_AGENTWORKER']._serialized_end=882
 # @@protoc_insertion_point(module_scope)

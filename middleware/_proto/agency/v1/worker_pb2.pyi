@@ -28,20 +28,32 @@ class InvokeRequest(_message.Message):
     def __init__(self, message: _Optional[_Union[_common_pb2.SMFMessage, _Mapping]] = ..., contract_key: _Optional[str] = ..., task_id: _Optional[str] = ..., step: _Optional[str] = ..., attempt: _Optional[int] = ..., deadline_ms: _Optional[float] = ..., text: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class InvokeResult(_message.Message):
-    __slots__ = ("output_json", "confidence_score", "provenance", "freshness_ttl", "created_at", "intention_trace")
+    __slots__ = ("output_json", "confidence_score", "provenance", "freshness_ttl", "created_at", "intention_trace", "usage")
     OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     CONFIDENCE_SCORE_FIELD_NUMBER: _ClassVar[int]
     PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     FRESHNESS_TTL_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     INTENTION_TRACE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     output_json: str
     confidence_score: float
     provenance: _common_pb2.Provenance
     freshness_ttl: float
     created_at: str
     intention_trace: IntentionTrace
-    def __init__(self, output_json: _Optional[str] = ..., confidence_score: _Optional[float] = ..., provenance: _Optional[_Union[_common_pb2.Provenance, _Mapping]] = ..., freshness_ttl: _Optional[float] = ..., created_at: _Optional[str] = ..., intention_trace: _Optional[_Union[IntentionTrace, _Mapping]] = ...) -> None: ...
+    usage: _containers.RepeatedCompositeFieldContainer[ModelUsage]
+    def __init__(self, output_json: _Optional[str] = ..., confidence_score: _Optional[float] = ..., provenance: _Optional[_Union[_common_pb2.Provenance, _Mapping]] = ..., freshness_ttl: _Optional[float] = ..., created_at: _Optional[str] = ..., intention_trace: _Optional[_Union[IntentionTrace, _Mapping]] = ..., usage: _Optional[_Iterable[_Union[ModelUsage, _Mapping]]] = ...) -> None: ...
+
+class ModelUsage(_message.Message):
+    __slots__ = ("model", "input_tokens", "output_tokens")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    input_tokens: int
+    output_tokens: int
+    def __init__(self, model: _Optional[str] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ...) -> None: ...
 
 class IntentionTrace(_message.Message):
     __slots__ = ("goal_ids",)
