@@ -125,6 +125,7 @@ PARTS = {
     "routing": "constraint extraction and the routing decision (the first task's reused)",
     "task_store": "the task store (nothing kept)",
     "outcome_bound": "the outcome-size bound (limits.max_outcome_bytes)",
+    "task_events": "the task's event stream (WatchTask: no event built or kept)",
 }
 
 
@@ -140,6 +141,19 @@ def take_out(parts: set[str]) -> None:
         TaskJournal.add = lambda self, *args, **kwargs: None  # type: ignore[method-assign]
     if "outcome_bound" in parts:
         Agency._bound_outcome = lambda self, run, state, reason: (state, reason, None)  # type: ignore[method-assign]
+    if "task_events" in parts:
+        import middleware.pipeline as pipeline
+
+        class _Nowhere:
+            async def append(self, task_id: str, events: Any) -> int:
+                return 0
+
+            async def close(self) -> None:
+                return None
+
+        pipeline.events_of = lambda records, states, indexes: []  # type: ignore[assignment]
+        Agency._outcome_event = lambda self, run, final=None: None  # type: ignore[assignment, method-assign, return-value]
+        pipeline.MemoryTaskEventLog = _Nowhere  # type: ignore[assignment, misc]
 
 
 class _Context:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the public API, listed once (sorted by module; `as` marks a
     from .pipeline import Agency as Agency
     from .smf import Provenance as Provenance
     from .smf import SMFMessage as SMFMessage
+    from .task_progress import emit_progress as emit_progress
     from .tasks import Outcome as Outcome
     from .tasks import TaskRequest as TaskRequest
     from .tasks import TaskState as TaskState

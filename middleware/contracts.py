@@ -130,6 +130,13 @@ class CapabilityContract(Model):
         "with the same input), so a step interrupted with its gateway may be dispatched again. "
         "Empty: not declared. The declarer's word, not checked (docs/failures.md, interrupted tasks).",
     )
+    stream_progress: bool = Field(
+        default=False,
+        description="Its progress while it works (a streaming chat model's token deltas, what it "
+        "passes to emit_progress, the events of the sub-agents it asks) goes to the task's event "
+        "stream as agent.progress events, never audited. In process only (a remote worker's call "
+        "is one request and one answer).",
+    )
 
     data_classes: list[str] = Field(
         default_factory=list,

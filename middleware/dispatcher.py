@@ -48,6 +48,7 @@ from .reliability import ReliabilityParts, ReliabilityScorer, Testimony, Weighte
 from .router import Router, RoutingDecision
 from .routing_stats import RoutingStats
 from .smf import DEFAULT_TIME_CRITICAL_DOMAINS, Provenance, SMFMessage, SMFMetadata, new_id, utcnow
+from .task_progress import TaskProgress, activate, deactivate
 from .tasks import TaskRecord, TaskStep
 from .trace_context import current_traceparent
 
@@ -105,11 +106,13 @@ class Dispatcher:
         policy: PolicyGate | None = None,
         goals: GoalStore | None = None,
         metering: Metering | None = None,
+        progress: Callable[[TaskRecord, str, str], TaskProgress] | None = None,
     ) -> None:
         self._guard = guard
         self._policy = policy
         self._goals = goals
         self._metering = metering
+        self._progress = progress
         self._judges: list[IntentJudge] = (
             list(intent_judges) if intent_judges is not None else [RuleBasedIntentJudge()]
         )
@@ -268,10 +271,16 @@ class Dispatcher:
         started = time.perf_counter()
         await self._stats.started(key)
         success = reached = False
+        # an agent whose contract asks for it reports progress to the task's event stream
+        progress = (
+            self._progress(run, step.name, key)
+            if contract.stream_progress and self._progress is not None
+            else None
+        )
         try:
             try:
                 async with asyncio.timeout(deadline):  # in this task: wait_for would start another
-                    raw = await call_agent(agent, request)
+                    raw = await _call(agent, request, progress)
             except TimeoutError:
                 raise AttemptFailed(
                     FailureType.TOOL_TIMEOUT,
@@ -356,6 +365,8 @@ class Dispatcher:
                 raise AttemptFailed(FailureType.SCHEMA_VIOLATION, str(exc), direction="output") from None
             success = True
         finally:
+            if progress is not None:  # every progress event of the call is stored before the task goes on
+                await progress.close()
             await self._stats.finished(key, success=success)
             await self._circuit(run, key, reached)
         elapsed = (time.perf_counter() - started) * 1000
@@ -506,6 +517,19 @@ class Dispatcher:
                 {"from": old.value, "to": changed.value, "open_seconds": self._breaker.config.open_seconds},
                 agent=agent,
             )
+
+
+async def _call(agent: Any, request: AgentRequest, progress: TaskProgress | None) -> Any:
+    """Call ``agent``; with ``progress``, it is the current one during the call (see
+    :func:`middleware.task_progress.emit_progress`) and takes nothing once the call returned."""
+    if progress is None:
+        return await call_agent(agent, request)
+    token = activate(progress)
+    try:
+        return await call_agent(agent, request)
+    finally:
+        deactivate(token)
+        progress.stop()
 
 
 def _agent_request(

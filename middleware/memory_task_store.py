@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 
 from ._model import trusted
 from .errors import AlreadyExists, ConcurrentUpdate, NotFound
+from .task_listing import TaskPage, TaskQuery, TaskSummary, micros, page_token, parse_page_token, summary_of
 from .tasks import TaskRecord
 
 __all__ = ["MemoryTaskStore"]
@@ -33,6 +34,7 @@ class MemoryTaskStore:
         self._locks: dict[str, asyncio.Lock] = {}
         self._finished: deque[str] = deque()
         self._max_finished = max_finished
+        self._summaries: dict[str, TaskSummary] = {}  # task id -> its row in a task list
 
     async def create(self, record: TaskRecord) -> None:
         if record.task_id in self._data:
@@ -40,6 +42,7 @@ class MemoryTaskStore:
         record.version = 1
         fresh = _fresh_copy(record)
         self._data[record.task_id] = (1, fresh if fresh is not None else _json(record))
+        self._summaries[record.task_id] = summary_of(record)
 
     async def get(self, task_id: str) -> TaskRecord:
         try:
@@ -62,11 +65,13 @@ class MemoryTaskStore:
             )
         record.version += 1
         self._data[record.task_id] = (record.version, _json(record))
+        self._summaries[record.task_id] = summary_of(record)
         if record.state.terminal:
             self._finished.append(record.task_id)
             while len(self._finished) > self._max_finished:
                 old = self._finished.popleft()
                 self._data.pop(old, None)
+                self._summaries.pop(old, None)
                 lock = self._locks.get(old)
                 if lock is not None and not lock.locked():
                     del self._locks[old]
@@ -82,6 +87,20 @@ class MemoryTaskStore:
             yield
         finally:
             lock.release()
+
+    async def list(self, query: TaskQuery) -> TaskPage:
+        cursor = parse_page_token(query.page_token)
+        rows = sorted(
+            ((micros(s.created_at), s.task_id, s) for s in self._summaries.values() if query.matches(s)),
+            key=lambda row: (row[0], row[1]),
+            reverse=True,
+        )
+        if cursor is not None:
+            rows = [row for row in rows if (row[0], row[1]) < cursor]
+        page = rows[: query.page_size]
+        more = len(rows) > len(page)
+        token = page_token(page[-1][0], page[-1][1]) if more and page else ""
+        return TaskPage(tasks=[row[2] for row in page], next_page_token=token)
 
     async def close(self) -> None:
         return None

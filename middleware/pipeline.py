@@ -23,12 +23,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ._model import trusted
-from .access import Principal, authorize_task, current_principal, refusal_record
+from .access import Principal, Role, authorize_task, current_principal, refusal_record
 from .agency_config import AgencyConfig
 from .agents import AgentCallable, AgentRegistry
 from .audit import AuditLog, AuditRecord, MemoryAuditLog
@@ -67,6 +67,7 @@ from .guards.policy import PolicyGate
 from .interventions import HumanDecision
 from .memory_catalog import MemoryCatalog
 from .memory_session_store import MemorySessionStore
+from .memory_task_events import MemoryTaskEventLog
 from .memory_task_store import MemoryTaskStore
 from .metering import BudgetStop, Metering
 from .people.approvals import ApprovalGates, TaskObserver, approval_expired, check_approver
@@ -81,8 +82,12 @@ from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
 from .takeover import Takeover, redispatch_allowed
+from .task_events import TaskEvent, TaskEventLog, events_of, outcome_event
 from .task_journal import TaskJournal, observer_of
 from .task_leases import TaskLeases
+from .task_listing import RUNNING_STATES, STOPPED_STATES, TaskPage, TaskQuery, live_row
+from .task_progress import TaskProgress
+from .task_runner import TaskRunner
 from .task_store import TaskStore
 from .tasks import (
     Outcome,
@@ -92,6 +97,7 @@ from .tasks import (
     TaskState,
     TaskStep,
     Transition,
+    _a2a_state,
     check_transition,
     keep_outcome_json,
     outcome_json,
@@ -175,6 +181,9 @@ class Agency:
         metering: Prices, sums and bounds the agents' model usage (default: built from
             ``config.usage`` when it prices or bounds anything, sums in this process; ``agency
             serve`` gives it Redis sums with Redis storage).
+        events: Every task's events for its followers (:meth:`watch`; default: in memory;
+            Redis so that any replica serves them).
+        runner: Runs the tasks submitted without waiting (default: a :class:`TaskRunner`).
     """
 
     def __init__(
@@ -205,6 +214,8 @@ class Agency:
         leases: TaskLeases | None = None,
         planner: Planner | None = None,
         metering: Metering | None = None,
+        events: TaskEventLog | None = None,
+        runner: TaskRunner | None = None,
     ) -> None:
         self.config = config or AgencyConfig()
         self.catalog: Catalog = catalog or MemoryCatalog()
@@ -233,6 +244,8 @@ class Agency:
         if metering is None and self.config.usage.enabled:
             metering = Metering(self.config.usage, clock=clock)
         self.metering = metering
+        self.events: TaskEventLog = events if events is not None else MemoryTaskEventLog()
+        self.runner = runner if runner is not None else TaskRunner()
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)
         self._running: dict[str, TaskRecord] = {}  # task id -> task begun in the log, not ended yet
@@ -254,6 +267,7 @@ class Agency:
             policy=policy,
             goals=self.goals,
             metering=metering,
+            progress=self._progress,
         )
         self._executor = ResolutionExecutor(sleep=sleep, max_backups=self.config.max_backups, alerts=alerts)
         self.takeover: Takeover | None = None
@@ -264,7 +278,7 @@ class Agency:
                 stats=self.router.stats,
                 catalog=self.catalog,
                 node=self.config.node_id,
-                append=lambda record: self.audit.append(record),
+                append=self._append_told,  # the takeover's records join the task's event stream
                 observer=lambda: self.humans,
             )
         self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
@@ -386,7 +400,12 @@ class Agency:
 
     # ------------------------------------------------------------------- submit
     async def submit(
-        self, request: TaskRequest | Mapping[str, Any] | str, *, client: str = "", tenant: str | None = None
+        self,
+        request: TaskRequest | Mapping[str, Any] | str,
+        *,
+        client: str = "",
+        tenant: str | None = None,
+        wait: bool = True,
     ) -> Outcome:
         """Run one task through the governance pipeline and return its outcome.
 
@@ -395,10 +414,19 @@ class Agency:
         the current caller's) scopes it: routed only to that tenant's agents and those shared
         with it, seen only by that tenant (:mod:`middleware.tenancy`).
 
+        ``wait=False`` answers as soon as the task is accepted and durable (its record stored,
+        its acceptance in the audit log): the outcome in state ``submitted``, after the same
+        validation and refusals. The task runs on in :attr:`runner`; follow it with
+        :meth:`watch` or :meth:`get_task`.
+
         Raises:
             InvalidInput: the request (or its SMF envelope) does not validate; audited.
             NotFound: the request names a goal that is not registered.
+            ResourceExhausted: ``wait=False`` and the runner is full (nothing was created).
+            Unavailable: ``wait=False`` and the gateway is shutting down.
         """
+        if not wait:
+            self.runner.check()  # refused before anything is created
         try:
             req = TaskRequest.parse(request, what="task request")
             limit = self.config.limits.max_steps_per_task
@@ -445,6 +473,10 @@ class Agency:
                 await self._audit(
                     run, AuditEventType.GOAL_ANCHORED, "anchored", {"goal": goal.model_dump(mode="json")}
                 )
+            if not wait:
+                await self._flush_audit(run)  # durable before the client hears of it
+                self.runner.start(run.task_id, self._run_on(run))
+                return run.outcome()
             return await self._drive(run, self._run(run))
         except BaseException as exc:
             await self._cut_short(run, exc)
@@ -463,13 +495,25 @@ class Agency:
                 await takeover.release(run.task_id)
             raise
 
-    async def _cut_short(self, run: TaskRecord, error: BaseException) -> None:
+    async def _run_on(self, run: TaskRecord) -> Outcome:
+        """The rest of a task submitted without waiting (in the runner, cancelled only when the
+        gateway shuts down)."""
+        try:
+            return await self._drive(run, self._run(run))
+        except asyncio.CancelledError as exc:
+            await self._cut_short(run, exc, why="the gateway shut down before the task ended")
+            raise
+        except BaseException as exc:
+            await self._cut_short(run, exc)
+            raise
+
+    async def _cut_short(self, run: TaskRecord, error: BaseException, *, why: str = "") -> None:
         """End a task's segment in the log with a ``task.interrupted`` record, if it began
         (``task.submitted`` / ``task.resumed``) and did not end (``task.completed``): whatever
         cut it short (a backend error, the call cancelled), every task that began in the log
         ends in it."""
         if self._running.pop(run.request.task_id, None) is not None:
-            await asyncio.shield(self._interrupted(run, _why(error)))
+            await asyncio.shield(self._interrupted(run, why or _why(error)))
 
     async def _interrupted(self, run: TaskRecord, why: str) -> None:
         """Audit that ``run`` stopped without an outcome (best effort: the log may be what failed)
@@ -486,6 +530,31 @@ class Agency:
             log.error("could not audit the interruption of task %s: %s", run.request.task_id, exc)
         if self.takeover is not None:
             await self.takeover.interrupt(run, why)
+            if run.state is TaskState.INTERRUPTED:  # stopped: resume or cancel it (its followers are told)
+                await self._tell_stopped(run)
+
+    async def _tell_stopped(self, run: TaskRecord) -> None:
+        """Tell the task's followers it stopped outside ``_finish`` (best effort: the task's
+        state is in the store; a follower also finds it there)."""
+        try:
+            await self.events.append(run.task_id, [self._outcome_event(run)])
+        except Exception as exc:
+            log.warning("task %s: its followers were not told it stopped: %s", run.task_id, exc)
+
+    async def _append_told(self, record: AuditRecord) -> int:
+        """Append a record a component writes for a task outside its journal (a takeover's
+        ``task.interrupted``) and tell it to the task's followers, then that the task stopped."""
+        index = await self.audit.append(record)
+        if record.task_id and record.event_type == AuditEventType.TASK_INTERRUPTED:
+            try:
+                run = await self.tasks.get(record.task_id)
+                told = events_of([record.model_dump(mode="json")], [run.state.value], [index])
+                await self.events.append(record.task_id, [*told, self._outcome_event(run)])
+            except Exception as exc:  # the record is in the log; the store has the state
+                log.warning(
+                    "task %s: its followers were not told of %s: %s", record.task_id, record.event_type, exc
+                )
+        return index
 
     async def _drive(self, run: TaskRecord, work: Awaitable[Outcome]) -> Outcome:
         """Run one segment of a task (from submit, or from a resume) under the goal's timeout."""
@@ -1167,6 +1236,102 @@ class Agency:
         await self._authorize_task(caller, run, "AgencyService/GetTask")
         return run.outcome()
 
+    async def watch(
+        self, task_id: str, *, after: int = 0, caller: Principal | None = None, wait_s: float = 5.0
+    ) -> AsyncIterator[TaskEvent]:
+        """The task's events after ``after`` (0: from the start), as they happen, until it ends.
+
+        The last event of an ended task is its ``task.outcome`` with ``final`` (the outcome).
+        Any gateway sharing the event log serves it. While nothing happens, the task store is
+        asked every ``wait_s`` seconds whether the task ended without its last event (a gateway
+        that stopped in between; events dropped): then a ``task.outcome`` made from the store
+        ends the stream.
+
+        Raises:
+            NotFound: no such task. PermissionDenied: another client's task (``caller``).
+        """
+        if not task_id:
+            raise InvalidInput.single("task_id", "required")
+        if after < 0:
+            raise InvalidInput.single("after_seq", "must not be negative")
+        run = await self.tasks.get(task_id)
+        await self._authorize_task(caller, run, "AgencyService/WatchTask")
+        ended = run.state.terminal
+        while True:
+            events = await self.events.read(task_id, after=after, limit=100, wait_s=0 if ended else wait_s)
+            if not events:
+                if not ended:
+                    run = await self.tasks.get(task_id)
+                    ended = run.state.terminal
+                    if not ended:
+                        continue
+                    events = await self.events.read(task_id, after=after, limit=100)
+                if not events:
+                    if not await self._seen_end(task_id, after):  # its last event is not in the log
+                        yield self._outcome_event(run, run.outcome()).model_copy(update={"seq": after})
+                    return
+            for event in events:
+                yield event
+                after = event.seq
+                if event.ends_task:
+                    return
+
+    async def _seen_end(self, task_id: str, after: int) -> bool:
+        """Whether the task's last stored event, at or before ``after``, ended it."""
+        last = await self.events.last(task_id)
+        return last is not None and last.seq <= after and last.ends_task
+
+    async def list_tasks(
+        self, query: TaskQuery | Mapping[str, Any], *, caller: Principal | None = None
+    ) -> TaskPage:
+        """The caller's tasks (an admin: everyone's of its tenant, or one client's; a global
+        admin: every tenant's), newest first, one page.
+
+        A running task's state is the live one (its last event's; the store holds the state it
+        was accepted or claimed in until it stops).
+
+        Raises:
+            InvalidInput: a bad filter or page token, named.
+            PermissionDenied: a client that is not an admin names another client.
+        """
+        wanted = TaskQuery.parse(query, what="task list") if not isinstance(query, TaskQuery) else query
+        if caller is not None and (caller.tenant or caller.role is not Role.ADMIN):
+            # one tenant's tasks only, as GetTask sees them (a global admin: every tenant's)
+            wanted = wanted.model_copy(update={"tenant": caller.tenant})
+        if caller is not None and caller.role is not Role.ADMIN:
+            if (
+                wanted.client not in (None, "")
+                and wanted.client.strip().casefold() != caller.name.strip().casefold()
+            ):
+                error = PermissionDenied(
+                    f"client {caller.name!r} (role {caller.role.value}) may list only its own tasks, "
+                    f"not those of {wanted.client!r}: that takes an admin",
+                    details={
+                        "client": caller.name,
+                        "operation": "AgencyService/ListTasks",
+                        "target": wanted.client,
+                    },
+                )
+                await self.audit.append(refusal_record(error, node=self.config.node_id))
+                raise error
+            wanted = wanted.model_copy(update={"client": caller.name})
+        elif wanted.client == "":
+            wanted = wanted.model_copy(update={"client": None})
+        # a running task is stored as it was accepted or claimed: its live state is its last event's
+        asked = set(wanted.states)
+        if asked - STOPPED_STATES:
+            wanted = wanted.model_copy(update={"states": sorted(asked | RUNNING_STATES)})
+        page = await self.tasks.list(wanted)
+        running = [row for row in page.tasks if row.state not in STOPPED_STATES]
+        lasts = await asyncio.gather(*(self.events.last(row.task_id) for row in running))
+        live = {
+            row.task_id: last.state for row, last in zip(running, lasts, strict=True) if last and last.state
+        }
+        rows = [live_row(row, live.get(row.task_id, "")) for row in page.tasks]
+        if asked:
+            rows = [row for row in rows if row.state in asked]
+        return TaskPage(tasks=rows, next_page_token=page.next_page_token)
+
     # ------------------------------------------------------------------ helpers
     async def _authorize_task(self, caller: Principal | None, run: TaskRecord, operation: str) -> None:
         """:func:`authorize_task`, auditing a refusal (``message.rejected``, rule PERMISSION_DENIED)."""
@@ -1249,12 +1414,20 @@ class Agency:
         ended: dict[str, Any] = {"reason": reason, "goal_passed": verdict.passed if verdict else None}
         if state is TaskState.INPUT_REQUIRED:  # what a store that forgot it is rebuilt from
             ended["task"] = run.model_dump(mode="json")  # (middleware/task_recovery.py)
-        await self._audit(run, AuditEventType.TASK_COMPLETED, state.value, ended)
+        await self._audit(
+            run,
+            AuditEventType.TASK_COMPLETED,
+            state.value,
+            ended,
+            barrier=False,  # made durable below, with the contract reviews the monitor records
+        )
         self._running.pop(run.request.task_id, None)  # the segment ended in the log
         if state.terminal:
             await self._monitor(run)
-            await self._flush_audit(run)  # contract reviews the monitor recorded, if any
         run.updated_at = utcnow()
+        # durable, and told to the task's followers with its task.outcome in the same append,
+        # before it is stored: a resume (any replica) may follow the save at once
+        outcome = await self._flush_audit(run, stopped=True, measured=measured)
         await self.tasks.save(run)
         if self.takeover is not None:
             await self.takeover.release(run.task_id)
@@ -1268,9 +1441,7 @@ class Agency:
                     run.task_id,
                 )
         await self._tell_humans("task_stopped", run)
-        outcome = run.outcome()
-        if measured is not None:  # its JSON, measured once, is what the edge sends
-            keep_outcome_json(outcome, *measured)
+        assert outcome is not None
         return outcome
 
     async def _recall(self, run: TaskRecord) -> None:
@@ -1361,9 +1532,40 @@ class Agency:
             )
         if run.goal is not None:  # anchored mid-task by an intake agent: from then on, every record
             journal.goal_id = run.goal.id
-        journal.add(event_type, outcome, detail, agent=agent, rule=rule)
+        journal.add(event_type, outcome, detail, agent=agent, rule=rule, state=run.state.value)
         if barrier and event_type in _DURABLE_BARRIERS:
             await self._flush_audit(run)
+
+    def _outcome_event(self, run: TaskRecord, final: Outcome | None = None) -> TaskEvent:
+        """The ``task.outcome`` of a task that stopped (``final``: its outcome, when it ended)."""
+        detail: dict[str, Any] = {"reason": run.reason, "a2a_state": _a2a_state(run.state, run.pending)}
+        if run.pending:
+            detail["pending"] = run.pending
+        return outcome_event(
+            task_id=run.task_id,
+            trace_id=run.trace_id,
+            state=run.state,
+            detail=detail,
+            node=self.config.node_id,
+            final=final,
+        )
+
+    def _progress(self, run: TaskRecord, step: str, agent: str) -> TaskProgress:
+        """The progress of one call of ``agent`` (a contract with ``stream_progress``)."""
+
+        async def publish(events: list[TaskEvent]) -> None:
+            # a dispatch record that waits for the next barrier (a side-effect-free agent in
+            # process) is made durable first: nothing of the call leaves before it
+            await self._flush_audit(run, then=events)
+
+        return TaskProgress(
+            publish,
+            task_id=run.task_id,
+            trace_id=run.trace_id,
+            step=step,
+            agent=agent,
+            node=self.config.node_id,
+        )
 
     def _record_observer(self) -> Callable[[PlainRecord], None] | None:
         """The audit log's record observer, looked up once per log (``self.audit`` may be
@@ -1373,14 +1575,41 @@ class Agency:
             self._observer_of = (self.audit, observer := observer_of(self.audit))
         return observer
 
-    async def _flush_audit(self, run: TaskRecord) -> None:
-        """Hand this task's pending records to the log as one batch and wait until durable.
+    async def _flush_audit(
+        self,
+        run: TaskRecord,
+        *,
+        stopped: bool = False,
+        measured: tuple[Outcome, bytes] | None = None,
+        then: Sequence[TaskEvent] = (),
+    ) -> Outcome | None:
+        """Hand this task's pending records to the log as one batch and wait until durable;
+        then tell them to the task's followers (its event stream: same ids, same times).
 
         The batch is appended in this task's context (observers such as tracing attach
-        context here)."""
+        context here). ``stopped``: the task stopped — its ``task.outcome`` (with the final
+        outcome when it ended) is told with the records, and the outcome returned, its JSON
+        made from ``measured`` when given (the edge and the event log send those bytes).
+        ``then``: events told after the records (an agent's progress). One append to the
+        event log.
+        """
         journal = self._journals.pop(run.request.task_id, None)
+        told: list[TaskEvent] = []
         if journal is not None:
-            run.last_index = max(run.last_index, await journal.flush())
+            records, states, indexes = await journal.hand_over()
+            if indexes:
+                run.last_index = max(run.last_index, indexes[-1])
+                told = events_of(records, states, indexes)
+        outcome = None
+        if stopped:
+            outcome = run.outcome()
+            if measured is not None:  # its JSON, measured once, is what the edge sends
+                keep_outcome_json(outcome, *measured)
+            told.append(self._outcome_event(run, outcome if run.state.terminal else None))
+        told.extend(then)
+        if told:
+            await self.events.append(run.task_id, told)
+        return outcome
 
     async def _record(
         self,
@@ -1446,6 +1675,7 @@ class Agency:
         whatever else fails); tasks still running are first ended in the log as interrupted
         (and, with shared leases, marked interrupted in the store: resumable on a replica)."""
         try:
+            await self.runner.close()  # background tasks cancelled: each ends in the log itself
             if self.takeover is not None:
                 await self.takeover.stop()
             for run in list(self._running.values()):
@@ -1464,8 +1694,11 @@ class Agency:
                     try:
                         await self.sessions.close()
                     finally:
-                        if self.takeover is not None:
-                            await self.takeover.leases.close()
+                        try:
+                            await self.events.close()
+                        finally:
+                            if self.takeover is not None:
+                                await self.takeover.leases.close()
 
 
 def _main_step() -> TaskStep:

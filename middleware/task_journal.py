@@ -39,7 +39,17 @@ class TaskJournal:
             starts the task's span there), looked up once by the caller, not per journal.
     """
 
-    __slots__ = ("_log", "_observer", "_pending", "_session", "_template", "_tenant", "_user", "goal_id")
+    __slots__ = (
+        "_log",
+        "_observer",
+        "_pending",
+        "_session",
+        "_states",
+        "_template",
+        "_tenant",
+        "_user",
+        "goal_id",
+    )
 
     def __init__(
         self,
@@ -60,13 +70,23 @@ class TaskJournal:
         self._user, self._session, self._tenant = user, session, tenant
         self.goal_id = goal_id
         self._pending: list[PlainRecord] = []
+        self._states: list[str] = []  # the task's state once each pending record happened
         # an observer that wants records as they are recorded (tracing: the task's span)
         self._observer = observer
 
     def add(
-        self, event_type: str, outcome: str, detail: dict[str, Any], *, agent: str = "", rule: str = ""
+        self,
+        event_type: str,
+        outcome: str,
+        detail: dict[str, Any],
+        *,
+        agent: str = "",
+        rule: str = "",
+        state: str = "",
     ) -> None:
-        """Record one step (time-stamped now); it reaches the log at the next ``flush``."""
+        """Record one step (time-stamped now); it reaches the log at the next ``flush``.
+
+        ``state``: the task's state once it happened (for the task's event stream)."""
         # plain_record's record (the same keys in the same order), the task's fields copied
         record = self._template.copy()
         record["event_id"] = new_id("evt")
@@ -81,6 +101,7 @@ class TaskJournal:
         record["outcome"] = outcome
         record["detail"] = detail
         self._pending.append(record)
+        self._states.append(state)
         if self._observer is not None:
             self._observer(record)
 
@@ -93,8 +114,15 @@ class TaskJournal:
         Returns:
             The index of the last record (0 if there was nothing to hand over).
         """
-        if not self._pending:
-            return 0
-        batch, self._pending = self._pending, []  # handed over: a cancelled wait does not re-send
-        indexes = await self._log.append_batch(batch)
+        _, _, indexes = await self.hand_over()
         return indexes[-1] if indexes else 0
+
+    async def hand_over(self) -> tuple[list[PlainRecord], list[str], range]:
+        """:meth:`flush`, answering what was handed over: the records, the task's state at
+        each (the ``state`` of :meth:`add`) and their indexes in the log (the task's event
+        stream is made of them, once durable)."""
+        if not self._pending:
+            return [], [], range(0)
+        batch, self._pending = self._pending, []  # handed over: a cancelled wait does not re-send
+        states, self._states = self._states, []
+        return batch, states, await self._log.append_batch(batch)

@@ -8,6 +8,8 @@ Redis when configured). Two guards keep concurrent writers apart:
   and claims it, so two resumes cannot both see it waiting;
 * a **version compare-and-set** on every :meth:`TaskStore.save`, so even a writer
   that skipped the lock cannot overwrite a newer state.
+
+:meth:`TaskStore.list` answers ListTasks (see :mod:`middleware.task_listing`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
+from .task_listing import TaskPage, TaskQuery
 from .tasks import TaskRecord
 
 __all__ = ["TaskStore"]
@@ -54,6 +57,14 @@ class TaskStore(Protocol):
 
         Raises:
             ConcurrentUpdate: the lock was not free within ``wait_s`` seconds.
+        """
+        ...
+
+    async def list(self, query: TaskQuery) -> TaskPage:
+        """The tasks ``query`` asks for, newest first, one page (see :mod:`middleware.task_listing`).
+
+        Raises:
+            InvalidInput: a ``page_token`` this store did not give.
         """
         ...
 

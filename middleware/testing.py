@@ -3,7 +3,8 @@
 ``ScriptedAgent`` plays back a script of steps: return a value, hang past any
 deadline, or raise. It records every request it receives. ``ScriptedChatModel`` answers
 prompts with scripted replies, as a LangChain chat model would (``ainvoke``): the governed
-planner's and the LangChain intent judge's stand-in where no model may be called.
+planner's and the LangChain intent judge's stand-in where no model may be called. ``GatedAgent``
+is a slow agent without a sleep: it holds each call until released.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from .agents import AgentReply, AgentRequest
 
-__all__ = ["Hang", "ManualClock", "Raise", "ScriptedAgent", "ScriptedChatModel"]
+__all__ = ["GatedAgent", "Hang", "ManualClock", "Raise", "ScriptedAgent", "ScriptedChatModel"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,40 @@ class ScriptedChatModel:
         index = min(len(self.prompts), len(self.replies) - 1)
         self.prompts.append(str(prompt))
         return ChatReply(self.replies[index])
+
+
+class GatedAgent:
+    """A slow agent, without sleeping: each call waits until :meth:`release`, then answers ``output``.
+
+    ``entered`` is set when a call arrives (a test waits on it, not on time); ``progress``
+    lists ``(kind, data)`` reported with :func:`middleware.task_progress.emit_progress` as the
+    call starts (told only under a contract with ``stream_progress``).
+    """
+
+    def __init__(self, output: Any = None, *, progress: Iterable[tuple[str, Any]] = ()) -> None:
+        self.output = output
+        self.progress = list(progress)
+        self.entered = asyncio.Event()
+        self.requests: list[AgentRequest] = []
+        self._gate = asyncio.Event()
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def release(self) -> None:
+        """Let every waiting call (and every later one) answer."""
+        self._gate.set()
+
+    async def __call__(self, request: AgentRequest) -> Any:
+        from .task_progress import emit_progress
+
+        self.requests.append(request)
+        self.entered.set()
+        for kind, data in self.progress:
+            emit_progress(kind, data)
+        await self._gate.wait()
+        return self.output
 
 
 class ManualClock:

@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Run the gRPC gateway (CatalogService, AgencyService, MessageService, AuditService, "
         "GoalService, health, reflection): on embedded defaults (an in-memory catalog and mailboxes, an "
         "audit log on local disk), or as an agency definition file describes it (--config). Stops "
-        "cleanly on SIGTERM/SIGINT: in-flight calls drain, the audit log is closed. "
+        "cleanly on SIGTERM/SIGINT: in-flight calls and tasks submitted without waiting drain, the "
+        "audit log is closed. "
         "Precedence: flags > AGENCY_* environment variables > the definition file > defaults. "
         f"Environment: {variables}. "
         "AGENCY_REDIS_URL alone also selects Redis storage; AGENCY_TLS_CLIENT_CA also requires client "
@@ -377,8 +378,18 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        print("agency: shutting down (draining in-flight calls)", flush=True)
-        await server.stop(config.grace_seconds)
+        print("agency: shutting down (draining in-flight calls and background tasks)", flush=True)
+        # tasks submitted without waiting run on in this gateway: they get the same drain time
+        # as the calls in flight, then are cancelled (ended in the audit log as interrupted)
+        _, left = await asyncio.gather(
+            server.stop(config.grace_seconds), agency.runner.drain(config.grace_seconds)
+        )
+        if left:
+            print(
+                f"agency: {left} background task(s) still running after {config.grace_seconds:g} s: "
+                "interrupting them",
+                flush=True,
+            )
     finally:
         # Every step runs whatever failed before it (a Redis gone, a worker hung): the audit
         # log is always closed (final checkpoint, sealed segment).

@@ -1,11 +1,13 @@
-"""``agency submit``, ``agency route``, ``agency task get|resume|cancel``: tasks on a running gateway.
+"""``agency submit``, ``agency route``, ``agency task get|resume|cancel|watch|list``: tasks on a
+running gateway.
 
 Each calls the gateway with the public client (:mod:`middleware.client`), with the same
 ``--address``/``--token-file``/TLS flags as ``agency catalog`` (several addresses: the next
-gateway when one cannot be reached); ``--json`` prints the whole reply as JSON. Exit status: 0
-completed (or waiting for input; for ``task cancel``: canceled), 1 the task failed, was
-rejected, cancelled or interrupted (or the route was refused), 2 an error, 3 no such task, 4 no
-gateway answers.
+gateway when one cannot be reached); ``--json`` prints the whole reply as JSON (``task watch``:
+one event per line). Exit status: 0 completed (or waiting for input, or accepted with ``submit
+--no-wait``; for ``task cancel``: canceled), 1 the task failed, was rejected, cancelled or
+interrupted (or the route was refused), 2 an error, 3 no such task (``task list``: none
+matched), 4 no gateway answers.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from ..errors import InvalidInput
 from ._gateway import add_gateway_options, open_client
 from ._text import plural, truncate
-from .exit_codes import CHECK_FAILED, EXIT_CODES_HELP, OK
+from .exit_codes import CHECK_FAILED, EXIT_CODES_HELP, NOTHING_FOUND, OK
 
 _DONE = {"completed", "input_required"}
 
@@ -52,6 +55,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--session-id", default="")
     s.add_argument("--trace-id", default="", help="join this trace")
     s.add_argument("--task-id", default="", help="choose the task id (default: generated)")
+    s.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the gateway has accepted the task (its id and trace); it runs on in the "
+        "gateway: follow it with 'agency task watch ID'",
+    )
     _common(s)
     s.set_defaults(handler=_run, op=_submit)
 
@@ -115,6 +124,47 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--reason", default="", help="why (kept in the outcome and the audit log)")
     _common(c)
     c.set_defaults(handler=_run, op=_cancel)
+    w = cmds.add_parser(
+        "watch",
+        help="follow a task live: each step, failure, retry, wait and the outcome as they happen",
+        description="Follow a task as it runs (any replica of the gateway): routing decisions, each "
+        "step dispatched and answered, failures with their resolution, retries and backups, goal "
+        "verdicts, waits for a person and their decisions, an agent's streamed text as it comes, "
+        "then the outcome (as 'task get' prints it). A broken connection is resumed after the last "
+        "event seen. --json prints one event per line (the vocabulary of docs/client.md).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    w.add_argument("task_id", metavar="TASK_ID")
+    w.add_argument(
+        "--after", type=_seq, default=0, metavar="SEQ", help="only the events after this seq (default: all)"
+    )
+    _common(w)
+    w.set_defaults(handler=_run, op=_watch)
+    ls = cmds.add_parser(
+        "list",
+        help="list your tasks (an admin: everyone's), newest first",
+        description="List the tasks you submitted (with an admin token: every client's, or --client's), "
+        "newest first, filtered by state, goal and creation time, a page at a time.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ls.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="only tasks in this state (repeatable): submitted, routing, dispatched, retrying, "
+        "verifying, input_required, completed, failed, rejected, canceled",
+    )
+    ls.add_argument("--goal-id", default="", help="only tasks of this goal")
+    ls.add_argument("--since", help="created at or after this time (ISO 8601; UTC if no zone)")
+    ls.add_argument("--until", help="created before this time (ISO 8601; UTC if no zone)")
+    ls.add_argument("--limit", type=_page_size, default=50, help="tasks per page, 1..500 (default 50)")
+    ls.add_argument("--page-token", default="", help="the next page (printed under a full page)")
+    ls.add_argument("--client", default="", help="an admin: only this client's tasks")
+    _common(ls)
+    ls.set_defaults(handler=_run, op=_list)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -161,6 +211,36 @@ def _run(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def _seq(value: str) -> int:
+    try:
+        seq = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an event seq (0, 1, 2 …)") from None
+    if seq < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must not be negative")
+    return seq
+
+
+def _page_size(value: str) -> int:
+    try:
+        size = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of tasks") from None
+    if not 1 <= size <= 500:
+        raise argparse.ArgumentTypeError(f"{value!r}: give 1..500")
+    return size
+
+
+def _time(value: str | None, option: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput.single(option, f"{value!r} is not an ISO 8601 time", what="option") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
 async def _submit(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
     outcome = await client.submit(
         args.text,
@@ -173,8 +253,59 @@ async def _submit(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
         session_id=args.session_id,
         trace_id=args.trace_id,
         task_id=args.task_id,
+        wait=not args.no_wait,
     )
+    if args.no_wait and not args.json:
+        out.write(f"task {outcome.task_id}: {outcome.state} (accepted; it runs on in the gateway)\n")
+        out.write(f"trace {outcome.trace_id}\n")
+        out.write(f"follow with: agency task watch {outcome.task_id}\n")
+        return OK
     return _print_outcome(outcome, args, out)
+
+
+async def _watch(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    from .task_view import EventView
+
+    view = EventView(out, json_lines=args.json)
+    final = None
+    async for event in client.watch(args.task_id, after=args.after):
+        view.show(event)
+        if event.ends_task:
+            final = event.final
+    view.end()
+    if final is None:  # the stream ended without the outcome (never expected): ask for it
+        final = await client.get_task(args.task_id)
+    if args.json:
+        return OK if str(final.state) in _DONE else CHECK_FAILED
+    out.write("\n")
+    return _print_outcome(final, args, out)
+
+
+async def _list(client: Any, args: argparse.Namespace, out: IO[str]) -> int:
+    page = await client.list_tasks(
+        states=args.state,
+        goal_id=args.goal_id,
+        created_after=_time(args.since, "since"),
+        created_before=_time(args.until, "until"),
+        page_size=args.limit,
+        page_token=args.page_token,
+        client=args.client,
+    )
+    if args.json:
+        out.write(page.model_dump_json(indent=2) + "\n")
+        return OK if page.tasks else NOTHING_FOUND
+    if not page.tasks:
+        out.write("no tasks match\n" if not page.next_page_token else "none on this page\n")
+    for t in page.tasks:
+        created = t.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        owner = f"  [{t.client}]" if t.client and args.client == "" else ""
+        out.write(
+            f"{t.task_id}  {t.state.value:<14} {created}  {t.goal_id or '-':<20} "
+            f"{truncate(t.text, 60)}{owner}\n"
+        )
+    if page.next_page_token:
+        out.write(f"more: agency task list --page-token {page.next_page_token} (same filters)\n")
+    return OK if page.tasks or page.next_page_token else NOTHING_FOUND
 
 
 async def _get(client: Any, args: argparse.Namespace, out: IO[str]) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -27,7 +30,9 @@ from ..goals import GoalAssertion
 from ..router import RoutingDecision
 from ..server.settings import ClientTlsConfig
 from ..smf import new_id
-from ..tasks import Outcome
+from ..task_events import TaskEvent
+from ..task_listing import TaskPage, TaskQuery
+from ..tasks import Outcome, TaskState
 from .audit import AuditEntry, ConsistencyProof, InclusionProof, SignedCheckpoint
 from .types import CatalogChange
 
@@ -72,7 +77,7 @@ class _Calls:
 
     async def stream(
         self, call: Callable[..., Any], request: Any, deadline: float | None
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         from ._errors import error_from_rpc
 
         responses = call(request, timeout=deadline)
@@ -322,8 +327,8 @@ class AgencyClient:
             decision = await client.route("predict the stock price")
             entries = await client.catalog.query(action="ship_replacement")
 
-    Services: :meth:`submit`, :meth:`route`, :meth:`resume`, :meth:`get_task`, :meth:`cancel`
-    (AgencyService),
+    Services: :meth:`submit`, :meth:`route`, :meth:`resume`, :meth:`get_task`, :meth:`cancel`,
+    :meth:`watch`, :meth:`list_tasks` (AgencyService),
     ``catalog`` (:class:`CatalogClient`), ``goals`` (:class:`GoalClient`), ``audit``
     (:class:`AuditClient`). A failed call raises the :class:`~middleware.errors.AgencyError`
     the server raised (``INVALID_ARGUMENT`` is :class:`~middleware.errors.InvalidInput` with
@@ -387,8 +392,9 @@ class AgencyClient:
         session_id: str = "",
         trace_id: str = "",
         task_id: str = "",
+        wait: bool = True,
     ) -> Outcome:
-        """Submit a task and wait for its outcome.
+        """Submit a task and wait for its outcome (``wait=False``: only until it is accepted).
 
         Args:
             text: The request in words.
@@ -402,6 +408,9 @@ class AgencyClient:
             trace_id: Join an existing trace (default: new, or the caller's OTel trace).
             task_id: Choose the task id (default: generated here, so that a task whose
                 gateway went away during the call can be found again).
+            wait: ``False``: answer as soon as the gateway accepted the task and made it durable
+                (state ``submitted``, its ``task_id`` and ``trace_id``); the gateway runs it on.
+                Follow it with :meth:`watch`, read it with :meth:`get_task`.
 
         Returns:
             The task's outcome: a refusal or a failure is an outcome (``state``), not an error.
@@ -440,6 +449,7 @@ class AgencyClient:
             user_id=user_id,
             session_id=session_id,
             trace_id=trace_id,
+            return_immediately=not wait,
         )
         from ..server.grpc_api.convert import outcome_from_pb
         from ..server.grpc_api.failover import resends
@@ -527,3 +537,95 @@ class AgencyClient:
 
         reply = await self._calls.unary(self._stub.GetTask, agency_pb2.GetTaskRequest(task_id=task_id))
         return outcome_from_pb(reply)
+
+    async def watch(
+        self, task_id: str, *, after: int = 0, reconnect_for: float = 30.0
+    ) -> AsyncIterator[TaskEvent]:
+        """Follow a task: its events as they happen (from the start, or after ``after``), until
+        it ends; the last is its ``task.outcome`` with ``final``, the task's outcome.
+
+        A broken stream (the gateway restarted, a replica went away, the network) is opened
+        again after the last event received, so nothing is missed or repeated; it gives up when
+        no gateway answers for ``reconnect_for`` seconds (0: never reconnect).
+
+        Args:
+            task_id: The task (a no-wait :meth:`submit` returns it).
+            after: The ``seq`` of the last event already seen (0: from the start).
+            reconnect_for: Seconds to keep trying to reconnect before raising ``Unavailable``.
+
+        Raises:
+            NotFound: no such task. PermissionDenied: another client's task.
+            Unavailable: no gateway answered for ``reconnect_for`` seconds.
+        """
+        from ..server.grpc_api.convert_tasks import event_from_pb
+
+        backoff, failing_since = 0.05, None
+        while True:
+            request = agency_pb2.WatchTaskRequest(task_id=task_id, after_seq=after)
+            try:
+                async with aclosing(self._calls.stream(self._stub.WatchTask, request, None)) as stream:
+                    async for pb in stream:
+                        event = event_from_pb(pb)
+                        backoff, failing_since = 0.05, None
+                        after = max(after, event.seq)
+                        yield event
+                        if event.ends_task:
+                            return
+                return  # the gateway ended the stream (the task ended)
+            except Unavailable:
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since >= reconnect_for:
+                    raise
+            await asyncio.sleep(backoff)  # a gateway coming back, or the channel trying another
+            backoff = min(backoff * 2, 2.0)
+
+    async def list_tasks(
+        self,
+        *,
+        states: Sequence[TaskState | str] = (),
+        goal_id: str = "",
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        page_size: int = 50,
+        page_token: str = "",
+        client: str = "",
+    ) -> TaskPage:
+        """One page of the caller's tasks (an admin: everyone's), newest first.
+
+        Args:
+            states: Any of these states (empty: all).
+            goal_id: Tasks of this goal.
+            created_after: Created at or after (a datetime with a zone, or RFC 3339 text).
+            created_before: Created before.
+            page_size: Rows per page (1..500).
+            page_token: ``next_page_token`` of the page before ("" = the first page).
+            client: An admin: only this client's tasks.
+
+        Returns:
+            A :class:`~middleware.task_listing.TaskPage`; go on while ``next_page_token`` is set
+            (a page may hold fewer rows than asked and still go on).
+
+        Raises:
+            InvalidInput: a bad filter, named (checked here first).
+            PermissionDenied: ``client`` names another client and the caller is no admin.
+        """
+        from ..server.grpc_api.convert_tasks import page_from_pb, query_to_pb
+
+        query = TaskQuery.parse(
+            {
+                "client": client or None,
+                "states": list(states),
+                "goal_id": goal_id,
+                "created_after": created_after,
+                "created_before": created_before,
+                "page_size": page_size,
+                "page_token": page_token,
+            },
+            what="task list",
+        )
+        for field in ("created_after", "created_before"):
+            when = getattr(query, field)
+            if when is not None and when.tzinfo is None:
+                raise InvalidInput.single(field, "must carry a time zone", what="task list")
+        return page_from_pb(await self._calls.unary(self._stub.ListTasks, query_to_pb(query)))

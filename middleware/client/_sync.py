@@ -16,7 +16,9 @@ from ..contracts import CapabilityContract
 from ..goals import GoalAssertion
 from ..router import RoutingDecision
 from ..server.settings import ClientTlsConfig
-from ..tasks import Outcome
+from ..task_events import TaskEvent
+from ..task_listing import TaskPage
+from ..tasks import Outcome, TaskState
 from ._async import AgencyClient
 from .audit import AuditEntry, ConsistencyProof, InclusionProof, SignedCheckpoint
 from .types import CatalogChange
@@ -241,6 +243,7 @@ class SyncAgencyClient:
         session_id: str = "",
         trace_id: str = "",
         task_id: str = "",
+        wait: bool = True,
     ) -> Outcome:
         """See :meth:`AgencyClient.submit`."""
         return self._loop.run(
@@ -255,6 +258,7 @@ class SyncAgencyClient:
                 session_id=session_id,
                 trace_id=trace_id,
                 task_id=task_id,
+                wait=wait,
             )
         )
 
@@ -280,3 +284,31 @@ class SyncAgencyClient:
     def cancel(self, task_id: str, *, reason: str = "") -> Outcome:
         """See :meth:`AgencyClient.cancel`."""
         return self._loop.run(self._client.cancel(task_id, reason=reason))
+
+    def watch(self, task_id: str, *, after: int = 0, reconnect_for: float = 30.0) -> Iterator[TaskEvent]:
+        """See :meth:`AgencyClient.watch`; close the iterator to stop following."""
+        return self._loop.iterate(self._client.watch(task_id, after=after, reconnect_for=reconnect_for))
+
+    def list_tasks(
+        self,
+        *,
+        states: Sequence[TaskState | str] = (),
+        goal_id: str = "",
+        created_after: datetime | str | None = None,
+        created_before: datetime | str | None = None,
+        page_size: int = 50,
+        page_token: str = "",
+        client: str = "",
+    ) -> TaskPage:
+        """See :meth:`AgencyClient.list_tasks`."""
+        return self._loop.run(
+            self._client.list_tasks(
+                states=states,
+                goal_id=goal_id,
+                created_after=created_after,
+                created_before=created_before,
+                page_size=page_size,
+                page_token=page_token,
+                client=client,
+            )
+        )

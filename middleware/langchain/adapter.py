@@ -10,7 +10,9 @@ a LangGraph compiled graph or a chat model into an agent callable for
    contract as prompt variables (:func:`contract_variables`) so the agent knows
    what it may and may not do;
 3. **invoke** it with ``ainvoke`` (or ``astream``, aggregating the chunks, when
-   ``stream=True`` or when the runnable's model was built with ``streaming=True``),
+   ``stream=True``, when the runnable's model was built with ``streaming=True``, or when its
+   contract has ``stream_progress``: then every token delta of its chat models goes to the
+   task's event stream as an ``agent.progress`` event of kind ``token``, never audited),
    with an :class:`~middleware.langchain.callbacks.AuditCallbackHandler` when an
    audit log is given;
 4. **map** the result back (``output_mapping``) to a JSON value, and return an
@@ -47,6 +49,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
+from uuid import UUID
 
 from langchain_core.callbacks import AsyncCallbackHandler, BaseCallbackManager
 from langchain_core.language_models import BaseChatModel, BaseLanguageModel
@@ -61,6 +64,7 @@ from ..errors import AgentFailure, ContractViolation
 from ..failures import FailureType
 from ..jsonpath import JsonPath, JsonPathError
 from ..smf import Provenance
+from ..task_progress import TOKEN, current_progress, emit_progress
 from .callbacks import AuditCallbackHandler
 from .errors import failure_from_exception
 from .output import NOTHING, message_text, structured_output
@@ -197,9 +201,14 @@ class LangChainAgent:
         config["callbacks"] = [*_as_list(config.get("callbacks")), *extra]
         if tracker is not None:
             config["callbacks"] = [*_as_list(config.get("callbacks")), tracker]
+        forwarding = current_progress() is not None  # the contract streams its progress
+        if forwarding:
+            config["callbacks"] = [*_as_list(config.get("callbacks")), _TokenForwarder()]
         try:
             result = await (
-                self._astream(value, config) if self.stream else self.runnable.ainvoke(value, config)
+                self._astream(value, config)
+                if self.stream or forwarding
+                else self.runnable.ainvoke(value, config)
             )
         except Exception as exc:
             if handler is not None:
@@ -487,6 +496,32 @@ class _ErrorSource(AsyncCallbackHandler):
 
     async def on_llm_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
         self.last = self._names.get(run_id, self.last)
+
+
+class _TokenForwarder(AsyncCallbackHandler):
+    """Each token delta of a chat model, to the task's event stream (``agent.progress``)."""
+
+    async def on_llm_new_token(
+        self,
+        token: str | list[str | dict[str, Any]],
+        *,
+        chunk: Any = None,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        text = token if isinstance(token, str) else "".join(_block_text(b) for b in token)
+        if text:
+            emit_progress(TOKEN, {"text": text})
+
+
+def _block_text(block: str | dict[str, Any]) -> str:
+    """The text of one content block of a token (a string, or ``{"type": "text", "text": ...}``)."""
+    if isinstance(block, str):
+        return block
+    text = block.get("text")
+    return text if isinstance(text, str) else ""
 
 
 def _as_list(callbacks: Any) -> list[Any]:

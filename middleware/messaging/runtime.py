@@ -45,6 +45,7 @@ from ..audit import AuditRecord
 from ..audit.record import Actors, AuditEventType
 from ..errors import AgencyError, DeadlineExceeded, FailedPrecondition, NotFound
 from ..smf import Provenance, SMFMessage, new_id
+from ..task_progress import TaskProgress, current_progress
 from .conversation import Conversation
 from .flows import AgentHandle, Flows, Handoff, SendMessage
 from .identity import SendOptions, generate_key, public_key_b64, sign_message
@@ -113,6 +114,31 @@ class SubAgentEvent:
     parent_run_id: str | None
     kind: str
     data: Any = None
+
+
+class _TaskForward:
+    """A ``send_message`` sink that also tells a governed task's progress (``subagent`` events:
+    who, which run, what kind, its data), then the caller's own sink, if it streams."""
+
+    def __init__(self, progress: TaskProgress, inner: Callable[[SubAgentEvent], None] | None) -> None:
+        self.progress, self.inner = progress, inner
+
+    def __call__(self, event: SubAgentEvent) -> None:
+        self.told(event)
+        if self.inner is not None:
+            self.inner(event)
+
+    def told(self, event: SubAgentEvent) -> None:
+        self.progress.emit(
+            "subagent",
+            {
+                "agent": event.agent,
+                "run_id": event.run_id,
+                "parent_run_id": event.parent_run_id,
+                "kind": event.kind,
+                "data": _jsonable(event.data),
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -525,6 +551,11 @@ class Runtime:
                 f"({' > '.join(turn.chain)})"
             )
         host = self._host(recipient)
+        progress = current_progress()
+        if progress is not None and not isinstance(events, _TaskForward):
+            # inside a governed agent call that streams its progress: the sub-agents' events go
+            # to the task's event stream too (and through it to gRPC, A2A and MCP followers)
+            events = _TaskForward(progress, events)
         async with self._guard((turn.thread_id, recipient)):
             request = self._smf(turn.agent, recipient, message, turn.thread_id)
             await self._audit_message(request, "send_message", turn.run_id, dict(call.params))
@@ -543,6 +574,8 @@ class Runtime:
             )
             reply = self._smf(recipient, turn.agent, _jsonable(output), turn.thread_id)
             await self._audit_message(reply, "send_message.reply", turn.run_id, {})
+            if isinstance(events, _TaskForward):
+                events.told(SubAgentEvent(recipient, "", turn.run_id, "final", output))
             return output
 
     def _smf(self, sender: str, receiver: str, content: Any, trace_id: str) -> SMFMessage:

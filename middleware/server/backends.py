@@ -25,6 +25,7 @@ from ..messaging.subscriptions import MemorySubscriptions, SubscriptionStore
 from ..redis.errors import RedisErrorHook
 from ..routing_stats import MemoryRoutingStats, RoutingStats
 from ..sessions import SessionStore
+from ..task_events import TaskEventLog
 from ..task_leases import TaskLeases
 from ..task_store import TaskStore
 from ..usage_meter import UsageMeter
@@ -37,14 +38,15 @@ __all__ = ["AgencyBackends", "MessagingBackends", "choose_backends", "open_backe
 
 @dataclass(frozen=True)
 class AgencyBackends:
-    """The agency's stores; ``tasks`` and ``sessions`` None keep the agency's memory defaults;
-    ``leases`` None: no takeover (one process)."""
+    """The agency's stores; ``tasks``, ``sessions`` and ``events`` None keep the agency's memory
+    defaults; ``leases`` None: no takeover (one process)."""
 
     catalog: Catalog
     stats: RoutingStats
     tasks: TaskStore | None = None
     sessions: SessionStore | None = None
     leases: TaskLeases | None = None
+    events: TaskEventLog | None = None
     usage: UsageMeter | None = None
     """Spending sums for budgets (None: the agency's memory default)."""
 
@@ -87,7 +89,8 @@ def choose_backends(
 
     Args:
         definition: The agency definition (its ``storage`` section decides).
-        part: ``"agency"`` (catalog, routing stats, task store, sessions, task leases) or ``"messaging"``
+        part: ``"agency"`` (catalog, routing stats, task store, sessions, task leases, task events)
+            or ``"messaging"``
             (mailboxes, rate-limit buckets, subscriptions, agent directory, quarantine board).
         on_redis_error: Told the operation of every Redis error (see :mod:`middleware.redis.errors`).
     """
@@ -126,6 +129,7 @@ def choose_backends(
     if storage.backend != "redis":
         return AgencyBackends(catalog, stats)
     from ..redis.session_store import RedisSessionStore
+    from ..redis.task_events import RedisTaskEventLog
     from ..redis.task_leases import RedisTaskLeases
     from ..redis.task_store import RedisTaskStore
 
@@ -145,6 +149,10 @@ def choose_backends(
             prefix=storage.key_prefix,
             lease_seconds=storage.lease_seconds or 30.0,
             on_redis_error=on_redis_error,
+        ),
+        # every task's events: a follower reconnecting to any replica misses nothing
+        events=RedisTaskEventLog.from_url(
+            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
         ),
         # spending sums shared by replicas: a budget spent through one gateway stops the others
         usage=_usage_meter(definition, on_redis_error),

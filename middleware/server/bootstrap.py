@@ -89,6 +89,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
         tasks=tasks,
         sessions=backends.sessions,
         leases=backends.leases,
+        events=backends.events,
         catalog=backends.catalog,
         router=Router(backends.catalog, stats=backends.stats),
         policy=definition.policies.gate(),

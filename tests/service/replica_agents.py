@@ -36,3 +36,20 @@ async def held(request: AgentRequest) -> Any:
     finally:
         await client.aclose()
     return {"released": True}
+
+
+async def held_talking(request: AgentRequest) -> Any:
+    """Says it is waiting (progress, under a contract with ``stream_progress``), then stays in
+    flight until the test pushes to the Redis list its input names."""
+    import redis.asyncio as aioredis
+
+    from middleware.task_progress import emit_progress
+
+    emit_progress("token", {"text": "waiting for "})
+    emit_progress("token", {"text": "the release"})
+    client = aioredis.Redis.from_url(request.input["redis_url"])
+    try:
+        released = await client.blpop([request.input["release"]], timeout=30)
+    finally:
+        await client.aclose()
+    return {"released": released is not None}

@@ -19,6 +19,7 @@ async def test_memory_storage_chooses_every_memory_backend() -> None:
     assert type(agency.stats).__name__ == "MemoryRoutingStats"
     assert agency.tasks is None and agency.sessions is None  # the agency's memory defaults
     assert agency.leases is None  # one process: no takeover
+    assert agency.events is None
     assert [type(s).__name__ for s in vars(messaging).values()] == [
         "MemoryMailbox",
         "MemoryBuckets",
@@ -45,6 +46,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             "RedisTaskStore",
             "RedisSessionStore",
             "RedisTaskLeases",  # a replica takes over the tasks of a gateway that died
+            "RedisTaskEventLog",  # a task's events, served by any replica
             "RedisUsageMeter",  # spending sums shared by the replicas (agency.usage)
         ]
         assert agency.leases is not None and agency.leases.lease_seconds == 30.0
@@ -65,6 +67,7 @@ async def test_redis_storage_chooses_every_redis_backend_under_the_key_prefix(re
             agency.tasks,
             agency.sessions,
             agency.leases,
+            agency.events,
             agency.usage,
         ):
             close = getattr(store, "close", None) or getattr(store, "aclose", None)

@@ -79,6 +79,8 @@ PERMISSIONS: dict[str, Rule] = {
     "/agency.v1.AgencyService/Resume": _CALL,
     "/agency.v1.AgencyService/GetTask": _CALL,
     "/agency.v1.AgencyService/Cancel": _CALL,  # the task's owner or an admin (checked by the core)
+    "/agency.v1.AgencyService/WatchTask": _CALL,  # the task's owner or an admin (checked in the core)
+    "/agency.v1.AgencyService/ListTasks": _CALL,  # one's own tasks; an admin everyone's (the core)
     "/agency.v1.AuditService/Export": _AUDIT,
     "/agency.v1.AuditService/LatestCheckpoint": _AUDIT,
     "/agency.v1.AuditService/InclusionProof": _AUDIT,

@@ -162,6 +162,7 @@ def contract_from_pb(pb: common_pb2.CapabilityContract, prefix: str = "contract"
         "idempotency": pb.idempotency,
         "tenant": pb.tenant,
         "shared_with": list(pb.shared_with),
+        "stream_progress": pb.stream_progress,
     }
     if pb.HasField("slo_latency_ms"):  # unset = the contract's default SLO
         data["slo_latency_ms"] = pb.slo_latency_ms
@@ -198,6 +199,7 @@ def contract_to_pb(c: CapabilityContract) -> common_pb2.CapabilityContract:
         idempotency=c.idempotency,
         tenant=c.tenant,
         shared_with=c.shared_with,
+        stream_progress=c.stream_progress,
     )
 
 

@@ -125,7 +125,7 @@ def build_server(
         grants: What each ``agent`` token may declare when it registers (see
             :mod:`middleware.grants`); with tokens on, an agent without a grant may declare
             nothing (default: no grants). Unused without tokens.
-        limits: Per-caller limits on Watch streams and catalog writes (see
+        limits: Per-caller limits on Watch and WatchTask streams and catalog writes (see
             :mod:`middleware.caller_limits`; default
             :class:`~middleware.caller_limits.CallerLimits`).
 
@@ -161,7 +161,7 @@ def build_server(
     )
     catalog = CatalogServicer(agency, grants=grants or {}, on_deny=audit_denial, limits=limits)
     catalog_pb2_grpc.add_CatalogServiceServicer_to_server(catalog, server)
-    agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency), server)
+    agency_pb2_grpc.add_AgencyServiceServicer_to_server(AgencyServicer(agency, limits=limits), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(agency), server)
     goals_pb2_grpc.add_GoalServiceServicer_to_server(GoalServicer(agency), server)
     services = [

@@ -17,8 +17,9 @@ failed, canceled. A follow-up message on an input-required task resumes it
 (:meth:`Agency.resume`): a data part ``{"answer": ID}``, ``{"input": {...}}`` (the fields a plan
 step asked for) or ``{"decision": {...}}``, or the option id (or the one asked field's value)
 as text. A message with only the user's words runs the plan of the goal the intake agent
-anchors (docs/semantics.md, "Plans"). ``SendStreamingMessage`` streams every pipeline state as a ``working``
-status update (``metadata.agency_state``) before the final one.
+anchors (docs/semantics.md, "Plans"). ``SendStreamingMessage`` streams the task's events
+(the stream gRPC ``WatchTask`` follows) as ``working`` status updates before the final one, and
+``SubscribeToTask`` follows a running task from any replica (:mod:`.a2a_stream`).
 
 Callers authenticate with the A2A security scheme ``bearer`` (HTTP bearer), checked against
 the gateway's token file: the same clients and roles as gRPC. Everything is audited by the
@@ -27,11 +28,10 @@ pipeline as for any task, under the client's name.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from typing import Any
 
 from a2a.auth.user import User
@@ -61,12 +61,18 @@ from a2a.types.a2a_pb2 import (
     SecurityRequirement,
     SecurityScheme,
     StringList,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
     TaskStatus,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, UnsupportedOperationError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -76,9 +82,11 @@ from ...access import Permission, Principal, authorize
 from ...errors import AgencyError, InvalidInput, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
 from ...refusals import RefusalAggregator
+from ...task_events import OUTCOME, TaskEvent
 from ...tasks import Outcome
 from ...tasks import TaskState as AgencyState
 from ..identity import Identities
+from .a2a_stream import StatusStream
 from .card_signing import CardSigner
 from .common import (
     FRESHNESS_TTL,
@@ -89,7 +97,7 @@ from .common import (
     outcome_text,
     task_request,
 )
-from .watch import TaskWatch
+from .task_follow import follow_while
 
 __all__ = [
     "GOVERNANCE_EXTENSION",
@@ -333,7 +341,6 @@ class GovernedExecutor(AgentExecutor):
 
     def __init__(self, agency: Agency) -> None:
         self.agency = agency
-        self.watch = TaskWatch.install(agency)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
@@ -390,51 +397,71 @@ class GovernedExecutor(AgentExecutor):
         )
         client = principal.name if principal is not None else ""
         tenant = principal.tenant if principal is not None else ""
+        stream = StatusStream(task_id, updater.context_id)
         outcome = await self._follow(
-            task_id, self.agency.submit(request, client=client, tenant=tenant), updater
+            task_id, self.agency.submit(request, client=client, tenant=tenant), stream, event_queue
         )
         if outcome is not None:
-            await _report(outcome, updater)
+            await _report(outcome, updater, stream.carried())
 
     async def _resume(
         self, context: RequestContext, message: Message, principal: Principal | None, updater: TaskUpdater
     ) -> None:
         task_id = context.task_id or ""
         answer, decision, given = _answer(message)
+        stream = StatusStream(task_id, updater.context_id)
         outcome = await self._follow(
             task_id,
             self.agency.resume(task_id, answer=answer, decision=decision, input=given, caller=principal),
+            stream,
+            updater.event_queue,
             updater,
+            after=await _last_seq(self.agency, task_id),
         )
         if outcome is not None:
-            await _report(outcome, updater)
+            await _report(outcome, updater, stream.carried())
 
-    async def _follow(self, task_id: str, work: Awaitable[Outcome], updater: TaskUpdater) -> Outcome | None:
-        """Run ``work`` and stream each pipeline state of the task as a ``working`` update.
+    async def _follow(
+        self,
+        task_id: str,
+        work: Awaitable[Outcome],
+        stream: StatusStream,
+        queue: EventQueue,
+        updater: TaskUpdater | None = None,
+        *,
+        after: int = 0,
+    ) -> Outcome | None:
+        """Run ``work`` and stream the task's events (after ``after``) as status updates.
 
         A refused resume (an answer that is not an option, another client's task) leaves
         the task waiting: it is told as input-required again, with the reason.
         """
-        with self.watch.watching(task_id) as changes:
+        updater = updater or TaskUpdater(queue, task_id, stream.context_id)
+
+        async def tell(event: TaskEvent) -> None:
+            update = stream.update(event) if event.type != OUTCOME else None
+            if update is not None:
+                await queue.enqueue_event(update)
+
+        try:
+            outcome = await follow_while(self.agency, task_id, work, tell, after=after)
+        except (InvalidInput, PermissionDenied) as exc:
             try:
-                outcome = await _streaming(work, changes, updater)
-            except (InvalidInput, PermissionDenied) as exc:
-                try:
-                    current = await self.agency.tasks.get(task_id)
-                except NotFound:  # refused before the task existed (a submit)
-                    raise InvalidParamsError(message=str(exc)) from None
-                if current.state is AgencyState.INPUT_REQUIRED:
-                    pending = current.outcome()
-                    text = f"Not accepted: {exc}. {outcome_text(pending)}"
-                    await updater.requires_input(
-                        updater.new_agent_message([new_text_part(text), new_data_part(outcome_data(pending))])
-                    )
-                    return None
+                current = await self.agency.tasks.get(task_id)
+            except NotFound:  # refused before the task existed (a submit)
                 raise InvalidParamsError(message=str(exc)) from None
-            except NotFound as exc:  # a goal named in metadata that is not registered
-                raise InvalidParamsError(message=str(exc)) from None
-            except AgencyError as exc:  # e.g. the task is not waiting (another resume won)
-                raise InvalidParamsError(message=str(exc)) from None
+            if current.state is AgencyState.INPUT_REQUIRED:
+                pending = current.outcome()
+                text = f"Not accepted: {exc}. {outcome_text(pending)}"
+                await updater.requires_input(
+                    updater.new_agent_message([new_text_part(text), new_data_part(outcome_data(pending))])
+                )
+                return None
+            raise InvalidParamsError(message=str(exc)) from None
+        except NotFound as exc:  # a goal named in metadata that is not registered
+            raise InvalidParamsError(message=str(exc)) from None
+        except AgencyError as exc:  # e.g. the task is not waiting (another resume won)
+            raise InvalidParamsError(message=str(exc)) from None
         return outcome
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -446,37 +473,13 @@ class GovernedExecutor(AgentExecutor):
         await _report(outcome, updater)
 
 
-async def _streaming(work: Awaitable[Outcome], changes: Any, updater: TaskUpdater) -> Outcome:
-    job = asyncio.ensure_future(work)
+async def _last_seq(agency: Agency, task_id: str) -> int:
+    """The seq of the task's last event before a resume (0: none, or the log cannot say)."""
     try:
-        while True:
-            getter = asyncio.ensure_future(changes.get())
-            done, _ = await asyncio.wait({job, getter}, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
-            else:
-                await _working(getter.result(), updater)
-            if job in done:
-                while not changes.empty():
-                    await _working(changes.get_nowait(), updater)
-                return job.result()
-    finally:
-        if not job.done():
-            job.cancel()
-
-
-async def _working(change: dict[str, Any], updater: TaskUpdater) -> None:
-    state = AgencyState(change["to"])
-    if state.terminal or state is AgencyState.INPUT_REQUIRED:
-        return  # the final update carries it, with the outcome
-    await updater.update_status(
-        TaskState.TASK_STATE_WORKING,
-        metadata={
-            "agency_state": state.value,
-            "from": change.get("from", ""),
-            "node": change.get("node", ""),
-        },
-    )
+        last = await agency.events.last(task_id)
+    except Exception:  # following is a courtesy: the resume goes on
+        return 0
+    return last.seq if last is not None else 0
 
 
 def _name(context: RequestContext) -> str:
@@ -534,8 +537,11 @@ def _answer(message: Message) -> tuple[str | None, dict[str, Any] | None, dict[s
     return get_message_text(message, " ").strip() or None, None, None
 
 
-async def _report(outcome: Outcome, updater: TaskUpdater) -> None:
-    """The final (or waiting) A2A status of ``outcome``; a completed output as an artifact."""
+async def _report(
+    outcome: Outcome, updater: TaskUpdater, carried: list[dict[str, Any]] | None = None
+) -> None:
+    """The final (or waiting) A2A status of ``outcome``; a completed output as an artifact.
+    ``carried``: the task's events not told yet (``agency_events``)."""
     data = outcome_data(outcome)
     if outcome.state is AgencyState.COMPLETED:
         output = outcome.output
@@ -549,10 +555,11 @@ async def _report(outcome: Outcome, updater: TaskUpdater) -> None:
             metadata=meta,
         )
     parts: list[Part] = [new_text_part(outcome_text(outcome)), new_data_part(data)]
+    status: dict[str, Any] = {"agency_state": outcome.state.value, "trace_id": outcome.trace_id}
+    if carried:
+        status["agency_events"] = carried
     await updater.update_status(
-        _STATE[outcome.state],
-        message=updater.new_agent_message(parts),
-        metadata={"agency_state": outcome.state.value, "trace_id": outcome.trace_id},
+        _STATE[outcome.state], message=updater.new_agent_message(parts), metadata=status
     )
 
 
@@ -678,9 +685,60 @@ class _GovernedHandler(DefaultRequestHandler):
             ),
         )
 
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any, None]:
+        """Follow a running task from now on, on any replica: the task (first), then its events
+        as status updates, until it waits for input or ends (the final status, its artifact)."""
+        principal = _principal(context)
+        try:
+            outcome = await self._agency.get_task(params.id, caller=principal)
+        except (NotFound, PermissionDenied):
+            raise TaskNotFoundError from None
+        if outcome.state.terminal:
+            raise UnsupportedOperationError(
+                message=f"task {params.id} is {outcome.state.value}: it has ended"
+            )
+        known = await self.task_store.get(params.id, context)  # this replica's A2A record, if any
+        context_id = str(getattr(known, "context_id", "") or params.id)
+        last = await self._agency.events.last(params.id)  # where it is now (the store: where it last stopped)
+        after = last.seq if last is not None else 0
+        now = AgencyState(last.state) if last is not None and last.state else outcome.state
+        yield Task(id=params.id, context_id=context_id, status=TaskStatus(state=_a2a(now)))
+        stream = StatusStream(params.id, context_id)
+        async for event in self._agency.watch(params.id, after=after, caller=principal):
+            if event.type != OUTCOME:
+                update = stream.update(event)
+                if update is not None:
+                    yield update
+                continue
+            final = event.final or await self._agency.get_task(params.id, caller=principal)
+            told = _Collected()
+            await _report(final, TaskUpdater(told, params.id, context_id), stream.carried())
+            for update in told.events:
+                yield update
+            return  # a wait for input ends an A2A stream, as an end does
+
 
 #: Governed states an A2A cancel ends (a running step has no safe point to stop).
 _CANCELABLE = frozenset({AgencyState.INPUT_REQUIRED, AgencyState.INTERRUPTED})
+
+
+class _Collected(EventQueue):
+    """What a TaskUpdater enqueues, kept in order (the final updates of a subscription)."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def enqueue_event(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def _a2a(state: AgencyState) -> Any:
+    """The A2A state of a task in ``state`` (working for the pipeline's working states)."""
+    if state is AgencyState.SUBMITTED:
+        return TaskState.TASK_STATE_SUBMITTED
+    return _STATE.get(state, TaskState.TASK_STATE_WORKING)
 
 
 def build_a2a_app(

@@ -14,6 +14,10 @@ Tools, rebuilt from the catalog on every ``tools/list``:
   (``decision``) for a task that stopped for input; or nothing, to continue an interrupted task.
 * ``cancel_task``: cancel a task waiting for input or interrupted (``task_id``, ``reason``).
 
+A call whose request carries a progress token (``_meta.progressToken``) gets the task's events
+as they happen (the stream gRPC ``WatchTask`` follows) as ``notifications/progress``: ``progress``
+the event's seq, ``message`` the event in words (an agent's streamed text as it comes).
+
 A completed task is the tool result (``structuredContent`` the output). Everything else is a
 tool error (``isError``) whose text says why and whose structured content is the outcome:
 a refusal (rejected), a failure, and a task waiting for input. A clarification (a choice among
@@ -29,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -44,6 +48,7 @@ from ...contracts import CapabilityContract
 from ...errors import AgencyError, InvalidInput, PermissionDenied, Unauthenticated, Unavailable
 from ...pipeline import Agency
 from ...refusals import RefusalAggregator
+from ...task_events import TaskEvent, describe
 from ...tasks import Outcome, TaskState
 from ..identity import Identities
 from .common import (
@@ -56,6 +61,7 @@ from .common import (
     outcome_text,
     task_request,
 )
+from .task_follow import follow_while
 
 __all__ = ["GOVERNANCE_META", "build_mcp_http_app", "build_mcp_server", "serve_stdio"]
 
@@ -318,6 +324,24 @@ def build_mcp_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        async def followed(task_id: str, work: Awaitable[Outcome], *, resuming: bool = False) -> Outcome:
+            """``work``, with the task's events as progress notifications when the caller asked
+            (a resume: those after the task's last event so far)."""
+            if (params.meta or {}).get("progress_token") is None:
+                return await work
+            after = 0
+            if resuming:
+                try:
+                    last = await agency.events.last(task_id)
+                    after = last.seq if last is not None else 0
+                except Exception:  # following is a courtesy: the resume goes on
+                    log.warning("task %s: its events cannot be read; no progress told", task_id)
+
+            async def tell(event: TaskEvent) -> None:
+                await ctx.session.report_progress(float(event.seq), None, describe(event))
+
+            return await follow_while(agency, task_id, work, tell, after=after)
+
         try:
             principal = await principal_of(ctx)
             if principal is not None:
@@ -331,13 +355,15 @@ def build_mcp_server(
             governance = dict((params.meta or {}).get(GOVERNANCE_META) or {})  # type: ignore[call-overload]
             if params.name == RESUME_TASK:
                 decision = arguments.get("decision")
-                outcome = await agency.resume(
-                    str(arguments.get("task_id", "")),
+                task_id = str(arguments.get("task_id", ""))
+                work = agency.resume(
+                    task_id,
                     answer=arguments.get("answer"),
                     input=arguments.get("input"),
                     decision=decision,
                     caller=principal,
                 )
+                outcome = await followed(task_id, work, resuming=True)
                 return _result(await _elicit(ctx, agency, outcome, principal))
             if params.name == CANCEL_TASK:
                 outcome = await agency.cancel(
@@ -370,7 +396,7 @@ def build_mcp_server(
                 text, governance, data=data, source=f"mcp:{client or 'anonymous'}", where="arguments"
             )
             tenant = principal.tenant if principal is not None else ""
-            outcome = await agency.submit(request, client=client, tenant=tenant)
+            outcome = await followed(request.task_id, agency.submit(request, client=client, tenant=tenant))
             return _result(await _elicit(ctx, agency, outcome, principal))
         except (Unauthenticated, Unavailable) as exc:
             return _error(exc)

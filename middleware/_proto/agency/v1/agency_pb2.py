@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gency/v1/agency.proto\x12\tagency.v1\"X\n\x08TaskStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x12\n\ninput_json\x18\x05 \x01(\t\"\xdb\x01\n\rSubmitRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tgoal_json\x18\x03 \x01(\t\x12\x0f\n\x07goal_id\x18\x04 \x01(\t\x12\x12\n\ninput_json\x18\x05 \x01(\t\x12\x18\n\x10\x63onstraints_json\x18\x06 \x01(\t\x12\"\n\x05steps\x18\x07 \x03(\x0b\x32\x13.agency.v1.TaskStep\x12\x0f\n\x07user_id\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x10\n\x08trace_id\x18\n \x01(\t\"6\n\x0cRouteRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x18\n\x10\x63onstraints_json\x18\x02 \x01(\t\"v\n\tCandidate\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x16\n\x0eslo_latency_ms\x18\x03 \x01(\x05\x12\x14\n\x0csuccess_rate\x18\x04 \x01(\x01\x12\x0c\n\x04load\x18\x05 \x01(\x01\x12\x0f\n\x07samples\x18\x06 \x01(\x05\">\n\tRejection\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x12\n\nconstraint\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf4\x01\n\x0fRoutingDecision\x12\x18\n\x10\x63onstraints_json\x18\x01 \x01(\t\x12\x0e\n\x06\x63hosen\x18\x02 \x01(\t\x12\x11\n\tfallbacks\x18\x03 \x03(\t\x12(\n\ncandidates\x18\x04 \x03(\x0b\x32\x14.agency.v1.Candidate\x12&\n\x08rejected\x18\x05 \x03(\x0b\x32\x14.agency.v1.Rejection\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12\x0f\n\x07refused\x18\x07 \x01(\x08\x12\x12\n\nconsidered\x18\x08 \x01(\x05\x12\x18\n\x10rejected_omitted\x18\t \x01(\x05\"u\n\x0bStepVerdict\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x15\n\rexpected_json\x18\x04 \x01(\t\x12\x13\n\x0b\x61\x63tual_json\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\"j\n\x0bGoalVerdict\x12\x0f\n\x07goal_id\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12%\n\x05steps\x18\x03 \x03(\x0b\x32\x16.agency.v1.StepVerdict\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\"a\n\nResolution\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ilure_type\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\x01\"U\n\x07\x46\x61ilure\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\xc5\x02\n\x07Outcome\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x11\n\ta2a_state\x18\x04 \x01(\t\x12\x13\n\x0boutput_json\x18\x05 \x01(\t\x12\x0f\n\x07goal_id\x18\x06 \x01(\t\x12,\n\x0cgoal_verdict\x18\x07 \x01(\x0b\x32\x16.agency.v1.GoalVerdict\x12$\n\x08\x66\x61ilures\x18\x08 \x03(\x0b\x32\x12.agency.v1.Failure\x12*\n\x0bresolutions\x18\t \x03(\x0b\x32\x15.agency.v1.Resolution\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x14\n\x0cpending_json\x18\x0b \x01(\t\x12\x13\n\x0b\x61udit_index\x18\x0c \x01(\x04\x12\x14\n\x0coutcome_json\x18\r \x01(\t\"[\n\rResumeRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x15\n\rdecision_json\x18\x03 \x01(\t\x12\x12\n\ninput_json\x18\x04 \x01(\t\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"0\n\rCancelRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t2\xaf\x02\n\rAgencyService\x12\x36\n\x06Submit\x12\x18.agency.v1.SubmitRequest\x1a\x12.agency.v1.Outcome\x12<\n\x05Route\x12\x17.agency.v1.RouteRequest\x1a\x1a.agency.v1.RoutingDecision\x12\x36\n\x06Resume\x12\x18.agency.v1.ResumeRequest\x1a\x12.agency.v1.Outcome\x12\x38\n\x07GetTask\x12\x19.agency.v1.GetTaskRequest\x1a\x12.agency.v1.Outcome\x12\x36\n\x06\x43\x61ncel\x12\x18.agency.v1.CancelRequest\x1a\x12.agency.v1.Outcomeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x61gency/v1/agency.proto\x12\tagency.v1\"X\n\x08TaskStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x12\n\ninput_json\x18\x05 \x01(\t\"\xf7\x01\n\rSubmitRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tgoal_json\x18\x03 \x01(\t\x12\x0f\n\x07goal_id\x18\x04 \x01(\t\x12\x12\n\ninput_json\x18\x05 \x01(\t\x12\x18\n\x10\x63onstraints_json\x18\x06 \x01(\t\x12\"\n\x05steps\x18\x07 \x03(\x0b\x32\x13.agency.v1.TaskStep\x12\x0f\n\x07user_id\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x1a\n\x12return_immediately\x18\x0b \x01(\x08\"6\n\x0cRouteRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x18\n\x10\x63onstraints_json\x18\x02 \x01(\t\"v\n\tCandidate\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x16\n\x0eslo_latency_ms\x18\x03 \x01(\x05\x12\x14\n\x0csuccess_rate\x18\x04 \x01(\x01\x12\x0c\n\x04load\x18\x05 \x01(\x01\x12\x0f\n\x07samples\x18\x06 \x01(\x05\">\n\tRejection\x12\r\n\x05\x61gent\x18\x01 \x01(\t\x12\x12\n\nconstraint\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf4\x01\n\x0fRoutingDecision\x12\x18\n\x10\x63onstraints_json\x18\x01 \x01(\t\x12\x0e\n\x06\x63hosen\x18\x02 \x01(\t\x12\x11\n\tfallbacks\x18\x03 \x03(\t\x12(\n\ncandidates\x18\x04 \x03(\x0b\x32\x14.agency.v1.Candidate\x12&\n\x08rejected\x18\x05 \x03(\x0b\x32\x14.agency.v1.Rejection\x12\x13\n\x0b\x65xplanation\x18\x06 \x01(\t\x12\x0f\n\x07refused\x18\x07 \x01(\x08\x12\x12\n\nconsidered\x18\x08 \x01(\x05\x12\x18\n\x10rejected_omitted\x18\t \x01(\x05\"u\n\x0bStepVerdict\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x15\n\rexpected_json\x18\x04 \x01(\t\x12\x13\n\x0b\x61\x63tual_json\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\"j\n\x0bGoalVerdict\x12\x0f\n\x07goal_id\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12%\n\x05steps\x18\x03 \x03(\x0b\x32\x16.agency.v1.StepVerdict\x12\x13\n\x0b\x64uration_ms\x18\x04 \x01(\x01\"a\n\nResolution\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x14\n\x0c\x66\x61ilure_type\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\r\n\x05\x61gent\x18\x04 \x01(\t\x12\x10\n\x08\x64\x65lay_ms\x18\x05 \x01(\x01\"U\n\x07\x46\x61ilure\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\t\x12\r\n\x05\x61gent\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"\xc5\x02\n\x07Outcome\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x11\n\ta2a_state\x18\x04 \x01(\t\x12\x13\n\x0boutput_json\x18\x05 \x01(\t\x12\x0f\n\x07goal_id\x18\x06 \x01(\t\x12,\n\x0cgoal_verdict\x18\x07 \x01(\x0b\x32\x16.agency.v1.GoalVerdict\x12$\n\x08\x66\x61ilures\x18\x08 \x03(\x0b\x32\x12.agency.v1.Failure\x12*\n\x0bresolutions\x18\t \x03(\x0b\x32\x15.agency.v1.Resolution\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x14\n\x0cpending_json\x18\x0b \x01(\t\x12\x13\n\x0b\x61udit_index\x18\x0c \x01(\x04\x12\x14\n\x0coutcome_json\x18\r \x01(\t\"[\n\rResumeRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\x15\n\rdecision_json\x18\x03 \x01(\t\x12\x12\n\ninput_json\x18\x04 \x01(\t\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"0\n\rCancelRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"6\n\x10WatchTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x04\"\x89\x02\n\tTaskEvent\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x0c\n\x04time\x18\x04 \x01(\t\x12\x0f\n\x07task_id\x18\x05 \x01(\t\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12\r\n\x05state\x18\x07 \x01(\t\x12\x0c\n\x04step\x18\x08 \x01(\t\x12\r\n\x05\x61gent\x18\t \x01(\t\x12\x0f\n\x07outcome\x18\n \x01(\t\x12\x0c\n\x04rule\x18\x0b \x01(\t\x12\x13\n\x0b\x64\x65tail_json\x18\x0c \x01(\t\x12\x13\n\x0b\x61udit_index\x18\r \x01(\x04\x12\x0c\n\x04node\x18\x0e \x01(\t\x12!\n\x05\x66inal\x18\x0f \x01(\x0b\x32\x12.agency.v1.Outcome\"\x99\x01\n\x10ListTasksRequest\x12\x0e\n\x06states\x18\x01 \x03(\t\x12\x0f\n\x07goal_id\x18\x02 \x01(\t\x12\x15\n\rcreated_after\x18\x03 \x01(\t\x12\x16\n\x0e\x63reated_before\x18\x04 \x01(\t\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x0e\n\x06\x63lient\x18\x07 \x01(\t\"\xda\x01\n\x0bTaskSummary\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x11\n\ta2a_state\x18\x03 \x01(\t\x12\x0e\n\x06\x63lient\x18\x04 \x01(\t\x12\x0f\n\x07user_id\x18\x05 \x01(\t\x12\x0f\n\x07goal_id\x18\x06 \x01(\t\x12\x10\n\x08trace_id\x18\x07 \x01(\t\x12\x12\n\ncreated_at\x18\x08 \x01(\t\x12\x12\n\nupdated_at\x18\t \x01(\t\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x0c\n\x04text\x18\x0b \x01(\t\x12\x0e\n\x06tenant\x18\x0c \x01(\t\"S\n\x11ListTasksResponse\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.agency.v1.TaskSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xb9\x03\n\rAgencyService\x12\x36\n\x06Submit\x12\x18.agency.v1.SubmitRequest\x1a\x12.agency.v1.Outcome\x12<\n\x05Route\x12\x17.agency.v1.RouteRequest\x1a\x1a.agency.v1.RoutingDecision\x12\x36\n\x06Resume\x12\x18.agency.v1.ResumeRequest\x1a\x12.agency.v1.Outcome\x12\x38\n\x07GetTask\x12\x19.agency.v1.GetTaskRequest\x1a\x12.agency.v1.Outcome\x12\x36\n\x06\x43\x61ncel\x12\x18.agency.v1.CancelRequest\x1a\x12.agency.v1.Outcome\x12@\n\tWatchTask\x12\x1b.agency.v1.WatchTaskRequest\x1a\x14.agency.v1.TaskEvent0\x01\x12\x46\n\tListTasks\x12\x1b.agency.v1.ListTasksRequest\x1a\x1c.agency.v1.ListTasksResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKSTEP']._serialized_start=37
   _globals['_TASKSTEP']._serialized_end=125
   _globals['_SUBMITREQUEST']._serialized_start=128
-  _globals['_SUBMITREQUEST']._serialized_end=347
-  _globals['_ROUTEREQUEST']._serialized_start=349
-  _globals['_ROUTEREQUEST']._serialized_end=403
-  _globals['_CANDIDATE']._serialized_start=405
-  _globals['_CANDIDATE']._serialized_end=523
-  _globals['_REJECTION']._serialized_start=525
-  _globals['_REJECTION']._serialized_end=587
-  _globals['_ROUTINGDECISION']._serialized_start=590
-  _globals['_ROUTINGDECISION']._serialized_end=834
-  _globals['_STEPVERDICT']._serialized_start=836
-  _globals['_STEPVERDICT']._serialized_end=953
-  _globals['_GOALVERDICT']._serialized_start=955
-  _globals['_GOALVERDICT']._serialized_end=1061
-  _globals['_RESOLUTION']._serialized_start=1063
-  _globals['_RESOLUTION']._serialized_end=1160
-  _globals['_FAILURE']._serialized_start=1162
-  _globals['_FAILURE']._serialized_end=1247
-  _globals['_OUTCOME']._serialized_start=1250
-  _globals['_OUTCOME']._serialized_end=1575
-  _globals['_RESUMEREQUEST']._serialized_start=1577
-  _globals['_RESUMEREQUEST']._serialized_end=1668
-  _globals['_GETTASKREQUEST']._serialized_start=1670
-  _globals['_GETTASKREQUEST']._serialized_end=1703
-  _globals['_CANCELREQUEST']._serialized_start=1705
-  _globals['_CANCELREQUEST']._serialized_end=1753
-  _globals['_AGENCYSERVICE']._serialized_start=1756
-  _globals['_AGENCYSERVICE']._serialized_end=2059
+  _globals['_SUBMITREQUEST']._serialized_end=375
+  _globals['_ROUTEREQUEST']._serialized_start=377
+  _globals['_ROUTEREQUEST']._serialized_end=431
+  _globals['_CANDIDATE']._serialized_start=433
+  _globals['_CANDIDATE']._serialized_end=551
+  _globals['_REJECTION']._serialized_start=553
+  _globals['_REJECTION']._serialized_end=615
+  _globals['_ROUTINGDECISION']._serialized_start=618
+  _globals['_ROUTINGDECISION']._serialized_end=862
+  _globals['_STEPVERDICT']._serialized_start=864
+  _globals['_STEPVERDICT']._serialized_end=981
+  _globals['_GOALVERDICT']._serialized_start=983
+  _globals['_GOALVERDICT']._serialized_end=1089
+  _globals['_RESOLUTION']._serialized_start=1091
+  _globals['_RESOLUTION']._serialized_end=1188
+  _globals['_FAILURE']._serialized_start=1190
+  _globals['_FAILURE']._serialized_end=1275
+  _globals['_OUTCOME']._serialized_start=1278
+  _globals['_OUTCOME']._serialized_end=1603
+  _globals['_RESUMEREQUEST']._serialized_start=1605
+  _globals['_RESUMEREQUEST']._serialized_end=1696
+  _globals['_GETTASKREQUEST']._serialized_start=1698
+  _globals['_GETTASKREQUEST']._serialized_end=1731
+  _globals['_CANCELREQUEST']._serialized_start=1733
+  _globals['_CANCELREQUEST']._serialized_end=1781
+  _globals['_WATCHTASKREQUEST']._serialized_start=1783
+  _globals['_WATCHTASKREQUEST']._serialized_end=1837
+  _globals['_TASKEVENT']._serialized_start=1840
+  _globals['_TASKEVENT']._serialized_end=2105
+  _globals['_LISTTASKSREQUEST']._serialized_start=2108
+  _globals['_LISTTASKSREQUEST']._serialized_end=2261
+  _globals['_TASKSUMMARY']._serialized_start=2264
+  _globals['_TASKSUMMARY']._serialized_end=2482
+  _globals['_LISTTASKSRESPONSE']._serialized_start=2484
+  _globals['_LISTTASKSRESPONSE']._serialized_end=2567
+  _globals['_AGENCYSERVICE']._serialized_start=2570
+  _globals['_AGENCYSERVICE']._serialized_end=3011
 # @@protoc_insertion_point(module_scope)

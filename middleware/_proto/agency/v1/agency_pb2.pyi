@@ -21,7 +21,7 @@ class TaskStep(_message.Message):
     def __init__(self, name: _Optional[str] = ..., action: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., text: _Optional[str] = ..., input_json: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("task_id", "text", "goal_json", "goal_id", "input_json", "constraints_json", "steps", "user_id", "session_id", "trace_id")
+    __slots__ = ("task_id", "text", "goal_json", "goal_id", "input_json", "constraints_json", "steps", "user_id", "session_id", "trace_id", "return_immediately")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     GOAL_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class SubmitRequest(_message.Message):
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETURN_IMMEDIATELY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     text: str
     goal_json: str
@@ -42,7 +43,8 @@ class SubmitRequest(_message.Message):
     user_id: str
     session_id: str
     trace_id: str
-    def __init__(self, task_id: _Optional[str] = ..., text: _Optional[str] = ..., goal_json: _Optional[str] = ..., goal_id: _Optional[str] = ..., input_json: _Optional[str] = ..., constraints_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TaskStep, _Mapping]]] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
+    return_immediately: bool
+    def __init__(self, task_id: _Optional[str] = ..., text: _Optional[str] = ..., goal_json: _Optional[str] = ..., goal_id: _Optional[str] = ..., input_json: _Optional[str] = ..., constraints_json: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TaskStep, _Mapping]]] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., return_immediately: _Optional[bool] = ...) -> None: ...
 
 class RouteRequest(_message.Message):
     __slots__ = ("text", "constraints_json")
@@ -211,3 +213,99 @@ class CancelRequest(_message.Message):
     task_id: str
     reason: str
     def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WatchTaskRequest(_message.Message):
+    __slots__ = ("task_id", "after_seq")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    after_seq: int
+    def __init__(self, task_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class TaskEvent(_message.Message):
+    __slots__ = ("seq", "id", "type", "time", "task_id", "trace_id", "state", "step", "agent", "outcome", "rule", "detail_json", "audit_index", "node", "final")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_JSON_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    id: str
+    type: str
+    time: str
+    task_id: str
+    trace_id: str
+    state: str
+    step: str
+    agent: str
+    outcome: str
+    rule: str
+    detail_json: str
+    audit_index: int
+    node: str
+    final: Outcome
+    def __init__(self, seq: _Optional[int] = ..., id: _Optional[str] = ..., type: _Optional[str] = ..., time: _Optional[str] = ..., task_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., state: _Optional[str] = ..., step: _Optional[str] = ..., agent: _Optional[str] = ..., outcome: _Optional[str] = ..., rule: _Optional[str] = ..., detail_json: _Optional[str] = ..., audit_index: _Optional[int] = ..., node: _Optional[str] = ..., final: _Optional[_Union[Outcome, _Mapping]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("states", "goal_id", "created_after", "created_before", "page_size", "page_token", "client")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[str]
+    goal_id: str
+    created_after: str
+    created_before: str
+    page_size: int
+    page_token: str
+    client: str
+    def __init__(self, states: _Optional[_Iterable[str]] = ..., goal_id: _Optional[str] = ..., created_after: _Optional[str] = ..., created_before: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., client: _Optional[str] = ...) -> None: ...
+
+class TaskSummary(_message.Message):
+    __slots__ = ("task_id", "state", "a2a_state", "client", "user_id", "goal_id", "trace_id", "created_at", "updated_at", "reason", "text", "tenant")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    A2A_STATE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    state: str
+    a2a_state: str
+    client: str
+    user_id: str
+    goal_id: str
+    trace_id: str
+    created_at: str
+    updated_at: str
+    reason: str
+    text: str
+    tenant: str
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., a2a_state: _Optional[str] = ..., client: _Optional[str] = ..., user_id: _Optional[str] = ..., goal_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., reason: _Optional[str] = ..., text: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

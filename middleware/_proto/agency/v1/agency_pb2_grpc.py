@@ -62,6 +62,16 @@ class AgencyServiceStub:
                 request_serializer=agency_dot_v1_dot_agency__pb2.CancelRequest.SerializeToString,
                 response_deserializer=agency_dot_v1_dot_agency__pb2.Outcome.FromString,
                 _registered_method=True)
+        self.WatchTask = channel.unary_stream(
+                '/agency.v1.AgencyService/WatchTask',
+                request_serializer=agency_dot_v1_dot_agency__pb2.WatchTaskRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_agency__pb2.TaskEvent.FromString,
+                _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/agency.v1.AgencyService/ListTasks',
+                request_serializer=agency_dot_v1_dot_agency__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=agency_dot_v1_dot_agency__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
 
 
 class AgencyServiceServicer:
@@ -103,6 +113,23 @@ class AgencyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTask(self, request, context):
+        """--- Long tasks (issue 29): follow a task as it runs, list your tasks. -----------------
+        Follow one task: every event of it (the audit records of the task, same ids and times,
+        plus progress and the outcome), from the start or after a given seq; ends with the task.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTasks(self, request, context):
+        """The caller's own tasks (an admin: everyone's), newest first, a page at a time.
+        --- end of the long-task block ----------------------------------------------------------
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgencyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +157,16 @@ def add_AgencyServiceServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=agency_dot_v1_dot_agency__pb2.CancelRequest.FromString,
                     response_serializer=agency_dot_v1_dot_agency__pb2.Outcome.SerializeToString,
+            ),
+            'WatchTask': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTask,
+                    request_deserializer=agency_dot_v1_dot_agency__pb2.WatchTaskRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_agency__pb2.TaskEvent.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=agency_dot_v1_dot_agency__pb2.ListTasksRequest.FromString,
+                    response_serializer=agency_dot_v1_dot_agency__pb2.ListTasksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +307,60 @@ class AgencyService:
             '/agency.v1.AgencyService/Cancel',
             agency_dot_v1_dot_agency__pb2.CancelRequest.SerializeToString,
             agency_dot_v1_dot_agency__pb2.Outcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agency.v1.AgencyService/WatchTask',
+            agency_dot_v1_dot_agency__pb2.WatchTaskRequest.SerializeToString,
+            agency_dot_v1_dot_agency__pb2.TaskEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agency.v1.AgencyService/ListTasks',
+            agency_dot_v1_dot_agency__pb2.ListTasksRequest.SerializeToString,
+            agency_dot_v1_dot_agency__pb2.ListTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

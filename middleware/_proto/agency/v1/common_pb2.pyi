@@ -47,7 +47,7 @@ class SMFMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., sender: _Optional[str] = ..., receiver: _Optional[str] = ..., content_json: _Optional[str] = ..., metadata: _Optional[_Union[SMFMetadata, _Mapping]] = ..., trace_id: _Optional[str] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class CapabilityContract(_message.Message):
-    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint", "regions", "data_residency", "max_data_delay_ms", "time_windows", "granularities", "metrics", "human_review", "time_critical", "side_effect_free", "data_classes", "restore_personal_data", "facts", "idempotency", "tenant", "shared_with")
+    __slots__ = ("name", "version", "description", "tags", "slo_latency_ms", "can_do", "cannot_do", "input_schema_json", "output_schema_json", "owner", "endpoint", "regions", "data_residency", "max_data_delay_ms", "time_windows", "granularities", "metrics", "human_review", "time_critical", "side_effect_free", "data_classes", "restore_personal_data", "facts", "idempotency", "tenant", "shared_with", "stream_progress")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class CapabilityContract(_message.Message):
     IDEMPOTENCY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SHARED_WITH_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -100,4 +101,5 @@ class CapabilityContract(_message.Message):
     idempotency: str
     tenant: str
     shared_with: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., data_residency: _Optional[_Iterable[str]] = ..., max_data_delay_ms: _Optional[int] = ..., time_windows: _Optional[_Iterable[str]] = ..., granularities: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Iterable[str]] = ..., human_review: _Optional[bool] = ..., time_critical: _Optional[bool] = ..., side_effect_free: _Optional[bool] = ..., data_classes: _Optional[_Iterable[str]] = ..., restore_personal_data: _Optional[bool] = ..., facts: _Optional[_Iterable[str]] = ..., idempotency: _Optional[str] = ..., tenant: _Optional[str] = ..., shared_with: _Optional[_Iterable[str]] = ...) -> None: ...
+    stream_progress: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., slo_latency_ms: _Optional[int] = ..., can_do: _Optional[_Iterable[str]] = ..., cannot_do: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., owner: _Optional[str] = ..., endpoint: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., data_residency: _Optional[_Iterable[str]] = ..., max_data_delay_ms: _Optional[int] = ..., time_windows: _Optional[_Iterable[str]] = ..., granularities: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Iterable[str]] = ..., human_review: _Optional[bool] = ..., time_critical: _Optional[bool] = ..., side_effect_free: _Optional[bool] = ..., data_classes: _Optional[_Iterable[str]] = ..., restore_personal_data: _Optional[bool] = ..., facts: _Optional[_Iterable[str]] = ..., idempotency: _Optional[str] = ..., tenant: _Optional[str] = ..., shared_with: _Optional[_Iterable[str]] = ..., stream_progress: _Optional[bool] = ...) -> None: ...
