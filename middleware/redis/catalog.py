@@ -164,7 +164,7 @@ class RedisCatalog:
                         pipe.pexpire(ikey, self._ttl_ms)
                     pipe.zadd(self._hb, {key: _ms(now)})
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     return entry
                 except WatchError:
@@ -204,7 +204,7 @@ class RedisCatalog:
                     touched.add(ikey)
                 pipe.zadd(self._hb, {contract.key: _ms(now)})
                 event = CatalogEvent(type=CatalogEventType.REGISTERED, key=contract.key, entry=entry, at=now)
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             for ikey in touched:
                 pipe.pexpire(ikey, self._ttl_ms)
             await pipe.execute()
@@ -228,7 +228,7 @@ class RedisCatalog:
                         pipe.srem(ikey, key)
                     pipe.zrem(self._hb, key)
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     self._parsed.pop(key, None)
                     return
@@ -298,7 +298,7 @@ class RedisCatalog:
         if events:
             pipe = self.redis.pipeline(transaction=False)
             for event in events:
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             await pipe.execute()
         return events
 
@@ -374,7 +374,7 @@ class RedisCatalog:
         if not keys:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        pipe.mget([self._entry_key(k) for k in keys])
+        pipe.execute_command("MGET", *[self._entry_key(k) for k in keys])  # see _publish
         pipe.zmscore(self._hb, keys)
         raws, scores = await pipe.execute()
         now = self.clock()
@@ -445,6 +445,13 @@ class RedisCatalog:
             *(self._idx("tag", t) for t in c.tags),
             self._idx("name", c.name),
         ]
+
+
+def _publish(pipe: Any, channel: str, message: str) -> None:
+    """PUBLISH in a pipeline, as the command itself: redis-py's cluster pipeline refuses its
+    ``publish()`` and ``mget()`` methods, but routes the command by its channel's (key's) slot,
+    which is the catalog's (the channel carries the ``{catalog}`` tag)."""
+    pipe.execute_command("PUBLISH", channel, message)
 
 
 def _text(value: bytes | str) -> str:
