@@ -17,10 +17,11 @@ Writes are transactions (WATCH/MULTI), so a bad or conflicting registration leav
 nothing behind and concurrent writers never half-overwrite each other; events are
 published inside the transaction, so a watcher only hears about committed changes.
 Index sets expire with the entries that fill them, and members whose entry expired are
-dropped when a lookup meets them, so nothing leaks. ``candidates`` is two round trips: a
-Lua script reads the action's index sets and the heartbeats together, then one MGET reads
-the entries (a script is given every key it touches, so it cannot read entries whose names
-it only learns from a set).
+dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip in the
+steady state: one pipeline reads the action's index sets and, beside them, the entries and
+heartbeats of the members the last lookup of that action met; members new since cost a
+second round trip. (It is not a script: a script is given every key it touches, and the
+entries' names are only known from the index.)
 
 Pub/sub is at-most-once: a watcher that was disconnected should re-read (``query``)
 before watching again.
@@ -49,17 +50,6 @@ from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redi
 log = logging.getLogger("agency.catalog")
 
 __all__ = ["RedisCatalog"]
-
-# KEYS: can_do index, cannot_do index, heartbeats. Returns {member, heartbeat or false, ...}.
-_MEMBERS_LUA = """
-local members = redis.call('SUNION', KEYS[1], KEYS[2])
-local out = {}
-for _, k in ipairs(members) do
-  out[#out + 1] = k
-  out[#out + 1] = redis.call('ZSCORE', KEYS[3], k) or false
-end
-return out
-"""
 
 
 def _ms(t: datetime) -> int:
@@ -112,7 +102,8 @@ class RedisCatalog:
         self._hb = key_names.catalog.heartbeats(prefix)
         self._stale = key_names.catalog.stale(prefix)
         self.channel = key_names.catalog.events(prefix)
-        self._members = redis.register_script(_MEMBERS_LUA)
+        # the members each action's lookup met last time: read with the index in one round trip
+        self._hints: dict[str, list[str]] = {}
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
 
@@ -317,14 +308,36 @@ class RedisCatalog:
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
         index_sets = [self._idx("can", action), self._idx("cannot", action)]
-        flat = await self._members(keys=[*index_sets, self._hb])
-        members = [_text(k) for k in flat[::2]]
-        if not members:
-            return []
-        raws = await self.redis.mget([self._entry_key(k) for k in members])
+        # One round trip in the steady state: the index and, beside it, the entries and heartbeats
+        # of the members this action had last time; a second one only for members new since.
+        # (No script: a script may only touch keys it is given, and the entries' names are only
+        # known from the index.) Commands, not pipeline methods: see _publish.
+        hint = self._hints.get(action, [])
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.execute_command("SUNION", *index_sets)
+        if hint:
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in hint])
+            pipe.zmscore(self._hb, hint)
+        replies = await pipe.execute()
+        members = sorted(_text(k) for k in replies[0])
+        read: dict[str, tuple[Any, Any]] = (
+            dict(zip(hint, zip(*replies[1:], strict=True), strict=True)) if hint else {}
+        )
+        new = [k for k in members if k not in read]
+        if new:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in new])
+            pipe.zmscore(self._hb, new)
+            raws, scores = await pipe.execute()
+            read.update(zip(new, zip(raws, scores, strict=True), strict=True))
+        if members != hint:
+            if len(self._hints) > 10_000:
+                self._hints.clear()
+            self._hints[action] = members
         now = self.clock()
         out, dangling = [], []
-        for key, raw, score in zip(members, raws, flat[1::2], strict=True):
+        for key in members:
+            raw, score = read[key]
             if raw is None:
                 dangling.append(key)
             else:
