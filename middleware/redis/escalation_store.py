@@ -24,9 +24,9 @@ class RedisEscalationStore:
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "agency:") -> RedisEscalationStore:
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+        return cls(redis_client(url), prefix=prefix)
 
     async def put(self, esc: Escalation) -> None:
         p = self._p

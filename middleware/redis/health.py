@@ -133,9 +133,9 @@ def redis_monitor(
     on_error: BackgroundErrorHook | None = None,
 ) -> BackendMonitor:
     """A monitor of the Redis at ``url``, with its own client (closed when the monitor stops)."""
-    import redis.asyncio as aioredis
+    from .connection import redis_client
 
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    client = redis_client(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     monitor = BackendMonitor(
         {"redis": redis_check(client, timeout=timeout)},
         interval=interval,

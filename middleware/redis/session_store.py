@@ -58,9 +58,9 @@ class RedisSessionStore:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisSessionStore:
         """A store on its own connection to ``url`` (closed by :meth:`close`)."""
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, session_id: str) -> str:
         """The Redis key of a session's state."""

@@ -25,9 +25,9 @@ class RedisSignIns:
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "agency:") -> RedisSignIns:
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+        return cls(redis_client(url), prefix=prefix)
 
     async def start(self, person: str, *, seconds: float) -> str:
         sign_in_id = secrets.token_urlsafe(32)

@@ -72,7 +72,9 @@ class RedisUsageMeter:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisUsageMeter:
-        return cls(Redis.from_url(url), owns_client=True, **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, counter: Counter) -> str:
         return f"{self._prefix}{{usage:{counter.scope}:{counter.name}}}:{counter.period}"
