@@ -76,6 +76,12 @@ class Deployment:
     fault_name: str = ""
     fault: Callable[[], Awaitable[str]] | None = None  # returns what happened, once it took effect
     shared: bool = False
+    report: Callable[[], str] | None = None  # after the run: the fault's own timeline
+    timeline: dict[str, float] | None = None  # monotonic times of the fault's steps ("command" first)
+
+
+#: Work a fault leaves running after it took effect (a demotion being timed): awaited at the end.
+background: list[asyncio.Future[None]] = []
 
 
 @contextlib.contextmanager
@@ -108,17 +114,60 @@ def deployment(kind: str, tmp: Path) -> Iterator[Deployment]:
             server.stop()
     elif kind == "sentinel":
         with rs.sentinel_set() as the_set:
+            timeline: dict[str, float] = {}
 
             async def failover() -> str:
-                old = the_set.primary_address()
-                new = await asyncio.to_thread(rs.failover, the_set)
-                return f"SENTINEL FAILOVER: primary {old[1]} -> {new[1]}, the old one now its replica"
+                """SENTINEL FAILOVER; returns once every Sentinel names the new primary (the old
+                one is demoted later, when the Sentinels reconfigure it: timed in the background)."""
+                old = the_set.wait_settled()
+                old_server = the_set.primary()
+
+                def promote() -> None:
+                    timeline["command"] = time.monotonic()
+                    with the_set.sentinels[0].client() as c:
+                        c.execute_command("SENTINEL", "FAILOVER", the_set.service)
+                    rs.wait_until(
+                        "every Sentinel to name a new primary",
+                        lambda: all(the_set.primary_address(s) != old for s in the_set.sentinels),
+                    )
+                    timeline["promoted"] = time.monotonic()
+
+                def demoted() -> None:
+                    rs.wait_until(
+                        "the old primary to become a replica",
+                        lambda: old_server.info("replication")["role"] == "slave",
+                    )
+                    timeline["demoted"] = time.monotonic()
+                    the_set.wait_settled()
+                    timeline["settled"] = time.monotonic()
+
+                await asyncio.to_thread(promote)
+                background.append(asyncio.ensure_future(asyncio.to_thread(demoted)))
+                new = the_set.primary_address()
+                return f"SENTINEL FAILOVER: primary {old[1]} -> {new[1]}"
+
+            def report() -> str:
+                t = timeline
+                promoted = t["promoted"] - t["command"]
+                parts = [f"every Sentinel named the new primary {promoted:.2f} s after the command"]
+                if "demoted" in t:
+                    parts.append(
+                        f"the old primary took writes until it was made a replica "
+                        f"{t['demoted'] - t['command']:.2f} s after it"
+                    )
+                if "settled" in t:
+                    parts.append(
+                        f"the set settled (replica linked) after {t['settled'] - t['command']:.2f} s"
+                    )
+                return "; ".join(parts)
 
             yield Deployment(
                 "a Sentinel set (1 primary, 1 replica, 3 Sentinels, down-after 1 s)",
                 the_set.url,
                 "SENTINEL FAILOVER",
                 failover,
+                report=report,
+                timeline=timeline,
             )
     elif kind == "cluster":
         with rs.cluster() as the_cluster:
@@ -237,6 +286,8 @@ async def run(args: argparse.Namespace) -> int:
                 await asyncio.sleep(args.phase)
             t3 = time.monotonic()
             await fleet.stop_load()
+            if background:
+                await asyncio.gather(*background)
             audit = await fleet.audit(settle=2 * args.lease)
             ends = await fleet.resume(audit.interrupted)
 
@@ -258,6 +309,8 @@ async def run(args: argparse.Namespace) -> int:
             backs = [back_gw, back_w]
             if fault is not None:
                 print(f"{happened}")
+                if redis.report is not None:
+                    print(f"  {redis.report()}")
                 line, back_fault = _recovery(fleet, fault, t3)
                 backs.append(back_fault)
                 print(line)
@@ -273,7 +326,16 @@ async def run(args: argparse.Namespace) -> int:
                 f"{audit.not_accepted} (told UNAVAILABLE, no gateway had them)"
             )
             if audit.lost:
-                print(f"  lost: {audit.lost[:10]}")
+                lost = set(audit.lost)
+                sent = sorted(a.sent for a in fleet.attempts if a.task_id in lost)
+                since = fault.at if fault is not None else t0
+                if redis.timeline and "command" in redis.timeline:
+                    since = redis.timeline["command"]
+                print(
+                    f"  lost: {audit.lost[:6]} ...; "
+                    f"sent from {sent[0] - since:.2f} s to {sent[-1] - since:.2f} s "
+                    f"after the {'Redis fault' if fault is not None else 'start'} began"
+                )
             print(f"stuck after 2 leases: {len(audit.stuck)} (goal 0); stored states: {audit.states}")
             taken = len(audit.interrupted)
             print(f"interrupted (taken over, or cut short by the Redis fault): {taken}; resumed: {ends}")
