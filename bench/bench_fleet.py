@@ -85,8 +85,9 @@ background: list[asyncio.Future[None]] = []
 
 
 @contextlib.contextmanager
-def deployment(kind: str, tmp: Path) -> Iterator[Deployment]:
-    """Start the Redis deployment ``kind`` (stopped by PID at the end)."""
+def deployment(kind: str, tmp: Path, *, min_replicas: int = 0) -> Iterator[Deployment]:
+    """Start the Redis deployment ``kind`` (stopped by PID at the end). ``min_replicas``: set
+    ``min-replicas-to-write`` (with ``min-replicas-max-lag 1``) on the Sentinel set's servers."""
     if kind == "shared":
         from gateway_processes import REDIS_URL
 
@@ -115,6 +116,11 @@ def deployment(kind: str, tmp: Path) -> Iterator[Deployment]:
     elif kind == "sentinel":
         with rs.sentinel_set() as the_set:
             timeline: dict[str, float] = {}
+            if min_replicas:
+                for server in the_set.servers:  # both: either may be the primary
+                    with server.client() as c:
+                        c.config_set("min-replicas-to-write", min_replicas)
+                        c.config_set("min-replicas-max-lag", 1)
 
             async def failover() -> str:
                 """SENTINEL FAILOVER; returns once every Sentinel names the new primary (the old
@@ -246,7 +252,7 @@ async def run(args: argparse.Namespace) -> int:
     code = 0
     with (
         tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp,
-        deployment(args.redis, Path(tmp)) as redis,
+        deployment(args.redis, Path(tmp), min_replicas=args.min_replicas) as redis,
     ):
         prefix = f"bench-fleet:{uuid.uuid4().hex[:8]}:"
         fleet = Fleet(
@@ -257,8 +263,9 @@ async def run(args: argparse.Namespace) -> int:
             await fleet.start()
             watch = HealthWatch(fleet.gateways)
             watch.start()
+            extra = f", min-replicas-to-write {args.min_replicas}" if args.min_replicas else ""
             print(
-                f"fleet on {redis.name} ({redis.url}): 3 gateways, 2 workers, lease {args.lease:g} s, "
+                f"fleet on {redis.name}{extra} ({redis.url}): 3 gateways, 2 workers, lease {args.lease:g} s, "
                 f"{args.loops} client loops, agent {args.agent_ms} ms, {args.phase:g} s per phase",
                 flush=True,
             )
@@ -369,6 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         default="standalone",
         help="the Redis deployment and its fault: standalone (restarted), sentinel (SENTINEL FAILOVER), "
         "cluster (kill -9 a master), shared (the tests' Redis, no fault); default standalone",
+    )
+    p.add_argument(
+        "--min-replicas",
+        type=int,
+        default=0,
+        help="sentinel: min-replicas-to-write on the data servers (max lag 1 s); default 0 (off)",
     )
     p.add_argument("--lease", type=float, default=1.0, help="storage.lease_seconds (default 1)")
     p.add_argument("--loops", type=int, default=4, help="client loops submitting back to back (default 4)")
