@@ -1,23 +1,27 @@
 """Capability catalog in Redis: several gateway processes share it and see each other's changes.
 
-Key layout (``P`` = the prefix, default ``agency:catalog:``)::
+Key layout (``P`` = the prefix, default ``agency:catalog:``; every key carries the hash tag
+``{catalog}``, so the whole catalog is in one Redis Cluster slot: see :mod:`.keys`)::
 
-    P entry:<name@version>     string  the entry as JSON (contract, registered_at, revision);
-                                       expires expire_after_seconds after the last heartbeat
-    P hb                       zset    name@version → last heartbeat (epoch ms)
-    P stale                    set     entries already announced as stale
-    P idx:can:<action>         set     keys with the action in can_do
-    P idx:cannot:<action>      set     keys with the action in cannot_do
-    P idx:tag:<tag>            set     keys carrying the tag
-    P idx:name:<name>          set     keys of that name (all versions)
-    P events                   pub/sub catalog events as JSON (registered, updated, ...)
+    P{catalog}:entry:<name@version>   string  the entry as JSON (contract, registered_at, revision);
+                                              expires expire_after_seconds after the last heartbeat
+    P{catalog}:hb                     zset    name@version → last heartbeat (epoch ms)
+    P{catalog}:stale                  set     entries already announced as stale
+    P{catalog}:idx:can:<action>       set     keys with the action in can_do
+    P{catalog}:idx:cannot:<action>    set     keys with the action in cannot_do
+    P{catalog}:idx:tag:<tag>          set     keys carrying the tag
+    P{catalog}:idx:name:<name>        set     keys of that name (all versions)
+    P{catalog}:events                 pub/sub catalog events as JSON (registered, updated, ...)
 
 Writes are transactions (WATCH/MULTI), so a bad or conflicting registration leaves
 nothing behind and concurrent writers never half-overwrite each other; events are
 published inside the transaction, so a watcher only hears about committed changes.
 Index sets expire with the entries that fill them, and members whose entry expired are
-dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip (a
-Lua script reads the action's index sets, the entries and their heartbeats together).
+dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip in the
+steady state: one pipeline reads the action's index sets and, beside them, the entries and
+heartbeats of the members the last lookup of that action met; members new since cost a
+second round trip. (It is not a script: a script is given every key it touches, and the
+entries' names are only known from the index.)
 
 Pub/sub is at-most-once: a watcher that was disconnected should re-read (``query``)
 before watching again.
@@ -40,22 +44,12 @@ from ..catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
 from ..contracts import CapabilityContract, normalise_label
 from ..errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
 from ..smf import utcnow
+from . import keys as key_names
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 log = logging.getLogger("agency.catalog")
 
 __all__ = ["RedisCatalog"]
-
-_CANDIDATES_LUA = """
-local keys = redis.call('SUNION', KEYS[1], KEYS[2])
-local out = {}
-for _, k in ipairs(keys) do
-  out[#out + 1] = k
-  out[#out + 1] = redis.call('GET', ARGV[1] .. k) or false
-  out[#out + 1] = redis.call('ZSCORE', KEYS[3], k) or false
-end
-return out
-"""
 
 
 def _ms(t: datetime) -> int:
@@ -105,10 +99,11 @@ class RedisCatalog:
         self.clock = clock
         self.sweep_interval = sweep_interval or lease_seconds / 4
         self._ttl_ms = int(expire * 1000)
-        self._hb = prefix + "hb"
-        self._stale = prefix + "stale"
-        self.channel = prefix + "events"
-        self._candidates = redis.register_script(_CANDIDATES_LUA)
+        self._hb = key_names.catalog.heartbeats(prefix)
+        self._stale = key_names.catalog.stale(prefix)
+        self.channel = key_names.catalog.events(prefix)
+        # the members each action's lookup met last time: read with the index in one round trip
+        self._hints: dict[str, list[str]] = {}
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
 
@@ -162,7 +157,7 @@ class RedisCatalog:
                         pipe.pexpire(ikey, self._ttl_ms)
                     pipe.zadd(self._hb, {key: _ms(now)})
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     return entry
                 except WatchError:
@@ -202,7 +197,7 @@ class RedisCatalog:
                     touched.add(ikey)
                 pipe.zadd(self._hb, {contract.key: _ms(now)})
                 event = CatalogEvent(type=CatalogEventType.REGISTERED, key=contract.key, entry=entry, at=now)
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             for ikey in touched:
                 pipe.pexpire(ikey, self._ttl_ms)
             await pipe.execute()
@@ -226,7 +221,7 @@ class RedisCatalog:
                         pipe.srem(ikey, key)
                     pipe.zrem(self._hb, key)
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     self._parsed.pop(key, None)
                     return
@@ -296,7 +291,7 @@ class RedisCatalog:
         if events:
             pipe = self.redis.pipeline(transaction=False)
             for event in events:
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             await pipe.execute()
         return events
 
@@ -314,20 +309,43 @@ class RedisCatalog:
     @redis_operation("catalog.candidates")
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
-        flat = await self._candidates(
-            keys=[self._idx("can", action), self._idx("cannot", action), self._hb],
-            args=[self.prefix + "entry:"],
+        index_sets = [self._idx("can", action), self._idx("cannot", action)]
+        # One round trip in the steady state: the index and, beside it, the entries and heartbeats
+        # of the members this action had last time; a second one only for members new since.
+        # (No script: a script may only touch keys it is given, and the entries' names are only
+        # known from the index.) Commands, not pipeline methods: see _publish.
+        hint = self._hints.get(action, [])
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.execute_command("SUNION", *index_sets)
+        if hint:
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in hint])
+            pipe.zmscore(self._hb, hint)
+        replies = await pipe.execute()
+        members = sorted(_text(k) for k in replies[0])
+        read: dict[str, tuple[Any, Any]] = (
+            dict(zip(hint, zip(*replies[1:], strict=True), strict=True)) if hint else {}
         )
+        new = [k for k in members if k not in read]
+        if new:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in new])
+            pipe.zmscore(self._hb, new)
+            raws, scores = await pipe.execute()
+            read.update(zip(new, zip(raws, scores, strict=True), strict=True))
+        if members != hint:
+            if len(self._hints) > 10_000:
+                self._hints.clear()
+            self._hints[action] = members
         now = self.clock()
         out, dangling = [], []
-        for i in range(0, len(flat), 3):
-            key, raw, score = _text(flat[i]), flat[i + 1], flat[i + 2]
+        for key in members:
+            raw, score = read[key]
             if raw is None:
                 dangling.append(key)
             else:
                 out.append(self._view(key, raw, score, now))
         if dangling:  # their entries expired: drop them from the index
-            await self._forget(dangling, [self._idx("can", action), self._idx("cannot", action)])
+            await self._forget(dangling, index_sets)
         out.sort(key=lambda e: e.key)
         return out
 
@@ -362,7 +380,7 @@ class RedisCatalog:
         """Delete every key under the prefix (tests, benchmarks). Returns how many."""
         count = 0
         async for batch in _scan_batches(self.redis, self.prefix + "*"):
-            count += await self.redis.unlink(*batch)
+            count += await key_names.delete(self.redis, batch)
         self._parsed.clear()
         return count
 
@@ -371,7 +389,7 @@ class RedisCatalog:
         if not keys:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        pipe.mget([self._entry_key(k) for k in keys])
+        pipe.execute_command("MGET", *[self._entry_key(k) for k in keys])  # see _publish
         pipe.zmscore(self._hb, keys)
         raws, scores = await pipe.execute()
         now = self.clock()
@@ -430,10 +448,10 @@ class RedisCatalog:
         )
 
     def _entry_key(self, key: str) -> str:
-        return f"{self.prefix}entry:{key}"
+        return key_names.catalog.entry(self.prefix, key)
 
     def _idx(self, kind: str, label: str) -> str:
-        return f"{self.prefix}idx:{kind}:{label}"
+        return key_names.catalog.index(self.prefix, kind, label)
 
     def _index_keys(self, c: CapabilityContract) -> list[str]:
         return [
@@ -444,13 +462,20 @@ class RedisCatalog:
         ]
 
 
+def _publish(pipe: Any, channel: str, message: str) -> None:
+    """PUBLISH in a pipeline, as the command itself: redis-py's cluster pipeline refuses its
+    ``publish()`` and ``mget()`` methods, but routes the command by its channel's (key's) slot,
+    which is the catalog's (the channel carries the ``{catalog}`` tag)."""
+    pipe.execute_command("PUBLISH", channel, message)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
 async def _scan_batches(redis: Redis, pattern: str) -> Any:
     batch: list[Any] = []
-    async for key in redis.scan_iter(match=pattern, count=1000):
+    async for key in key_names.scan(redis, pattern):
         batch.append(key)
         if len(batch) >= 1000:
             yield batch
