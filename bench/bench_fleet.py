@@ -343,7 +343,11 @@ async def run(args: argparse.Namespace) -> int:
                     f"sent from {sent[0] - since:.2f} s to {sent[-1] - since:.2f} s "
                     f"after the {'Redis fault' if fault is not None else 'start'} began"
                 )
+            if summary["not_completed"]:
+                print(f"  outcomes not completed: {summary['not_completed']}")
             print(f"stuck after 2 leases: {len(audit.stuck)} (goal 0); stored states: {audit.states}")
+            if audit.stuck:
+                print(f"  stuck: {audit.stuck[:6]}")
             taken = len(audit.interrupted)
             print(f"interrupted (taken over, or cut short by the Redis fault): {taken}; resumed: {ends}")
             if audit.lost or audit.stuck or set(ends) - {"completed"}:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ class Attempt:
     sent: float
     ended: float = 0.0
     state: str = ""  # the outcome's state, when the client got one
+    reason: str = ""  # the outcome's reason, when it was not completed
     error: str = ""  # the error's reason, when it got none
 
 
@@ -257,6 +258,7 @@ class Fleet:
                         task_id=attempt.task_id,
                     )
                     attempt.state = outcome.state.value
+                    attempt.reason = outcome.reason
                 except AgencyError as exc:
                     attempt.error = exc.reason
                 attempt.ended = time.monotonic()
@@ -411,4 +413,14 @@ class Fleet:
             "completed": sum(a.state == "completed" for a in done),
             "unavailable": sum(a.error in unavailable for a in done),
             "other_errors": sorted({a.error for a in done if a.error and a.error not in unavailable}),
+            "not_completed": _count(
+                f"{a.state}: {a.reason[:80]}" for a in done if a.state and a.state != "completed"
+            ),
         }
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
