@@ -93,27 +93,31 @@ def deployment(kind: str, tmp: Path, *, min_replicas: int = 0) -> Iterator[Deplo
 
         yield Deployment("the local Redis (shared)", REDIS_URL, shared=True)
         return
-    import redis_servers as rs  # tests/redis_servers.py: real servers, Sentinel sets and Clusters
-
     if kind == "standalone":
-        server = rs.RedisServer(tmp / "redis", args=("--appendonly", "yes", "--appendfsync", "always"))
-        server.start()
+        from gateway_processes import free_port, start_redis
+
+        port, files = free_port(), tmp / "redis"
+        server = [start_redis(port, persist_in=files)]  # append-only file, fsync always
 
         async def restart() -> str:
             def stop_and_start() -> None:
-                server.stop()  # SIGTERM: Redis writes its append-only file and exits
-                server.start()  # same port, same files: the data comes back
+                server[0].terminate()  # SIGTERM: Redis writes its append-only file and exits
+                server[0].wait(timeout=30)
+                server[0] = start_redis(port, persist_in=files)  # same port and files: the data is back
 
             await asyncio.to_thread(stop_and_start)
             return "redis-server stopped (SIGTERM) and started again on its append-only file"
 
         try:
-            yield Deployment(
-                "a private redis-server (appendonly, fsync always)", server.url, "restart", restart
-            )
+            name = "a private redis-server (appendonly, fsync always)"
+            yield Deployment(name, f"redis://127.0.0.1:{port}/0", "restart", restart)
         finally:
-            server.stop()
-    elif kind == "sentinel":
+            server[0].terminate()
+            server[0].wait(timeout=30)
+        return
+    import redis_servers as rs  # tests/redis_servers.py: real Sentinel sets and Clusters
+
+    if kind == "sentinel":
         with rs.sentinel_set() as the_set:
             timeline: dict[str, float] = {}
             if min_replicas:
