@@ -63,6 +63,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the
 
 from fleet_scenario import Attempt, Fleet, HealthWatch, Recovery
 
+from middleware.client import AgencyClient
+
 GOAL_RECOVERY_S = 5.0
 DEPLOYMENTS = ("standalone", "sentinel", "cluster", "shared")
 
@@ -319,7 +321,7 @@ async def run(args: argparse.Namespace) -> int:
             print(_seen(fleet, watch, worker, t2))
             backs = [back_gw, back_w]
             if fault is not None:
-                print(f"{happened}")
+                print(f"{happened} ({fault.at - t0:.2f} s into the run)")
                 if redis.report is not None:
                     print(f"  {redis.report()}")
                 line, back_fault = _recovery(fleet, fault, t3)
@@ -352,6 +354,15 @@ async def run(args: argparse.Namespace) -> int:
             print(f"stuck after 2 leases: {len(audit.stuck)} (goal 0); stored states: {audit.states}")
             if audit.stuck:
                 print(f"  stuck: {audit.stuck[:6]}")
+                async with AgencyClient([g.address for g in fleet.live_gateways()], timeout=30) as client:
+                    for task_id in audit.stuck[:3]:
+                        stuck = await client.get_task(task_id)
+                        attempt = next(a for a in fleet.attempts if a.task_id == task_id)
+                        print(
+                            f"  {task_id}: {stuck.state.value}, pending {stuck.pending}; sent "
+                            f"{attempt.sent - t0:.2f} s into the run, the client told "
+                            f"{attempt.state or attempt.error} after {attempt.ended - attempt.sent:.2f} s"
+                        )
             taken = len(audit.interrupted)
             print(f"interrupted (taken over, or cut short by the Redis fault): {taken}; resumed: {ends}")
             if audit.lost or audit.stuck or set(ends) - {"completed"}:
