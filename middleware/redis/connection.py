@@ -123,7 +123,7 @@ def _sentinel(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis
     if ssl:
         sentinel_kwargs["ssl"] = True
     sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **connection)  # type: ignore[no-untyped-call]
-    return cast("Redis", sentinel.master_for(service))
+    return cast("Redis", sentinel.master_for(service, redis_class=_sentinel_primary_class()))
 
 
 def _cluster(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis:
@@ -135,6 +135,20 @@ def _cluster(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis:
     timeouts = {k: _number(v, k, field) for k, v in options.items()}
     nodes = [ClusterNode(host, port) for host, port in hosts]
     return cast("Redis", RedisCluster(startup_nodes=nodes, ssl=ssl, **{**kwargs, **timeouts, **auth}))
+
+
+def _sentinel_primary_class() -> type[Redis]:
+    from redis.asyncio import Redis
+
+    class SentinelPrimary(Redis):
+        """The primary's client; closing it also closes the connections to the Sentinels."""
+
+        async def aclose(self, close_connection_pool: bool | None = None) -> None:
+            await super().aclose(close_connection_pool)
+            for sentinel in self.connection_pool.sentinel_manager.sentinels:  # type: ignore[attr-defined]
+                await sentinel.aclose()
+
+    return SentinelPrimary
 
 
 def _split(
