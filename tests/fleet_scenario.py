@@ -414,7 +414,7 @@ class Fleet:
             "unavailable": sum(a.error in unavailable for a in done),
             "other_errors": sorted({a.error for a in done if a.error and a.error not in unavailable}),
             "not_completed": _count(
-                f"{a.state}: {a.reason[:80]}" for a in done if a.state and a.state != "completed"
+                f"{a.state}: {a.reason[:240]}" for a in done if a.state and a.state != "completed"
             ),
         }
 
