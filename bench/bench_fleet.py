@@ -256,6 +256,7 @@ def _seen(fleet: Fleet, watch: HealthWatch, r: Recovery, end: float) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     code = 0
+    lost_ids: set[str] = set()
     with (
         tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp,
         deployment(args.redis, Path(tmp), min_replicas=args.min_replicas) as redis,
@@ -339,7 +340,7 @@ async def run(args: argparse.Namespace) -> int:
                 f"{audit.not_accepted} (told UNAVAILABLE, no gateway had them)"
             )
             if audit.lost:
-                lost = set(audit.lost)
+                lost = lost_ids = set(audit.lost)
                 sent = sorted(a.sent for a in fleet.attempts if a.task_id in lost)
                 since = fault.at if fault is not None else t0
                 if redis.timeline and "command" in redis.timeline:
@@ -373,9 +374,24 @@ async def run(args: argparse.Namespace) -> int:
             if watch is not None:
                 await watch.stop()
             await fleet.stop()
+        if lost_ids:  # Redis lost them: does each gateway's own audit log still have them?
+            print(
+                f"  of the lost tasks, {_in_audit_logs(fleet, lost_ids)} have task.completed in an audit log"
+            )
             if redis.shared:
                 await _clean(redis.url, prefix)
     return code
+
+
+def _in_audit_logs(fleet: Fleet, task_ids: set[str]) -> int:
+    from middleware.audit.wal_reader import WalLogReader
+
+    found: set[str] = set()
+    for g in fleet.gateways:
+        for _, record in WalLogReader(fleet.tmp / g.node / "audit").records():
+            if record.event_type == "task.completed" and record.task_id in task_ids:
+                found.add(record.task_id)
+    return len(found)
 
 
 async def _clean(url: str, prefix: str) -> None:
