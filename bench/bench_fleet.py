@@ -87,9 +87,10 @@ background: list[asyncio.Future[None]] = []
 
 
 @contextlib.contextmanager
-def deployment(kind: str, tmp: Path, *, min_replicas: int = 0) -> Iterator[Deployment]:
+def deployment(kind: str, tmp: Path, *, min_replicas: int = 0, replicas: int = 1) -> Iterator[Deployment]:
     """Start the Redis deployment ``kind`` (stopped by PID at the end). ``min_replicas``: set
-    ``min-replicas-to-write`` (with ``min-replicas-max-lag 1``) on the Sentinel set's servers."""
+    ``min-replicas-to-write`` (with ``min-replicas-max-lag 1``) on the Sentinel set's servers;
+    ``replicas``: how many replicas the Sentinel set's primary has."""
     if kind == "shared":
         from gateway_processes import REDIS_URL
 
@@ -120,8 +121,25 @@ def deployment(kind: str, tmp: Path, *, min_replicas: int = 0) -> Iterator[Deplo
     import redis_servers as rs  # tests/redis_servers.py: real Sentinel sets and Clusters
 
     if kind == "sentinel":
-        with rs.sentinel_set() as the_set:
+        with rs.sentinel_set() as the_set, contextlib.ExitStack() as extra:
             timeline: dict[str, float] = {}
+            primary = the_set.primary()
+            for i in range(1, replicas):  # more replicas of the primary than the set's one
+                server = rs.RedisServer(
+                    tmp / f"replica-{i}", args=("--replicaof", "127.0.0.1", str(primary.port))
+                )
+                server.start()
+                extra.callback(server.stop)
+                the_set.servers.append(server)
+
+            def known() -> bool:
+                for sentinel in the_set.sentinels:
+                    with sentinel.client() as c:
+                        if c.sentinel_master(the_set.service)["num-slaves"] < replicas:
+                            return False
+                return True
+
+            rs.wait_until(f"every Sentinel to know {replicas} replicas", known)
             if min_replicas:
                 for server in the_set.servers:  # both: either may be the primary
                     with server.client() as c:
@@ -259,7 +277,7 @@ async def run(args: argparse.Namespace) -> int:
     lost_ids: set[str] = set()
     with (
         tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp,
-        deployment(args.redis, Path(tmp), min_replicas=args.min_replicas) as redis,
+        deployment(args.redis, Path(tmp), min_replicas=args.min_replicas, replicas=args.replicas) as redis,
     ):
         prefix = f"bench-fleet:{uuid.uuid4().hex[:8]}:"
         fleet = Fleet(
@@ -271,6 +289,7 @@ async def run(args: argparse.Namespace) -> int:
             watch = HealthWatch(fleet.gateways)
             watch.start()
             extra = f", min-replicas-to-write {args.min_replicas}" if args.min_replicas else ""
+            extra += f", {args.replicas} replicas" if args.redis == "sentinel" else ""
             print(
                 f"fleet on {redis.name}{extra} ({redis.url}): 3 gateways, 2 workers, lease {args.lease:g} s, "
                 f"{args.loops} client loops, agent {args.agent_ms} ms, {args.phase:g} s per phase",
@@ -418,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="sentinel: min-replicas-to-write on the data servers (max lag 1 s); default 0 (off)",
     )
+    p.add_argument("--replicas", type=int, default=1, help="sentinel: replicas of the primary (default 1)")
     p.add_argument("--lease", type=float, default=1.0, help="storage.lease_seconds (default 1)")
     p.add_argument("--loops", type=int, default=4, help="client loops submitting back to back (default 4)")
     p.add_argument("--agent-ms", type=int, default=20, help="what each worker call takes (default 20 ms)")
