@@ -1,5 +1,4 @@
-"""The fleet under fire: kill -9 a gateway, then a worker, then fail the Redis, under load;
-lost, stuck, recovery time.
+"""The fleet under fire: kill -9 a gateway, a worker, then fail its Redis; lost, stuck, recovery.
 
 3 gateways (``agency serve`` processes, each its own node id and audit log, Redis storage, a
 short lease) and 2 workers (``agency worker`` given every gateway, the same action under two
@@ -10,8 +9,9 @@ chosen with ``--redis``:
 
 * ``standalone``: one private ``redis-server`` (append-only file, fsync always), **restarted**
   (SIGTERM, started again on the same port and files);
-* ``sentinel``: a Sentinel set (1 primary, 1 replica, 3 Sentinels), **``SENTINEL FAILOVER``** of
-  the primary; the gateways use the ``redis+sentinel://`` URL;
+* ``sentinel``: a Sentinel set (1 primary, 1 replica or ``--replicas N``, 3 Sentinels),
+  **``SENTINEL FAILOVER``** of the primary; the gateways use the ``redis+sentinel://`` URL;
+  ``--min-replicas N`` sets ``min-replicas-to-write N`` (max lag 1 s) on the data servers;
 * ``cluster``: a Redis Cluster of 3 masters with a replica each, the master holding the most keys
   **killed with -9** (its replica takes over after the cluster's node timeout); the gateways use
   the ``redis+cluster://`` URL;
