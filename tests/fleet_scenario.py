@@ -62,6 +62,7 @@ class Attempt:
     state: str = ""  # the outcome's state, when the client got one
     reason: str = ""  # the outcome's reason, when it was not completed
     error: str = ""  # the error's reason, when it got none
+    detail: str = ""  # the error's message
 
 
 @dataclass
@@ -260,7 +261,7 @@ class Fleet:
                     attempt.state = outcome.state.value
                     attempt.reason = outcome.reason
                 except AgencyError as exc:
-                    attempt.error = exc.reason
+                    attempt.error, attempt.detail = exc.reason, str(exc)[:240]
                 attempt.ended = time.monotonic()
 
     # ------------------------------------------------------------------ the faults
@@ -412,7 +413,9 @@ class Fleet:
             "attempts": len(self.attempts),
             "completed": sum(a.state == "completed" for a in done),
             "unavailable": sum(a.error in unavailable for a in done),
-            "other_errors": sorted({a.error for a in done if a.error and a.error not in unavailable}),
+            "other_errors": sorted(
+                {f"{a.error}: {a.detail}" for a in done if a.error and a.error not in unavailable}
+            ),
             "not_completed": _count(
                 f"{a.state}: {a.reason[:240]}" for a in done if a.state and a.state != "completed"
             ),
