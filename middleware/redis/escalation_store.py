@@ -11,12 +11,16 @@ import orjson
 from ..people.model import Escalation
 from ..people.store import MAX_TASKS as _MAX_TASKS
 from ..people.store import TTL_S as _TTL_S
+from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisEscalationStore"]
 
 
 class RedisEscalationStore:
     """Shared by every gateway replica (``redis.asyncio`` client; the store closes it)."""
+
+    #: Told the operation of every Redis error (the error reaches the caller as BackendUnavailable).
+    on_redis_error: RedisErrorHook | None = None
 
     def __init__(self, client: Any, *, prefix: str = "agency:") -> None:
         self._r = client
@@ -28,6 +32,7 @@ class RedisEscalationStore:
 
         return cls(redis_client(url), prefix=prefix)
 
+    @redis_operation("escalations.put")
     async def put(self, esc: Escalation) -> None:
         p = self._p
         pipe = self._r.pipeline(transaction=True)
@@ -40,10 +45,12 @@ class RedisEscalationStore:
             pipe.delete(f"{p}esc-task:{esc.task_id}")
         await pipe.execute()
 
+    @redis_operation("escalations.get")
     async def get(self, esc_id: str) -> Escalation | None:
         raw = await self._r.get(f"{self._p}esc:{esc_id}")
         return Escalation.model_validate_json(raw) if raw else None
 
+    @redis_operation("escalations.open_for_task")
     async def open_for_task(self, task_id: str) -> Escalation | None:
         esc_id = await self._r.get(f"{self._p}esc-task:{task_id}")
         if not esc_id:
@@ -51,6 +58,7 @@ class RedisEscalationStore:
         esc = await self.get(esc_id.decode() if isinstance(esc_id, bytes) else esc_id)
         return esc if esc is not None and esc.status == "open" else None
 
+    @redis_operation("escalations.list_open")
     async def list_open(self) -> list[Escalation]:
         ids = await self._r.zrange(f"{self._p}esc-open", 0, -1)
         if not ids:
@@ -59,12 +67,15 @@ class RedisEscalationStore:
         found = [Escalation.model_validate_json(r) for r in raws if r]
         return [e for e in found if e.status == "open"]
 
+    @redis_operation("escalations.claim")
     async def claim(self, esc_id: str) -> bool:
         return bool(await self._r.set(f"{self._p}esc-claim:{esc_id}", "1", nx=True, ex=_TTL_S))
 
+    @redis_operation("escalations.release")
     async def release(self, esc_id: str) -> None:
         await self._r.delete(f"{self._p}esc-claim:{esc_id}")
 
+    @redis_operation("escalations.note_task")
     async def note_task(self, summary: dict[str, Any]) -> None:
         p = self._p
         pipe = self._r.pipeline(transaction=True)
@@ -73,6 +84,7 @@ class RedisEscalationStore:
         pipe.zremrangebyrank(f"{p}console-tasks", 0, -_MAX_TASKS - 1)
         await pipe.execute()
 
+    @redis_operation("escalations.recent_tasks")
     async def recent_tasks(self, limit: int = 200) -> list[dict[str, Any]]:
         ids = await self._r.zrevrange(f"{self._p}console-tasks", 0, limit - 1)
         if not ids:
