@@ -141,7 +141,10 @@ def choose_backends(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
         ),
         sessions=RedisSessionStore.from_url(
-            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
+            storage.redis_url,
+            prefix=storage.key_prefix,
+            ttl_s=definition.agency.session_ttl_seconds,
+            on_redis_error=on_redis_error,
         ),
         # a lease on every running task: a replica takes over the tasks of a gateway that died
         leases=RedisTaskLeases.from_url(
