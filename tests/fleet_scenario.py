@@ -12,17 +12,24 @@ every gateway's address, serving the same action under its own contract (so each
 other's backup). Each client loop has its own :class:`~middleware.client.AgencyClient` given all
 three addresses, starting at a different one, and submits tasks back to back with task ids of
 its own (``fleet-<loop>-<n>``), so every task can be looked for afterwards.
+
+The Redis is the local one (``redis_url``, default the tests' Redis) or any other URL: a private
+server, a Sentinel set or a Cluster (``bench/bench_fleet.py --redis``). :meth:`Fleet.disrupt`
+measures the recovery from any fault given as a coroutine (a Redis failover, a restart), and
+:class:`HealthWatch` records each gateway's health over the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 from gateway_processes import (
     REDIS_URL,
     GatewayProcess,
@@ -32,6 +39,7 @@ from gateway_processes import (
     start_worker,
     write_definition,
 )
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware.cli.health import check
 from middleware.client import AgencyClient
@@ -52,7 +60,9 @@ class Attempt:
     sent: float
     ended: float = 0.0
     state: str = ""  # the outcome's state, when the client got one
+    reason: str = ""  # the outcome's reason, when it was not completed
     error: str = ""  # the error's reason, when it got none
+    detail: str = ""  # the error's message
 
 
 @dataclass
@@ -62,6 +72,7 @@ class Recovery:
 
     what: str
     at: float
+    settled: float = 0.0  # seconds from ``at`` until the fault had taken effect (a failover done)
     serving: dict[str, float] = field(default_factory=dict)
     routing: dict[str, float] = field(default_factory=dict)
     loops: dict[int, float] = field(default_factory=dict)
@@ -86,14 +97,77 @@ class Audit:
     states: dict[str, int] = field(default_factory=dict)
 
 
+class HealthWatch:
+    """Each gateway's health every ``interval`` seconds over one channel per gateway: the
+    stretches during which one did not answer SERVING (NOT_SERVING, or no answer)."""
+
+    def __init__(self, gateways: Sequence[GatewayProcess], interval: float = 0.1) -> None:
+        self.gateways = list(gateways)
+        self.interval = interval
+        self.samples: dict[str, list[tuple[float, bool]]] = {g.node: [] for g in self.gateways}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        channels = {g.node: grpc.aio.insecure_channel(g.address) for g in self.gateways}
+        try:
+            while True:
+                await asyncio.gather(*(self._sample(node, ch) for node, ch in channels.items()))
+                await asyncio.sleep(self.interval)
+        finally:
+            for ch in channels.values():
+                await ch.close()
+
+    async def _sample(self, node: str, channel: grpc.aio.Channel) -> None:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[no-untyped-call]
+                health_pb2.HealthCheckRequest(service=""), timeout=1
+            )
+            serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+        except grpc.aio.AioRpcError:
+            serving = False
+        self.samples[node].append((time.monotonic(), serving))
+
+    def not_serving(self, start: float, end: float, *, alive: Sequence[str]) -> dict[str, float]:
+        """Per gateway in ``alive``: seconds within [start, end] it was seen not SERVING (a
+        sample's state counts until the next sample)."""
+        out: dict[str, float] = {}
+        for node in alive:
+            samples = [s for s in self.samples[node] if s[0] <= end]
+            total = 0.0
+            for (t, ok), (t_next, _) in zip(samples, [*samples[1:], (end, True)], strict=True):
+                lo, hi = max(t, start), min(t_next, end)
+                if not ok and hi > lo:
+                    total += hi - lo
+            out[node] = total
+        return out
+
+
 class Fleet:
     """The processes, the load and the measurements of one run."""
 
     def __init__(
-        self, tmp: Path, prefix: str, *, lease: float = 1.0, loops: int = 4, agent_ms: int = 20
+        self,
+        tmp: Path,
+        prefix: str,
+        *,
+        lease: float = 1.0,
+        loops: int = 4,
+        agent_ms: int = 20,
+        redis_url: str = REDIS_URL,
     ) -> None:
         self.tmp = tmp
         self.prefix = prefix
+        self.redis_url = redis_url
         self.lease = lease
         self.loops = loops
         self.agent_ms = agent_ms
@@ -109,7 +183,7 @@ class Fleet:
             self.prefix,
             storage={
                 "backend": "redis",
-                "redis_url": REDIS_URL,
+                "redis_url": self.redis_url,
                 "key_prefix": self.prefix,
                 "lease_seconds": self.lease,
             },
@@ -185,8 +259,9 @@ class Fleet:
                         task_id=attempt.task_id,
                     )
                     attempt.state = outcome.state.value
+                    attempt.reason = outcome.reason
                 except AgencyError as exc:
-                    attempt.error = exc.reason
+                    attempt.error, attempt.detail = exc.reason, str(exc)[:240]
                 attempt.ended = time.monotonic()
 
     # ------------------------------------------------------------------ the faults
@@ -194,11 +269,25 @@ class Fleet:
         self, process: GatewayProcess | WorkerProcess, what: str, *, within: float = 60
     ) -> Recovery:
         """Kill -9 ``process`` under load; measure until the fleet serves and routes again."""
-        process.proc.kill()
+
+        async def kill_9() -> None:
+            process.proc.kill()
+            await process.proc.wait()
+
+        return await self.disrupt(what, kill_9, within=within)
+
+    async def disrupt(
+        self, what: str, fault: Callable[[], Awaitable[object]], *, within: float = 60
+    ) -> Recovery:
+        """Run ``fault`` under load (it returns once the fault has taken effect: a process gone,
+        a failover done, a server back); measure from its start until every surviving gateway
+        is SERVING and completes a task, and every client loop completes a task *sent after the
+        fault took effect* (so a task that slipped through before it does not count)."""
         at = time.monotonic()
-        await process.proc.wait()
-        recovery = Recovery(what, at)
-        deadline = at + within
+        await fault()
+        recovery = Recovery(what, at, settled=time.monotonic() - at)
+        after = at + recovery.settled
+        deadline = time.monotonic() + within
 
         async def serving(g: GatewayProcess) -> None:
             while await check(g.address, wait_seconds=2) != "SERVING":
@@ -222,7 +311,7 @@ class Fleet:
         async def loops() -> None:
             while len(recovery.loops) < self.loops:
                 for a in list(self.attempts):
-                    if a.sent >= at and a.state == "completed" and a.loop not in recovery.loops:
+                    if a.sent >= after and a.state == "completed" and a.loop not in recovery.loops:
                         recovery.loops[a.loop] = a.ended - at
                 if time.monotonic() >= deadline:
                     late = [a for a in self.attempts if a.loop not in recovery.loops and a.sent >= at - 5]
@@ -232,6 +321,15 @@ class Fleet:
         live = self.live_gateways()
         await asyncio.gather(*(serving(g) for g in live), *(routing(g) for g in live), loops())
         return recovery
+
+    def errors_between(self, start: float, end: float) -> tuple[dict[str, int], float]:
+        """The errors client loops were told for calls that ended in [start, end], by reason,
+        and the seconds from ``start`` to the end of the last of them (0: none)."""
+        failed = [a for a in self.attempts if a.error and start <= a.ended <= end]
+        reasons: dict[str, int] = {}
+        for a in failed:
+            reasons[a.error] = reasons.get(a.error, 0) + 1
+        return reasons, max((a.ended - start for a in failed), default=0.0)
 
     async def taken_over(self, at: float, *, within: float = 60) -> tuple[int, float]:
         """The tasks whose call broke with a gateway killed at ``at``: how many, and the seconds
@@ -310,9 +408,22 @@ class Fleet:
 
     def summary(self) -> dict[str, Any]:
         done = [a for a in self.attempts if a.ended]
+        unavailable = (Unavailable.reason, "BACKEND_UNAVAILABLE")
         return {
             "attempts": len(self.attempts),
             "completed": sum(a.state == "completed" for a in done),
-            "unavailable": sum(a.error in (Unavailable.reason, "BACKEND_UNAVAILABLE") for a in done),
-            "other_errors": sorted({a.error for a in done if a.error and a.error != Unavailable.reason}),
+            "unavailable": sum(a.error in unavailable for a in done),
+            "other_errors": sorted(
+                {f"{a.error}: {a.detail}" for a in done if a.error and a.error not in unavailable}
+            ),
+            "not_completed": _count(
+                f"{a.state}: {a.reason[:240]}" for a in done if a.state and a.state != "completed"
+            ),
         }
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts

@@ -305,6 +305,7 @@ async def serve(
                 definition.storage.redis_url,
                 lambda ok: server.set_serving(ok),
                 on_error=metrics.background_error,
+                prefix=definition.storage.key_prefix,
             )
             # and while this gateway's own agents cannot be routed to (stale, or gone with
             # Redis's data until the keep-alive registers them again)

@@ -110,7 +110,9 @@ class RedisCatalog:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCatalog:
         """A catalog on a new client for ``url`` (e.g. ``redis://127.0.0.1:6379/0``)."""
-        return cls(Redis.from_url(url), **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), **kwargs)
 
     # ------------------------------------------------------------------ writes
     @redis_operation("catalog.register")

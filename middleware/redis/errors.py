@@ -11,6 +11,10 @@ of its operations. The error then reaches the caller as
 
 An error is counted once, by the innermost operation it escapes (a catalog ``all``
 that fails inside ``query`` counts as ``catalog.query``).
+
+"A Redis error" is any :data:`REDIS_ERRORS`: redis-py's ``RedisError`` (connection lost,
+timeout, ``READONLY``, ``OOM``, ``CLUSTERDOWN``, ``MASTERDOWN`` ...) and the cluster client's
+``RedisClusterException``, which is not one (no reachable startup node, slots not covered).
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..errors import BackendUnavailable
 
-__all__ = ["RedisErrorHook", "backend_unavailable", "count_redis_error", "redis_operation"]
+__all__ = ["REDIS_ERRORS", "RedisErrorHook", "backend_unavailable", "count_redis_error", "redis_operation"]
+
+#: What redis-py raises when Redis cannot do what was asked (see the module docstring).
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 #: Called with the failed operation's name, e.g. ``"mailbox.enqueue"``.
 RedisErrorHook = Callable[[str], None]
@@ -43,13 +50,13 @@ R = TypeVar("R")
 
 def count_redis_error(hook: RedisErrorHook | None, operation: str, error: BaseException) -> None:
     """Report ``error`` to ``hook`` as a failure of ``operation``, unless already reported."""
-    if hook is None or not isinstance(error, RedisError) or getattr(error, _COUNTED, False):
+    if hook is None or not isinstance(error, REDIS_ERRORS) or getattr(error, _COUNTED, False):
         return
     setattr(error, _COUNTED, True)
     hook(operation)
 
 
-def backend_unavailable(operation: str, error: RedisError) -> BackendUnavailable:
+def backend_unavailable(operation: str, error: Exception) -> BackendUnavailable:
     """The error a caller sees for a Redis error in ``operation`` (chain it: ``from error``)."""
     return BackendUnavailable(f"redis failed during {operation}: {type(error).__name__}: {error}")
 
@@ -69,7 +76,7 @@ def redis_operation(
         async def wrapper(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
             try:
                 return await method(self, *args, **kwargs)
-            except RedisError as exc:
+            except REDIS_ERRORS as exc:
                 count_redis_error(self.on_redis_error, operation, exc)
                 raise backend_unavailable(operation, exc) from exc
 

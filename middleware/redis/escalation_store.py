@@ -25,6 +25,7 @@ import orjson
 from ..people.model import Escalation
 from ..people.store import MAX_TASKS as _MAX_TASKS
 from ..people.store import TTL_S as _TTL_S
+from .errors import RedisErrorHook, redis_operation
 from .keys import console_tasks, escalations
 
 __all__ = ["RedisEscalationStore"]
@@ -33,16 +34,20 @@ __all__ = ["RedisEscalationStore"]
 class RedisEscalationStore:
     """Shared by every gateway replica (``redis.asyncio`` client; the store closes it)."""
 
+    #: Told the operation of every Redis error (the error reaches the caller as BackendUnavailable).
+    on_redis_error: RedisErrorHook | None = None
+
     def __init__(self, client: Any, *, prefix: str = "agency:") -> None:
         self._r = client
         self._p = prefix
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "agency:") -> RedisEscalationStore:
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+        return cls(redis_client(url), prefix=prefix)
 
+    @redis_operation("escalations.put")
     async def put(self, esc: Escalation) -> None:
         p = self._p
         pipe = self._r.pipeline(transaction=True)
@@ -55,10 +60,12 @@ class RedisEscalationStore:
             pipe.delete(escalations.of_task(p, esc.task_id))
         await pipe.execute()
 
+    @redis_operation("escalations.get")
     async def get(self, esc_id: str) -> Escalation | None:
         raw = await self._r.get(escalations.one(self._p, esc_id))
         return Escalation.model_validate_json(raw) if raw else None
 
+    @redis_operation("escalations.open_for_task")
     async def open_for_task(self, task_id: str) -> Escalation | None:
         esc_id = await self._r.get(escalations.of_task(self._p, task_id))
         if not esc_id:
@@ -66,6 +73,7 @@ class RedisEscalationStore:
         esc = await self.get(_text(esc_id))
         return esc if esc is not None and esc.status == "open" else None
 
+    @redis_operation("escalations.list_open")
     async def list_open(self) -> list[Escalation]:
         ids = await self._r.zrange(escalations.open(self._p), 0, -1)
         if not ids:
@@ -74,12 +82,15 @@ class RedisEscalationStore:
         found = [Escalation.model_validate_json(r) for r in raws if r]
         return [e for e in found if e.status == "open"]
 
+    @redis_operation("escalations.claim")
     async def claim(self, esc_id: str) -> bool:
         return bool(await self._r.set(escalations.claim(self._p, esc_id), "1", nx=True, ex=_TTL_S))
 
+    @redis_operation("escalations.release")
     async def release(self, esc_id: str) -> None:
         await self._r.delete(escalations.claim(self._p, esc_id))
 
+    @redis_operation("escalations.note_task")
     async def note_task(self, summary: dict[str, Any]) -> None:
         p = self._p
         pipe = self._r.pipeline(transaction=True)
@@ -88,6 +99,7 @@ class RedisEscalationStore:
         pipe.zremrangebyrank(console_tasks.listed(p), 0, -_MAX_TASKS - 1)
         await pipe.execute()
 
+    @redis_operation("escalations.recent_tasks")
     async def recent_tasks(self, limit: int = 200) -> list[dict[str, Any]]:
         ids = await self._r.zrevrange(console_tasks.listed(self._p), 0, limit - 1)
         if not ids:

@@ -2,8 +2,13 @@
 
 ``BackendMonitor`` runs named async checks on an interval and calls ``on_change``
 when the overall verdict flips, so the gRPC health service can report
-NOT_SERVING while Redis is unreachable and SERVING again when it returns, and the
-transport can refuse calls at once with UNAVAILABLE instead of letting them hang.
+NOT_SERVING while Redis cannot take the gateway's writes and SERVING again when it can, and
+the transport can refuse calls at once with UNAVAILABLE instead of letting them hang.
+
+The Redis check is a write, not a PING: a PING succeeds on a read-only replica (a primary that
+was demoted, or a URL pointed at a replica), on a server out of memory and, depending on the
+node, in a cluster that lost a master; ``SET key PX`` fails in every one of these cases
+(``READONLY``, ``OOM``, ``CLUSTERDOWN``, ``MASTERDOWN``) as every store's next write would.
 """
 
 from __future__ import annotations
@@ -15,19 +20,34 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from ..background import BackgroundErrorHook, LoopErrors
 
-__all__ = ["BackendMonitor", "redis_check", "redis_monitor"]
+__all__ = ["HEALTH_KEY", "PROBE_TTL_MS", "BackendMonitor", "redis_check", "redis_monitor"]
 
 log = logging.getLogger("agency.health")
 
 Check = Callable[[], Awaitable[None]]
 
 
-def redis_check(client: object, *, timeout: float = 1.0) -> Check:
-    """A check that PINGs a ``redis.asyncio`` client within ``timeout`` seconds."""
+#: The key the write probe sets (under the storage prefix), gone ``PROBE_TTL_MS`` after.
+HEALTH_KEY = "health"
+PROBE_TTL_MS = 10_000
+
+
+def redis_check(client: object, *, timeout: float = 1.0, key: str | None = None) -> Check:
+    """A check that a ``redis.asyncio`` client can write, within ``timeout`` seconds.
+
+    Args:
+        client: The client (standalone, Sentinel primary or cluster).
+        timeout: Seconds the probe may take.
+        key: The key to ``SET`` (with ``PX`` :data:`PROBE_TTL_MS`, so probes leave nothing
+            behind); None only PINGs (which a read-only replica answers too).
+    """
 
     async def check() -> None:
         async with asyncio.timeout(timeout):
-            await client.ping()  # type: ignore[attr-defined]
+            if key is None:
+                await client.ping()  # type: ignore[attr-defined]
+            else:
+                await client.set(key, b"1", px=PROBE_TTL_MS)  # type: ignore[attr-defined]
 
     return check
 
@@ -131,13 +151,16 @@ def redis_monitor(
     interval: float = 1.0,
     timeout: float = 1.0,
     on_error: BackgroundErrorHook | None = None,
+    prefix: str = "agency:",
 ) -> BackendMonitor:
-    """A monitor of the Redis at ``url``, with its own client (closed when the monitor stops)."""
-    import redis.asyncio as aioredis
+    """A monitor of the Redis at ``url`` (any form :func:`~.connection.redis_client` takes),
+    with its own client (closed when the monitor stops): the check writes
+    ``{prefix}health`` (see :func:`redis_check`)."""
+    from .connection import redis_client
 
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    client = redis_client(url, socket_connect_timeout=timeout, socket_timeout=timeout)
     monitor = BackendMonitor(
-        {"redis": redis_check(client, timeout=timeout)},
+        {"redis": redis_check(client, timeout=timeout, key=prefix + HEALTH_KEY)},
         interval=interval,
         on_change=on_change,
         on_error=on_error,

@@ -153,7 +153,9 @@ class RedisMailbox:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisMailbox:
         """Mailboxes on their own connection to ``url`` (closed by :meth:`close`)."""
-        return cls(Redis.from_url(url), owns_client=True, **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def _key(self, mailbox: str) -> str:
         self._touched.add(mailbox)

@@ -76,7 +76,9 @@ class RedisBuckets:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisBuckets:
         """Buckets on their own connection to ``url`` (closed by :meth:`close`)."""
-        return cls(Redis.from_url(url), owns_client=True, **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     @redis_operation("ratelimit.take")
     async def take(self, buckets: Sequence[Bucket]) -> tuple[Bucket, int] | None:

@@ -15,8 +15,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from ..errors import ConcurrentUpdate
 from ..sessions import DEFAULT_SESSION_TTL_S, ConversationState
+from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 __all__ = ["RedisSessionStore"]
 
@@ -35,6 +38,8 @@ class RedisSessionStore:
         ttl_s: How long a session's state lives after its last change (default 24 h).
         lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a session forever.
         owns_client: Close the client in :meth:`close`.
+        on_redis_error: Told the operation of every Redis error (see :mod:`.errors`); the error
+            reaches the caller as :class:`~middleware.errors.BackendUnavailable`.
     """
 
     def __init__(
@@ -46,8 +51,10 @@ class RedisSessionStore:
         lock_ttl_s: float = 30.0,
         poll_s: float = 0.01,
         owns_client: bool = False,
+        on_redis_error: RedisErrorHook | None = None,
     ) -> None:
         self._redis = client
+        self.on_redis_error = on_redis_error
         self._prefix = prefix
         self._ttl_ms = int(ttl_s * 1000)
         self._lock_ttl_ms = int(lock_ttl_s * 1000)
@@ -58,18 +65,20 @@ class RedisSessionStore:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisSessionStore:
         """A store on its own connection to ``url`` (closed by :meth:`close`)."""
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, session_id: str) -> str:
         """The Redis key of a session's state."""
         return f"{self._prefix}session:{session_id}"
 
+    @redis_operation("sessions.get")
     async def get(self, session_id: str) -> ConversationState | None:
         data = await self._redis.get(self.key(session_id))
         return None if data is None else ConversationState.model_validate_json(data)
 
+    @redis_operation("sessions.save")
     async def save(self, state: ConversationState) -> None:
         await self._redis.set(self.key(state.session_id), state.model_dump_json(), px=self._ttl_ms)
 
@@ -78,14 +87,22 @@ class RedisSessionStore:
         key = f"{self._prefix}session-lock:{session_id}"
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
-        while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
-            if time.monotonic() >= deadline:
-                raise ConcurrentUpdate(f"session {session_id} is locked by another task")
-            await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        try:
+            while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):
+                if time.monotonic() >= deadline:
+                    raise ConcurrentUpdate(f"session {session_id} is locked by another task")
+                await asyncio.sleep(self._poll_s)  # cross-process wait: no event to wait on
+        except RedisError as exc:
+            count_redis_error(self.on_redis_error, "sessions.lock", exc)
+            raise backend_unavailable("sessions.lock", exc) from exc
         try:
             yield
         finally:
-            await self._release(keys=[key], args=[token])
+            try:
+                await self._release(keys=[key], args=[token])
+            except RedisError as exc:
+                count_redis_error(self.on_redis_error, "sessions.unlock", exc)
+                raise backend_unavailable("sessions.unlock", exc) from exc
 
     async def close(self) -> None:
         if self._owns_client:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..people.sign_ins import sign_in_key
 from . import keys as key_names
+from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisSignIns"]
 
@@ -20,30 +21,36 @@ __all__ = ["RedisSignIns"]
 class RedisSignIns:
     """Sign-ins every replica sees (``redis.asyncio`` client)."""
 
+    #: Told the operation of every Redis error (the error reaches the caller as BackendUnavailable).
+    on_redis_error: RedisErrorHook | None = None
+
     def __init__(self, client: Any, *, prefix: str = "agency:") -> None:
         self._r = client
         self._p = prefix
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "agency:") -> RedisSignIns:
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), prefix=prefix)
+        return cls(redis_client(url), prefix=prefix)
 
     def _key(self, sign_in_id: str) -> str:
         return key_names.sign_in(self._p, sign_in_key(sign_in_id))
 
+    @redis_operation("sign_ins.start")
     async def start(self, person: str, *, seconds: float) -> str:
         sign_in_id = secrets.token_urlsafe(32)
         await self._r.set(self._key(sign_in_id), person, ex=max(1, math.ceil(seconds)))
         return sign_in_id
 
+    @redis_operation("sign_ins.holder")
     async def holder(self, sign_in_id: str) -> str | None:
         raw = await self._r.get(self._key(sign_in_id))
         if raw is None:
             return None
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
+    @redis_operation("sign_ins.end")
     async def end(self, sign_in_id: str) -> None:
         await self._r.delete(self._key(sign_in_id))
 

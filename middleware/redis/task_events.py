@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..task_events import MAX_READ, TaskEvent
@@ -74,7 +73,9 @@ class RedisTaskEventLog:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisTaskEventLog:
         """A log on its own connection to ``url`` (closed by :meth:`close`)."""
-        return cls(Redis.from_url(url), owns_client=True, **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, task_id: str) -> str:
         """The stream of ``task_id``'s events."""

@@ -131,9 +131,9 @@ class RedisTaskLeases:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisTaskLeases:
         """Leases on their own connection to ``url`` (closed by :meth:`close`)."""
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     @redis_operation("task_leases.hold")
     async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:

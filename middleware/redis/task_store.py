@@ -103,9 +103,9 @@ class RedisTaskStore:
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisTaskStore:
         """A store on its own connection to ``url`` (closed by :meth:`close`)."""
-        import redis.asyncio as aioredis
+        from .connection import redis_client
 
-        return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def _key(self, task_id: str) -> str:
         return f"{self._prefix}task:{task_id}"

@@ -72,7 +72,9 @@ class RedisUsageMeter:
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisUsageMeter:
-        return cls(Redis.from_url(url), owns_client=True, **kwargs)
+        from .connection import redis_client
+
+        return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, counter: Counter) -> str:
         return f"{self._prefix}{{usage:{counter.scope}:{counter.name}}}:{counter.period}"
@@ -86,12 +88,14 @@ class RedisUsageMeter:
         groups: dict[tuple[str, str], list[int]] = {}
         for i, c in enumerate(counters):
             groups.setdefault((c.scope, c.name), []).append(i)
-        pipe = self._r.pipeline(transaction=False)
-        for indexes in groups.values():
-            keys = [self.key(counters[i]) for i in indexes]
-            ttls = [_ttl(counters[i].period) or 0 for i in indexes]
-            await self._add(keys=keys, args=[input_tokens, output_tokens, cost_micros, *ttls], client=pipe)
-        results = await pipe.execute()
+        # a context: a script load that fails (Redis gone) must not keep the pipeline's connection
+        async with self._r.pipeline(transaction=False) as pipe:
+            for indexes in groups.values():
+                keys = [self.key(counters[i]) for i in indexes]
+                ttls = [_ttl(counters[i].period) or 0 for i in indexes]
+                args = [input_tokens, output_tokens, cost_micros, *ttls]
+                await self._add(keys=keys, args=args, client=pipe)
+            results = await pipe.execute()
         out: list[Spend | None] = [None] * len(counters)
         for indexes, got in zip(groups.values(), results, strict=True):
             for j, i in enumerate(indexes):

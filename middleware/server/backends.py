@@ -5,7 +5,7 @@ sessions) or for the post office (mailboxes, rate-limit buckets, subscriptions, 
 quarantine board), between the embedded memory versions and the Redis layer
 (:mod:`middleware.redis`), so that replicas under the same ``storage.key_prefix`` share state.
 :func:`open_backends` is the catalog and routing statistics from a URL alone (``""`` in memory,
-``redis://`` in Redis).
+a Redis URL in Redis).
 """
 
 from __future__ import annotations
@@ -141,7 +141,10 @@ def choose_backends(
             storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
         ),
         sessions=RedisSessionStore.from_url(
-            storage.redis_url, prefix=storage.key_prefix, ttl_s=definition.agency.session_ttl_seconds
+            storage.redis_url,
+            prefix=storage.key_prefix,
+            ttl_s=definition.agency.session_ttl_seconds,
+            on_redis_error=on_redis_error,
         ),
         # a lease on every running task: a replica takes over the tasks of a gateway that died
         leases=RedisTaskLeases.from_url(
@@ -180,7 +183,9 @@ def open_backends(
     """The catalog and routing stats for ``url``.
 
     Args:
-        url: ``""`` (in memory) or ``redis://host:port/db`` (``rediss://`` for TLS).
+        url: ``""`` (in memory) or a Redis URL: ``redis://host:port/db`` (``rediss://`` for TLS),
+            ``redis+sentinel://host:port,.../service``, ``redis+cluster://host:port,...`` (see
+            :mod:`middleware.redis.connection`).
         prefix: Key namespace in Redis; replicas sharing a catalog use the same one.
         lease_seconds: Heartbeat lease (Redis default 30 s; in memory default none).
         on_redis_error: Told the operation of every Redis error (see :mod:`.redis.errors`).
@@ -190,13 +195,14 @@ def open_backends(
     """
     if not url:
         return MemoryCatalog(lease_seconds=lease_seconds), MemoryRoutingStats()
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from redis.asyncio import Redis
+    from ..redis.connection import REDIS_URL_FORMS
 
+    if url.startswith(REDIS_URL_FORMS):
         from ..redis.catalog import RedisCatalog
+        from ..redis.connection import redis_client
         from ..redis.routing_stats import RedisRoutingStats
 
-        client = Redis.from_url(url)
+        client = redis_client(url)
         catalog = RedisCatalog(
             client,
             prefix=prefix + "catalog:",
@@ -204,4 +210,6 @@ def open_backends(
             on_redis_error=on_redis_error,
         )
         return catalog, RedisRoutingStats(client, prefix=prefix + "stats:", on_redis_error=on_redis_error)
-    raise InvalidInput.single("catalog_url", f"{url!r}: use redis://host:port/db, or nothing for in memory")
+    raise InvalidInput.single(
+        "catalog_url", f"use {', '.join(REDIS_URL_FORMS)} (see docs/operations.md), or nothing for in memory"
+    )

@@ -185,7 +185,12 @@ class StorageSettings(Model):
     """Where shared state lives: in memory (one gateway) or Redis (replicas)."""
 
     backend: Literal["memory", "redis"] = "memory"
-    redis_url: str = Field(default="", description="redis://host:port/db, required for backend redis.")
+    redis_url: str = Field(
+        default="",
+        description="Required for backend redis: redis://host:port/db (rediss:// for TLS, "
+        "unix:///path.sock), redis+sentinel://host:26379[,host:port...]/service_name, or "
+        "redis+cluster://host:port[,host:port...]; see docs/operations.md.",
+    )
     key_prefix: str = Field(
         default="agency:", description="Namespace of every Redis key; replicas sharing state use the same."
     )
@@ -199,8 +204,13 @@ class StorageSettings(Model):
 
     @model_validator(mode="after")
     def _url(self) -> StorageSettings:
-        if self.backend == "redis" and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("redis_url: backend redis needs a redis:// (or rediss://, unix://) URL")
+        if self.backend == "redis":
+            from ..redis.connection import redis_client
+
+            try:  # parses without connecting; the error names what is wrong (no service name ...)
+                redis_client(self.redis_url, field="redis_url")
+            except InvalidInput as exc:
+                raise ValueError(str(exc.problems[0])) from None
         return self
 
 

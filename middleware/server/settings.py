@@ -67,7 +67,12 @@ class ServerConfig(Model):
 
     address: str = Field(default="127.0.0.1:50051", description="host:port the gRPC server listens on.")
     data_dir: Path = Field(default=Path("agency-data"), description="Where the audit log is written.")
-    grace_seconds: float = Field(default=5.0, ge=0, description="Drain time on SIGTERM.")
+    grace_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Drain time on SIGTERM: in-flight calls and tasks get this long to finish. Keep it "
+        "at least the longest contract SLO (a task's step may take that long).",
+    )
     metrics_address: str = Field(
         default="127.0.0.1:9464", description="host:port of the Prometheus /metrics endpoint; empty = off."
     )
@@ -189,6 +194,7 @@ ENV_VARIABLES: dict[str, str] = {
     "AGENCY_METRICS_ADDRESS": "server.metrics_address",
     "AGENCY_DATA_DIR": "server.data_dir",
     "AGENCY_TRACING": "server.tracing",
+    "AGENCY_GRACE_SECONDS": "server.grace_seconds",
     "AGENCY_AUTH_TOKENS": "server.auth_tokens",
     "AGENCY_TLS_CERT": "server.tls.cert",
     "AGENCY_TLS_KEY": "server.tls.key",

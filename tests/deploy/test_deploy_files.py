@@ -65,14 +65,6 @@ def yaml_docs(path: Path) -> list[dict]:
     return docs
 
 
-def k8s() -> dict[str, dict]:
-    objs: dict[str, dict] = {}
-    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
-        for doc in yaml_docs(path):
-            objs[doc["kind"]] = doc
-    return objs
-
-
 def config_env_names() -> set[str]:
     settings = ROOT / "middleware" / "server" / "settings.py"
     return set(re.findall(r'"(AGENCY_[A-Z_]+)"', settings.read_text()))
@@ -182,6 +174,37 @@ def test_compose_commands_are_real_agency_commands(service):
             assert int(gateway[2]) == port_of(cli(compose()["services"][gateway[0]]["command"]).address)
 
 
+@pytest.mark.parametrize("service", ["gateway-1", "gateway-2"])
+def test_compose_gateways_keep_their_node_id_and_their_key_off_the_audit_volume(service):
+    from middleware.audit.checkpoint import default_key_path
+    from middleware.server.definition import definition_from
+
+    svc = compose()["services"][service]
+    env = {k: str(v) for k, v in svc["environment"].items()}
+    data_dir = {word: args for word, args in dockerfile()}["ENV"]
+    env.setdefault("AGENCY_DATA_DIR", re.search(r"AGENCY_DATA_DIR=(\S+)", data_dir).group(1))
+    definition = definition_from({}, env=env)
+    assert definition.agency.node_id == service  # stable across restarts: its own log again
+    mounts = {Path(v.split(":")[1]): v.split(":")[0] for v in svc["volumes"]}
+    for source in mounts.values():
+        assert source in compose()["volumes"], f"{service}: {source} is not a named volume"
+
+    def volume_of(path: Path) -> str:
+        holding = [m for m in mounts if path.is_relative_to(m)]
+        assert holding, f"{service}: {path} is on no volume (lost with the container)"
+        return mounts[max(holding, key=lambda m: len(m.parts))]
+
+    audit = definition.audit_directory
+    key = definition.audit.checkpoint_key or default_key_path(audit, service)
+    assert volume_of(key) != volume_of(audit), "the key on the audit log's volume"
+    assert sum(mounts[m] == volume_of(audit) for m in mounts) == 1
+    # the drain covers the longest contract SLO; compose waits for drain + exit before SIGKILL
+    grace = definition.server.grace_seconds
+    assert grace >= max(LONGEST_SLO_SECONDS, max(declared_slos_ms()) / 1000)
+    stop = compose()["services"][service]["stop_grace_period"]
+    assert stop.endswith("s") and float(stop[:-1]) >= grace + 10
+
+
 def test_prometheus_scrapes_the_gateways_metrics_port():
     config = yaml_docs(DEPLOY / "prometheus.yml")[0]
     services = compose()["services"]
@@ -225,57 +248,214 @@ def test_every_dashboard_expression_uses_registered_metrics_and_every_metric_has
 
 
 # ------------------------------------------------------------------ Kubernetes
+def k8s_objects() -> list[dict]:
+    """Every object the manifests apply (not the kustomization that lists them)."""
+    paths = sorted(p for p in (DEPLOY / "k8s").glob("*.yaml") if p.name != "kustomization.yaml")
+    return [doc for path in paths for doc in yaml_docs(path)]
+
+
+def k8s_named(kind: str, name: str) -> dict:
+    (obj,) = [o for o in k8s_objects() if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def gateways() -> dict:
+    """The gateways' StatefulSet."""
+    return k8s_named("StatefulSet", "agency-gateway")
+
+
+def gateway_container() -> dict:
+    (container,) = gateways()["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def gateway_env() -> dict[str, str]:
+    """The gateway's environment as the pod sees it: the ConfigMap, then the container's env."""
+    env = dict(k8s_named("ConfigMap", "agency-gateway")["data"])
+    env |= {e["name"]: e.get("value", "") for e in gateway_container()["env"]}
+    return env
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+#: The longest latency SLO a contract of this product's examples and deployments declares, and
+#: the one the issue names (20 s): a drain shorter than it cuts tasks short on every rollout.
+LONGEST_SLO_SECONDS = 20.0
+
+
+def declared_slos_ms() -> list[int]:
+    """Every ``slo_latency_ms`` in the examples and the deploy files."""
+    found = []
+    for path in [*(ROOT / "examples").rglob("*"), *DEPLOY.rglob("*")]:
+        if path.suffix in {".yaml", ".yml", ".py", ".json"}:
+            found += [
+                int(v.replace("_", ""))
+                for v in re.findall(r"slo_latency_ms\W{1,4}([\d_]+)", path.read_text())
+            ]
+    return found
+
+
 def test_kubernetes_has_every_object_and_kustomization_lists_the_files():
-    objs = k8s()
-    assert {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget", "ServiceMonitor"} <= set(objs)
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in k8s_objects()}
+    assert {
+        ("StatefulSet", "agency-gateway"),
+        ("Service", "agency-gateway"),
+        ("Service", "agency-gateway-pods"),
+        ("ConfigMap", "agency-gateway"),
+        ("PodDisruptionBudget", "agency-gateway"),
+        ("ServiceMonitor", "agency-gateway"),
+        ("StatefulSet", "redis"),
+        ("Service", "redis"),
+    } <= kinds
+    assert "Deployment" not in {kind for kind, _ in kinds}  # node ids change on every restart
     listed = set(yaml_docs(DEPLOY / "k8s" / "kustomization.yaml")[0]["resources"])
     assert listed == {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
 
 
 def test_kubernetes_probes_and_ports_point_at_the_served_ports():
-    objs = k8s()
-    pod = objs["Deployment"]["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container = gateway_container()
     args = cli(container["args"])
     assert args.command == "serve"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"grpc": port_of(args.address), "metrics": port_of(args.metrics_address)}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["grpc"]["port"] == ports["grpc"], probe  # native gRPC health probe
-    service = objs["Service"]
-    for port in service["spec"]["ports"]:
-        target = port["targetPort"]
-        assert (target in ports) if isinstance(target, str) else (target in ports.values())
-    labels = objs["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    for selector in (
-        service["spec"]["selector"],
-        objs["Deployment"]["spec"]["selector"]["matchLabels"],
-        objs["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"],
-    ):
-        assert selector.items() <= labels.items()
-    monitor = objs["ServiceMonitor"]["spec"]
-    assert monitor["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    labels = gateways()["spec"]["template"]["metadata"]["labels"]
+    for name in ("agency-gateway", "agency-gateway-pods"):
+        service = k8s_named("Service", name)
+        assert selects(service["spec"]["selector"], labels), name
+        for port in service["spec"]["ports"]:
+            target = port["targetPort"]
+            assert (target in ports) if isinstance(target, str) else (target in ports.values())
+    assert selects(gateways()["spec"]["selector"]["matchLabels"], labels)
+    service = k8s_named("Service", "agency-gateway")
+    monitor = k8s_named("ServiceMonitor", "agency-gateway")["spec"]
+    assert selects(monitor["selector"]["matchLabels"], service["metadata"]["labels"])
+    # the ServiceMonitor must not also pick up the headless Service (every target scraped twice)
+    assert not selects(
+        monitor["selector"]["matchLabels"], k8s_named("Service", "agency-gateway-pods")["metadata"]["labels"]
+    )
     service_ports = {p["name"]: p for p in service["spec"]["ports"]}
     for endpoint in monitor["endpoints"]:
         assert service_ports[endpoint["port"]]["targetPort"] == "metrics"
         assert endpoint["path"] == "/metrics"
-    assert objs["Deployment"]["spec"]["replicas"] >= 2
-    assert objs["PodDisruptionBudget"]["spec"]["minAvailable"] < objs["Deployment"]["spec"]["replicas"]
 
 
-def test_kubernetes_runs_as_non_root_and_each_replica_has_its_own_node_id():
-    pod = k8s()["Deployment"]["spec"]["template"]["spec"]
+def test_kubernetes_probes_use_grpc_health_readiness_the_whole_verdict_liveness_the_process():
+    from middleware.server.grpc_api.server import LIVENESS_SERVICE
+
+    container = gateway_container()
+    grpc_port = {p["name"]: p["containerPort"] for p in container["ports"]}["grpc"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert set(container[probe]) & {"grpc", "exec", "tcpSocket", "httpGet"} == {"grpc"}, probe
+        assert container[probe]["grpc"]["port"] == grpc_port, probe  # native gRPC health probe
+    # readiness: service "" (omitted), which is NOT_SERVING while Redis cannot take writes or
+    # while draining; liveness and startup: only that the process answers
+    assert container["readinessProbe"]["grpc"].get("service", "") == ""
+    assert container["livenessProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+    assert container["startupProbe"]["grpc"]["service"] == LIVENESS_SERVICE
+
+
+def test_kubernetes_gateways_are_a_stateful_set_with_a_headless_service_and_a_volume_per_pod():
+    spec = gateways()["spec"]
+    headless = k8s_named("Service", spec["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"].get("publishNotReadyAddresses", False) is False  # only SERVING gateways
+    assert k8s_named("Service", "agency-gateway")["spec"].get("clusterIP") != "None"  # the clients' one
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # one volume per pod, not shared
+    mounts = {m["name"]: m for m in gateway_container()["volumeMounts"]}
+    assert mounts[claim["metadata"]["name"]]["mountPath"] == "/var/lib/agency"
+    pod_volumes = {v["name"] for v in spec["template"]["spec"].get("volumes", [])}
+    assert claim["metadata"]["name"] not in pod_volumes  # from the template, not a shared claim
+    assert "PersistentVolumeClaim" not in {o["kind"] for o in k8s_objects()}
+    retention = spec["persistentVolumeClaimRetentionPolicy"]
+    assert retention == {"whenDeleted": "Retain", "whenScaled": "Retain"}  # audit logs outlive pods
+    assert spec["replicas"] >= 2
+    budget = k8s_named("PodDisruptionBudget", "agency-gateway")["spec"]
+    assert selects(budget["selector"]["matchLabels"], spec["template"]["metadata"]["labels"])
+    # one pod at a time, whatever the replica count (minAvailable would block a scaled-down set)
+    assert budget["maxUnavailable"] == 1 < spec["replicas"] and "minAvailable" not in budget
+
+
+def test_kubernetes_runs_as_non_root_and_each_replica_has_its_own_stable_node_id():
+    pod = gateways()["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
-    (container,) = pod["containers"]
-    env = {e["name"]: e for e in container["env"]}
+    env = {e["name"]: e for e in gateway_container()["env"]}
+    # a StatefulSet pod's name is stable (agency-gateway-0 ...): the node id survives restarts
     assert env["AGENCY_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert "$(AGENCY_NODE_ID)" in env["AGENCY_DATA_DIR"]["value"]
+    for name, obj in [("gateway", gateways()), ("redis", k8s_named("StatefulSet", "redis"))]:
+        for container in obj["spec"]["template"]["spec"]["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False, name
+        assert obj["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True, name
+
+
+def test_kubernetes_checkpoint_key_comes_from_a_read_only_secret_outside_the_data_volume():
+    pod = gateways()["spec"]["template"]["spec"]
+    env = gateway_env()
+    key = Path(env["AGENCY_CHECKPOINT_KEY"])
+    mounts = gateway_container()["volumeMounts"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    holding = [m for m in mounts if key.is_relative_to(m["mountPath"])]
+    (mount,) = holding  # exactly one mount holds the key: not the data volume as well
+    assert "secret" in volumes[mount["name"]], "the key must come from a Secret"
+    assert mount["readOnly"] is True
+    mode = volumes[mount["name"]]["secret"]["defaultMode"]
+    assert mode & 0o022 == 0, f"mode {mode:o}: the gateway refuses a group- or world-writable key"
+    # the data volume (the audit log, and the default key place <data_dir>/keys) does not hold it
+    claims = {c["metadata"]["name"] for c in gateways()["spec"]["volumeClaimTemplates"]}
+    data = [Path(m["mountPath"]) for m in mounts if m["name"] in claims]
+    assert data and not any(key.is_relative_to(d) or d.is_relative_to(mount["mountPath"]) for d in data)
+    data_dir = Path(env["AGENCY_DATA_DIR"].replace("$(AGENCY_NODE_ID)", "agency-gateway-0"))
+    assert not key.is_relative_to(data_dir)
+    # what the gateway itself checks: a checkpoint key under the audit directory stops it
+    from middleware.server.definition import definition_from
+
+    definition = definition_from({}, env={"AGENCY_DATA_DIR": str(data_dir)})  # (the key file is not here)
+    assert not key.is_relative_to(definition.audit_directory)
+
+
+def test_kubernetes_drain_covers_the_longest_contract_slo():
+    slos = declared_slos_ms()
+    assert slos, "no contract SLO found in examples/ or deploy/"
+    longest = max(LONGEST_SLO_SECONDS, max(slos) / 1000)
+    from middleware.server.definition import definition_from
+
+    env = {k: v for k, v in gateway_env().items() if k != "AGENCY_CHECKPOINT_KEY"}  # (not on this host)
+    grace = definition_from({}, env=env).server.grace_seconds
+    assert grace >= longest, f"drain {grace:g} s < the longest contract SLO {longest:g} s"
+    termination = gateways()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    # the exit is bounded to 10 s after the drain (docs/operations.md, "Scaling out")
+    assert termination >= grace + 10, f"Kubernetes kills at {termination} s, before drain + exit"
+
+
+def test_kubernetes_redis_url_names_a_redis_service_of_the_manifests():
+    url = urlparse(gateway_env()["AGENCY_REDIS_URL"])
+    assert url.scheme == "redis"
+    service = k8s_named("Service", url.hostname)
+    port = {p["port"]: p for p in service["spec"]["ports"]}[url.port or 6379]
+    (redis,) = [
+        o
+        for o in k8s_objects()
+        if o["kind"] == "StatefulSet"
+        and selects(service["spec"]["selector"], o["spec"]["template"]["metadata"]["labels"])
+    ]
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    named = {p["name"]: p["containerPort"] for p in container["ports"]}
+    target = port["targetPort"]
+    assert (named.get(target) if isinstance(target, str) else target) == 6379
+    assert container["image"].split(":")[0] == "redis" and not container["image"].endswith(":latest")
+    assert "--appendonly" in container["args"]  # a restarted Redis keeps the fleet's state
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    (claim,) = redis["spec"]["volumeClaimTemplates"]
+    assert container["args"][container["args"].index("--dir") + 1] == mounts[claim["metadata"]["name"]]
 
 
 def test_environment_variables_in_deploy_files_are_ones_the_config_reads():
     known = config_env_names() | PENDING_ENV
-    used = set(k8s()["ConfigMap"]["data"])
-    used |= {e["name"] for e in k8s()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    used = set(gateway_env())
     for svc in compose()["services"].values():
         used |= {k for k in svc.get("environment", {}) if k.startswith("AGENCY_")}
     unknown = {v for v in used if v.startswith("AGENCY_")} - known
@@ -286,5 +466,5 @@ def test_serve_command_in_every_file_is_the_same():
     dock = exec_form(dict(dockerfile())["CMD"])
     services = compose()["services"]
     assert services["gateway-1"]["command"] == dock == services["gateway-2"]["command"]
-    assert k8s()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"] == dock
+    assert gateway_container()["args"] == dock
     assert shlex.join(dock)  # printable

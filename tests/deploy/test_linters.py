@@ -69,7 +69,7 @@ def test_every_kubernetes_object_is_valid_against_its_schema() -> None:
 def test_the_kubernetes_check_can_fail() -> None:
     import kubernetes_validate
 
-    doc = yaml.safe_load((DEPLOY / "k8s" / "service.yaml").read_text())
+    doc = next(yaml.safe_load_all((DEPLOY / "k8s" / "service.yaml").read_text()))
     doc["spec"]["ports"][0]["port"] = "not a port"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)

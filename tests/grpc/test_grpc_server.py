@@ -10,6 +10,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc, catalog_pb2, catalog_pb2_grpc, common_pb2
+from middleware.server.grpc_api.server import LIVENESS_SERVICE
 
 
 def metadata(err: grpc.aio.AioRpcError) -> dict[str, str]:
@@ -143,6 +144,9 @@ async def test_health_and_reflection(grpc_gateway):
     await server.set_serving(False)
     reply = await health.Check(health_pb2.HealthCheckRequest(service=""))
     assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    # the liveness probe's service: the process answers, whatever its backends say
+    reply = await health.Check(health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
     refl = reflection_pb2_grpc.ServerReflectionStub(channel)
 

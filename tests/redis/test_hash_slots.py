@@ -303,7 +303,7 @@ STORES: dict[str, Store] = {
     "usage_meter": Store(lambda c, p: RedisUsageMeter(c, prefix=p), tour_usage),
 }
 #: Not Redis stores: the key names, the error mapping, the health monitor.
-NOT_STORES = {"keys", "errors", "health"}
+NOT_STORES = {"keys", "errors", "health", "connection"}  # connection: a URL -> a client (redis-conn)
 #: Public methods a tour need not call (closing the shared client).
 NOT_TOURED = {"close"}
 

@@ -38,7 +38,12 @@ from .goal_servicer import GoalServicer
 from .message_servicer import add_message_service
 from .tls import add_port
 
-__all__ = ["MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
+__all__ = ["LIVENESS_SERVICE", "MAX_MESSAGE_BYTES", "GrpcServer", "build_server"]
+
+#: The health service name that says only "this process answers": SERVING from start until
+#: shutdown, whatever the backends do. A liveness probe asks for it (a gateway waiting for Redis
+#: must not be restarted: it reconnects on its own); readiness asks for ``""``, the whole verdict.
+LIVENESS_SERVICE = "agency.v1.Liveness"
 
 log = logging.getLogger("agency.grpc")
 
@@ -48,7 +53,8 @@ class GrpcServer:
 
     Attributes:
         port: The port actually bound (useful with ``host:0``).
-        health: The standard health servicer; ``set_serving(False)`` flips it.
+        health: The standard health servicer; ``set_serving(False)`` flips it (all but
+            :data:`LIVENESS_SERVICE`, which only shutdown turns NOT_SERVING).
         refusals: Audits calls refused for their token (client or agent), per source and interval.
     """
 
@@ -68,6 +74,7 @@ class GrpcServer:
 
     async def start(self) -> None:
         await self.server.start()
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self.set_serving(True)
 
     async def set_serving(self, serving: bool) -> None:
