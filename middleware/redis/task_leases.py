@@ -120,6 +120,7 @@ class RedisTaskLeases:
         self._owns_client = owns_client
         self.on_redis_error = on_redis_error
         self.lease_seconds = lease_seconds
+        self.prefix = prefix
         self._lease_ms = max(1, int(lease_seconds * 1000))
         self._keys = [f"{prefix}{{task-leases}}", f"{prefix}{{task-leases}}:owners"]
         self._hold = client.register_script(_HOLD)
@@ -139,6 +140,20 @@ class RedisTaskLeases:
     async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:
         args = [task_id, holder.encode(), self._lease_ms, 1 if force else 0]
         return int(await self._hold(keys=self._keys, args=args)) == 1
+
+    @property
+    def hold_script(self) -> Any:
+        """The script :meth:`hold_into` queues (for :func:`~middleware.redis.task_store.run_pipeline`)."""
+        return self._hold
+
+    def hold_into(self, pipe: Any, task_id: str, holder: Holder) -> None:
+        """Queue :meth:`hold` (not forced) in ``pipe``, a pipeline of a client on the same Redis
+        (its reply: 1 held, 0 another's; run it with
+        :func:`~middleware.redis.task_store.run_pipeline`), so that a new task and its lease go in
+        one round trip."""
+        pipe.evalsha(
+            self._hold.sha, len(self._keys), *self._keys, task_id, holder.encode(), self._lease_ms, 0
+        )
 
     @redis_operation("task_leases.renew")
     async def renew(

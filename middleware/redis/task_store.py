@@ -1,18 +1,33 @@
 """Task records in Redis, shared by every gateway replica.
 
-Layout (``prefix`` defaults to ``agency:``): ``{prefix}task:{id}`` is a hash with
-the version ``v``, the JSON ``data`` and the task's list row ``s`` (a summary as JSON);
-``{prefix}task-lock:{id}`` holds the lock token. Writes go through one Lua script that
-compares the version and sets the new one atomically; the lock is ``SET NX PX`` released by
-a compare-and-delete script, so a replica can only release its own lock. Every task key
-carries a TTL.
+Layout (``P`` = ``prefix``, default ``agency:``); every key of one task carries the hash tag
+``{task:ID}``, so each script and pipeline of one task touches one Redis Cluster slot::
+
+    P{task:ID}          hash     v (version), data (the record as JSON), s (its list row as JSON)
+    P{task:ID}:lock     string   the lock token (SET NX PX; released by compare-and-delete)
+    P{task:ID}:events   stream   the task's events (:mod:`middleware.redis.task_events`)
+
+Writes go through one Lua script that compares the version and sets the new one atomically;
+the lock is ``SET NX PX`` released by a compare-and-delete script, so a replica can only
+release its own lock.
+
+**Retention** (``storage.retention``): every write sets the record's TTL by its state: a
+finished task's record lives ``finished_ttl_s`` (1 h by default) after it ended, any other
+``ttl_s`` (7 days) after its last change; then the key is gone (the audit log is the durable
+record). Saved with its final events (:meth:`RedisTaskStore.save_told`), the task's event
+stream gets ``events_ttl_s`` in the same script.
 
 Task lists (ListTasks) read two sorted sets of task ids scored by creation time (in
-microseconds): ``{prefix}{tasks}:all`` (every task) and ``{prefix}{client:NAME}:tasks``
-(the tasks of one client, its name case-folded; ``{client:TENANT/NAME}`` within a tenant). A
-page walks the set newest first and reads the rows ``s`` of the ids it meets (one pipelined
-round trip per batch); an id whose task expired is removed from the set on the way. Each set
-keeps the newest ``max_listed`` ids.
+microseconds): ``P{tasks}:all`` (every task) and ``P{client:NAME}:tasks`` (the tasks of one
+client, its name case-folded; ``{client:TENANT/NAME}`` within a tenant). A page walks the set
+newest first and reads the rows ``s`` of the ids it meets (one pipelined round trip per batch);
+an id whose task expired is removed from the set on the way. Each create prunes the ids created
+more than ``ttl_s`` ago (no record outlives that unless written since) and keeps the newest
+``max_listed``, so a set holds a bounded number of ids whatever is listed.
+
+**Round trips**: :meth:`RedisTaskStore.create` is one pipeline (the record, its list rows and,
+with :meth:`create_leased`, the task's lease); :meth:`save_told` saves a record and appends its
+events in one script.
 """
 
 from __future__ import annotations
@@ -20,13 +35,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from ..errors import AlreadyExists, ConcurrentUpdate, NotFound
+from ..task_events import TaskEvent
+from ..task_leases import Holder
 from ..task_listing import (
     TaskPage,
     TaskQuery,
@@ -40,22 +57,29 @@ from ..task_listing import (
 from ..tasks import TaskRecord
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
-__all__ = ["RedisTaskStore"]
+__all__ = ["RedisTaskStore", "evalsha", "run_pipeline"]
 
-# KEYS[1] task key; ARGV: expected version ("0" = must not exist), new version, data, ttl ms,
-# and (optional) the task's list row.
-# Returns 1 on success, 0 on a version mismatch, -1 when the key is missing.
+# KEYS[1] task key, KEYS[2] (optional) its event stream; ARGV: expected version ("0" = must
+# not exist), new version, data, ttl ms, the list row, the events' ttl ms, then the events'
+# JSON (appended first, whatever the version check says: they are told before the task is stored).
+# Returns {1, last event id} on success, {0, ...} on a version mismatch, {-1, ...} on a missing key.
 _CAS = """
+local last = ''
+if KEYS[2] then
+  for i = 7, #ARGV do
+    last = redis.call('XADD', KEYS[2], '0-*', 'e', ARGV[i])
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
 local cur = redis.call('HGET', KEYS[1], 'v')
 if cur == false then
-  if ARGV[1] ~= '0' then return -1 end
+  if ARGV[1] ~= '0' then return {-1, last} end
 elseif cur ~= ARGV[1] then
-  return 0
+  return {0, last}
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'data', ARGV[3])
-if ARGV[5] then redis.call('HSET', KEYS[1], 's', ARGV[5]) end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'data', ARGV[3], 's', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return 1
+return {1, last}
 """
 
 _RELEASE = """
@@ -70,7 +94,12 @@ class RedisTaskStore:
     Args:
         client: A ``redis.asyncio.Redis`` client (the caller owns it).
         prefix: Namespace for every key.
-        ttl_s: How long a task record lives after its last write.
+        ttl_s: How long a task that has not finished lives after its last write
+            (``storage.retention.held_task_seconds``).
+        finished_ttl_s: How long a finished task's record lives after it ended
+            (``storage.retention.finished_task_seconds``).
+        events_ttl_s: How long a finished task's events live when saved with it
+            (``storage.retention.task_event_seconds``; see :meth:`save_told`).
         lock_ttl_s: A lock's lifetime, so a crashed replica cannot hold a task forever.
         on_redis_error: Called with the operation (``"task_store.save"`` ...) whenever a
             Redis error escapes one (see :mod:`middleware.redis.errors`).
@@ -83,17 +112,28 @@ class RedisTaskStore:
         *,
         prefix: str = "agency:",
         ttl_s: float = 7 * 24 * 3600,
+        finished_ttl_s: float = 3600.0,
+        events_ttl_s: float = 3600.0,
         lock_ttl_s: float = 30.0,
         poll_s: float = 0.01,
         owns_client: bool = False,
         on_redis_error: RedisErrorHook | None = None,
         max_listed: int = 1_000_000,
     ) -> None:
+        for name, value in (
+            ("ttl_s", ttl_s),
+            ("finished_ttl_s", finished_ttl_s),
+            ("events_ttl_s", events_ttl_s),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0")
         self._redis = client
         self.on_redis_error = on_redis_error
         self._owns_client = owns_client
         self._prefix = prefix
-        self._ttl_ms = int(ttl_s * 1000)
+        self._ttl_ms = max(1, int(ttl_s * 1000))
+        self._finished_ttl_ms = max(1, int(finished_ttl_s * 1000))
+        self._events_ttl_ms = max(1, int(events_ttl_s * 1000))
         self._lock_ttl_ms = int(lock_ttl_s * 1000)
         self._poll_s = poll_s
         self._max_listed = max_listed
@@ -107,8 +147,27 @@ class RedisTaskStore:
 
         return cls(aioredis.Redis.from_url(url), owns_client=True, **kwargs)
 
-    def _key(self, task_id: str) -> str:
-        return f"{self._prefix}task:{task_id}"
+    @property
+    def client(self) -> Any:
+        """The Redis client (the task leases and event log of a gateway may share it)."""
+        return self._redis
+
+    def key(self, task_id: str) -> str:
+        """The hash of ``task_id``'s record."""
+        return f"{self._prefix}{{task:{task_id}}}"
+
+    _key = key
+
+    def lock_key(self, task_id: str) -> str:
+        """The key of ``task_id``'s lock (in the task's hash slot)."""
+        return f"{self._prefix}{{task:{task_id}}}:lock"
+
+    def events_key(self, task_id: str) -> str:
+        """The stream of ``task_id``'s events (as :meth:`RedisTaskEventLog.key` names it)."""
+        return f"{self._prefix}{{task:{task_id}}}:events"
+
+    def _record_ttl_ms(self, record: TaskRecord) -> int:
+        return self._finished_ttl_ms if record.state.terminal else self._ttl_ms
 
     def _listed(self, client: str | None, tenant: str | None = None) -> str:
         """The sorted set listing every task (``None``) or one client's (of ``tenant``: two
@@ -122,26 +181,78 @@ class RedisTaskStore:
             else f"{self._prefix}{{client:{who}}}:tasks"
         )
 
-    @redis_operation("task_store.create")
-    async def create(self, record: TaskRecord) -> None:
+    def _create_into(self, pipe: Any, record: TaskRecord) -> None:
+        """Queue the new record (its version check is in the script) and its list rows."""
         record.version = 1
         summary = summary_of(record)
-        ok = await self._cas(
-            keys=[self._key(record.task_id)],
-            args=["0", 1, record.model_dump_json(), self._ttl_ms, summary.model_dump_json()],
+        evalsha(
+            pipe,
+            self._cas,
+            [self.key(record.task_id)],
+            ["0", 1, record.model_dump_json(), self._record_ttl_ms(record), summary.model_dump_json()],
         )
-        if int(ok) != 1:
-            record.version = 0
-            raise AlreadyExists(f"task {record.task_id!r} already exists")
-        # listed once it exists: a list that meets an id without its task drops the id
-        score = {record.task_id: micros(record.created_at)}
-        pipe = self._redis.pipeline(transaction=False)
+        created = micros(record.created_at)
+        oldest = created - self._ttl_ms * 1000  # ids older than any unwritten record
         for key in dict.fromkeys(
             [self._listed(None), *([self._listed(record.client, record.tenant)] if record.client else [])]
         ):
-            pipe.zadd(key, score)
+            # NX: a duplicate id (refused below) does not move the listed task
+            pipe.zadd(key, {record.task_id: created}, nx=True)
+            pipe.zremrangebyscore(key, "-inf", f"({oldest}")
             pipe.zremrangebyrank(key, 0, -self._max_listed - 1)
-        await pipe.execute()
+
+    @staticmethod
+    def _created(record: TaskRecord, result: Any) -> None:
+        if int(result[0]) != 1:
+            record.version = 0
+            raise AlreadyExists(f"task {record.task_id!r} already exists")
+
+    @redis_operation("task_store.create")
+    async def create(self, record: TaskRecord) -> None:
+        results = await run_pipeline(self._redis, lambda pipe: self._create_into(pipe, record), [self._cas])
+        self._created(record, results[0])
+
+    def batches_with(self, events: Any, leases: Any) -> bool:
+        """True when ``events`` is a Redis event log under this store's prefix and ``leases`` is
+        None or Redis leases under it (see :class:`~middleware.task_store.BatchingTaskStore`)."""
+        from .task_events import RedisTaskEventLog
+        from .task_leases import RedisTaskLeases
+
+        if not isinstance(events, RedisTaskEventLog) or events.key("t") != self.events_key("t"):
+            return False
+        return leases is None or (isinstance(leases, RedisTaskLeases) and leases.prefix == self._prefix)
+
+    @redis_operation("task_store.create")
+    async def create_leased(self, record: TaskRecord, leases: Any, holder: Holder) -> bool:
+        """Hold ``holder``'s lease on the new task and store it, in one round trip.
+
+        Returns:
+            False when another holder has a lease on this task id (nothing was stored: a record
+            this call made meanwhile is taken back).
+
+        ``leases`` must be a :class:`~middleware.redis.task_leases.RedisTaskLeases` on the same
+        Redis (see :meth:`batches_with`).
+
+        Raises:
+            AlreadyExists: a task with this id exists.
+        """
+
+        def fill(pipe: Any) -> None:
+            leases.hold_into(pipe, record.task_id, holder)
+            self._create_into(pipe, record)
+
+        results = await run_pipeline(self._redis, fill, [leases.hold_script, self._cas])
+        held = int(results[0]) == 1
+        created = int(results[1][0]) == 1
+        if not held:
+            if created:  # a lease left on no task by a gateway that died before storing it
+                await self._redis.delete(self.key(record.task_id))
+            record.version = 0
+            return False
+        if not created:
+            await leases.release(record.task_id, holder)
+        self._created(record, results[1])
+        return True
 
     @redis_operation("task_store.get")
     async def get(self, task_id: str) -> TaskRecord:
@@ -152,25 +263,48 @@ class RedisTaskStore:
 
     @redis_operation("task_store.save")
     async def save(self, record: TaskRecord) -> None:
+        await self._save(record, ())
+
+    @redis_operation("task_store.save")
+    async def save_told(self, record: TaskRecord, events: Sequence[TaskEvent]) -> int:
+        """Append ``events`` to the task's event stream, then save ``record`` (as :meth:`save`),
+        in one script: followers are told before the task is stored, as with an append followed
+        by a save, in one round trip. A finished task's stream then lives ``events_ttl_s``.
+
+        Returns:
+            The seq of the last event appended (0 when none were).
+
+        Raises:
+            ConcurrentUpdate: someone else saved a newer version first (the events are appended).
+            NotFound: the task is gone.
+        """
+        return await self._save(record, events)
+
+    async def _save(self, record: TaskRecord, events: Sequence[TaskEvent]) -> int:
         old = record.version
         record.version = old + 1  # written as the new version (no copy of the record for it)
         data = record.model_dump_json()
         record.version = old  # until the write is known to have won
         row = summary_of(record).model_dump_json()
-        result = int(
-            await self._cas(
-                keys=[self._key(record.task_id)], args=[str(old), old + 1, data, self._ttl_ms, row]
-            )
-        )
-        if result == -1:
+        ttl = self._record_ttl_ms(record)
+        keys = [self.key(record.task_id)]
+        args: list[Any] = [str(old), old + 1, data, ttl, row]
+        if events:
+            keys.append(self.events_key(record.task_id))
+            events_ttl = self._events_ttl_ms if record.state.terminal else ttl
+            args += [events_ttl, *(event.to_json() for event in events)]
+        result, last = await self._cas(keys=keys, args=args)
+        if int(result) == -1:
             raise NotFound(f"no task {record.task_id!r}")
-        if result == 0:
+        if int(result) == 0:
             raise ConcurrentUpdate(f"task {record.task_id} changed concurrently (writing over v{old})")
         record.version = old + 1
+        text = last.decode() if isinstance(last, bytes) else str(last or "")
+        return int(text.partition("-")[2] or 0)
 
     @asynccontextmanager
     async def lock(self, task_id: str, *, wait_s: float = 2.0) -> AsyncIterator[None]:
-        key = f"{self._prefix}task-lock:{task_id}"
+        key = self.lock_key(task_id)
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         try:
@@ -246,3 +380,37 @@ class RedisTaskStore:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def run_pipeline(client: Any, fill: Callable[[Any], None], scripts: Sequence[Any]) -> list[Any]:
+    """Run the commands ``fill`` queues (scripts by ``EVALSHA``) in one non-transactional pipeline:
+    one round trip. redis-py's own pipelined scripts cost a ``SCRIPT EXISTS`` round trip on every
+    execute; here a script Redis does not have (a restarted or flushed server) is loaded and the
+    pipeline sent once more, each command's first reply that is not an error kept (so every
+    command queued must be safe to repeat: a repeated compare-and-set keeps its first answer).
+
+    Raises:
+        RedisError: the first error reply, or the connection's.
+    """
+    results: list[Any] = []
+    for attempt in range(2):
+        pipe = client.pipeline(transaction=False)
+        fill(pipe)
+        got = await pipe.execute(raise_on_error=False)
+        if results:  # the second send: keep each command's first answer
+            got = [b if isinstance(a, Exception) else a for a, b in zip(results, got, strict=True)]
+        results = got
+        if attempt == 0 and any(isinstance(r, NoScriptError) for r in results):
+            for script in scripts:
+                script.sha = await client.script_load(script.script)
+            continue
+        break
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results
+
+
+def evalsha(pipe: Any, script: Any, keys: Sequence[str], args: Sequence[Any]) -> None:
+    """Queue ``script`` in ``pipe`` by its SHA (see :func:`run_pipeline`)."""
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
