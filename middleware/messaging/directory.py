@@ -4,11 +4,13 @@ Agents of the definition file are enrolled by every replica at start-up; agents 
 through the RPC are kept here so that every replica knows them (``RedisDirectory`` under the
 storage key prefix) and a restart does not forget them::
 
-    {prefix}agents            hash: name -> the record (JSON)
-    {prefix}agents:tokens     hash: token SHA-256 -> name
-    {prefix}agents:seen       hash: name -> last seen (epoch seconds)
-    {prefix}agents:keys       hash: look-alike key (middleware.names) -> name
-    {prefix}agents:by:{client}  set: the names a gateway client registered (its quota)
+    {prefix}{directory}:agents        hash: name -> the record (JSON)
+    {prefix}{directory}:tokens        hash: token SHA-256 -> name
+    {prefix}{directory}:seen          hash: name -> last seen (epoch seconds)
+    {prefix}{directory}:names         hash: look-alike key (middleware.names) -> name
+    {prefix}{directory}:by:<client>   set: the names a gateway client registered (its quota)
+
+(one hash tag, so one Redis Cluster slot: :mod:`middleware.redis.keys`)
 
 Only the token's SHA-256 is stored; the token is returned once, by ``Register``.
 """

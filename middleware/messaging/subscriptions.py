@@ -5,8 +5,10 @@ deployment (else a message published through replica 2 finds no subscriber: topi
 the message lost) and must survive a restart. :class:`RedisSubscriptions` keeps them under
 the storage key prefix::
 
-    {prefix}subs:{topic}    set of subscribed agents
-    {prefix}subs            set of topics that have (or had) subscribers
+    {prefix}{subs}:topic:<topic>   set of subscribed agents
+    {prefix}{subs}:topics          set of topics that have (or had) subscribers
+
+(one hash tag, so one Redis Cluster slot: :mod:`middleware.redis.keys`)
 
 :class:`MemorySubscriptions` is the embedded default (one process).
 """

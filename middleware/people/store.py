@@ -2,11 +2,8 @@
 
 An escalation is claimed once: :meth:`EscalationStore.claim` is atomic (a Python dict under
 one event loop; ``SET NX`` on Redis), so two people answering at once, on one gateway or on
-two replicas, cannot both resume the task. Redis layout (``prefix`` = ``storage.key_prefix``):
-``{prefix}esc:{id}`` the escalation's JSON; ``{prefix}esc-open`` a sorted set of open ids by
-creation time; ``{prefix}esc-task:{task}`` the open escalation of a task;
-``{prefix}esc-claim:{id}`` the claim; ``{prefix}console-tasks`` recent tasks (sorted set by
-update time) with ``{prefix}console-task:{id}`` each summary. Every key carries a TTL.
+two replicas, cannot both resume the task. The Redis layout (hash tags ``{esc}`` and
+``{console-tasks}``) is in :mod:`middleware.redis.escalation_store`.
 """
 
 from __future__ import annotations

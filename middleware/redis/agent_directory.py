@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from ..messaging.directory import AgentRecord, Taken
 from .errors import RedisErrorHook, redis_operation
+from .keys import directory as directory_keys
 
 __all__ = ["RedisDirectory"]
 
@@ -38,6 +39,9 @@ return {'', ''}
 class RedisDirectory:
     """The directory in Redis: every replica under the same prefix shares it.
 
+    Every key carries the hash tag ``{directory}`` (one Redis Cluster slot): adding an agent is
+    one script over the records, the token index, the look-alike names and the client's set.
+
     Args:
         client: A ``redis.asyncio.Redis``.
         prefix: The storage key prefix.
@@ -49,17 +53,20 @@ class RedisDirectory:
     ):
         self._r = client
         self.on_redis_error = on_redis_error
-        self._agents = f"{prefix}agents"
-        self._tokens = f"{prefix}agents:tokens"
-        self._seen = f"{prefix}agents:seen"
-        self._keys = f"{prefix}agents:keys"
-        self._by = f"{prefix}agents:by:"
+        self._prefix = prefix
+        self._agents = directory_keys.agents(prefix)
+        self._tokens = directory_keys.tokens(prefix)
+        self._seen = directory_keys.seen(prefix)
+        self._keys = directory_keys.names(prefix)
         self._add = client.register_script(_ADD)
+
+    def _by(self, client: str) -> str:
+        return directory_keys.of_client(self._prefix, client)
 
     @redis_operation("directory.add")
     async def add(self, record: AgentRecord, *, max_per_client: int = 0) -> Taken | None:
         why, other = await self._add(
-            keys=[self._agents, self._tokens, self._keys, self._by + record.registered_by],
+            keys=[self._agents, self._tokens, self._keys, self._by(record.registered_by)],
             args=[
                 record.name,
                 record.token_sha256,
@@ -104,7 +111,7 @@ class RedisDirectory:
         for key in record.name_keys:
             pipe.hdel(self._keys, key)
         if record.registered_by:
-            pipe.srem(self._by + record.registered_by, name)
+            pipe.srem(self._by(record.registered_by), name)
         await pipe.execute()
         return record
 

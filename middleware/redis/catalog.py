@@ -1,23 +1,26 @@
 """Capability catalog in Redis: several gateway processes share it and see each other's changes.
 
-Key layout (``P`` = the prefix, default ``agency:catalog:``)::
+Key layout (``P`` = the prefix, default ``agency:catalog:``; every key carries the hash tag
+``{catalog}``, so the whole catalog is in one Redis Cluster slot: see :mod:`.keys`)::
 
-    P entry:<name@version>     string  the entry as JSON (contract, registered_at, revision);
-                                       expires expire_after_seconds after the last heartbeat
-    P hb                       zset    name@version → last heartbeat (epoch ms)
-    P stale                    set     entries already announced as stale
-    P idx:can:<action>         set     keys with the action in can_do
-    P idx:cannot:<action>      set     keys with the action in cannot_do
-    P idx:tag:<tag>            set     keys carrying the tag
-    P idx:name:<name>          set     keys of that name (all versions)
-    P events                   pub/sub catalog events as JSON (registered, updated, ...)
+    P{catalog}:entry:<name@version>   string  the entry as JSON (contract, registered_at, revision);
+                                              expires expire_after_seconds after the last heartbeat
+    P{catalog}:hb                     zset    name@version → last heartbeat (epoch ms)
+    P{catalog}:stale                  set     entries already announced as stale
+    P{catalog}:idx:can:<action>       set     keys with the action in can_do
+    P{catalog}:idx:cannot:<action>    set     keys with the action in cannot_do
+    P{catalog}:idx:tag:<tag>          set     keys carrying the tag
+    P{catalog}:idx:name:<name>        set     keys of that name (all versions)
+    P{catalog}:events                 pub/sub catalog events as JSON (registered, updated, ...)
 
 Writes are transactions (WATCH/MULTI), so a bad or conflicting registration leaves
 nothing behind and concurrent writers never half-overwrite each other; events are
 published inside the transaction, so a watcher only hears about committed changes.
 Index sets expire with the entries that fill them, and members whose entry expired are
-dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip (a
-Lua script reads the action's index sets, the entries and their heartbeats together).
+dropped when a lookup meets them, so nothing leaks. ``candidates`` is two round trips: a
+Lua script reads the action's index sets and the heartbeats together, then one MGET reads
+the entries (a script is given every key it touches, so it cannot read entries whose names
+it only learns from a set).
 
 Pub/sub is at-most-once: a watcher that was disconnected should re-read (``query``)
 before watching again.
@@ -40,18 +43,19 @@ from ..catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery
 from ..contracts import CapabilityContract, normalise_label
 from ..errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
 from ..smf import utcnow
+from . import keys as key_names
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 log = logging.getLogger("agency.catalog")
 
 __all__ = ["RedisCatalog"]
 
-_CANDIDATES_LUA = """
-local keys = redis.call('SUNION', KEYS[1], KEYS[2])
+# KEYS: can_do index, cannot_do index, heartbeats. Returns {member, heartbeat or false, ...}.
+_MEMBERS_LUA = """
+local members = redis.call('SUNION', KEYS[1], KEYS[2])
 local out = {}
-for _, k in ipairs(keys) do
+for _, k in ipairs(members) do
   out[#out + 1] = k
-  out[#out + 1] = redis.call('GET', ARGV[1] .. k) or false
   out[#out + 1] = redis.call('ZSCORE', KEYS[3], k) or false
 end
 return out
@@ -105,10 +109,10 @@ class RedisCatalog:
         self.clock = clock
         self.sweep_interval = sweep_interval or lease_seconds / 4
         self._ttl_ms = int(expire * 1000)
-        self._hb = prefix + "hb"
-        self._stale = prefix + "stale"
-        self.channel = prefix + "events"
-        self._candidates = redis.register_script(_CANDIDATES_LUA)
+        self._hb = key_names.catalog.heartbeats(prefix)
+        self._stale = key_names.catalog.stale(prefix)
+        self.channel = key_names.catalog.events(prefix)
+        self._members = redis.register_script(_MEMBERS_LUA)
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
 
@@ -312,20 +316,21 @@ class RedisCatalog:
     @redis_operation("catalog.candidates")
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
-        flat = await self._candidates(
-            keys=[self._idx("can", action), self._idx("cannot", action), self._hb],
-            args=[self.prefix + "entry:"],
-        )
+        index_sets = [self._idx("can", action), self._idx("cannot", action)]
+        flat = await self._members(keys=[*index_sets, self._hb])
+        members = [_text(k) for k in flat[::2]]
+        if not members:
+            return []
+        raws = await self.redis.mget([self._entry_key(k) for k in members])
         now = self.clock()
         out, dangling = [], []
-        for i in range(0, len(flat), 3):
-            key, raw, score = _text(flat[i]), flat[i + 1], flat[i + 2]
+        for key, raw, score in zip(members, raws, flat[1::2], strict=True):
             if raw is None:
                 dangling.append(key)
             else:
                 out.append(self._view(key, raw, score, now))
         if dangling:  # their entries expired: drop them from the index
-            await self._forget(dangling, [self._idx("can", action), self._idx("cannot", action)])
+            await self._forget(dangling, index_sets)
         out.sort(key=lambda e: e.key)
         return out
 
@@ -360,7 +365,7 @@ class RedisCatalog:
         """Delete every key under the prefix (tests, benchmarks). Returns how many."""
         count = 0
         async for batch in _scan_batches(self.redis, self.prefix + "*"):
-            count += await self.redis.unlink(*batch)
+            count += await key_names.delete(self.redis, batch)
         self._parsed.clear()
         return count
 
@@ -428,10 +433,10 @@ class RedisCatalog:
         )
 
     def _entry_key(self, key: str) -> str:
-        return f"{self.prefix}entry:{key}"
+        return key_names.catalog.entry(self.prefix, key)
 
     def _idx(self, kind: str, label: str) -> str:
-        return f"{self.prefix}idx:{kind}:{label}"
+        return key_names.catalog.index(self.prefix, kind, label)
 
     def _index_keys(self, c: CapabilityContract) -> list[str]:
         return [
@@ -448,7 +453,7 @@ def _text(value: bytes | str) -> str:
 
 async def _scan_batches(redis: Redis, pattern: str) -> Any:
     batch: list[Any] = []
-    async for key in redis.scan_iter(match=pattern, count=1000):
+    async for key in key_names.scan(redis, pattern):
         batch.append(key)
         if len(batch) >= 1000:
             yield batch

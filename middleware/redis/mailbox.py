@@ -1,11 +1,12 @@
 """The shared mailbox transport: one Redis stream and one consumer group per mailbox.
 
-Layout (every key under ``prefix``)::
+Layout (``P`` = prefix; every key of one mailbox carries the hash tag ``{mbox:<mailbox>}``, so
+dead-lettering, named enqueues and deletes stay in one Redis Cluster slot: see :mod:`.keys`)::
 
-    {prefix}mbox:{mailbox}   stream of live entries, field ``d`` = the bytes; group ``agency``
-    {prefix}dlq:{mailbox}    dead-letter stream: ``d``, ``reason``, ``entry``, ``deliveries``
-    {prefix}done:{mailbox}   sorted set: processed message id -> forget-after (epoch seconds)
-    {prefix}mkey:{mailbox}:{sha256 of a key}   the live entry of a named message (expires with it)
+    P{mbox:<mailbox>}:stream   stream of live entries, field ``d`` = the bytes; group ``agency``
+    P{mbox:<mailbox>}:dlq      dead-letter stream: ``d``, ``reason``, ``entry``, ``deliveries``
+    P{mbox:<mailbox>}:done     sorted set: processed message id -> forget-after (epoch seconds)
+    P{mbox:<mailbox>}:key:<sha256 of a key>   the live entry of a named message (expires with it)
 
 - ``enqueue`` is one Lua call that checks the bound (``XLEN``) and ``XADD`` s.
 - ``receive`` is one Lua call: ``XAUTOCLAIM`` entries idle longer than the visibility
@@ -38,6 +39,7 @@ from ..errors import ResourceExhausted
 from ..messaging.clock import Clock, system_clock
 from ..messaging.mailbox import Batch, DeadLetter, Delivery
 from .errors import RedisErrorHook, redis_operation
+from .keys import mailbox as mailbox_keys
 
 __all__ = ["RedisMailbox"]
 
@@ -155,7 +157,7 @@ class RedisMailbox:
 
     def _key(self, mailbox: str) -> str:
         self._touched.add(mailbox)
-        return f"{self._prefix}mbox:{mailbox}"
+        return mailbox_keys.stream(self._prefix, mailbox)
 
     async def _ensure_group(self, key: str, *, force: bool = False) -> None:
         if key in self._groups and not force:
@@ -178,7 +180,7 @@ class RedisMailbox:
     async def _enqueue_named(self, mailbox: str, data: bytes, *, max_len: int, key: str, ttl: float) -> str:
         stream = self._key(mailbox)
         await self._ensure_group(stream)
-        name = f"{self._prefix}mkey:{mailbox}:{hashlib.sha256(key.encode()).hexdigest()}"
+        name = mailbox_keys.named(self._prefix, mailbox, hashlib.sha256(key.encode()).hexdigest())
         entry = await self._enqueue_keyed(keys=[stream, name], args=[max_len, data, max(1, math.ceil(ttl))])
         if entry is None:
             raise ResourceExhausted(
@@ -264,7 +266,7 @@ class RedisMailbox:
             pipe.xack(key, GROUP, *entry_ids)
             pipe.xdel(key, *entry_ids)
         if processed:
-            done = f"{self._prefix}done:{mailbox}"
+            done = mailbox_keys.processed(self._prefix, mailbox)
             now = self._clock()
             pipe.zadd(done, dict.fromkeys(processed, now + processed_ttl))
             pipe.zremrangebyscore(done, "-inf", now)
@@ -313,7 +315,7 @@ class RedisMailbox:
     async def seen(self, mailbox: str, message_ids: Sequence[str]) -> set[str]:
         if not message_ids:
             return set()
-        scores = await self._r.zmscore(f"{self._prefix}done:{mailbox}", list(message_ids))
+        scores = await self._r.zmscore(mailbox_keys.processed(self._prefix, mailbox), list(message_ids))
         now = self._clock()
         return {m for m, score in zip(message_ids, scores, strict=True) if score is not None and score > now}
 
@@ -322,7 +324,7 @@ class RedisMailbox:
         key = self._key(mailbox)
         pipe = self._r.pipeline(transaction=True)
         pipe.xadd(
-            f"{self._prefix}dlq:{mailbox}",
+            mailbox_keys.dead_letters(self._prefix, mailbox),
             {
                 "d": delivery.data,
                 "reason": reason,
@@ -338,7 +340,7 @@ class RedisMailbox:
 
     @redis_operation("mailbox.dead_letters")
     async def dead_letters(self, mailbox: str, *, limit: int = 100) -> list[DeadLetter]:
-        rows: Any = await self._r.xrange(f"{self._prefix}dlq:{mailbox}", count=limit)
+        rows: Any = await self._r.xrange(mailbox_keys.dead_letters(self._prefix, mailbox), count=limit)
         return [
             DeadLetter(
                 entry_id=_s(f[b"entry"]),
@@ -361,7 +363,8 @@ class RedisMailbox:
     async def delete(self, mailbox: str) -> None:
         """Remove every key of ``mailbox`` (stream, dead letters, processed ids)."""
         key = self._key(mailbox)
-        await self._r.delete(key, f"{self._prefix}dlq:{mailbox}", f"{self._prefix}done:{mailbox}")
+        dead = mailbox_keys.dead_letters(self._prefix, mailbox)
+        await self._r.delete(key, dead, mailbox_keys.processed(self._prefix, mailbox))
         self._groups.discard(key)
 
     async def purge(self) -> None:

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from ..messaging.moderation import Quarantined
 from .errors import RedisErrorHook, redis_operation
+from .keys import quarantine as quarantine_keys
 
 __all__ = ["RedisBoard"]
 
@@ -18,15 +19,15 @@ def _s(value: Any) -> str:
 
 
 class RedisBoard:
-    """The board in Redis (``{prefix}quarantine`` hash; ``{prefix}quarantine:reports:{id}``
-    hashes of reporter -> reason)."""
+    """The board in Redis (``{prefix}{quarantine}:board`` hash; ``{prefix}{quarantine}:reports:{id}``
+    hashes of reporter -> reason; one hash tag, one Redis Cluster slot: see :mod:`.keys`)."""
 
     def __init__(
         self, client: Redis, *, prefix: str = "agency:", on_redis_error: RedisErrorHook | None = None
     ):
         self._r = client
         self.on_redis_error = on_redis_error
-        self._board = f"{prefix}quarantine"
+        self._board = quarantine_keys.board(prefix)
         self._prefix = prefix
 
     @redis_operation("quarantine.hold")
@@ -60,7 +61,7 @@ class RedisBoard:
 
     @redis_operation("quarantine.report")
     async def report(self, message_id: str, reporter: str, reason: str = "") -> int:
-        key = f"{self._prefix}quarantine:reports:{message_id}"
+        key = quarantine_keys.reports(self._prefix, message_id)
         pipe = self._r.pipeline(transaction=True)
         pipe.hset(key, reporter, reason)
         pipe.expire(key, 7 * 86400)
@@ -70,5 +71,5 @@ class RedisBoard:
 
     @redis_operation("quarantine.reports")
     async def reports(self, message_id: str) -> dict[str, str]:
-        raw = await self._r.hgetall(f"{self._prefix}quarantine:reports:{message_id}")
+        raw = await self._r.hgetall(quarantine_keys.reports(self._prefix, message_id))
         return {_s(k): _s(v) for k, v in raw.items()}

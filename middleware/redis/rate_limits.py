@@ -9,6 +9,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from ..messaging.limits import Bucket
+from . import keys as key_names
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisBuckets"]
@@ -44,7 +45,12 @@ return 0
 
 
 class RedisBuckets:
-    """Buckets in Redis under ``{prefix}ratelimit:{scope}:{name}``, shared by every replica.
+    """Buckets in Redis under ``{prefix}{ratelimit}:{scope}:{name}``, shared by every replica.
+
+    Every bucket carries the one hash tag ``{ratelimit}`` (one Redis Cluster slot): a take
+    charges several buckets (sender, recipient, topic...) all or none in one script, and which
+    buckets meet in one take is open-ended. The cost: on a cluster, rate limiting is served by
+    one primary (one script per message: far below one primary's capacity).
 
     Args:
         client: A ``redis.asyncio.Redis``.
@@ -76,7 +82,7 @@ class RedisBuckets:
     async def take(self, buckets: Sequence[Bucket]) -> tuple[Bucket, int] | None:
         if not buckets:
             return None
-        keys = [f"{self._prefix}ratelimit:{b.key}" for b in buckets]
+        keys = [key_names.rate_limits(self._prefix, b.key) for b in buckets]
         args: list[Any] = []
         for b in buckets:
             args += [repr(float(b.rate)), b.burst]

@@ -1,9 +1,10 @@
 """Routing statistics in Redis, so every gateway replica ranks with the same numbers.
 
-Per agent (``P`` = prefix, default ``agency:stats:``)::
+Per agent (``P`` = prefix, default ``agency:stats:``; both keys carry the agent's hash tag, so
+the outcome script stays in one Redis Cluster slot: see :mod:`.keys`)::
 
-    P <name@version>:outcomes   list   the last ``window`` outcomes, newest first ("1"/"0")
-    P <name@version>            hash   ok (successes in the list), n (list length), in_flight
+    P{stats:<name@version>}:outcomes   list   the last ``window`` outcomes, newest first ("1"/"0")
+    P{stats:<name@version>}            hash   ok (successes in the list), n (list length), in_flight
 
 A Lua script keeps ``ok``/``n`` in step with the list, so reading an agent's stats is one
 HMGET and ranking N candidates is one pipelined round trip. Keys expire after
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from ..routing_stats import AgentStats
+from . import keys as key_names
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisRoutingStats"]
@@ -77,21 +79,23 @@ class RedisRoutingStats:
 
     @redis_operation("routing_stats.started")
     async def started(self, agent: str) -> None:
+        stats, _ = key_names.routing_stats(self.prefix, agent)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hincrby(self.prefix + agent, "in_flight", 1)
-        pipe.pexpire(self.prefix + agent, self._ttl_ms)
+        pipe.hincrby(stats, "in_flight", 1)
+        pipe.pexpire(stats, self._ttl_ms)
         await pipe.execute()
 
     @redis_operation("routing_stats.finished")
     async def finished(self, agent: str, *, success: bool) -> None:
+        stats, outcomes = key_names.routing_stats(self.prefix, agent)
         await self._finished(
-            keys=[f"{self.prefix}{agent}:outcomes", self.prefix + agent],
+            keys=[outcomes, stats],
             args=[1 if success else 0, self.window, self._ttl_ms],
         )
 
     @redis_operation("routing_stats.released")
     async def released(self, agent: str) -> None:
-        await self._released(keys=[self.prefix + agent])
+        await self._released(keys=[key_names.routing_stats(self.prefix, agent)[0]])
 
     async def snapshot(self, agent: str) -> AgentStats:
         return (await self.snapshots([agent]))[agent]
@@ -100,7 +104,7 @@ class RedisRoutingStats:
     async def snapshots(self, agents: Sequence[str]) -> dict[str, AgentStats]:
         pipe = self.redis.pipeline(transaction=False)
         for agent in agents:
-            pipe.hmget(self.prefix + agent, "ok", "n", "in_flight")
+            pipe.hmget(key_names.routing_stats(self.prefix, agent)[0], "ok", "n", "in_flight")
         rows = await pipe.execute() if agents else []
         out = {}
         for agent, (ok, n, in_flight) in zip(agents, rows, strict=True):

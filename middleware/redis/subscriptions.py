@@ -8,6 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from .errors import RedisErrorHook, redis_operation
+from .keys import subscriptions as subscription_keys
 
 __all__ = ["RedisSubscriptions"]
 
@@ -18,6 +19,9 @@ def _s(value: Any) -> str:
 
 class RedisSubscriptions:
     """Subscriptions in Redis under ``prefix``: shared by every replica, kept across restarts.
+
+    Every key carries the hash tag ``{subs}`` (one Redis Cluster slot): subscribing adds the
+    member and the topic to the topic list in one transaction.
 
     Args:
         client: A ``redis.asyncio.Redis``.
@@ -33,13 +37,13 @@ class RedisSubscriptions:
         self.on_redis_error = on_redis_error
 
     def _key(self, topic: str) -> str:
-        return f"{self._prefix}subs:{topic}"
+        return subscription_keys.topic(self._prefix, topic)
 
     @redis_operation("subscriptions.add")
     async def add(self, topic: str, agent: str) -> None:
         pipe = self._r.pipeline(transaction=True)
         pipe.sadd(self._key(topic), agent)
-        pipe.sadd(f"{self._prefix}subs", topic)
+        pipe.sadd(subscription_keys.topics(self._prefix), topic)
         await pipe.execute()
 
     @redis_operation("subscriptions.remove")
@@ -52,7 +56,7 @@ class RedisSubscriptions:
 
     @redis_operation("subscriptions.all")
     async def all(self) -> dict[str, set[str]]:
-        topics = sorted(_s(t) for t in await self._r.smembers(f"{self._prefix}subs"))
+        topics = sorted(_s(t) for t in await self._r.smembers(subscription_keys.topics(self._prefix)))
         if not topics:
             return {}
         pipe = self._r.pipeline(transaction=False)

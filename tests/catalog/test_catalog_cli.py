@@ -14,6 +14,7 @@ from middleware.cli.catalog import _main
 from middleware.errors import AlreadyExists, InvalidInput, NotFound, Unavailable
 from middleware.memory_catalog import MemoryCatalog
 from middleware.pipeline import Agency
+from middleware.redis.keys import catalog as catalog_keys
 from middleware.server.grpc_api import build_server
 
 pytestmark = pytest.mark.timeout(30)
@@ -116,7 +117,9 @@ async def test_the_cli_talks_to_the_shared_redis_catalog_directly(
         await run("register", str(path), *where)
         keys = [e["key"] for e in json.loads(await run("list", *where, "--json"))]
         assert keys == ["daily_batch_report@2.0.0", "near_realtime_report@1.4.0"]
-        assert await redis_client.exists(redis_prefix + "catalog:entry:daily_batch_report@2.0.0")
+        assert await redis_client.exists(
+            catalog_keys.entry(redis_prefix + "catalog:", "daily_batch_report@2.0.0")
+        )
         watched = [
             json.loads(x)
             for x in (await run("watch", *where, "--include-existing", "--count", "2")).splitlines()

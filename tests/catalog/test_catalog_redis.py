@@ -13,6 +13,7 @@ from middleware.catalog import CatalogEventType, CatalogQuery
 from middleware.contracts import CapabilityContract
 from middleware.errors import AlreadyExists, InvalidInput
 from middleware.redis.catalog import RedisCatalog
+from middleware.redis.keys import catalog as catalog_keys
 from middleware.redis.routing_stats import RedisRoutingStats
 from middleware.testing import ManualClock
 
@@ -64,12 +65,12 @@ async def test_entries_carry_a_ttl_that_heartbeats_renew(redis_client, redis_pre
         redis_client, prefix=redis_prefix, lease_seconds=2, expire_after_seconds=20, clock=clock
     )
     await catalog.register(contract(tags=["t"]))
-    ttl = await redis_client.pttl(redis_prefix + "entry:agent@1.0.0")
+    ttl = await redis_client.pttl(catalog_keys.entry(redis_prefix, "agent@1.0.0"))
     assert 15_000 < ttl <= 20_000
-    assert 15_000 < await redis_client.pttl(redis_prefix + "idx:tag:t") <= 20_000
-    await redis_client.pexpire(redis_prefix + "entry:agent@1.0.0", 5_000)
+    assert 15_000 < await redis_client.pttl(catalog_keys.index(redis_prefix, "tag", "t")) <= 20_000
+    await redis_client.pexpire(catalog_keys.entry(redis_prefix, "agent@1.0.0"), 5_000)
     await catalog.heartbeat("agent@1.0.0")
-    assert await redis_client.pttl(redis_prefix + "entry:agent@1.0.0") > 15_000
+    assert await redis_client.pttl(catalog_keys.entry(redis_prefix, "agent@1.0.0")) > 15_000
     await catalog.clear()
 
 
@@ -81,9 +82,9 @@ async def test_an_expired_entry_leaves_no_trace(redis_client, redis_prefix) -> N
     await catalog.register(contract("gone", can_do=["act"]))
     await catalog.register(contract("kept", can_do=["act"]))
     # Redis expires the entry key on its own (real time); simulate its TTL running out
-    await redis_client.delete(redis_prefix + "entry:gone@1.0.0")
+    await redis_client.delete(catalog_keys.entry(redis_prefix, "gone@1.0.0"))
     assert [e.key for e in await catalog.candidates("act")] == ["kept@1.0.0"]
-    assert await redis_client.smembers(redis_prefix + "idx:can:act") == {b"kept@1.0.0"}
+    assert await redis_client.smembers(catalog_keys.index(redis_prefix, "can", "act")) == {b"kept@1.0.0"}
 
     clock.advance(11)
     await catalog.heartbeat("kept@1.0.0")
@@ -91,7 +92,7 @@ async def test_an_expired_entry_leaves_no_trace(redis_client, redis_prefix) -> N
         swept = await catalog.sweep()
         assert [(e.type, e.key) for e in swept] == [(CatalogEventType.DEREGISTERED, "gone@1.0.0")]
         assert (await asyncio.wait_for(events.__anext__(), 5)).key == "gone@1.0.0"
-    assert await redis_client.zrange(redis_prefix + "hb", 0, -1) == [b"kept@1.0.0"]
+    assert await redis_client.zrange(catalog_keys.heartbeats(redis_prefix), 0, -1) == [b"kept@1.0.0"]
     await catalog.clear()
 
 

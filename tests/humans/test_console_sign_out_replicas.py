@@ -20,6 +20,8 @@ async def test_a_sign_out_through_one_replica_ends_the_session_on_the_other(
     two = build_app(desk, secret="s" * 40, sign_ins=RedisSignIns(redis_client, prefix=redis_prefix))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=one), base_url="http://console") as a:
         csrf = await sign_in_as(a, AUDREY)
+        signed_in = await redis_client.keys(f"{redis_prefix}{{signin:*")  # type: ignore[attr-defined]
+        assert len(signed_in) == 1  # the pattern below finds sign-ins
         cookies = dict(a.cookies)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=two), base_url="http://console", cookies=cookies
@@ -28,5 +30,5 @@ async def test_a_sign_out_through_one_replica_ends_the_session_on_the_other(
             assert (await b.post("/signout", data={"csrf": csrf})).status_code == 303
         r = await a.get("/inbox")
         assert r.status_code == 303 and r.headers["location"] == "/signin"
-    keys = await redis_client.keys(f"{redis_prefix}console:signin:*")  # type: ignore[attr-defined]
+    keys = await redis_client.keys(f"{redis_prefix}{{signin:*")  # type: ignore[attr-defined]
     assert keys == []

@@ -27,6 +27,7 @@ from gateway_processes import GatewayProcess, start_gateway, start_gateways
 
 from middleware._proto.agency.v1 import messages_pb2, messages_pb2_grpc
 from middleware.messaging import SendOptions, generate_key, public_key_b64, sign_message
+from middleware.redis.keys import subscriptions as subscription_keys
 from middleware.server.grpc_api.message_servicer import smf_to_pb
 from middleware.server.settings import hash_token
 from middleware.smf import SMFMessage
@@ -257,7 +258,7 @@ async def test_a_subscription_made_through_one_gateway_holds_on_the_other_and_af
     stream = gw1.messages.Subscribe(messages_pb2.SubscribeRequest(topics=["task.execute"]), metadata=bob.auth)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 20
-    while not await redis_client.sismember(f"{redis_prefix}subs:task.execute", "bob"):
+    while not await redis_client.sismember(subscription_keys.topic(redis_prefix, "task.execute"), "bob"):
         assert loop.time() < deadline, "the subscription never reached the shared store"
         await asyncio.sleep(0.02)
 
