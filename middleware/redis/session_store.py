@@ -1,9 +1,10 @@
 """Conversation states in Redis, shared by every gateway replica.
 
-Layout (``prefix`` defaults to ``agency:``): ``{prefix}session:{id}`` holds the state
-as JSON with a TTL (24 h by default, restarted on every save);
-``{prefix}session-lock:{id}`` holds the lock token (``SET NX PX``, released by a
-compare-and-delete script, so a replica only releases its own lock).
+Layout (``prefix`` defaults to ``agency:``): ``{prefix}{session:ID}`` holds the state
+as JSON with a TTL (``storage.retention.session_seconds``, by default
+``agency.session_ttl_seconds``: 24 h; restarted on every save); ``{prefix}{session:ID}:lock``
+holds the lock token (``SET NX PX``, released by a compare-and-delete script, so a replica only
+releases its own lock). Both carry the session's hash tag (one Redis Cluster slot).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..errors import ConcurrentUpdate
 from ..sessions import DEFAULT_SESSION_TTL_S, ConversationState
+from . import keys
 
 __all__ = ["RedisSessionStore"]
 
@@ -64,7 +66,7 @@ class RedisSessionStore:
 
     def key(self, session_id: str) -> str:
         """The Redis key of a session's state."""
-        return f"{self._prefix}session:{session_id}"
+        return keys.session(self._prefix, session_id)
 
     async def get(self, session_id: str) -> ConversationState | None:
         data = await self._redis.get(self.key(session_id))
@@ -75,7 +77,7 @@ class RedisSessionStore:
 
     @asynccontextmanager
     async def lock(self, session_id: str, *, wait_s: float = 5.0) -> AsyncIterator[None]:
-        key = f"{self._prefix}session-lock:{session_id}"
+        key = keys.session_lock(self._prefix, session_id)
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         while not await self._redis.set(key, token, nx=True, px=self._lock_ttl_ms):

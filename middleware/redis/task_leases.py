@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..task_leases import Holder
+from . import keys
+from .batch import Batch
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisTaskLeases"]
@@ -122,7 +124,7 @@ class RedisTaskLeases:
         self.lease_seconds = lease_seconds
         self.prefix = prefix
         self._lease_ms = max(1, int(lease_seconds * 1000))
-        self._keys = [f"{prefix}{{task-leases}}", f"{prefix}{{task-leases}}:owners"]
+        self._keys = list(keys.task_leases(prefix))
         self._hold = client.register_script(_HOLD)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -141,19 +143,11 @@ class RedisTaskLeases:
         args = [task_id, holder.encode(), self._lease_ms, 1 if force else 0]
         return int(await self._hold(keys=self._keys, args=args)) == 1
 
-    @property
-    def hold_script(self) -> Any:
-        """The script :meth:`hold_into` queues (for :func:`~middleware.redis.task_store.run_pipeline`)."""
-        return self._hold
-
-    def hold_into(self, pipe: Any, task_id: str, holder: Holder) -> None:
-        """Queue :meth:`hold` (not forced) in ``pipe``, a pipeline of a client on the same Redis
-        (its reply: 1 held, 0 another's; run it with
-        :func:`~middleware.redis.task_store.run_pipeline`), so that a new task and its lease go in
-        one round trip."""
-        pipe.evalsha(
-            self._hold.sha, len(self._keys), *self._keys, task_id, holder.encode(), self._lease_ms, 0
-        )
+    def hold_into(self, batch: Batch, task_id: str, holder: Holder) -> int:
+        """Queue :meth:`hold` (not forced) in ``batch`` (run on a client of the same Redis; the
+        reply: 1 held, 0 another's), so that a new task and its lease go in one round trip.
+        Returns the reply's index."""
+        return batch.script(self._hold, self._keys, [task_id, holder.encode(), self._lease_ms, 0])
 
     @redis_operation("task_leases.renew")
     async def renew(

@@ -35,11 +35,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from ..errors import AlreadyExists, ConcurrentUpdate, NotFound
 from ..task_events import TaskEvent
@@ -55,9 +55,11 @@ from ..task_listing import (
     summary_of,
 )
 from ..tasks import TaskRecord
+from . import keys
+from .batch import Batch
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
-__all__ = ["RedisTaskStore", "evalsha", "run_pipeline"]
+__all__ = ["RedisTaskStore"]
 
 # KEYS[1] task key, KEYS[2] (optional) its event stream; ARGV: expected version ("0" = must
 # not exist), new version, data, ttl ms, the list row, the events' ttl ms, then the events'
@@ -154,17 +156,17 @@ class RedisTaskStore:
 
     def key(self, task_id: str) -> str:
         """The hash of ``task_id``'s record."""
-        return f"{self._prefix}{{task:{task_id}}}"
+        return keys.task(self._prefix, task_id)
 
     _key = key
 
     def lock_key(self, task_id: str) -> str:
         """The key of ``task_id``'s lock (in the task's hash slot)."""
-        return f"{self._prefix}{{task:{task_id}}}:lock"
+        return keys.task_lock(self._prefix, task_id)
 
     def events_key(self, task_id: str) -> str:
         """The stream of ``task_id``'s events (as :meth:`RedisTaskEventLog.key` names it)."""
-        return f"{self._prefix}{{task:{task_id}}}:events"
+        return keys.task_events(self._prefix, task_id)
 
     def _record_ttl_ms(self, record: TaskRecord) -> int:
         return self._finished_ttl_ms if record.state.terminal else self._ttl_ms
@@ -173,20 +175,15 @@ class RedisTaskStore:
         """The sorted set listing every task (``None``) or one client's (of ``tenant``: two
         tenants' clients of one name are two clients)."""
         if client is None:
-            return f"{self._prefix}{{tasks}}:all"
-        who = client.strip().casefold()
-        return (
-            f"{self._prefix}{{client:{tenant}/{who}}}:tasks"
-            if tenant
-            else f"{self._prefix}{{client:{who}}}:tasks"
-        )
+            return keys.tasks(self._prefix)
+        return keys.client_tasks(self._prefix, client.strip().casefold(), tenant or None)
 
-    def _create_into(self, pipe: Any, record: TaskRecord) -> None:
-        """Queue the new record (its version check is in the script) and its list rows."""
+    def _create_into(self, batch: Batch, record: TaskRecord) -> int:
+        """Queue the new record (its version check is in the script) and its list rows; returns
+        the index of the record's reply."""
         record.version = 1
         summary = summary_of(record)
-        evalsha(
-            pipe,
+        created_at = batch.script(
             self._cas,
             [self.key(record.task_id)],
             ["0", 1, record.model_dump_json(), self._record_ttl_ms(record), summary.model_dump_json()],
@@ -197,9 +194,10 @@ class RedisTaskStore:
             [self._listed(None), *([self._listed(record.client, record.tenant)] if record.client else [])]
         ):
             # NX: a duplicate id (refused below) does not move the listed task
-            pipe.zadd(key, {record.task_id: created}, nx=True)
-            pipe.zremrangebyscore(key, "-inf", f"({oldest}")
-            pipe.zremrangebyrank(key, 0, -self._max_listed - 1)
+            batch.command("zadd", key, {record.task_id: created}, nx=True)
+            batch.command("zremrangebyscore", key, "-inf", f"({oldest}")
+            batch.command("zremrangebyrank", key, 0, -self._max_listed - 1)
+        return created_at
 
     @staticmethod
     def _created(record: TaskRecord, result: Any) -> None:
@@ -209,8 +207,9 @@ class RedisTaskStore:
 
     @redis_operation("task_store.create")
     async def create(self, record: TaskRecord) -> None:
-        results = await run_pipeline(self._redis, lambda pipe: self._create_into(pipe, record), [self._cas])
-        self._created(record, results[0])
+        batch = Batch()
+        at = self._create_into(batch, record)
+        self._created(record, (await batch.run(self._redis))[at])
 
     def batches_with(self, events: Any, leases: Any) -> bool:
         """True when ``events`` is a Redis event log under this store's prefix and ``leases`` is
@@ -236,14 +235,12 @@ class RedisTaskStore:
         Raises:
             AlreadyExists: a task with this id exists.
         """
-
-        def fill(pipe: Any) -> None:
-            leases.hold_into(pipe, record.task_id, holder)
-            self._create_into(pipe, record)
-
-        results = await run_pipeline(self._redis, fill, [leases.hold_script, self._cas])
-        held = int(results[0]) == 1
-        created = int(results[1][0]) == 1
+        batch = Batch()
+        hold = leases.hold_into(batch, record.task_id, holder)
+        at = self._create_into(batch, record)
+        results = await batch.run(self._redis)
+        held = int(results[hold]) == 1
+        created = int(results[at][0]) == 1
         if not held:
             if created:  # a lease left on no task by a gateway that died before storing it
                 await self._redis.delete(self.key(record.task_id))
@@ -251,7 +248,7 @@ class RedisTaskStore:
             return False
         if not created:
             await leases.release(record.task_id, holder)
-        self._created(record, results[1])
+        self._created(record, results[at])
         return True
 
     @redis_operation("task_store.get")
@@ -287,13 +284,13 @@ class RedisTaskStore:
         record.version = old  # until the write is known to have won
         row = summary_of(record).model_dump_json()
         ttl = self._record_ttl_ms(record)
-        keys = [self.key(record.task_id)]
+        names = [self.key(record.task_id)]
         args: list[Any] = [str(old), old + 1, data, ttl, row]
         if events:
-            keys.append(self.events_key(record.task_id))
+            names.append(self.events_key(record.task_id))
             events_ttl = self._events_ttl_ms if record.state.terminal else ttl
             args += [events_ttl, *(event.to_json() for event in events)]
-        result, last = await self._cas(keys=keys, args=args)
+        result, last = await self._cas(keys=names, args=args)
         if int(result) == -1:
             raise NotFound(f"no task {record.task_id!r}")
         if int(result) == 0:
@@ -380,37 +377,3 @@ class RedisTaskStore:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def run_pipeline(client: Any, fill: Callable[[Any], None], scripts: Sequence[Any]) -> list[Any]:
-    """Run the commands ``fill`` queues (scripts by ``EVALSHA``) in one non-transactional pipeline:
-    one round trip. redis-py's own pipelined scripts cost a ``SCRIPT EXISTS`` round trip on every
-    execute; here a script Redis does not have (a restarted or flushed server) is loaded and the
-    pipeline sent once more, each command's first reply that is not an error kept (so every
-    command queued must be safe to repeat: a repeated compare-and-set keeps its first answer).
-
-    Raises:
-        RedisError: the first error reply, or the connection's.
-    """
-    results: list[Any] = []
-    for attempt in range(2):
-        pipe = client.pipeline(transaction=False)
-        fill(pipe)
-        got = await pipe.execute(raise_on_error=False)
-        if results:  # the second send: keep each command's first answer
-            got = [b if isinstance(a, Exception) else a for a, b in zip(results, got, strict=True)]
-        results = got
-        if attempt == 0 and any(isinstance(r, NoScriptError) for r in results):
-            for script in scripts:
-                script.sha = await client.script_load(script.script)
-            continue
-        break
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return results
-
-
-def evalsha(pipe: Any, script: Any, keys: Sequence[str], args: Sequence[Any]) -> None:
-    """Queue ``script`` in ``pipe`` by its SHA (see :func:`run_pipeline`)."""
-    pipe.evalsha(script.sha, len(keys), *keys, *args)
