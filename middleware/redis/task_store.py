@@ -115,7 +115,7 @@ class RedisTaskStore:
         prefix: str = "agency:",
         ttl_s: float = 7 * 24 * 3600,
         finished_ttl_s: float = 3600.0,
-        events_ttl_s: float = 3600.0,
+        events_ttl_s: float = 300.0,
         lock_ttl_s: float = 30.0,
         poll_s: float = 0.01,
         owns_client: bool = False,

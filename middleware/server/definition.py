@@ -206,11 +206,12 @@ class StorageRetention(Model):
         "stays this long after its last change: a waiting task not resumed within it can no longer be.",
     )
     task_event_seconds: float = Field(
-        default=3600.0,
+        default=300.0,
         gt=0,
         le=_MAX_RETENTION_S,
-        description="A finished task's event stream (WatchTask) stays this long after its last event "
-        "(an unfinished task's stream: as long as its record).",
+        description="A finished task's event stream stays this long after its last event (an "
+        "unfinished task's: as long as its record): a follower reconnecting within it misses nothing; "
+        "later, WatchTask answers the outcome from the record (the stream is ~3x the record's size).",
     )
     session_seconds: float | None = Field(
         default=None,
