@@ -21,9 +21,11 @@ Task lists (ListTasks) read two sorted sets of task ids scored by creation time 
 microseconds): ``P{tasks}:all`` (every task) and ``P{client:NAME}:tasks`` (the tasks of one
 client, its name case-folded; ``{client:TENANT/NAME}`` within a tenant). A page walks the set
 newest first and reads the rows ``s`` of the ids it meets (one pipelined round trip per batch);
-an id whose task expired is removed from the set on the way. Each create prunes the ids created
+an id whose task expired is removed from the set on the way. Each create drops the ids created
 more than ``ttl_s`` ago (no record outlives that unless written since) and keeps the newest
-``max_listed``, so a set holds a bounded number of ids whatever is listed.
+``max_listed``; every ``prune_every`` creates, the sets it wrote also drop the ids of expired
+tasks among their oldest (:meth:`RedisTaskStore.prune_listed`), so a finished task's two list
+rows (~200 B) go about when its record does.
 
 **Round trips**: :meth:`RedisTaskStore.create` is one pipeline (the record, its list rows and,
 with :meth:`create_leased`, the task's lease); :meth:`save_told` saves a record and appends its
@@ -37,6 +39,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -106,6 +109,8 @@ class RedisTaskStore:
         on_redis_error: Called with the operation (``"task_store.save"`` ...) whenever a
             Redis error escapes one (see :mod:`middleware.redis.errors`).
         max_listed: Task ids each list set keeps (the newest).
+        prune_every: Every this many creates, the list sets that create wrote drop the ids
+            of expired tasks among their oldest (:meth:`prune_listed`).
     """
 
     def __init__(
@@ -121,6 +126,7 @@ class RedisTaskStore:
         owns_client: bool = False,
         on_redis_error: RedisErrorHook | None = None,
         max_listed: int = 1_000_000,
+        prune_every: int = 64,
     ) -> None:
         for name, value in (
             ("ttl_s", ttl_s),
@@ -139,6 +145,8 @@ class RedisTaskStore:
         self._lock_ttl_ms = int(lock_ttl_s * 1000)
         self._poll_s = poll_s
         self._max_listed = max_listed
+        self._prune_every = max(1, prune_every)
+        self._creates = 0
         self._cas = client.register_script(_CAS)
         self._release = client.register_script(_RELEASE)
 
@@ -190,9 +198,7 @@ class RedisTaskStore:
         )
         created = micros(record.created_at)
         oldest = created - self._ttl_ms * 1000  # ids older than any unwritten record
-        for key in dict.fromkeys(
-            [self._listed(None), *([self._listed(record.client, record.tenant)] if record.client else [])]
-        ):
+        for key in self._listed_keys(record):
             # NX: a duplicate id (refused below) does not move the listed task
             batch.command("zadd", key, {record.task_id: created}, nx=True)
             batch.command("zremrangebyscore", key, "-inf", f"({oldest}")
@@ -210,6 +216,7 @@ class RedisTaskStore:
         batch = Batch()
         at = self._create_into(batch, record)
         self._created(record, (await batch.run(self._redis))[at])
+        await self._maybe_prune(record)
 
     def batches_with(self, events: Any, leases: Any) -> bool:
         """True when ``events`` is a Redis event log under this store's prefix and ``leases`` is
@@ -249,7 +256,39 @@ class RedisTaskStore:
         if not created:
             await leases.release(record.task_id, holder)
         self._created(record, results[at])
+        await self._maybe_prune(record)
         return True
+
+    async def _maybe_prune(self, record: TaskRecord) -> None:
+        self._creates += 1
+        if self._creates % self._prune_every == 0:
+            for key in self._listed_keys(record):
+                await self.prune_listed(key, now=record.created_at)
+
+    def _listed_keys(self, record: TaskRecord) -> list[str]:
+        return list(
+            dict.fromkeys(
+                [self._listed(None), *([self._listed(record.client, record.tenant)] if record.client else [])]
+            )
+        )
+
+    @redis_operation("task_store.prune")
+    async def prune_listed(self, key: str, *, now: datetime, limit: int = 256) -> int:
+        """Drop from the list set ``key`` the ids of expired tasks among the oldest ``limit`` created
+        more than ``finished_ttl_s`` before ``now`` (a younger task cannot have expired yet): a
+        finished task's list row goes about when its record does, not ``ttl_s`` after it was
+        created. Three round trips, every ``prune_every`` creates. Returns how many went."""
+        cutoff = micros(now) - self._finished_ttl_ms * 1000
+        ids = [_text(m) for m in await self._redis.zrangebyscore(key, "-inf", cutoff, start=0, num=limit)]
+        if not ids:
+            return 0
+        batch = Batch()
+        for task_id in ids:
+            batch.command("exists", self.key(task_id))
+        gone = [t for t, there in zip(ids, await batch.run(self._redis), strict=True) if not int(there)]
+        if gone:
+            await self._redis.zrem(key, *gone)
+        return len(gone)
 
     @redis_operation("task_store.get")
     async def get(self, task_id: str) -> TaskRecord:

@@ -133,6 +133,21 @@ async def test_list_rows_older_than_the_held_retention_are_pruned_on_create(redi
     assert await redis_client.zrange(keys.client_tasks(redis_prefix, "al"), 0, -1) == [b"new"]
 
 
+async def test_a_finished_tasks_list_rows_go_about_when_its_record_does(redis_client, redis_prefix):
+    store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=60, finished_ttl_s=0.2, prune_every=2)
+    done = [record("a"), record("b")]
+    for run in done:
+        await store.create(run)
+        run.state = TaskState.COMPLETED
+        await store.save(run)
+    held = record("held")
+    await store.create(held)  # 3rd create: no pruning
+    assert await gone(redis_client, store.key("a"), store.key("b"))
+    await store.create(record("c"))  # the 4th prunes: a and b expired, held did not
+    for key in (keys.tasks(redis_prefix), keys.client_tasks(redis_prefix, "al")):
+        assert await redis_client.zrange(key, 0, -1) == [b"held", b"c"]
+
+
 def test_retention_settings_default_validate_and_reach_the_stores(redis_prefix):
     default = definition_from({}, env={}).storage.retention
     assert (default.finished_task_seconds, default.held_task_seconds, default.task_event_seconds) == (
@@ -185,3 +200,36 @@ async def test_the_definitions_retention_reaches_every_redis_store(redis_prefix)
             close = getattr(store, "close", None) or getattr(store, "aclose", None)
             if close is not None:
                 await close()
+
+
+async def test_a_full_redis_under_noeviction_answers_unavailable_and_keeps_every_task(tmp_path):
+    """maxmemory with noeviction (docs/operations.md, "Redis memory"): past the limit a write is
+    refused (UNAVAILABLE, BACKEND_UNAVAILABLE) and nothing stored is evicted."""
+    import redis.asyncio as aioredis
+    from gateway_processes import free_port, start_redis
+
+    from middleware.errors import BackendUnavailable
+
+    port = free_port()
+    proc = start_redis(port)
+    client = aioredis.Redis(port=port)
+    try:
+        store = RedisTaskStore(client, prefix="oom:")
+        await store.create(record("first"))
+        used = int((await client.info("memory"))["used_memory"])
+        await client.config_set("maxmemory", used + 64 * 1024)
+        await client.config_set("maxmemory-policy", "noeviction")
+        stored = ["first"]
+        with pytest.raises(BackendUnavailable, match="OutOfMemoryError"):
+            for i in range(10_000):  # ~4 KB each: the limit is reached within ~20
+                run = record(f"t{i}")
+                run.request.text = "x" * 4096
+                await store.create(run)
+                stored.append(run.task_id)
+        assert len(stored) < 10_000
+        for task_id in stored:  # nothing evicted
+            assert (await store.get(task_id)).task_id == task_id
+    finally:
+        await client.aclose()
+        proc.terminate()
+        proc.wait(10)
