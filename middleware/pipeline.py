@@ -1243,7 +1243,12 @@ class Agency:
             raise InvalidInput.single("task_id", "required")
         run = await self.tasks.get(task_id)
         await self._authorize_task(caller, run, "AgencyService/GetTask")
-        return run.outcome()
+        if run.state in STOPPED_STATES:
+            return run.outcome()
+        # a running task is stored as it was accepted or claimed: its live state is its last event's
+        last = await self.events.last(task_id)
+        live = TaskState(last.state) if last is not None and last.state else run.state
+        return run.outcome(live if live in RUNNING_STATES else run.state)
 
     async def watch(
         self, task_id: str, *, after: int = 0, caller: Principal | None = None, wait_s: float = 5.0

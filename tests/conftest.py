@@ -8,6 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No property test fails for being slow: the machine is shared and the suite runs on every core
+# (hypothesis' default 200 ms deadline per example is a timed assertion).
+settings.register_profile("agency", deadline=None)
+settings.load_profile("agency")
 
 REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -10,6 +11,24 @@ from .._model import Model
 from .pii import DATA_CLASSES
 
 __all__ = ["GuardConfig", "InjectionSettings", "PersonalDataSettings"]
+
+
+#: The fewest bytes a token key file must hold (an HMAC-SHA-256 key of full strength).
+MIN_TOKEN_KEY_BYTES = 32
+
+
+def token_key_of(path: Path) -> bytes:
+    """The key in ``path`` (raises ValueError saying why it cannot be one)."""
+    try:
+        key = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(key) < MIN_TOKEN_KEY_BYTES:
+        raise ValueError(
+            f"{path} holds {len(key)} bytes; a token key needs at least {MIN_TOKEN_KEY_BYTES} "
+            "(head -c 32 /dev/urandom > FILE)"
+        )
+    return key
 
 
 class PersonalDataSettings(Model):
@@ -34,6 +53,25 @@ class PersonalDataSettings(Model):
         description="Replace personal data in audit records too (sealed under the subject's key "
         "when a subject key store is configured, else redacted), so no export holds it in clear.",
     )
+
+    token_key_file: Path | None = Field(
+        default=None,
+        description="A file whose bytes (at least 32: `head -c 32 /dev/urandom > token.key`) are the "
+        "key of the tokens. Give every replica the same file (a Secret, never the data volume), so a "
+        "task resumed on another gateway or after a restart restores the tokens it was given; unset: "
+        "32 random bytes per gateway process.",
+    )
+
+    @field_validator("token_key_file")
+    @classmethod
+    def _readable_key(cls, v: Path | None) -> Path | None:
+        if v is not None:
+            token_key_of(v)
+        return v
+
+    def token_key(self) -> bytes | None:
+        """The bytes of ``token_key_file`` (None: unset, a random key per process)."""
+        return None if self.token_key_file is None else token_key_of(self.token_key_file)
 
     @field_validator("classes")
     @classmethod

@@ -61,7 +61,8 @@ class ContentGuard:
         config: What is on (``agency.guards``).
         scanner: Finds personal data (default: the built-in recognizers of ``config``).
         injection: The injection detectors, in order (default: the heuristics).
-        token_key: The key of the tokens (default: 32 random bytes per gateway process).
+        token_key: The key of the tokens (default: ``config``'s ``token_key_file``, else 32
+            random bytes per gateway process).
         audit_replacer: How personal data in audit records is replaced, per record (default:
             ``[redacted:<class>]``; ``middleware.audit.shredding.SubjectSealer.replacer`` seals
             it under the subject's key).
@@ -83,14 +84,18 @@ class ContentGuard:
         self.injection: list[InjectionDetector] = (
             list(injection) if injection is not None else [HeuristicInjectionDetector()]
         )
-        self._token_key = token_key or os.urandom(32)
+        self._token_key = token_key or pd.token_key() or os.urandom(32)
 
     @property
     def personal_data(self) -> bool:
         return self.config.personal_data.enabled
 
+    def tokenizer(self, task_id: str) -> Tokenizer:
+        """The tokens of one task (the same for every guard holding the same key)."""
+        return Tokenizer(self._token_key, task_id)
+
     def _tokens(self, run: TaskRecord) -> Tokenizer:
-        return Tokenizer(self._token_key, run.task_id)
+        return self.tokenizer(run.task_id)
 
     async def screen_request(
         self,

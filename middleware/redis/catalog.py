@@ -17,10 +17,11 @@ Writes are transactions (WATCH/MULTI), so a bad or conflicting registration leav
 nothing behind and concurrent writers never half-overwrite each other; events are
 published inside the transaction, so a watcher only hears about committed changes.
 Index sets expire with the entries that fill them, and members whose entry expired are
-dropped when a lookup meets them, so nothing leaks. ``candidates`` is two round trips: a
-Lua script reads the action's index sets and the heartbeats together, then one MGET reads
-the entries (a script is given every key it touches, so it cannot read entries whose names
-it only learns from a set).
+dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip in the
+steady state: one pipeline reads the action's index sets and, beside them, the entries and
+heartbeats of the members the last lookup of that action met; members new since cost a
+second round trip. (It is not a script: a script is given every key it touches, and the
+entries' names are only known from the index.)
 
 Pub/sub is at-most-once: a watcher that was disconnected should re-read (``query``)
 before watching again.
@@ -49,17 +50,6 @@ from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redi
 log = logging.getLogger("agency.catalog")
 
 __all__ = ["RedisCatalog"]
-
-# KEYS: can_do index, cannot_do index, heartbeats. Returns {member, heartbeat or false, ...}.
-_MEMBERS_LUA = """
-local members = redis.call('SUNION', KEYS[1], KEYS[2])
-local out = {}
-for _, k in ipairs(members) do
-  out[#out + 1] = k
-  out[#out + 1] = redis.call('ZSCORE', KEYS[3], k) or false
-end
-return out
-"""
 
 
 def _ms(t: datetime) -> int:
@@ -112,7 +102,8 @@ class RedisCatalog:
         self._hb = key_names.catalog.heartbeats(prefix)
         self._stale = key_names.catalog.stale(prefix)
         self.channel = key_names.catalog.events(prefix)
-        self._members = redis.register_script(_MEMBERS_LUA)
+        # the members each action's lookup met last time: read with the index in one round trip
+        self._hints: dict[str, list[str]] = {}
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
 
@@ -164,7 +155,7 @@ class RedisCatalog:
                         pipe.pexpire(ikey, self._ttl_ms)
                     pipe.zadd(self._hb, {key: _ms(now)})
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     return entry
                 except WatchError:
@@ -204,7 +195,7 @@ class RedisCatalog:
                     touched.add(ikey)
                 pipe.zadd(self._hb, {contract.key: _ms(now)})
                 event = CatalogEvent(type=CatalogEventType.REGISTERED, key=contract.key, entry=entry, at=now)
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             for ikey in touched:
                 pipe.pexpire(ikey, self._ttl_ms)
             await pipe.execute()
@@ -228,7 +219,7 @@ class RedisCatalog:
                         pipe.srem(ikey, key)
                     pipe.zrem(self._hb, key)
                     pipe.srem(self._stale, key)
-                    pipe.publish(self.channel, event.model_dump_json())
+                    _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     self._parsed.pop(key, None)
                     return
@@ -298,7 +289,7 @@ class RedisCatalog:
         if events:
             pipe = self.redis.pipeline(transaction=False)
             for event in events:
-                pipe.publish(self.channel, event.model_dump_json())
+                _publish(pipe, self.channel, event.model_dump_json())
             await pipe.execute()
         return events
 
@@ -317,14 +308,36 @@ class RedisCatalog:
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
         index_sets = [self._idx("can", action), self._idx("cannot", action)]
-        flat = await self._members(keys=[*index_sets, self._hb])
-        members = [_text(k) for k in flat[::2]]
-        if not members:
-            return []
-        raws = await self.redis.mget([self._entry_key(k) for k in members])
+        # One round trip in the steady state: the index and, beside it, the entries and heartbeats
+        # of the members this action had last time; a second one only for members new since.
+        # (No script: a script may only touch keys it is given, and the entries' names are only
+        # known from the index.) Commands, not pipeline methods: see _publish.
+        hint = self._hints.get(action, [])
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.execute_command("SUNION", *index_sets)
+        if hint:
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in hint])
+            pipe.zmscore(self._hb, hint)
+        replies = await pipe.execute()
+        members = sorted(_text(k) for k in replies[0])
+        read: dict[str, tuple[Any, Any]] = (
+            dict(zip(hint, zip(*replies[1:], strict=True), strict=True)) if hint else {}
+        )
+        new = [k for k in members if k not in read]
+        if new:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.execute_command("MGET", *[self._entry_key(k) for k in new])
+            pipe.zmscore(self._hb, new)
+            raws, scores = await pipe.execute()
+            read.update(zip(new, zip(raws, scores, strict=True), strict=True))
+        if members != hint:
+            if len(self._hints) > 10_000:
+                self._hints.clear()
+            self._hints[action] = members
         now = self.clock()
         out, dangling = [], []
-        for key, raw, score in zip(members, raws, flat[1::2], strict=True):
+        for key in members:
+            raw, score = read[key]
             if raw is None:
                 dangling.append(key)
             else:
@@ -374,7 +387,7 @@ class RedisCatalog:
         if not keys:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        pipe.mget([self._entry_key(k) for k in keys])
+        pipe.execute_command("MGET", *[self._entry_key(k) for k in keys])  # see _publish
         pipe.zmscore(self._hb, keys)
         raws, scores = await pipe.execute()
         now = self.clock()
@@ -445,6 +458,13 @@ class RedisCatalog:
             *(self._idx("tag", t) for t in c.tags),
             self._idx("name", c.name),
         ]
+
+
+def _publish(pipe: Any, channel: str, message: str) -> None:
+    """PUBLISH in a pipeline, as the command itself: redis-py's cluster pipeline refuses its
+    ``publish()`` and ``mget()`` methods, but routes the command by its channel's (key's) slot,
+    which is the catalog's (the channel carries the ``{catalog}`` tag)."""
+    pipe.execute_command("PUBLISH", channel, message)
 
 
 def _text(value: bytes | str) -> str:

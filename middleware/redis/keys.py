@@ -370,5 +370,6 @@ async def delete(client: Any, keys: Iterable[bytes | str]) -> int:
         return 0
     pipe = client.pipeline(transaction=False)
     for group in by_slot.values():
-        pipe.unlink(*group)
+        # the command itself: a cluster pipeline's unlink() is a coroutine that splits by slot
+        pipe.execute_command("UNLINK", *group)
     return sum(int(n) for n in await pipe.execute())

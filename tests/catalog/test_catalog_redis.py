@@ -153,3 +153,36 @@ async def test_concurrent_registrations_of_one_key_let_exactly_one_win(gateways)
         *[(a if i % 2 else b).update(contract("race", description=f"u{i}")) for i in range(6)]
     )
     assert sorted(u.revision for u in updates) == [2, 3, 4, 5, 6, 7]  # no update was lost
+
+
+async def test_candidates_is_one_round_trip_once_the_action_was_looked_up(
+    redis_client: Any, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.asyncio.connection import AbstractConnection
+
+    catalog = RedisCatalog(redis_client, prefix=redis_prefix)
+    await catalog.register(contract("a"))
+    await catalog.register(contract("b"))
+    sent = []
+    original = AbstractConnection.send_packed_command
+
+    async def counted(conn: Any, command: Any, check_health: bool = True) -> None:
+        sent.append(command)
+        await original(conn, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    assert [e.key for e in await catalog.candidates("act")] == ["a@1.0.0", "b@1.0.0"]
+    assert len(sent) == 2  # the first lookup of an action: the index, then its entries
+    sent.clear()
+    assert [e.key for e in await catalog.candidates("act")] == ["a@1.0.0", "b@1.0.0"]
+    assert len(sent) == 1
+    await catalog.register(contract("c"))
+    sent.clear()
+    assert [e.key for e in await catalog.candidates("act")] == ["a@1.0.0", "b@1.0.0", "c@1.0.0"]
+    assert len(sent) == 2  # a new member: read in a second round trip
+    await catalog.deregister("a@1.0.0")
+    sent.clear()
+    assert [e.key for e in await catalog.candidates("act")] == ["b@1.0.0", "c@1.0.0"]
+    assert len(sent) == 1
+    monkeypatch.undo()
+    await catalog.clear()

@@ -291,3 +291,22 @@ async def test_the_client_gives_up_following_when_no_gateway_answers_for_reconne
         with pytest.raises(Unavailable):
             async for _ in client.watch("task_x", reconnect_for=0.3):
                 pass
+
+
+async def test_get_task_of_a_running_task_tells_its_live_state_as_the_task_list_does(slow):
+    """GetTask and ListTasks agree while a task runs: both say ``dispatched`` once its agent
+    works on it (the stored record still says how it was accepted)."""
+    _agency, agent, address = slow
+    async with AgencyClient(address) as client:
+        accepted = await client.submit("please think", constraints={"action": "think"}, wait=False)
+        await agent.entered.wait()
+        now = await client.get_task(accepted.task_id)
+        listed = {row.task_id: row for row in (await client.list_tasks()).tasks}
+        assert now.state is TaskState.DISPATCHED
+        assert listed[accepted.task_id].state is TaskState.DISPATCHED
+        assert now.a2a_state == "TASK_STATE_WORKING"
+        agent.release()
+        events = [e async for e in client.watch(accepted.task_id)]
+        assert events[-1].final is not None
+        done = await client.get_task(accepted.task_id)
+        assert done.state is TaskState.COMPLETED

@@ -171,3 +171,33 @@ def test_unknown_data_classes_are_refused_by_name() -> None:
     with pytest.raises(InvalidInput) as err:
         AgencyConfig.parse({"guards": {"personal_data": {"classes": ["phone", "dna"]}}})
     assert "guards.personal_data.classes" in str(err.value) and "dna" in str(err.value)
+
+
+def test_replicas_given_one_token_key_file_make_the_same_tokens_and_a_bad_file_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Two gateways (replicas, or one restarted) reading the same ``token_key_file`` tokenise a
+    task's values alike, so either restores what the other made; without it each process has its
+    own random key. A missing or short file is refused naming the field."""
+    from pydantic import ValidationError
+
+    from middleware.guards import ContentGuard
+
+    key_file = tmp_path / "token.key"
+    key_file.write_bytes(bytes(range(32)))
+
+    def replica(**settings: Any) -> ContentGuard:
+        return ContentGuard(GuardConfig.model_validate({"personal_data": {"enabled": True, **settings}}))
+
+    first, second = replica(token_key_file=str(key_file)), replica(token_key_file=str(key_file))
+    made = first.tokenizer("task-1").token("phone", PHONE)
+    vault = second.tokenizer("task-1").vault([{"phone": PHONE}], PiiScanner())
+    assert second.tokenizer("task-1").restore(f"call {made}", vault) == (f"call {PHONE}", 1)
+    assert replica().tokenizer("task-1").token("phone", PHONE) != made  # a random key each
+
+    key_file.write_bytes(b"short")
+    for path in (key_file, tmp_path / "missing.key"):
+        with pytest.raises(ValidationError) as bad:
+            replica(token_key_file=str(path))
+        assert bad.value.errors()[0]["loc"] == ("personal_data", "token_key_file")
+        assert str(path) in str(bad.value)
