@@ -58,8 +58,8 @@ class Batch:
         pipe = client.pipeline(transaction=False)
         for i in indexes:
             script, name, args, kwargs = self._queued[i]
-            if script is not None:
-                pipe.evalsha(script.sha, *args)
+            if script is not None:  # as a command: a cluster pipeline refuses the evalsha() method
+                pipe.execute_command("EVALSHA", script.sha, *args)
             else:
                 getattr(pipe, name)(*args, **kwargs)
         return list(await pipe.execute(raise_on_error=False))

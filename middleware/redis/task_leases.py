@@ -143,6 +143,11 @@ class RedisTaskLeases:
         args = [task_id, holder.encode(), self._lease_ms, 1 if force else 0]
         return int(await self._hold(keys=self._keys, args=args)) == 1
 
+    @property
+    def client(self) -> Any:
+        """The Redis client (a task store batching with these leases runs on the same Redis)."""
+        return self._redis
+
     def hold_into(self, batch: Batch, task_id: str, holder: Holder) -> int:
         """Queue :meth:`hold` (not forced) in ``batch`` (run on a client of the same Redis; the
         reply: 1 held, 0 another's), so that a new task and its lease go in one round trip.

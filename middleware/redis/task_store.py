@@ -139,6 +139,7 @@ class RedisTaskStore:
         self.on_redis_error = on_redis_error
         self._owns_client = owns_client
         self._prefix = prefix
+        self.prefix = prefix
         self._ttl_ms = max(1, int(ttl_s * 1000))
         self._finished_ttl_ms = max(1, int(finished_ttl_s * 1000))
         self._events_ttl_ms = max(1, int(events_ttl_s * 1000))
