@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(60)
 #: The task store, leases and event log's round trips per 1-step task.
 TASK_ROUND_TRIPS = 3
 #: Every round trip of a 1-step task (catalog and routing statistics included).
-ALL_ROUND_TRIPS = 9
+ALL_ROUND_TRIPS = 8
 
 _TASK_MODULES = ("task_store.py", "task_leases.py", "task_events.py", "batch.py")
 
