@@ -247,14 +247,14 @@ class RedisTaskStore:
         hold = leases.hold_into(batch, record.task_id, holder)
         at = self._create_into(batch, record)
         results = await batch.run(self._redis)
-        held = int(results[hold]) == 1
+        lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
         created = int(results[at][0]) == 1
-        if not held:
+        if not lease:
             if created:  # a lease left on no task by a gateway that died before storing it
                 await self._redis.delete(self.key(record.task_id))
             record.version = 0
             return False
-        if not created:
+        if not created and lease == 1:  # a lease this call took, on a task that exists
             await leases.release(record.task_id, holder)
         self._created(record, results[at])
         await self._maybe_prune(record)

@@ -233,3 +233,13 @@ async def test_a_full_redis_under_noeviction_answers_unavailable_and_keeps_every
         await client.aclose()
         proc.terminate()
         proc.wait(10)
+
+
+async def test_a_duplicate_of_a_task_this_gateway_runs_leaves_its_lease_held(redis_client, redis_prefix):
+    store = RedisTaskStore(redis_client, prefix=redis_prefix)
+    leases = RedisTaskLeases(redis_client, prefix=redis_prefix, lease_seconds=30)
+    me, other = Holder(node="a", token="1"), Holder(node="b", token="2")
+    assert await store.create_leased(record("t1"), leases, me)
+    with pytest.raises(Exception, match="already exists"):
+        await store.create_leased(record("t1"), leases, me)
+    assert not await leases.hold("t1", other)  # still mine: the running task keeps its lease
