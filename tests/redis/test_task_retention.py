@@ -167,9 +167,8 @@ def test_retention_settings_default_validate_and_reach_the_stores(redis_prefix):
 
 
 async def test_the_definitions_retention_reaches_every_redis_store(redis_prefix):
-    from conftest import REDIS_URL
-
     from middleware.server.backends import choose_backends
+    from tests.conftest import REDIS_URL
 
     definition = definition_from(
         {

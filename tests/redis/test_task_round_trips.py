@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL
 from redis.asyncio.connection import AbstractConnection
 
 from middleware.server.bootstrap import build_agency
 from middleware.server.settings import definition_from
+from tests.conftest import REDIS_URL
 
 pytestmark = pytest.mark.timeout(60)
 
