@@ -62,6 +62,24 @@ class AgencyConfig(Model):
         le=400 * 24 * 3600,
         description="How long a session's conversation state lives after its last change (seconds).",
     )
+    kept_finished_tasks: int = Field(
+        default=1_000,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "With the in-memory task store (no Redis): finished tasks kept for GetTask and "
+            "ListTasks, the oldest dropped first (about 3 KB each); running tasks are always kept."
+        ),
+    )
+    kept_task_events: int = Field(
+        default=1_000,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "With the in-memory task event log (no Redis): tasks whose events are kept for "
+            "WatchTask, the least recently appended to dropped first (about 9 KB each)."
+        ),
+    )
     reliability: ReliabilityConfig = Field(
         default_factory=ReliabilityConfig,
         description="How answers' reliability_score is computed: authority table and weights.",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from .catalog import CatalogEntry, CatalogEvent, CatalogEventType, CatalogQuery, Clock, is_stale
 from .contracts import CapabilityContract, normalise_label
@@ -60,6 +63,40 @@ class MemoryCatalog:
             if old is not None and not replace:
                 raise AlreadyExists(f"capability {contract.key} is already registered (use replace/update)")
             return self._store(contract, old)
+
+    async def register_many(
+        self, contracts: Sequence[CapabilityContract | Mapping[str, Any]], *, replace: bool = False
+    ) -> int:
+        """Bulk import (as ``RedisCatalog.register_many``): every contract is validated and,
+        unless ``replace``, checked absent before any is stored; then each is stored as
+        ``register`` stores it (same entries, same events). Returns the count.
+
+        The time is linear in the number of contracts: the cyclic garbage collector is paused
+        while they are built and indexed (every object a load allocates survives it, so each
+        full collection on the way would scan all of them again: 11 passes at 100,000 entries).
+
+        Raises:
+            InvalidInput: listing the problems of every bad contract (prefixed by index).
+            AlreadyExists: some keys exist and ``replace`` is false (none is stored).
+        """
+        async with self._lock:
+            with _collector_paused():  # nothing awaited inside: other tasks never run paused
+                parsed: list[CapabilityContract] = []
+                problems = []
+                for i, raw in enumerate(contracts):
+                    try:
+                        parsed.append(CapabilityContract.parse(raw, what="capability contract"))
+                    except InvalidInput as exc:
+                        problems += [type(p)(f"[{i}].{p.field}", p.reason) for p in exc.problems]
+                if problems:
+                    raise InvalidInput(problems, what="capability contracts")
+                if not replace:
+                    existing = sum(1 for c in parsed if c.key in self._entries)
+                    if existing:
+                        raise AlreadyExists(f"{existing} of these capabilities are already registered")
+                for contract in parsed:
+                    self._store(contract, self._entries.get(contract.key))
+        return len(parsed)
 
     async def update(self, contract: CapabilityContract) -> CatalogEntry:
         contract = CapabilityContract.parse(contract, what="capability contract")
@@ -210,6 +247,18 @@ class MemoryCatalog:
     def _publish(self, event: CatalogEvent) -> None:
         for queue in self._subscribers:
             queue.put_nowait(event)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a bulk load (reference counting still frees)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Closed:

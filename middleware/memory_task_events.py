@@ -22,7 +22,9 @@ class MemoryTaskEventLog:
     """A :class:`~middleware.task_events.TaskEventLog` in a dict.
 
     Args:
-        max_tasks: Tasks whose events are kept (the least recently appended to go first).
+        max_tasks: Tasks whose events are kept (the least recently appended to go first):
+            about 9 KB of memory a task for a task of a dozen steps (``agency serve`` takes
+            it from ``AgencyConfig.kept_task_events``).
     """
 
     def __init__(self, *, max_tasks: int = 1_000) -> None:
@@ -49,7 +51,9 @@ class MemoryTaskEventLog:
             # the events handed to a log are the log's (the pipeline builds them for it): the
             # seq is set in place, without a copy or a validation per event
             event.__dict__["seq"] = seq
-            kept.append(event.to_json())
+            # a copy of exactly its length: orjson's bytes keep the capacity of its output
+            # buffer (~8 KB whatever the event), which made 1,000 tasks' events ~100 MB of RSS
+            kept.append(memoryview(event.to_json()).tobytes())
         signal = self._signals.pop(task_id, None)
         if signal is not None:
             signal.set()

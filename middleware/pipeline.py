@@ -234,7 +234,7 @@ class Agency:
         self.goals: GoalStore = goals if goals is not None else MemoryGoalStore()
         self.clock = clock
         self.verifier = verifier if verifier is not None else Verifier(clock=clock)
-        self.tasks: TaskStore = tasks or MemoryTaskStore()
+        self.tasks: TaskStore = tasks or MemoryTaskStore(max_finished=self.config.kept_finished_tasks)
         self.sessions: SessionStore = sessions or MemorySessionStore(ttl_s=self.config.session_ttl_seconds)
         self.detectors = detectors or Detectors(self.config.detectors, clock=clock)
         self.breaker = breaker or CircuitBreaker(self.config.breaker)
@@ -244,7 +244,9 @@ class Agency:
         if metering is None and self.config.usage.enabled:
             metering = Metering(self.config.usage, clock=clock)
         self.metering = metering
-        self.events: TaskEventLog = events if events is not None else MemoryTaskEventLog()
+        self.events: TaskEventLog = (
+            events if events is not None else MemoryTaskEventLog(max_tasks=self.config.kept_task_events)
+        )
         self.runner = runner if runner is not None else TaskRunner()
         self._journals: dict[str, TaskJournal] = {}  # task id -> its records not yet handed over
         self._observer_of: tuple[AuditLog | None, Callable[[PlainRecord], None] | None] = (None, None)

@@ -123,6 +123,21 @@ def test_bad_contracts_are_refused_with_the_field(overrides, field, words):
     assert words in str(info.value)
 
 
+def test_a_schema_seen_before_is_not_checked_again_and_a_bad_one_is_refused_every_time():
+    from middleware.contracts import _meta_schema_problem
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}
+    CapabilityContract.parse(contract(input_schema=schema))
+    hits = _meta_schema_problem.cache_info().hits
+    reordered = {"properties": {"n": {"minimum": 0, "type": "integer"}}, "type": "object"}
+    CapabilityContract.parse(contract(input_schema=reordered, output_schema=schema))
+    assert _meta_schema_problem.cache_info().hits == hits + 2  # the same schema, keys in any order
+    for _ in range(2):
+        with pytest.raises(InvalidInput, match="JSON Schema"):
+            CapabilityContract.parse(contract(input_schema={"type": "object", "minProperties": -1}))
+    assert CapabilityContract.parse(contract(input_schema={"maximum": 10**30})).input_schema  # beyond orjson
+
+
 def test_contract_lists_every_problem_at_once():
     with pytest.raises(InvalidInput) as info:
         CapabilityContract.parse(contract(version="x", slo_latency_ms=-5, input_schema={"type": 7}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import tracemalloc
 from datetime import timedelta
 
 import pytest
@@ -63,6 +64,33 @@ async def test_events_are_numbered_one_two_three_per_task_across_batches(log):
     assert await log.last("nobody") is None
     assert await log.read("nobody") == []
     assert got[0].id and got[0].time and got[0].final is None
+
+
+async def test_the_memory_log_keeps_the_last_max_tasks_tasks_and_about_their_size_in_memory():
+    log = MemoryTaskEventLog(max_tasks=200)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(300):
+            await log.append(f"t{i}", [event(f"t{i}", "x" * 300) for _ in range(5)])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert await log.read("t99") == [] and len(await log.read("t100")) == 5
+    stored = sum(len(data) for kept in log._events.values() for data in kept)
+    # the events' JSON, not the ~8 KB output buffer orjson hands each one out in (issue 32)
+    assert stored < held < 2 * stored + 200_000
+
+
+async def test_the_agency_config_bounds_the_in_memory_task_store_and_event_log():
+    from middleware import Agency
+    from middleware.agency_config import AgencyConfig
+
+    agency = Agency(config=AgencyConfig(kept_finished_tasks=7, kept_task_events=3))
+    assert isinstance(agency.tasks, MemoryTaskStore) and agency.tasks._max_finished == 7
+    assert isinstance(agency.events, MemoryTaskEventLog) and agency.events._max_tasks == 3
+    default = Agency()
+    assert default.tasks._max_finished == 1_000 and default.events._max_tasks == 1_000
 
 
 async def waiting_in(log: TaskEventLog, redis_client) -> bool:

@@ -358,6 +358,8 @@ def check(
     """
     mv = memoryview(buf)
     size = len(mv)
+    # payloads are sliced from the bytes themselves (one copy, no memoryview object per slice)
+    raw = buf if isinstance(buf, bytes) else _whole_bytes(mv)
     off = start
     unpack = HEADER.unpack_from
     chain_pack = _CHAIN_PREFIX.pack
@@ -369,7 +371,7 @@ def check(
     add_leaf = leaves.append
     record = frames.append if frames is not None else None
     sealed = state.sealed = False
-    problem = _record_checker() if state.check_records else None
+    validate, problem = _record_checker() if state.check_records else (None, None)
     # the last point where the segment is whole: (offset, chain, count, leaves, time, frames)
     good: tuple[int, bytes, int, int, int | None, int] = (
         start,
@@ -405,7 +407,8 @@ def check(
                     _bad_version(ver, f"{where}@{off}")
             else:
                 v2 = True
-            leaf = sha(b"\x00" + mv[pay:end]).digest()
+            payload = raw[pay:end]
+            leaf = sha(b"\x00" + payload).digest()
             if typ == EVENT:
                 if index != count + 1:
                     raise AuditCorrupted(
@@ -417,8 +420,13 @@ def check(
                         where=f"{where}@{off}",
                         offset=off,
                     )
-                if problem is not None and (why := problem(mv[pay:end])) is not None:
-                    raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}")
+                if validate is not None:
+                    try:
+                        validate(payload)  # the fast path: a valid record, nothing else to say
+                    except ValueError:  # pydantic's ValidationError: let record_problem say why
+                        assert problem is not None
+                        if (why := problem(payload)) is not None:
+                            raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}") from None
                 count = index
                 add_leaf(leaf)
                 if ver != VERSION:
@@ -561,11 +569,19 @@ def event_offset(buf: bytes | memoryview, index: int) -> int | None:
     return None
 
 
-def _record_checker() -> Callable[[memoryview], str | None]:
-    """``record.record_problem``, imported when first needed (it brings pydantic into a worker)."""
-    from .record import record_problem
+def _record_checker() -> tuple[Callable[[bytes], object], Callable[[bytes], str | None]]:
+    """``AuditRecord``'s JSON validator (raises ``ValueError`` on a record that does not
+    validate) and ``record.record_problem`` (which says why, or that a record of a newer schema
+    is fine), imported when first needed (they bring pydantic into a worker)."""
+    from .record import AuditRecord, record_problem
 
-    return record_problem
+    return AuditRecord.__pydantic_validator__.validate_json, record_problem
+
+
+def _whole_bytes(mv: memoryview) -> bytes:
+    """The bytes behind ``mv``: its object itself when it is a whole ``bytes``, else a copy."""
+    obj = mv.obj
+    return obj if isinstance(obj, bytes) and len(obj) == mv.nbytes else mv.tobytes()
 
 
 def _torn(mv: memoryview, off: int, magic: int, length: int, crc: int, end: int, where: str) -> None:

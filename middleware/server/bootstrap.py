@@ -65,7 +65,7 @@ async def build_agency(definition: AgencyDefinition, *, metrics: Metrics | None 
     on_redis_error = metrics.redis_error if metrics is not None else None
     backends = choose_backends(definition, "agency", on_redis_error=on_redis_error)
     # held and interrupted tasks the store does not have (the memory store after any restart)
-    tasks = backends.tasks or MemoryTaskStore()
+    tasks = backends.tasks or MemoryTaskStore(max_finished=definition.agency.kept_finished_tasks)
     await rebuild_tasks(wal.task_records(), tasks, reveal=_snapshot_reveal(definition))
     # The served gateway is where installed packages' failure handlers take effect: discovery
     # is asked for here, never by a plain Agency() (docs/failures.md, "Custom handlers").

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -48,6 +49,20 @@ async def test_name_and_version_are_unique_unless_replaced(make_catalog, clock) 
     got = await catalog.get(first.key)
     assert got.contract.description == "second"
     assert got.registered_at == first.registered_at  # still the original registration
+
+
+async def test_a_bulk_import_validates_everything_first_then_indexes_every_entry(make_catalog) -> None:
+    catalog = await make_catalog()
+    with pytest.raises(InvalidInput) as err:
+        await catalog.register_many([contract("ok"), {"name": "bad", "can_do": []}])
+    assert err.value.problems[0].field.startswith("[1].")
+    assert await catalog.all() == [] and gc.isenabled()  # the collector runs again after a refusal
+    assert await catalog.register_many([contract(f"a{i}", can_do=[f"act{i % 2}"]) for i in range(5)]) == 5
+    with pytest.raises(AlreadyExists):
+        await catalog.register_many([contract("a0"), contract("new")])
+    assert len(await catalog.all()) == 5 and gc.isenabled()
+    assert [e.key for e in await catalog.candidates("act1")] == ["a1@1.0.0", "a3@1.0.0"]
+    assert (await catalog.get("a4@1.0.0")).revision == 1
 
 
 async def test_update_replaces_an_existing_contract_and_reindexes_it(make_catalog) -> None:
