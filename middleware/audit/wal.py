@@ -73,6 +73,10 @@ PUBLISH_INTERVAL = 1.0
 """Seconds between rewrites of the ``checkpoint`` file (tmp + fsync + rename + fsync of the
 directory) by the writer; the checkpoints in the log itself are written every
 ``checkpoint_every`` events regardless. The file may lag the log, never lead it."""
+KEPT_CHECKPOINTS = 1024
+"""Checkpoints a live log holds in memory (between this and twice it, ~540 bytes each; one a
+second or more while records arrive): the older ones stay in its segments, where ``agency audit
+verify`` and exports read them."""
 
 
 class FsyncPolicy(StrEnum):
@@ -325,7 +329,9 @@ class WalAuditLog:
         return self._durable_cp
 
     def checkpoints(self) -> list[Checkpoint]:
-        """Every durable checkpoint, oldest first (see :meth:`latest_checkpoint`)."""
+        """The durable checkpoints held in memory, oldest first (see :meth:`latest_checkpoint`):
+        at least the last :data:`KEPT_CHECKPOINTS` (every one is in the segments; ``agency audit
+        verify`` reads them all)."""
         durable = self._durable_cp
         if durable is None:
             return []
@@ -609,6 +615,8 @@ class WalAuditLog:
         )
         st.chain = chain
         st.checkpoints.append(cp)
+        if len(st.checkpoints) > 2 * KEPT_CHECKPOINTS:  # bounded memory: older ones stay in the segments
+            del st.checkpoints[:-KEPT_CHECKPOINTS]
         self._checkpointed = st.size
         self._unsigned_since = None
         self._pending_cp = cp
@@ -729,6 +737,7 @@ class WalAuditLog:
         self._last_name_first = found.last_first_index
         self._sealed_segments = found.sealed
         st = self._state
+        del st.checkpoints[:-KEPT_CHECKPOINTS]  # read back from every segment: keep the recent ones
         self._checkpointed = st.checkpoints[-1].size if st.checkpoints else -1
         self._durable_cp = st.checkpoints[-1] if st.checkpoints else None  # read back from the log
         return found.report

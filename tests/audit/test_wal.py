@@ -438,3 +438,27 @@ async def test_a_checkpoint_is_handed_out_only_once_the_log_holding_it_is_durabl
     await appending
     assert log.latest_checkpoint().size == 10
     await log.close()
+
+
+async def test_a_live_log_holds_a_bounded_number_of_checkpoints_and_verify_still_reads_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory does not grow with the checkpoints a long-running gateway signs: the log keeps the
+    recent ones (``KEPT_CHECKPOINTS`` to twice it) in memory, also after reopening; every one stays
+    in the segments, where verification reads and checks them all."""
+    from middleware.audit import wal as wal_module
+    from middleware.audit.verify import verify_path
+
+    monkeypatch.setattr(wal_module, "KEPT_CHECKPOINTS", 3)
+    log = open_log(tmp_path, checkpoint_every=2)
+    for start in range(0, 40, 2):
+        await append_batch(log, start, 2)
+    held = [cp.size for cp in log.checkpoints()]
+    assert 3 <= len(held) <= 6 and held[-1] == 40
+    assert held == sorted(held)
+    await log.close()
+    log = open_log(tmp_path)
+    assert [cp.size for cp in log.checkpoints()] == [36, 38, 40]
+    await log.close()
+    verified = verify_path(tmp_path, key=SIGNER.vkey)
+    assert verified.ok and [n.checkpoints for n in verified.nodes] == [20]
