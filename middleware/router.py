@@ -242,7 +242,15 @@ class Router:
         self.max_rejections = max_rejections
 
     async def constraints_for(self, text: str, explicit: Mapping[str, Any] | None = None) -> Constraints:
-        """The constraints of ``text`` (via the extractor), overridden by ``explicit`` ones."""
+        """The constraints of ``text`` (via the extractor), overridden by ``explicit`` ones.
+
+        When ``explicit`` states the action, the explicit constraints are the whole of them
+        and the text is not read: a client (or a step) that names the action has said what it
+        requires, and the extractor (rules, or a model call) only guesses it. Without a stated
+        action, the extracted constraints are overridden by the explicit ones (tags united).
+        """
+        if explicit and explicit.get("action"):
+            return Constraints.stated(explicit)
         extracted = await self.extractor.extract(text) if text else Constraints()
         return extracted.merged(explicit or {})
 
