@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ._model import Model
 from .catalog import Catalog, CatalogEntry
@@ -78,7 +78,14 @@ class Rejection(Model):
 
 
 class RoutingDecision(Model):
-    """The router's answer, with its reasons."""
+    """The router's answer, with its reasons.
+
+    Made by the router (validated when built) and amended only by core code checked by mypy
+    (its explanation, a policy's note, the fallbacks of a decision taken anyway): assignments
+    are not validated again.
+    """
+
+    model_config = ConfigDict(validate_assignment=False)
 
     constraints: Constraints
     chosen: str = ""
