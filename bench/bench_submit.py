@@ -111,9 +111,11 @@ class _OnceRouter(Router):
             self._constraints = await super().constraints_for(text, explicit)
         return self._constraints
 
-    async def decide(self, constraints: Constraints, *, exclude: Sequence[str] = ()) -> RoutingDecision:
+    async def decide(
+        self, constraints: Constraints, *, exclude: Sequence[str] = (), tenant: str = ""
+    ) -> RoutingDecision:
         if self._decision is None:
-            self._decision = await super().decide(constraints, exclude=exclude)
+            self._decision = await super().decide(constraints, exclude=exclude, tenant=tenant)
         return self._decision
 
 

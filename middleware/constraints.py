@@ -106,6 +106,26 @@ class Constraints(Model):
             merged.extras = {**self.extras, **extras}
         return merged
 
+    @classmethod
+    def stated(cls, explicit: Mapping[str, Any]) -> Constraints:
+        """Only the constraints a client stated, validated in one pass: what
+        ``Constraints().merged(explicit)`` gives (keys that are not fields go into ``extras``).
+
+        Raises:
+            InvalidInput: a stated constraint has the wrong type or value (every one named).
+        """
+        data: dict[str, Any] = {}
+        extras: dict[str, Any] = {}
+        for key, value in explicit.items():
+            if key == "tags":
+                data["tags"] = [*_listed(value)]
+            elif key in _SETTABLE:
+                data[key] = value
+            else:
+                extras[key] = value
+        data["extras"] = extras
+        return cls.parse(data, what="constraints")
+
     def _merged_validated(self, explicit: Mapping[str, Any]) -> Constraints:
         """:meth:`merged` by validating the whole (InvalidInput names every offending field)."""
         data = self.model_dump()

@@ -348,7 +348,8 @@ class Dispatcher:
                 ):
                     # the answer serves the goal it anchors (a goal the client anchored stays)
                     reply = reply.model_copy(update={"intention_trace": [intake.goal_id]})
-                reliability = self._reliability(run, key, reply)
+                sources = _sources(run)  # what the task knows: the same for the score and the detectors
+                reliability = self._reliability(run, key, reply, sources)
                 result = envelope(
                     run,
                     "gateway",
@@ -379,7 +380,7 @@ class Dispatcher:
             key,
             reply.output,
             result,
-            _sources(run),
+            sources if intake is None else _sources(run),  # an intake's context joined them
             facts=contract.facts,
             goal_id=run.goal.id if run.goal is not None else "",
         )
@@ -491,12 +492,15 @@ class Dispatcher:
             return domain, f"goal {run.goal.id}"
         return domain, f"the domain {domain!r}" if domain else ""
 
-    def _reliability(self, run: TaskRecord, key: str, reply: AgentReply) -> ReliabilityParts:
-        """The computed reliability of ``reply`` (the agent's own score kept as ``claimed``)."""
+    def _reliability(
+        self, run: TaskRecord, key: str, reply: AgentReply, sources: list[SourcedOutput]
+    ) -> ReliabilityParts:
+        """The computed reliability of ``reply`` (the agent's own score kept as ``claimed``),
+        against ``sources`` (:func:`_sources` of ``run``)."""
         now = self._clock()
         age = (now - reply.created_at).total_seconds() if reply.created_at is not None else 0.0
         ttl = reply.freshness_ttl if reply.freshness_ttl is not None else run.request.freshness_ttl
-        known = [Testimony(source=s.provenance.source, output=s.output) for s in _sources(run)]
+        known = [Testimony(source=s.provenance.source, output=s.output) for s in sources]
         return self._scorer.score(
             reply.provenance.source if reply.provenance is not None else key,
             output=reply.output,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ._model import Model
 from .catalog import Catalog, CatalogEntry
@@ -78,7 +78,14 @@ class Rejection(Model):
 
 
 class RoutingDecision(Model):
-    """The router's answer, with its reasons."""
+    """The router's answer, with its reasons.
+
+    Made by the router (validated when built) and amended only by core code checked by mypy
+    (its explanation, a policy's note, the fallbacks of a decision taken anyway): assignments
+    are not validated again.
+    """
+
+    model_config = ConfigDict(validate_assignment=False)
 
     constraints: Constraints
     chosen: str = ""
@@ -242,7 +249,15 @@ class Router:
         self.max_rejections = max_rejections
 
     async def constraints_for(self, text: str, explicit: Mapping[str, Any] | None = None) -> Constraints:
-        """The constraints of ``text`` (via the extractor), overridden by ``explicit`` ones."""
+        """The constraints of ``text`` (via the extractor), overridden by ``explicit`` ones.
+
+        When ``explicit`` states the action, the explicit constraints are the whole of them
+        and the text is not read: a client (or a step) that names the action has said what it
+        requires, and the extractor (rules, or a model call) only guesses it. Without a stated
+        action, the extracted constraints are overridden by the explicit ones (tags united).
+        """
+        if explicit and explicit.get("action"):
+            return Constraints.stated(explicit)
         extracted = await self.extractor.extract(text) if text else Constraints()
         return extracted.merged(explicit or {})
 

@@ -147,7 +147,11 @@ class TaskRequest(Model):
     goal_id: str = Field(default="", description="A registered goal to anchor instead.")
     input: dict[str, Any] = Field(default_factory=dict, description="Structured input for the agents.")
     constraints: dict[str, Any] = Field(
-        default_factory=dict, description="Explicit constraints (action, tags ...) added to extracted ones."
+        default_factory=dict,
+        description=(
+            "Explicit constraints (action, tags ...): with an action, the whole of them (the text"
+            " is not read); without, they override what is read from the text."
+        ),
     )
     steps: list[TaskStep] = Field(default_factory=list, description="Sub-tasks; empty = one step.")
     user_id: str = Field(default="anonymous", max_length=256)

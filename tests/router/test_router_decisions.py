@@ -9,6 +9,7 @@ import pytest
 from middleware.catalog import CatalogEntry
 from middleware.constraints import Constraints
 from middleware.contracts import CapabilityContract
+from middleware.errors import InvalidInput
 from middleware.memory_catalog import MemoryCatalog
 from middleware.router import CHECKS, Router, RoutingWeights
 from middleware.routing_stats import MemoryRoutingStats
@@ -273,3 +274,76 @@ async def test_why_not_explains_any_named_agent_even_outside_the_index() -> None
     assert await router.why_not("elsewhere@1.0.0", wanted) == "query_metric is not in can_do"
     assert await router.why_not("far@1.0.0", wanted) == "serves beijing, not shanghai"
     assert await router.why_not("ghost@1.0.0", wanted) == "not registered"
+
+
+class _CountingExtractor:
+    """Counts the texts it is asked to read (the rule-based extractor underneath)."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    async def extract(self, text: str) -> Constraints:
+        from middleware.constraints import RuleBasedExtractor
+
+        self.read.append(text)
+        return await RuleBasedExtractor().extract(text)
+
+
+SHANGHAI_HOURLY = "帮我查一下昨天上海地区的订单退款率，要精确到小时"
+
+
+async def test_a_stated_action_is_the_whole_of_the_constraints_and_the_text_is_not_read() -> None:
+    extractor = _CountingExtractor()
+    router = await router_with(
+        contract("report", regions=["beijing"], tags=["realtime"]), extractor=extractor
+    )
+    stated = await router.constraints_for(SHANGHAI_HOURLY, {"action": "Query_Metric", "tags": ["Realtime"]})
+    assert extractor.read == []
+    assert stated == Constraints(action="query_metric", tags=["realtime"])  # validated as stated
+    assert (
+        stated.model_dump()
+        == Constraints.parse({"action": "query_metric", "tags": ["realtime"]}).model_dump()
+    )
+    assert (await router.decide(stated)).chosen == "report@1.0.0"  # no region was read from the text
+    with pytest.raises(InvalidInput) as err:  # a stated constraint is still validated
+        await router.constraints_for("x", {"action": "query_metric", "max_latency_ms": -1})
+    assert err.value.field == "max_latency_ms"
+
+
+async def test_without_a_stated_action_the_text_is_read_and_the_stated_constraints_override_it() -> None:
+    extractor = _CountingExtractor()
+    router = await router_with(contract("report", regions=["beijing"]), extractor=extractor)
+    merged = await router.constraints_for(SHANGHAI_HOURLY, {"granularity": "day"})
+    assert extractor.read == [SHANGHAI_HOURLY]
+    assert (merged.action, merged.region, merged.granularity) == ("query_metric", "shanghai", "day")
+    assert (await router.decide(merged)).refused  # the region read from the text counts
+    assert await router.constraints_for("") == Constraints()
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        {"action": "query_metric"},
+        {"action": "Query Metric", "tags": "Real Time", "region": "Shanghai", "max_latency_ms": 500},
+        {"action": "query_metric", "tags": ["a", "b"], "needs_human_review": True, "ticket": "T-1"},
+        {"action": "query_metric", "version_range": "^2.1", "freshness_tolerance_ms": 900_000},
+    ],
+)
+def test_stated_constraints_are_the_stated_ones_merged_into_none(stated: dict[str, Any]) -> None:
+    assert Constraints.stated(stated).model_dump() == Constraints().merged(stated).model_dump()
+
+
+@pytest.mark.parametrize(
+    "stated",
+    [
+        {"action": "query_metric", "max_latency_ms": -1, "region": 5},
+        {"action": "query_metric", "tags": 7},
+        {"action": "query_metric", "version_range": "not a range"},
+    ],
+)
+def test_invalid_stated_constraints_are_refused_as_merging_refuses_them(stated: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput) as stated_error:
+        Constraints.stated(stated)
+    with pytest.raises(InvalidInput) as merged_error:
+        Constraints().merged(stated)
+    assert [str(p) for p in stated_error.value.problems] == [str(p) for p in merged_error.value.problems]
