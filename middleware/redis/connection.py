@@ -11,7 +11,8 @@ Every Redis-backed store (``X.from_url``), the health monitor and the CLI call
   sentinel_password=...&sentinel_username=...]`` (``rediss+sentinel://`` is ``ssl=true``): the
   primary of ``service_name`` as told by the Sentinels, through
   :meth:`redis.asyncio.sentinel.Sentinel.master_for`. The client asks the Sentinels again
-  whenever a connection is made, and drops a connection answered ``READONLY``, so it follows a
+  whenever a connection is made and at most every second while in use (see
+  ``FollowingSentinelPool``), and drops a connection answered ``READONLY``, so it follows a
   failover with no restart. ``user:pass`` authenticate to Redis, ``sentinel_*`` to the
   Sentinels. The Sentinel port defaults to 26379.
 - ``redis+cluster://[user:pass@]host:port[,host:port...]`` (``rediss+cluster://`` for TLS): a
@@ -26,6 +27,8 @@ until the first command.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, unquote
 
@@ -123,7 +126,10 @@ def _sentinel(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis
     if ssl:
         sentinel_kwargs["ssl"] = True
     sentinel = Sentinel(hosts, sentinel_kwargs=sentinel_kwargs, **connection)  # type: ignore[no-untyped-call]
-    return cast("Redis", sentinel.master_for(service, redis_class=_sentinel_primary_class()))
+    primary = sentinel.master_for(
+        service, redis_class=_sentinel_primary_class(), connection_pool_class=_following_pool_class()
+    )
+    return cast("Redis", primary)
 
 
 def _cluster(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis:
@@ -149,6 +155,43 @@ def _sentinel_primary_class() -> type[Redis]:
                 await sentinel.aclose()
 
     return SentinelPrimary
+
+
+#: How often a Sentinel client asks the Sentinels where the primary is, besides on connecting.
+SENTINEL_RECHECK_S = 1.0
+
+
+def _following_pool_class() -> type[Any]:
+    from redis.asyncio.sentinel import MasterNotFoundError, SentinelConnectionPool
+
+    class FollowingSentinelPool(SentinelConnectionPool):
+        """redis-py's pool asks the Sentinels only when it opens a connection, so after a
+        ``SENTINEL FAILOVER`` of a live primary its pooled connections go on writing to the old
+        primary until Sentinel demotes it (~10 s: writes then lost). This one also asks at most
+        every :data:`SENTINEL_RECHECK_S` when it hands out a connection, and reconnects one that
+        is not on the primary the Sentinels name (one ``SENTINEL MASTERS`` per second per pool)."""
+
+        _checked_at = float("-inf")
+
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            now = time.monotonic()
+            if self.is_master and now - self._checked_at >= SENTINEL_RECHECK_S:
+                self._checked_at = now
+                with contextlib.suppress(MasterNotFoundError):  # connecting raises it, if it must
+                    await self.get_master_address()  # type: ignore[no-untyped-call]  # new: idle ones dropped
+            connection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+            primary = self.master_address
+            if (
+                self.is_master
+                and primary is not None
+                and connection.is_connected
+                and (connection.host, connection.port) != primary
+            ):  # busy while the address changed: on the old primary still
+                await connection.disconnect()
+                await connection.connect()
+            return connection
+
+    return FollowingSentinelPool
 
 
 def _split(

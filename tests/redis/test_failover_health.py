@@ -69,6 +69,7 @@ class Load:
 
     def __init__(self, stub: agency_pb2_grpc.AgencyServiceStub, clients: int = 2) -> None:
         self.stub = stub
+        self.clients = clients
         self.completed = 0
         self.codes: Counter[str] = Counter()
         self._stop = asyncio.Event()
@@ -125,7 +126,13 @@ async def test_a_sentinel_failover_under_load_is_followed_without_a_restart(
                     assert primary.exists(_definition_prefix(tmp_path) + "health")
             finally:
                 await load.stop()
-        assert set(load.codes) <= {"UNAVAILABLE"}, load.codes  # never INTERNAL
+        # never INTERNAL. A task in flight at the switch may answer NOT_FOUND: Redis replicates
+        # asynchronously, so what the old primary took after the promotion is not on the new one
+        # (the task's record, created there, is gone): only tasks in flight within the second in
+        # which the gateway's pools switch primaries (each pool asks the Sentinels once a second).
+        assert set(load.codes) <= {"UNAVAILABLE", "NOT_FOUND"}, load.codes
+        assert load.codes["NOT_FOUND"] <= 2 * load.clients, load.codes
+        print(f"refused during the failover: {dict(load.codes)}")
         assert gateway.proc.returncode is None and gateway.proc.pid == pid  # no restart
     finally:
         code = await gateway.stop()

@@ -5,9 +5,10 @@ replica and RedisCluster keeps serving the slot."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from redis.exceptions import RedisError
-from redis_servers import Cluster, SentinelSet, failover, kill_master
+from redis_servers import Cluster, SentinelSet, failover, kill_master, wait_until
 
 from middleware.redis.connection import redis_client
 
@@ -57,3 +58,38 @@ async def test_killing_a_cluster_master_promotes_its_replica_and_the_cluster_cli
         assert victim.info("replication")["role"] == "slave"
     finally:
         await client.aclose()
+
+
+async def test_a_sentinel_client_in_use_moves_to_the_new_primary_before_sentinel_demotes_the_old(
+    redis_sentinel_set: SentinelSet,
+) -> None:
+    """redis-py alone asks the Sentinels only on connecting: its pooled connection would go on
+    writing to the old primary (writes lost) until Sentinel demotes it ~10 s later. Ours asks
+    every second, so the writes reach the new primary while the old one is still a primary."""
+    client = redis_client(redis_sentinel_set.url, socket_timeout=2)
+    try:
+        await client.set("agency-test:moving", "0")  # a pooled connection to the primary now
+        old = redis_sentinel_set.wait_settled()
+        old_server = next(s for s in redis_sentinel_set.servers if s.address == old)
+        with redis_sentinel_set.sentinels[0].client() as sentinel:
+            sentinel.execute_command("SENTINEL", "FAILOVER", redis_sentinel_set.service)
+        await asyncio.to_thread(
+            wait_until,
+            "the Sentinels to name the new primary",
+            lambda: all(redis_sentinel_set.primary_address(s) != old for s in redis_sentinel_set.sentinels),
+        )
+        moved = time.monotonic()
+        new_server = next(s for s in redis_sentinel_set.servers if s.address != old)
+        for i in range(1, 200):
+            await _write_until_it_works(client, "agency-test:moving", str(i))
+            with new_server.client() as direct:
+                if direct.get("agency-test:moving") == str(i).encode():
+                    break
+            await asyncio.sleep(0.05)  # poll: the pool asks the Sentinels once a second
+        took = time.monotonic() - moved
+        assert old_server.info("replication")["role"] == "master", "Sentinel demoted it first"
+        assert took < 5, took
+        print(f"writes on the new primary {took:.2f} s after the Sentinels named it")
+    finally:
+        await client.aclose()
+        await asyncio.to_thread(redis_sentinel_set.wait_settled)
