@@ -88,7 +88,7 @@ from .task_leases import TaskLeases
 from .task_listing import RUNNING_STATES, STOPPED_STATES, TaskPage, TaskQuery, live_row
 from .task_progress import TaskProgress
 from .task_runner import TaskRunner
-from .task_store import TaskStore
+from .task_store import BatchingTaskStore, TaskStore
 from .tasks import (
     Outcome,
     StepRecord,
@@ -281,6 +281,10 @@ class Agency:
                 append=self._append_told,  # the takeover's records join the task's event stream
                 observer=lambda: self.humans,
             )
+        # a store that writes a task with its lease or its events at once (Redis: one round trip)
+        self._batching: BatchingTaskStore | None = None
+        if isinstance(self.tasks, BatchingTaskStore) and self.tasks.batches_with(self.events, leases):
+            self._batching = self.tasks
         self._plans = PlanRunner(  # the orchestrator of tasks that name no steps (plans.py)
             catalog=self.catalog,
             router=self.router,
@@ -486,6 +490,11 @@ class Agency:
         """Store a new task, its lease held first when leases are shared (a gateway dying in
         between leaves a lease on no task, never a task without a lease)."""
         takeover = self.takeover
+        if self._batching is not None and takeover is not None:  # lease and task: one round trip
+            if not await self._batching.create_leased(run, takeover.leases, takeover.holder):
+                raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
+            takeover.held_now(run.task_id)
+            return
         if takeover is not None and not await takeover.hold(run.task_id):
             raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
         try:
@@ -1432,8 +1441,7 @@ class Agency:
         run.updated_at = utcnow()
         # durable, and told to the task's followers with its task.outcome in the same append,
         # before it is stored: a resume (any replica) may follow the save at once
-        outcome = await self._flush_audit(run, stopped=True, measured=measured)
-        await self.tasks.save(run)
+        outcome = await self._flush_audit(run, stopped=True, measured=measured, save=True)
         if self.takeover is not None:
             await self.takeover.release(run.task_id)
         if run.request.session_id:
@@ -1587,6 +1595,7 @@ class Agency:
         stopped: bool = False,
         measured: tuple[Outcome, bytes] | None = None,
         then: Sequence[TaskEvent] = (),
+        save: bool = False,
     ) -> Outcome | None:
         """Hand this task's pending records to the log as one batch and wait until durable;
         then tell them to the task's followers (its event stream: same ids, same times).
@@ -1596,7 +1605,8 @@ class Agency:
         outcome when it ended) is told with the records, and the outcome returned, its JSON
         made from ``measured`` when given (the edge and the event log send those bytes).
         ``then``: events told after the records (an agent's progress). One append to the
-        event log.
+        event log. ``save``: then store the task (with a batching store: the append and the
+        save in one write, see :class:`~middleware.task_store.BatchingTaskStore`).
         """
         journal = self._journals.pop(run.request.task_id, None)
         told: list[TaskEvent] = []
@@ -1612,8 +1622,13 @@ class Agency:
                 keep_outcome_json(outcome, *measured)
             told.append(self._outcome_event(run, outcome if run.state.terminal else None))
         told.extend(then)
+        if save and told and self._batching is not None:  # told and stored in one round trip
+            await self._batching.save_told(run, told)
+            return outcome
         if told:
             await self.events.append(run.task_id, told)
+        if save:
+            await self.tasks.save(run)
         return outcome
 
     async def _record(

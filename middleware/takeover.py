@@ -175,6 +175,12 @@ class Takeover:
         self._released.discard(task_id)
         return True
 
+    def held_now(self, task_id: str) -> None:
+        """This gateway holds the task's lease, taken with the task itself (a batching store's
+        :meth:`~middleware.task_store.BatchingTaskStore.create_leased`): renew it as :meth:`hold` would."""
+        self._held.add(task_id)
+        self._released.discard(task_id)
+
     async def release(self, task_id: str) -> None:
         """The task stopped here (an outcome, or waiting for input): its lease goes with the next
         round (:meth:`renew`). A lease left behind (Redis failing then) expires, and the sweep

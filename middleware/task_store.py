@@ -14,13 +14,16 @@ Redis when configured). Two guards keep concurrent writers apart:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, runtime_checkable
 
+from .task_events import TaskEvent, TaskEventLog
+from .task_leases import Holder, TaskLeases
 from .task_listing import TaskPage, TaskQuery
 from .tasks import TaskRecord
 
-__all__ = ["TaskStore"]
+__all__ = ["BatchingTaskStore", "TaskStore"]
 
 
 @runtime_checkable
@@ -69,3 +72,29 @@ class TaskStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchingTaskStore(Protocol):
+    """A task store that writes a task together with its lease or its events, in one round trip
+    to a shared backend (the Redis store: a task's keys share one hash slot). The gateway uses
+    these when :meth:`batches_with` says its lease table and event log are the store's own."""
+
+    def batches_with(self, events: TaskEventLog, leases: TaskLeases | None) -> bool:
+        """True when :meth:`save_told` writes to ``events`` and :meth:`create_leased` to ``leases``
+        (``None``: no leases) — the same backend and keys as the two would themselves."""
+        ...
+
+    async def create_leased(self, record: TaskRecord, leases: TaskLeases, holder: Holder) -> bool:
+        """:meth:`TaskLeases.hold` then :meth:`TaskStore.create`, as one write: False (nothing
+        stored) when another holder has a lease on the id.
+
+        Raises:
+            AlreadyExists: a task with this id exists (no lease is left held).
+        """
+        ...
+
+    async def save_told(self, record: TaskRecord, events: Sequence[TaskEvent]) -> int:
+        """:meth:`TaskEventLog.append` then :meth:`TaskStore.save`, as one write; returns the
+        last event's seq (the events are appended even when the save raises)."""
+        ...

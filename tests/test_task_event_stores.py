@@ -194,13 +194,13 @@ async def test_a_list_shows_the_state_of_the_last_save(store):
 
 
 async def test_an_expired_task_leaves_the_redis_lists(redis_client, redis_prefix):
-    store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=0.3)
+    store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=0.3, finished_ttl_s=0.3)
     await store.create(rec("t1"))
     listed = f"{redis_prefix}{{client:alice}}:tasks"
     assert await redis_client.zscore(listed, "t1") is not None
     assert await redis_client.zscore(f"{redis_prefix}{{tasks}}:all", "t1") is not None
     deadline = time.monotonic() + 10
-    gone = f"{redis_prefix}task:t1"
+    gone = f"{redis_prefix}{{task:t1}}"
     while await redis_client.exists(gone) and time.monotonic() < deadline:  # noqa: ASYNC110 (Redis's TTL)
         await asyncio.sleep(0.05)
     assert (await store.list(TaskQuery(client="alice"))).tasks == []
@@ -208,7 +208,7 @@ async def test_an_expired_task_leaves_the_redis_lists(redis_client, redis_prefix
 
 
 async def test_a_redis_list_reads_a_bounded_number_of_rows_per_page_and_goes_on(redis_client, redis_prefix):
-    store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=60)
+    store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=3600)  # ids older than ttl_s are pruned
     await created(store, [rec(f"t{i:04d}", client="bob") for i in range(1100)] + [rec("mine")])
     page = await store.list(TaskQuery(client=None, states=[TaskState.FAILED], page_size=1))
     assert page.tasks == [] and page.next_page_token  # scanned 1000 rows, none matched: go on

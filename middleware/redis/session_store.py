@@ -1,9 +1,10 @@
 """Conversation states in Redis, shared by every gateway replica.
 
-Layout (``prefix`` defaults to ``agency:``): ``{prefix}session:{id}`` holds the state
-as JSON with a TTL (24 h by default, restarted on every save);
-``{prefix}session-lock:{id}`` holds the lock token (``SET NX PX``, released by a
-compare-and-delete script, so a replica only releases its own lock).
+Layout (``prefix`` defaults to ``agency:``): ``{prefix}{session:ID}`` holds the state
+as JSON with a TTL (``storage.retention.session_seconds``, by default
+``agency.session_ttl_seconds``: 24 h; restarted on every save); ``{prefix}{session:ID}:lock``
+holds the lock token (``SET NX PX``, released by a compare-and-delete script, so a replica only
+releases its own lock). Both carry the session's hash tag (one Redis Cluster slot).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from redis.exceptions import RedisError
 
 from ..errors import ConcurrentUpdate
 from ..sessions import DEFAULT_SESSION_TTL_S, ConversationState
+from . import keys
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 __all__ = ["RedisSessionStore"]
@@ -71,7 +73,7 @@ class RedisSessionStore:
 
     def key(self, session_id: str) -> str:
         """The Redis key of a session's state."""
-        return f"{self._prefix}session:{session_id}"
+        return keys.session(self._prefix, session_id)
 
     @redis_operation("sessions.get")
     async def get(self, session_id: str) -> ConversationState | None:
@@ -84,7 +86,7 @@ class RedisSessionStore:
 
     @asynccontextmanager
     async def lock(self, session_id: str, *, wait_s: float = 5.0) -> AsyncIterator[None]:
-        key = f"{self._prefix}session-lock:{session_id}"
+        key = keys.session_lock(self._prefix, session_id)
         token = uuid.uuid4().hex
         deadline = time.monotonic() + wait_s
         try:

@@ -20,6 +20,7 @@ from typing import Any
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..task_events import MAX_READ, TaskEvent
+from . import keys
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisTaskEventLog"]
@@ -79,7 +80,7 @@ class RedisTaskEventLog:
 
     def key(self, task_id: str) -> str:
         """The stream of ``task_id``'s events."""
-        return f"{self._prefix}{{task:{task_id}}}:events"
+        return keys.task_events(self._prefix, task_id)
 
     @redis_operation("task_events.append")
     async def append(self, task_id: str, events: Sequence[TaskEvent]) -> int:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..task_leases import Holder
+from . import keys
+from .batch import Batch
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisTaskLeases"]
@@ -28,7 +30,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: expiries, owners; ARGV: task id, holder, lease ms, force (1/0). 1 = held, 0 = another's.
+# KEYS: expiries, owners; ARGV: task id, holder, lease ms, force (1/0). 1 = held (taken now),
+# 2 = held (the holder's already: renewed), 0 = another's.
 _HOLD = (
     _NOW
     + """
@@ -36,6 +39,7 @@ local current = redis.call('HGET', KEYS[2], ARGV[1])
 if current and current ~= ARGV[2] and ARGV[4] ~= '1' then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+if current == ARGV[2] then return 2 end
 return 1
 """
 )
@@ -120,8 +124,9 @@ class RedisTaskLeases:
         self._owns_client = owns_client
         self.on_redis_error = on_redis_error
         self.lease_seconds = lease_seconds
+        self.prefix = prefix
         self._lease_ms = max(1, int(lease_seconds * 1000))
-        self._keys = [f"{prefix}{{task-leases}}", f"{prefix}{{task-leases}}:owners"]
+        self._keys = list(keys.task_leases(prefix))
         self._hold = client.register_script(_HOLD)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
@@ -138,7 +143,19 @@ class RedisTaskLeases:
     @redis_operation("task_leases.hold")
     async def hold(self, task_id: str, holder: Holder, *, force: bool = False) -> bool:
         args = [task_id, holder.encode(), self._lease_ms, 1 if force else 0]
-        return int(await self._hold(keys=self._keys, args=args)) == 1
+        return int(await self._hold(keys=self._keys, args=args)) != 0
+
+    @property
+    def client(self) -> Any:
+        """The Redis client (a task store batching with these leases runs on the same Redis)."""
+        return self._redis
+
+    def hold_into(self, batch: Batch, task_id: str, holder: Holder) -> int:
+        """Queue :meth:`hold` (not forced) in ``batch`` (run on a client of the same Redis; the
+        reply: 1 taken now, 2 the holder's already, 0 another's), so that a new task and its lease go
+        in one round trip.
+        Returns the reply's index."""
+        return batch.script(self._hold, self._keys, [task_id, holder.encode(), self._lease_ms, 0])
 
     @redis_operation("task_leases.renew")
     async def renew(

@@ -16,6 +16,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from ..usage_meter import Counter, Spend
+from . import keys
+from .batch import Batch
 from .errors import RedisErrorHook, redis_operation
 
 __all__ = ["RedisUsageMeter"]
@@ -77,7 +79,7 @@ class RedisUsageMeter:
         return cls(redis_client(url), owns_client=True, **kwargs)
 
     def key(self, counter: Counter) -> str:
-        return f"{self._prefix}{{usage:{counter.scope}:{counter.name}}}:{counter.period}"
+        return keys.usage(self._prefix, counter.scope, counter.name, counter.period)
 
     @redis_operation("usage.add")
     async def add(
@@ -88,14 +90,12 @@ class RedisUsageMeter:
         groups: dict[tuple[str, str], list[int]] = {}
         for i, c in enumerate(counters):
             groups.setdefault((c.scope, c.name), []).append(i)
-        # a context: a script load that fails (Redis gone) must not keep the pipeline's connection
-        async with self._r.pipeline(transaction=False) as pipe:
-            for indexes in groups.values():
-                keys = [self.key(counters[i]) for i in indexes]
-                ttls = [_ttl(counters[i].period) or 0 for i in indexes]
-                args = [input_tokens, output_tokens, cost_micros, *ttls]
-                await self._add(keys=keys, args=args, client=pipe)
-            results = await pipe.execute()
+        batch = Batch()  # by EVALSHA: no SCRIPT EXISTS round trip before it
+        for indexes in groups.values():
+            names = [self.key(counters[i]) for i in indexes]
+            ttls = [_ttl(counters[i].period) or 0 for i in indexes]
+            batch.script(self._add, names, [input_tokens, output_tokens, cost_micros, *ttls])
+        results = await batch.run(self._r)
         out: list[Spend | None] = [None] * len(counters)
         for indexes, got in zip(groups.values(), results, strict=True):
             for j, i in enumerate(indexes):
@@ -112,11 +112,12 @@ class RedisUsageMeter:
 
     @redis_operation("usage.mark")
     async def first_time(self, counter: Counter, mark: str) -> bool:
-        key = f"{self.key(counter)}:marks"
-        added = int(await self._r.sadd(key, mark))
+        key = keys.usage_marks(self._prefix, counter.scope, counter.name, counter.period)
+        batch = Batch()  # the mark and its TTL in one round trip
+        batch.command("sadd", key, mark)
         if (ttl := _ttl(counter.period)) is not None:
-            await self._r.expire(key, ttl)
-        return added == 1
+            batch.command("expire", key, ttl)
+        return int((await batch.run(self._r))[0]) == 1
 
     async def close(self) -> None:
         if self._owns_client:

@@ -125,6 +125,7 @@ def choose_backends(
         prefix=storage.key_prefix,
         lease_seconds=storage.lease_seconds,
         on_redis_error=on_redis_error,
+        stats_ttl_s=storage.retention.routing_stats_seconds,
     )
     if storage.backend != "redis":
         return AgencyBackends(catalog, stats)
@@ -133,17 +134,23 @@ def choose_backends(
     from ..redis.task_leases import RedisTaskLeases
     from ..redis.task_store import RedisTaskStore
 
-    # task state shared by replicas: resume on any of them
+    retention = storage.retention
+    # task state shared by replicas: resume on any of them; kept as long as storage.retention says
     return AgencyBackends(
         catalog,
         stats,
         tasks=RedisTaskStore.from_url(
-            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+            storage.redis_url,
+            prefix=storage.key_prefix,
+            ttl_s=retention.held_task_seconds,
+            finished_ttl_s=retention.finished_task_seconds,
+            events_ttl_s=retention.task_event_seconds,
+            on_redis_error=on_redis_error,
         ),
         sessions=RedisSessionStore.from_url(
             storage.redis_url,
             prefix=storage.key_prefix,
-            ttl_s=definition.agency.session_ttl_seconds,
+            ttl_s=retention.session_seconds or definition.agency.session_ttl_seconds,
             on_redis_error=on_redis_error,
         ),
         # a lease on every running task: a replica takes over the tasks of a gateway that died
@@ -155,7 +162,10 @@ def choose_backends(
         ),
         # every task's events: a follower reconnecting to any replica misses nothing
         events=RedisTaskEventLog.from_url(
-            storage.redis_url, prefix=storage.key_prefix, on_redis_error=on_redis_error
+            storage.redis_url,
+            prefix=storage.key_prefix,
+            ttl_s=retention.held_task_seconds,  # a finished task's: task_event_seconds (the store)
+            on_redis_error=on_redis_error,
         ),
         # spending sums shared by replicas: a budget spent through one gateway stops the others
         usage=_usage_meter(definition, on_redis_error),
@@ -179,6 +189,7 @@ def open_backends(
     prefix: str = "agency:",
     lease_seconds: float | None = None,
     on_redis_error: RedisErrorHook | None = None,
+    stats_ttl_s: float = 86_400.0,
 ) -> tuple[Catalog, RoutingStats]:
     """The catalog and routing stats for ``url``.
 
@@ -189,6 +200,8 @@ def open_backends(
         prefix: Key namespace in Redis; replicas sharing a catalog use the same one.
         lease_seconds: Heartbeat lease (Redis default 30 s; in memory default none).
         on_redis_error: Told the operation of every Redis error (see :mod:`.redis.errors`).
+        stats_ttl_s: Redis: an agent's routing stats go after this long without a dispatch
+            (``storage.retention.routing_stats_seconds``).
 
     Raises:
         InvalidInput: an unsupported URL scheme.
@@ -209,7 +222,10 @@ def open_backends(
             lease_seconds=lease_seconds or 30.0,
             on_redis_error=on_redis_error,
         )
-        return catalog, RedisRoutingStats(client, prefix=prefix + "stats:", on_redis_error=on_redis_error)
+        stats = RedisRoutingStats(
+            client, prefix=prefix + "stats:", ttl_seconds=stats_ttl_s, on_redis_error=on_redis_error
+        )
+        return catalog, stats
     raise InvalidInput.single(
         "catalog_url", f"use {', '.join(REDIS_URL_FORMS)} (see docs/operations.md), or nothing for in memory"
     )

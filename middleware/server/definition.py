@@ -91,6 +91,7 @@ __all__ = [
     "MessagingAgent",
     "MessagingSettings",
     "RetentionSettings",
+    "StorageRetention",
     "StorageSettings",
     "WorkersSettings",
     "definition_from",
@@ -181,6 +182,61 @@ class PlannerSettings(Model):
         return LangChainPlanner(resolve_import(self.factory)(**self.args), name=self.name)
 
 
+_MAX_RETENTION_S = 400 * 24 * 3600.0
+
+
+class StorageRetention(Model):
+    """How long each kind of record stays in Redis (``storage.retention``; seconds). The audit
+    log is the durable record of every task: Redis keeps what the replicas act on, for as long
+    as they may act on it, so that its memory is bounded by the task rate times these times
+    (docs/operations.md, "Redis memory")."""
+
+    finished_task_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        le=_MAX_RETENTION_S,
+        description="A finished task's record (completed, failed, rejected, canceled) stays this long "
+        "after it ended (GetTask, ListTasks, WatchTask on any replica), then goes (the audit log keeps it).",
+    )
+    held_task_seconds: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        le=_MAX_RETENTION_S,
+        description="A task that has not finished (running, waiting for input or approval, interrupted) "
+        "stays this long after its last change: a waiting task not resumed within it can no longer be.",
+    )
+    task_event_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=_MAX_RETENTION_S,
+        description="A finished task's event stream stays this long after its last event (an "
+        "unfinished task's: as long as its record): a follower reconnecting within it misses nothing; "
+        "later, WatchTask answers the outcome from the record (the stream is ~3x the record's size).",
+    )
+    session_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=_MAX_RETENTION_S,
+        description="A session's conversation state stays this long after its last change "
+        "(default: agency.session_ttl_seconds, 24 h).",
+    )
+    routing_stats_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        le=_MAX_RETENTION_S,
+        description="An agent's routing statistics go after this long without a dispatch to it.",
+    )
+
+    @model_validator(mode="after")
+    def _events_outlive_nothing(self) -> StorageRetention:
+        if self.task_event_seconds > self.held_task_seconds:
+            raise ValueError(
+                f"task_event_seconds ({self.task_event_seconds:g}) must not exceed held_task_seconds "
+                f"({self.held_task_seconds:g}): a task's events would outlive the task"
+            )
+        return self
+
+
 class StorageSettings(Model):
     """Where shared state lives: in memory (one gateway) or Redis (replicas)."""
 
@@ -200,6 +256,11 @@ class StorageSettings(Model):
         description="Catalog heartbeat lease, and on Redis each gateway's lease on the tasks it runs: "
         "a replica takes over the tasks of a gateway that stopped renewing within 4/3 of it "
         "(default: 30 s on Redis, none in memory).",
+    )
+    retention: StorageRetention = Field(
+        default_factory=StorageRetention,
+        description="How long each kind of record stays in Redis (finished and held tasks, task "
+        "events, sessions, routing statistics).",
     )
 
     @model_validator(mode="after")

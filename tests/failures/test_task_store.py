@@ -81,11 +81,11 @@ async def test_the_lock_admits_one_holder_at_a_time(store):
 async def test_redis_keys_are_namespaced_and_expire(redis_client, redis_prefix):
     store = RedisTaskStore(redis_client, prefix=redis_prefix, ttl_s=60)
     await store.create(record())
-    key = f"{redis_prefix}task:task_1"
+    key = f"{redis_prefix}{{task:task_1}}"  # the task's hash tag: its keys share one cluster slot
     assert 0 < await redis_client.pttl(key) <= 60_000
     async with store.lock("task_1"):
-        assert 0 < await redis_client.pttl(f"{redis_prefix}task-lock:task_1") <= 30_000
-    assert await redis_client.exists(f"{redis_prefix}task-lock:task_1") == 0
+        assert 0 < await redis_client.pttl(f"{redis_prefix}{{task:task_1}}:lock") <= 30_000
+    assert await redis_client.exists(f"{redis_prefix}{{task:task_1}}:lock") == 0
     await redis_client.delete(key)
 
 

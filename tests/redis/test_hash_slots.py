@@ -52,6 +52,7 @@ from middleware.messaging.moderation import Quarantined
 from middleware.people.model import Escalation
 from middleware.redis import keys as key_names
 from middleware.redis.agent_directory import RedisDirectory
+from middleware.redis.batch import Batch
 from middleware.redis.catalog import RedisCatalog
 from middleware.redis.escalation_store import RedisEscalationStore
 from middleware.redis.mailbox import RedisMailbox
@@ -69,7 +70,7 @@ from middleware.sessions import ConversationState
 from middleware.task_events import progress_event
 from middleware.task_leases import Holder
 from middleware.task_store import TaskQuery
-from middleware.tasks import TaskRecord, TaskRequest
+from middleware.tasks import TaskRecord, TaskRequest, TaskState
 from middleware.testing import ManualClock
 from middleware.usage_meter import Counter
 
@@ -232,6 +233,23 @@ async def tour_tasks(store: Any) -> None:
         pass
     assert [t.task_id for t in (await store.list(TaskQuery())).tasks] == ["t1"]
     assert [t.task_id for t in (await store.list(TaskQuery(client="alice"))).tasks] == ["t1"]
+    # the batched writes: a new task with its lease (one pipeline), a save with its events (one script)
+    leases = RedisTaskLeases(store.client, prefix=store.prefix)
+    log = RedisTaskEventLog(store.client, prefix=store.prefix)
+    assert store.batches_with(log, leases)
+    assert store.key("t1") and store.lock_key("t1") and store.events_key("t1")
+    second = TaskRecord.start(TaskRequest(task_id="t2", text="hi"), None, "trace", client="alice")
+    assert await store.create_leased(second, leases, Holder(node="gw", token="t"))
+    second.state = TaskState.COMPLETED
+    assert await store.save_told(second, [_event("t2", "done")]) == 1
+    assert await store.prune_listed(key_names.tasks(store.prefix), now=second.created_at) == 0
+
+
+def _event(task_id: str, text: str) -> Any:
+    return progress_event(
+        task_id=task_id, trace_id="tr", state="dispatched", step="s", agent="a", kind="token",
+        data={"text": text}, node="n",
+    )  # fmt: skip
 
 
 async def tour_leases(store: Any) -> None:
@@ -243,6 +261,9 @@ async def tour_leases(store: Any) -> None:
     assert await store.take("t1") is None  # not expired: nothing taken
     assert not await store.hold("t1", b)
     await store.release("t1", a)
+    batch = Batch()  # a new task's lease queued with its record (RedisTaskStore.create_leased)
+    at = store.hold_into(batch, "t3", a)
+    assert (await batch.run(store.client))[at] == 1
 
 
 async def tour_events(store: Any) -> None:
@@ -303,7 +324,7 @@ STORES: dict[str, Store] = {
     "usage_meter": Store(lambda c, p: RedisUsageMeter(c, prefix=p), tour_usage),
 }
 #: Not Redis stores: the key names, the error mapping, the health monitor.
-NOT_STORES = {"keys", "errors", "health", "connection"}  # connection: a URL -> a client (redis-conn)
+NOT_STORES = {"keys", "errors", "health", "connection", "batch"}  # connection: a URL -> a client; batch: the stores' pipelines (toured with them)
 #: Public methods a tour need not call (closing the shared client).
 NOT_TOURED = {"close"}
 
@@ -749,20 +770,7 @@ async def cluster_client(cluster: list[int]) -> AsyncIterator[RedisCluster]:
     await c.aclose()
 
 
-#: Stores whose cluster tour fails before the redis-tasks branch merges (the merge removes this):
-#: usage_meter runs its script through ``pipe`` (redis-py's cluster pipeline refuses evalsha()).
-ON_CLUSTER_LATER = {"usage_meter"}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="redis-tasks branch"))
-        if n in ON_CLUSTER_LATER
-        else n
-        for n in sorted(STORES)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(STORES))
 async def test_a_stores_tour_runs_on_a_real_three_master_cluster(
     name: str, cluster_client: RedisCluster, redis_prefix: str
 ) -> None:

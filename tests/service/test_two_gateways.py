@@ -101,7 +101,7 @@ async def test_a_task_submitted_to_one_gateway_is_resumed_on_the_other(
     pending = json.loads(waiting.pending_json)
     assert pending["kind"] == "clarification" and "accept" in [o["id"] for o in pending["options"]]
     # the task's state lives in Redis, under the deployment's key prefix
-    assert await redis_client.exists(f"{redis_prefix}task:{waiting.task_id}") == 1
+    assert await redis_client.exists(f"{redis_prefix}{{task:{waiting.task_id}}}") == 1
 
     on_b = await b.agency.GetTask(agency_pb2.GetTaskRequest(task_id=waiting.task_id), timeout=10)
     assert on_b.state == "input_required" and json.loads(on_b.pending_json) == pending
