@@ -324,7 +324,8 @@ STORES: dict[str, Store] = {
     "usage_meter": Store(lambda c, p: RedisUsageMeter(c, prefix=p), tour_usage),
 }
 #: Not Redis stores: the key names, the error mapping, the health monitor.
-NOT_STORES = {"keys", "errors", "health", "connection", "batch"}  # connection: a URL -> a client; batch: the stores' pipelines (toured with them)
+#: connection: a URL -> a client; batch: the stores' pipelines (toured with them).
+NOT_STORES = {"keys", "errors", "health", "connection", "batch"}
 #: Public methods a tour need not call (closing the shared client).
 NOT_TOURED = {"close"}
 
