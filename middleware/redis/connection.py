@@ -145,7 +145,7 @@ def _cluster(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis:
     safe = _loop_bound(client.connection_kwargs["connection_class"])
     client.connection_kwargs["connection_class"] = safe
     for node in client.nodes_manager.startup_nodes.values():
-        node.connection_class = safe
+        node.connection_class = safe  # type: ignore[assignment]  # a Connection subclass
     return cast("Redis", client)
 
 
