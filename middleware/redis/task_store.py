@@ -159,6 +159,7 @@ class RedisTaskStore:
         self._prune_every = max(1, prune_every)
         self._creates = 0
         self._cas = client.register_script(_CAS)
+        self._cluster = _is_cluster(client)
         self._release = client.register_script(_RELEASE)
 
     @classmethod
@@ -248,7 +249,10 @@ class RedisTaskStore:
 
     @redis_operation("task_store.create")
     async def create_leased(self, record: TaskRecord, leases: Any, holder: Holder) -> bool:
-        """Hold ``holder``'s lease on the new task and store it, in one round trip.
+        """Hold ``holder``'s lease on the new task and store it, in one round trip (two on a
+        Redis Cluster, the lease first: the lease and the task live on different masters, and a
+        task stored while its lease's master is down would be running with no lease, found by
+        no takeover sweep).
 
         Returns:
             False when another holder has a lease on this task id (nothing was stored: a record
@@ -262,9 +266,16 @@ class RedisTaskStore:
         """
         batch = Batch()
         hold = leases.hold_into(batch, record.task_id, holder)
+        if self._cluster:  # the lease's slot and the task's are on two masters: the lease first,
+            lease = int((await batch.run(self._redis))[hold])  # so no task is stored without one
+            batch, hold = Batch(), -1  # (one master down: the task's write is not even sent)
+            if not lease:
+                record.version = 0
+                return False
         at = self._create_into(batch, record)
         results = await batch.run(self._redis)
-        lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
+        if hold >= 0:
+            lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
         created = int(results[at][0]) == 1
         if not lease:
             if created:  # a lease left on no task by a gateway that died before storing it
@@ -440,3 +451,10 @@ def _write_id() -> str:
     """A write's id: a retry of the same write (redis-py's, on a new connection after the reply
     was lost) is told apart from another writer's by it (see ``_CAS``)."""
     return secrets.token_hex(8)
+
+
+def _is_cluster(client: Any) -> bool:
+    """Whether ``client`` is redis-py's cluster client (keys of two slots: two masters)."""
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)

@@ -18,9 +18,14 @@ import pytest
 from redis_servers import Cluster
 from store_calls import outcome, store_calls
 
-from middleware.errors import BackendUnavailable
+from middleware.errors import BackendUnavailable, NotFound
+from middleware.redis import keys
 from middleware.redis.connection import redis_client
 from middleware.redis.routing_stats import RedisRoutingStats
+from middleware.redis.task_leases import RedisTaskLeases
+from middleware.redis.task_store import RedisTaskStore
+from middleware.task_leases import Holder
+from middleware.tasks import TaskRecord, TaskRequest
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,6 +72,34 @@ async def test_a_transaction_that_learns_the_slot_map_leaves_no_connection_on_a_
         await stats.finished("a", success=True)  # a script: NOSCRIPT, then SCRIPT LOAD on every node
         assert (await stats.snapshots(["a"]))["a"].in_flight == 0
     finally:
+        await client.aclose()
+
+
+async def test_a_task_is_not_stored_when_its_lease_cannot_be(redis_cluster: Cluster) -> None:
+    """The lease and the task live on two masters. When the lease's master refuses the write
+    (here ``NOREPLICAS``; in the benchmark it had just been killed) the task must not be stored:
+    a stored task with no lease is ``submitted`` forever, found by no takeover sweep."""
+    prefix = f"lf-{uuid.uuid4().hex[:8]}:"
+    leases_master = redis_cluster.master_of(keys.slot(keys.task_leases(prefix)[0]))
+    task_id = next(
+        f"t{i}"
+        for i in range(1000)
+        if redis_cluster.master_of(keys.slot(keys.task(prefix, f"t{i}"))) is not leases_master
+    )
+    client = redis_client(redis_cluster.url)
+    with leases_master.client() as admin:
+        admin.config_set("min-replicas-to-write", 5)  # more than it has: every write refused
+    try:
+        store = RedisTaskStore(client, prefix=prefix)
+        leases = RedisTaskLeases(client, prefix=prefix, lease_seconds=30)
+        run = TaskRecord.start(TaskRequest(task_id=task_id, text="t"), None, "trace")
+        with pytest.raises(BackendUnavailable, match=r"(?i)replicas"):
+            await store.create_leased(run, leases, Holder(node="a", token="1"))
+        with pytest.raises(NotFound):
+            await store.get(task_id)
+    finally:
+        with leases_master.client() as admin:
+            admin.config_set("min-replicas-to-write", 0)
         await client.aclose()
 
 
