@@ -307,8 +307,8 @@ def _loop_bound(base: type[AbstractConnection]) -> type[AbstractConnection]:
     connections it opens stay in the nodes' pools bound to that thread's loop, closed once the
     command is queued. The next command on one of them failed with ``RuntimeError: Event loop is
     closed`` (not a Redis error: ``INTERNAL`` on Submit during a cluster failover). A connection
-    of another loop is dropped unused (its loop is gone: nothing to close it with) and a new one
-    made on this loop.
+    of another loop has its socket closed directly (its loop is gone) and a new one is made on
+    this loop.
     """
     import asyncio
 
@@ -323,14 +323,25 @@ def _loop_bound(base: type[AbstractConnection]) -> type[AbstractConnection]:
             loop = getattr(writer.transport, "_loop", None)
             return loop is not None and loop is not asyncio.get_running_loop()
 
+        def _drop(self) -> None:
+            """Close the socket itself (its transport's loop is closed: it cannot) and forget it:
+            ``is_connected`` is then False, so the next command connects anew."""
+            transport = self._writer.transport
+            sock = getattr(transport, "_sock", None)
+            if sock is not None:
+                sock.close()
+                transport._sock = None  # closed here: neither the transport nor its stream
+                transport._closing = True  # writer may warn of it when collected
+            self._reader = self._writer = None
+
         async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
             if self._on_another_loop():
-                self._reader = self._writer = None  # is_connected: False, so a new one is made
+                self._drop()
             await super().send_packed_command(*args, **kwargs)
 
         async def disconnect(self, *args: Any, **kwargs: Any) -> None:
             if self._on_another_loop():
-                self._reader = self._writer = None
+                self._drop()
             await super().disconnect(*args, **kwargs)
 
     LoopBound.__name__ = LoopBound.__qualname__ = f"LoopBound{base.__name__}"
