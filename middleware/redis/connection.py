@@ -326,7 +326,7 @@ def _loop_bound(base: type[AbstractConnection]) -> type[AbstractConnection]:
         def _drop(self) -> None:
             """Close the socket itself (its transport's loop is closed: it cannot) and forget it:
             ``is_connected`` is then False, so the next command connects anew."""
-            transport = self._writer.transport
+            transport: Any = getattr(self, "_writer").transport  # noqa: B009 (typed by redis-py as unknown)
             sock = getattr(transport, "_sock", None)
             if sock is not None:
                 sock.close()
