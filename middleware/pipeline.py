@@ -502,8 +502,8 @@ class Agency:
         try:
             await self.tasks.create(run)
         except BaseException:
-            if takeover is not None:
-                await takeover.release(run.task_id)
+            if takeover is not None:  # stored or not (a reply lost): the lease expires, the sweep decides
+                takeover.forget(run.task_id)
             raise
 
     async def _run_on(self, run: TaskRecord) -> Outcome:
@@ -1443,7 +1443,12 @@ class Agency:
         run.updated_at = utcnow()
         # durable, and told to the task's followers with its task.outcome in the same append,
         # before it is stored: a resume (any replica) may follow the save at once
-        outcome = await self._flush_audit(run, stopped=True, measured=measured, save=True)
+        try:
+            outcome = await self._flush_audit(run, stopped=True, measured=measured, save=True)
+        except BaseException:
+            if self.takeover is not None:  # stored still running, or not (the reply was lost):
+                self.takeover.forget(run.task_id)  # its lease expires and the sweep decides
+            raise
         if self.takeover is not None:
             await self.takeover.release(run.task_id)
         if run.request.session_id:

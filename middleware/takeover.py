@@ -207,16 +207,19 @@ class Takeover:
 
     async def interrupt(self, run: TaskRecord, why: str) -> None:
         """Mark a task this gateway cannot finish ``interrupted`` in the store now, and drop its
-        lease; when that fails (the store is what failed) its lease is left to expire, so a
-        replica takes it over instead."""
+        lease. Whenever what the store holds is not known (the task was not running here, the
+        save failed, or was refused as stale: an earlier write of this gateway may have been
+        applied although it reported an error) its lease is left to expire instead, so the sweep
+        (here or on a replica) reads the stored task and interrupts it if it is still running:
+        no task is left running in the store without a lease."""
         if run.state not in _RUNNING:
-            await self.release(run.task_id)
+            self.forget(run.task_id)
             return
         try:
             mark_interrupted(run, dead_node=self.node, node=self.node, reason=why)
             await self.tasks.save(run)
-        except ConcurrentUpdate:  # another gateway changed it since (took it over): not ours now
-            await self.release(run.task_id)
+        except ConcurrentUpdate:  # taken over since, or our own earlier write was applied after all
+            self.forget(run.task_id)
         except Exception as exc:  # the store is what failed: the lease decides
             log.warning("task %s: not marked interrupted here (%s); its lease will expire", run.task_id, exc)
             self.forget(run.task_id)

@@ -340,8 +340,9 @@ class Fleet:
             while pending:
                 for task_id in sorted(pending):
                     try:
-                        if (await client.get_task(task_id)).state is TaskState.INTERRUPTED:
-                            pending.discard(task_id)
+                        state = (await client.get_task(task_id)).state
+                        if state is TaskState.INTERRUPTED or state.terminal:  # terminal: it finished
+                            pending.discard(task_id)  # before the kill, the reply cut off with it
                     except NotFound:
                         pending.discard(task_id)  # never created: nothing to take over
                 assert time.monotonic() < at + within, f"not taken over: {sorted(pending)}"

@@ -140,7 +140,13 @@ def _cluster(rest: str, ssl: bool, field: str, kwargs: dict[str, Any]) -> Redis:
         raise InvalidInput.single(field, f"a Redis Cluster has only database 0, not {path.strip('/')!r}")
     timeouts = {k: _number(v, k, field) for k, v in options.items()}
     nodes = [ClusterNode(host, port) for host, port in hosts]
-    return cast("Redis", RedisCluster(startup_nodes=nodes, ssl=ssl, **{**kwargs, **timeouts, **auth}))
+    client = RedisCluster(startup_nodes=nodes, ssl=ssl, **{**kwargs, **timeouts, **auth})
+    # connection_class is not an argument of RedisCluster: set where its nodes are made
+    safe = _loop_bound(client.connection_kwargs["connection_class"])
+    client.connection_kwargs["connection_class"] = safe
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = safe  # type: ignore[assignment]  # a Connection subclass
+    return cast("Redis", client)
 
 
 def _sentinel_primary_class() -> type[Redis]:
@@ -287,3 +293,57 @@ def _dropped_when_read_only(base: type[AbstractConnection]) -> type[AbstractConn
     DroppedWhenReadOnly.__name__ = DroppedWhenReadOnly.__qualname__ = f"DroppedWhenReadOnly{base.__name__}"
     _READ_ONLY_AWARE[base] = DroppedWhenReadOnly
     return DroppedWhenReadOnly
+
+
+_LOOP_BOUND: dict[type[Any], type[Any]] = {}
+
+
+def _loop_bound(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``base`` made to reconnect when it was opened on another event loop than the caller's.
+
+    redis-py's cluster client queues each command of a transaction (``pipeline(transaction=True)``)
+    by running ``asyncio.run`` in a thread (``TransactionStrategy.execute_command``); when the
+    client must first learn the slot map again (after a failover), it does so there, and the
+    connections it opens stay in the nodes' pools bound to that thread's loop, closed once the
+    command is queued. The next command on one of them failed with ``RuntimeError: Event loop is
+    closed`` (not a Redis error: ``INTERNAL`` on Submit during a cluster failover). A connection
+    of another loop has its socket closed directly (its loop is gone) and a new one is made on
+    this loop.
+    """
+    import asyncio
+
+    if base in _LOOP_BOUND:
+        return _LOOP_BOUND[base]
+
+    class LoopBound(base):  # type: ignore[valid-type,misc]
+        def _on_another_loop(self) -> bool:
+            writer = getattr(self, "_writer", None)
+            if writer is None:
+                return False
+            loop = getattr(writer.transport, "_loop", None)
+            return loop is not None and loop is not asyncio.get_running_loop()
+
+        def _drop(self) -> None:
+            """Close the socket itself (its transport's loop is closed: it cannot) and forget it:
+            ``is_connected`` is then False, so the next command connects anew."""
+            transport: Any = getattr(self, "_writer").transport  # noqa: B009 (typed by redis-py as unknown)
+            sock = getattr(transport, "_sock", None)
+            if sock is not None:
+                sock.close()
+                transport._sock = None  # closed here: neither the transport nor its stream
+                transport._closing = True  # writer may warn of it when collected
+            self._reader = self._writer = None
+
+        async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+            if self._on_another_loop():
+                self._drop()
+            await super().send_packed_command(*args, **kwargs)
+
+        async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+            if self._on_another_loop():
+                self._drop()
+            await super().disconnect(*args, **kwargs)
+
+    LoopBound.__name__ = LoopBound.__qualname__ = f"LoopBound{base.__name__}"
+    _LOOP_BOUND[base] = LoopBound
+    return LoopBound

@@ -3,11 +3,15 @@
 Layout (``P`` = ``prefix``, default ``agency:``); every key of one task carries the hash tag
 ``{task:ID}``, so each script and pipeline of one task touches one Redis Cluster slot::
 
-    P{task:ID}          hash     v (version), data (the record as JSON), s (its list row as JSON)
+    P{task:ID}          hash     v (version), data (the record as JSON), s (its list row as JSON),
+                                 w (the last write's id), e (its last event's id)
     P{task:ID}:lock     string   the lock token (SET NX PX; released by compare-and-delete)
     P{task:ID}:events   stream   the task's events (:mod:`middleware.redis.task_events`)
 
 Writes go through one Lua script that compares the version and sets the new one atomically;
+a write sent again by the client (redis-py retries a command whose connection dropped, so a
+write applied whose reply was lost arrives twice) is recognised by its id and answered success
+again, never a false ``ConcurrentUpdate`` (a brand-new task's Submit told ``CONCURRENT_UPDATE``);
 the lock is ``SET NX PX`` released by a compare-and-delete script, so a replica can only
 release its own lock.
 
@@ -35,6 +39,7 @@ events in one script.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -65,24 +70,29 @@ from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redi
 __all__ = ["RedisTaskStore"]
 
 # KEYS[1] task key, KEYS[2] (optional) its event stream; ARGV: expected version ("0" = must
-# not exist), new version, data, ttl ms, the list row, the events' ttl ms, then the events'
-# JSON (appended first, whatever the version check says: they are told before the task is stored).
-# Returns {1, last event id} on success, {0, ...} on a version mismatch, {-1, ...} on a missing key.
+# not exist), new version, data, ttl ms, the list row, this write's id, the events' ttl ms, then
+# the events' JSON (appended first, whatever the version check says: they are told before the
+# task is stored). Returns {1, last event id} on success, {0, ...} on a version mismatch, {-1, ...}
+# on a missing key. The same write sent again (a client's retry after its reply was lost: the
+# write id and the new version are stored) answers success again and changes nothing.
 _CAS = """
+local cur = redis.call('HGET', KEYS[1], 'v')
+if cur == ARGV[2] and redis.call('HGET', KEYS[1], 'w') == ARGV[6] then
+  return {1, redis.call('HGET', KEYS[1], 'e') or ''}
+end
 local last = ''
 if KEYS[2] then
-  for i = 7, #ARGV do
+  for i = 8, #ARGV do
     last = redis.call('XADD', KEYS[2], '0-*', 'e', ARGV[i])
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
 end
-local cur = redis.call('HGET', KEYS[1], 'v')
 if cur == false then
   if ARGV[1] ~= '0' then return {-1, last} end
 elseif cur ~= ARGV[1] then
   return {0, last}
 end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'data', ARGV[3], 's', ARGV[5])
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'data', ARGV[3], 's', ARGV[5], 'w', ARGV[6], 'e', last)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, last}
 """
@@ -149,6 +159,7 @@ class RedisTaskStore:
         self._prune_every = max(1, prune_every)
         self._creates = 0
         self._cas = client.register_script(_CAS)
+        self._cluster = _is_cluster(client)
         self._release = client.register_script(_RELEASE)
 
     @classmethod
@@ -195,7 +206,14 @@ class RedisTaskStore:
         created_at = batch.script(
             self._cas,
             [self.key(record.task_id)],
-            ["0", 1, record.model_dump_json(), self._record_ttl_ms(record), summary.model_dump_json()],
+            [
+                "0",
+                1,
+                record.model_dump_json(),
+                self._record_ttl_ms(record),
+                summary.model_dump_json(),
+                _write_id(),
+            ],
         )
         created = micros(record.created_at)
         oldest = created - self._ttl_ms * 1000  # ids older than any unwritten record
@@ -231,7 +249,10 @@ class RedisTaskStore:
 
     @redis_operation("task_store.create")
     async def create_leased(self, record: TaskRecord, leases: Any, holder: Holder) -> bool:
-        """Hold ``holder``'s lease on the new task and store it, in one round trip.
+        """Hold ``holder``'s lease on the new task and store it, in one round trip (two on a
+        Redis Cluster, the lease first: the lease and the task live on different masters, and a
+        task stored while its lease's master is down would be running with no lease, found by
+        no takeover sweep).
 
         Returns:
             False when another holder has a lease on this task id (nothing was stored: a record
@@ -245,9 +266,16 @@ class RedisTaskStore:
         """
         batch = Batch()
         hold = leases.hold_into(batch, record.task_id, holder)
+        if self._cluster:  # the lease's slot and the task's are on two masters: the lease first,
+            lease = int((await batch.run(self._redis))[hold])  # so no task is stored without one
+            batch, hold = Batch(), -1  # (one master down: the task's write is not even sent)
+            if not lease:
+                record.version = 0
+                return False
         at = self._create_into(batch, record)
         results = await batch.run(self._redis)
-        lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
+        if hold >= 0:
+            lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
         created = int(results[at][0]) == 1
         if not lease:
             if created:  # a lease left on no task by a gateway that died before storing it
@@ -325,7 +353,7 @@ class RedisTaskStore:
         row = summary_of(record).model_dump_json()
         ttl = self._record_ttl_ms(record)
         names = [self.key(record.task_id)]
-        args: list[Any] = [str(old), old + 1, data, ttl, row]
+        args: list[Any] = [str(old), old + 1, data, ttl, row, _write_id()]
         if events:
             names.append(self.events_key(record.task_id))
             events_ttl = self._events_ttl_ms if record.state.terminal else ttl
@@ -417,3 +445,16 @@ class RedisTaskStore:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _write_id() -> str:
+    """A write's id: a retry of the same write (redis-py's, on a new connection after the reply
+    was lost) is told apart from another writer's by it (see ``_CAS``)."""
+    return secrets.token_hex(8)
+
+
+def _is_cluster(client: Any) -> bool:
+    """Whether ``client`` is redis-py's cluster client (keys of two slots: two masters)."""
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)

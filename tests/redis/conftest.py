@@ -4,10 +4,15 @@ free ports and stops them by PID. Their names hold "redis", so tests using them 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from redis_servers import Cluster, RedisServer, SentinelSet, cluster, redis_server, sentinel_set
+
+#: The tests' shared Redis, as tests/conftest.py names it: a module here that imports
+#: ``conftest`` may get this one (both are "conftest" to Python), so it says the same.
+REDIS_URL = os.environ.get("AGENCY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 @pytest.fixture
