@@ -38,12 +38,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from ..background import LoopErrors
 from ..catalog import CatalogEntry
 from ..contracts import normalise_label
-from .errors import count_redis_error
 
 if TYPE_CHECKING:
     from .catalog import RedisCatalog
@@ -161,9 +158,8 @@ class CatalogSnapshot:
         while True:
             try:
                 await self._follow()
-            except Exception as exc:  # a background loop outlives any failure: counted, logged, retried
-                if isinstance(exc, RedisError):
-                    count_redis_error(self._catalog.on_redis_error, "catalog.snapshot", exc)
+            except Exception as exc:  # a background loop outlives any failure: logged, retried
+                # (not counted as a Redis error: routing then reads Redis itself, and that is counted)
                 await self._drop()
                 await asyncio.sleep(self._errors.failed(exc))
 
