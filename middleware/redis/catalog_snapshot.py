@@ -83,6 +83,7 @@ class CatalogSnapshot:
         self._changed = asyncio.Event()
         # bumped by this gateway's own writes: a re-read that overlapped one is not used
         self._generation = 0
+        self._closing = False
 
     # ------------------------------------------------------------------ reads
     @property
@@ -127,12 +128,14 @@ class CatalogSnapshot:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Start following the catalog (idempotent; needs a running event loop)."""
-        if self._task is None or self._task.done():
+        """Start following the catalog (idempotent; needs a running event loop; not after
+        :meth:`aclose`)."""
+        if not self._closing and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run(), name="catalog-snapshot")
 
     async def aclose(self) -> None:
         """Stop following; reads go to Redis again."""
+        self._closing = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -155,10 +158,13 @@ class CatalogSnapshot:
 
     # ------------------------------------------------------------------- loop
     async def _run(self) -> None:
-        while True:
+        me = asyncio.current_task()
+        while not self._closing:
             try:
                 await self._follow()
             except Exception as exc:  # a background loop outlives any failure: logged, retried
+                if self._closing or (me is not None and me.cancelling()):
+                    return  # a cancellation the client turned into an error (it does, mid-read)
                 # (not counted as a Redis error: routing then reads Redis itself, and that is counted)
                 await self._drop()
                 await asyncio.sleep(self._errors.failed(exc))

@@ -64,6 +64,8 @@ async def seen_within_two_re_reads(catalog: RedisCatalog, check: Any) -> None:
     snapshot = catalog.snapshot
     assert snapshot is not None
     start = snapshot.refreshes
+    if check(await catalog.candidates("act")):
+        return  # already (a re-read that began after the change may have completed)
     async with asyncio.timeout(20):
         for n in (start, start + 1):
             await snapshot.wait_refreshed(n)
