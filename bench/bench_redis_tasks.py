@@ -37,11 +37,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,8 @@ class RoundTrips:
 
     trips: int = 0
     commands: int = 0
+    #: round trips by the ``middleware/redis`` module that sent them (the outermost on the stack)
+    by_module: Counter[str] = field(default_factory=Counter)
 
 
 @contextlib.contextmanager
@@ -72,6 +76,14 @@ def count_round_trips() -> Iterator[RoundTrips]:
 
     async def counted_send(self: Any, command: Any, check_health: bool = True) -> None:
         counts.trips += 1
+        frame: Any = sys._getframe(1)
+        module = "other"
+        while frame is not None:
+            path = frame.f_code.co_filename.replace("\\", "/")
+            if "/middleware/redis/" in path and not path.endswith(("/errors.py", "/batch.py")):
+                module = path.rsplit("/", 1)[1].removesuffix(".py")
+            frame = frame.f_back
+        counts.by_module[module] += 1
         await send(self, command, check_health)
 
     def counted_one(self: Any, *args: Any) -> Any:
@@ -213,6 +225,8 @@ async def round_trips_and_cpu(
                     f"{(after - before) / n:.2f} Redis commands executed (scripts' inner calls included)",
                     flush=True,
                 )
+                modules = ", ".join(f"{m} {c / n:.3f}" for m, c in counts.by_module.most_common())
+                print(f"  round trips per task by module: {modules}", flush=True)
             t0, w0 = time.process_time(), time.monotonic()
             await run_tasks(agency, args.warmup + args.probe, args.probe, args.concurrency)
             cpu[label] = (time.process_time() - t0) / args.probe

@@ -17,11 +17,15 @@ Writes are transactions (WATCH/MULTI), so a bad or conflicting registration leav
 nothing behind and concurrent writers never half-overwrite each other; events are
 published inside the transaction, so a watcher only hears about committed changes.
 Index sets expire with the entries that fill them, and members whose entry expired are
-dropped when a lookup meets them, so nothing leaks. ``candidates`` is one round trip in the
-steady state: one pipeline reads the action's index sets and, beside them, the entries and
-heartbeats of the members the last lookup of that action met; members new since cost a
-second round trip. (It is not a script: a script is given every key it touches, and the
-entries' names are only known from the index.)
+dropped when a lookup meets them, so nothing leaks.
+
+Routing reads (``candidates``, ``get``) cost no round trip in the steady state: they are served
+from a :class:`~.catalog_snapshot.CatalogSnapshot` of every entry, re-read on each catalog event
+and at least every ``snapshot_seconds`` (the staleness bound, default 1 s; see that module).
+This gateway's own writes are in its snapshot at once. Without a ready snapshot (just started,
+Redis unreachable) ``candidates`` reads Redis: one pipeline reads the action's index sets and,
+beside them, the entries and heartbeats of the members the last lookup of that action met;
+members new since cost a second round trip.
 
 Pub/sub is at-most-once: a watcher that was disconnected should re-read (``query``)
 before watching again.
@@ -45,6 +49,7 @@ from ..contracts import CapabilityContract, normalise_label
 from ..errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
 from ..smf import utcnow
 from . import keys as key_names
+from .catalog_snapshot import CatalogSnapshot
 from .errors import RedisErrorHook, backend_unavailable, count_redis_error, redis_operation
 
 log = logging.getLogger("agency.catalog")
@@ -73,6 +78,8 @@ class RedisCatalog:
         sweep_interval: How often an idle watch sweeps for stale entries (default: lease/4).
         on_redis_error: Called with the operation (``"catalog.register"`` ...) whenever a
             Redis error escapes one (see :mod:`middleware.redis.errors`).
+        snapshot_seconds: Routing reads come from a snapshot in this process re-read at least
+            this often (default: 1 s, at most a tenth of the lease); None reads Redis every time.
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class RedisCatalog:
         clock: Clock = utcnow,
         sweep_interval: float | None = None,
         on_redis_error: RedisErrorHook | None = None,
+        snapshot_seconds: float | None = -1.0,
     ) -> None:
         if lease_seconds <= 0:
             raise InvalidInput.single("lease_seconds", "must be positive")
@@ -106,6 +114,13 @@ class RedisCatalog:
         self._hints: dict[str, list[str]] = {}
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
+        if snapshot_seconds is not None and snapshot_seconds < 0:  # the default
+            snapshot_seconds = min(1.0, lease_seconds / 10)
+        if snapshot_seconds is not None and snapshot_seconds <= 0:
+            raise InvalidInput.single("snapshot_seconds", "must be positive (or None for no snapshot)")
+        self.snapshot = (
+            CatalogSnapshot(self, refresh_seconds=snapshot_seconds) if snapshot_seconds is not None else None
+        )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCatalog:
@@ -151,14 +166,17 @@ class RedisCatalog:
                     if old is not None:
                         for ikey in self._index_keys(old.contract):
                             pipe.srem(ikey, key)
-                    pipe.set(ekey, self._encode(entry), px=self._ttl_ms)
                     for ikey in self._index_keys(contract):
                         pipe.sadd(ikey, key)
                         pipe.pexpire(ikey, self._ttl_ms)
                     pipe.zadd(self._hb, {key: _ms(now)})
                     pipe.srem(self._stale, key)
+                    encoded = self._encode(entry)
+                    pipe.set(ekey, encoded, px=self._ttl_ms)
                     _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
+                    if self.snapshot is not None:
+                        self.snapshot.put([(key, encoded, _ms(now))])
                     return entry
                 except WatchError:
                     continue  # someone else wrote this key meanwhile: read again
@@ -189,9 +207,12 @@ class RedisCatalog:
         for start in range(0, len(parsed), 1000):
             pipe = self.redis.pipeline(transaction=False)
             touched: set[str] = set()
+            written = []
             for contract in parsed[start : start + 1000]:
                 entry = CatalogEntry(contract=contract, registered_at=now, last_heartbeat=now)
-                pipe.set(self._entry_key(contract.key), self._encode(entry), px=self._ttl_ms)
+                encoded = self._encode(entry)
+                written.append((contract.key, encoded, _ms(now)))
+                pipe.set(self._entry_key(contract.key), encoded, px=self._ttl_ms)
                 for ikey in self._index_keys(contract):
                     pipe.sadd(ikey, contract.key)
                     touched.add(ikey)
@@ -201,6 +222,8 @@ class RedisCatalog:
             for ikey in touched:
                 pipe.pexpire(ikey, self._ttl_ms)
             await pipe.execute()
+            if self.snapshot is not None:
+                self.snapshot.put(written)
         return len(parsed)
 
     @redis_operation("catalog.deregister")
@@ -224,6 +247,8 @@ class RedisCatalog:
                     _publish(pipe, self.channel, event.model_dump_json())
                     await pipe.execute()
                     self._parsed.pop(key, None)
+                    if self.snapshot is not None:
+                        self.snapshot.discard(key)
                     return
                 except WatchError:
                     continue
@@ -242,6 +267,8 @@ class RedisCatalog:
             await self.redis.zrem(self._hb, key)
             raise NotFound(f"no capability {key!r} in the catalog")
         entry = self._view(key, raw, _ms(now), now)
+        if self.snapshot is not None:
+            self.snapshot.beat(key, _ms(now))
         # the index sets live as long as the entries in them (they were given their TTL once, at
         # registration: every entry fell out of routing ten leases after it registered)
         async with self.redis.pipeline(transaction=False) as indexes:
@@ -273,6 +300,8 @@ class RedisCatalog:
                 if won:
                     events.append(CatalogEvent(type=CatalogEventType.DEREGISTERED, key=key, at=now))
                     self._parsed.pop(key, None)
+                    if self.snapshot is not None:
+                        self.snapshot.discard(key)
         stale: list[Any] = await self.redis.zrangebyscore(
             self._hb, f"{expired_before}", f"({stale_before}", withscores=True
         )
@@ -298,6 +327,10 @@ class RedisCatalog:
     # ------------------------------------------------------------------- reads
     @redis_operation("catalog.get")
     async def get(self, key: str) -> CatalogEntry:
+        if self.snapshot is not None:
+            self.snapshot.start()
+            if self.snapshot.ready and (held := self.snapshot.get(key, self.clock())) is not None:
+                return held
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self._entry_key(key))
         pipe.zscore(self._hb, key)
@@ -309,6 +342,10 @@ class RedisCatalog:
     @redis_operation("catalog.candidates")
     async def candidates(self, action: str) -> list[CatalogEntry]:
         action = normalise_label(action)
+        if self.snapshot is not None:
+            self.snapshot.start()
+            if self.snapshot.ready:
+                return self.snapshot.candidates(action, self.clock())
         index_sets = [self._idx("can", action), self._idx("cannot", action)]
         # One round trip in the steady state: the index and, beside it, the entries and heartbeats
         # of the members this action had last time; a second one only for members new since.
@@ -373,6 +410,8 @@ class RedisCatalog:
         return _RedisWatch(self)
 
     async def close(self) -> None:
+        if self.snapshot is not None:
+            await self.snapshot.aclose()
         await self.redis.aclose()
 
     @redis_operation("catalog.clear")

@@ -118,24 +118,63 @@ async def test_bulk_import_validates_everything_first(redis_client, redis_prefix
 
 
 async def test_redis_routing_stats_are_shared_and_windowed(redis_client, redis_prefix) -> None:
-    one = RedisRoutingStats(redis_client, prefix=redis_prefix, window=4)
-    other = RedisRoutingStats(aioredis.Redis.from_url(_url()), prefix=redis_prefix, window=4)
+    """Shared through Redis within the documented bound: a start reaches Redis by a flush (the
+    timer's, a re-read's or the outcome script's), and another gateway re-reads numbers older than
+    ``max_age_seconds``. Its own starts and outcomes a gateway sees at once."""
+    ticks = [0.0]
+    one = RedisRoutingStats(redis_client, prefix=redis_prefix, window=4, monotonic=lambda: ticks[0])
+    other = RedisRoutingStats(
+        aioredis.Redis.from_url(_url()), prefix=redis_prefix, window=4, monotonic=lambda: ticks[0]
+    )
     try:
         assert (await one.snapshot("a@1")).success_rate == 1.0  # no history: optimistic
         await one.started("a@1")
+        assert (await one.snapshot("a@1")).in_flight == 1  # its own start: at once
+        assert (await other.snapshot("a@1")).in_flight == 0  # not sent yet
+        await one.flush()
+        assert (await one.snapshot("a@1")).in_flight == 1  # not counted twice
+        assert (await other.snapshot("a@1")).in_flight == 0  # read less than max_age ago
+        ticks[0] += other.max_age_seconds
         assert (await other.snapshot("a@1")).in_flight == 1
         await other.finished("a@1", success=False)
+        assert (await other.snapshot("a@1")).in_flight == 0  # its own outcome: at once
         for _ in range(3):
             await one.started("a@1")
-            await one.finished("a@1", success=True)
+            await one.finished("a@1", success=True)  # start and outcome: one script
+        ticks[0] += other.max_age_seconds
         snap = await other.snapshot("a@1")
         assert (snap.success_rate, snap.samples, snap.in_flight) == (0.75, 4, 0)
         await one.finished("a@1", success=True)  # the failure falls out of the window
+        ticks[0] += other.max_age_seconds
         both = await other.snapshots(["a@1", "b@1"])
         assert both["a@1"].success_rate == 1.0 and both["a@1"].samples == 4
         assert both["b@1"].samples == 0
     finally:
+        await one.aclose()
+        await other.aclose()
         await other.redis.aclose()
+
+
+async def test_routing_stats_send_a_start_with_the_next_re_read_or_on_their_timer(
+    redis_client, redis_prefix
+) -> None:
+    ticks = [0.0]
+    one = RedisRoutingStats(redis_client, prefix=redis_prefix, flush_seconds=0.05, monotonic=lambda: ticks[0])
+    other = RedisRoutingStats(redis_client, prefix=redis_prefix, max_age_seconds=0)
+    try:
+        await one.started("a@1")
+        await one.started("b@1")
+        await one.snapshots(["a@1"])  # a re-read carries every unsent start
+        assert (await other.snapshots(["a@1", "b@1"]))["b@1"].in_flight == 1
+        flushes = one.flushes
+        await one.started("a@1")  # nothing else happens: the timer sends it
+        async with asyncio.timeout(10):
+            await one.wait_flushed(flushes)
+        assert (await other.snapshot("a@1")).in_flight == 2
+        await one.released("a@1")  # a takeover's release: one fewer
+        assert (await other.snapshot("a@1")).in_flight == 1
+    finally:
+        await one.aclose()
 
 
 async def test_concurrent_registrations_of_one_key_let_exactly_one_win(gateways) -> None:
@@ -155,12 +194,13 @@ async def test_concurrent_registrations_of_one_key_let_exactly_one_win(gateways)
     assert sorted(u.revision for u in updates) == [2, 3, 4, 5, 6, 7]  # no update was lost
 
 
-async def test_candidates_is_one_round_trip_once_the_action_was_looked_up(
+async def test_without_a_snapshot_candidates_is_one_round_trip_once_the_action_was_looked_up(
     redis_client: Any, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The direct path (no snapshot, or one not ready: just started, Redis unreachable)."""
     from redis.asyncio.connection import AbstractConnection
 
-    catalog = RedisCatalog(redis_client, prefix=redis_prefix)
+    catalog = RedisCatalog(redis_client, prefix=redis_prefix, snapshot_seconds=None)
     await catalog.register(contract("a"))
     await catalog.register(contract("b"))
     sent = []

@@ -57,7 +57,8 @@ async def store_calls(url: str, prefix: str, stack: AsyncExitStack) -> dict[str,
     leases = owned(RedisTaskLeases.from_url(url, prefix=prefix, lease_seconds=30))
     events = owned(RedisTaskEventLog.from_url(url, prefix=prefix))
     catalog = owned(RedisCatalog.from_url(url, prefix=prefix + "catalog:"))
-    stats = RedisRoutingStats(client(), prefix=prefix + "stats:")
+    # max_age 0: every snapshot reads Redis (the default answers from numbers up to 1 s old)
+    stats = RedisRoutingStats(client(), prefix=prefix + "stats:", max_age_seconds=0)
     mailbox = owned(RedisMailbox.from_url(url, prefix=prefix))
     buckets = owned(RedisBuckets.from_url(url, prefix=prefix))
     directory = RedisDirectory(client(), prefix=prefix)
@@ -112,7 +113,7 @@ async def store_calls(url: str, prefix: str, stack: AsyncExitStack) -> dict[str,
             ("sweep", lambda: catalog.sweep()),  # type: ignore[attr-defined]
         ],
         "routing stats": [
-            ("started", lambda: stats.started("a")),
+            ("started", lambda: _started(stats, "a")),  # counted here; sent by the flush
             ("finished", lambda: stats.finished("a", success=True)),
             ("snapshots", lambda: stats.snapshots(["a"])),
         ],
@@ -177,3 +178,8 @@ async def outcome(call: Call) -> BaseException | None:
     except (RedisError, RedisClusterException) as exc:  # a raw Redis error: INTERNAL on the wire
         return exc
     return None
+
+
+async def _started(stats: RedisRoutingStats, agent: str) -> None:
+    await stats.started(agent)
+    await stats.flush()

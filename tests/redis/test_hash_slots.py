@@ -114,6 +114,26 @@ async def tour_catalog(store: Any) -> None:
     assert await store.clear() > 0
 
 
+async def tour_snapshot(store: Any) -> None:
+    catalog = store._catalog
+    await catalog.register(contract("a"))
+    store.start()
+    await store.wait_refreshed(0)  # subscribed, then the heartbeats and entries read
+    assert store.ready
+    now = catalog.clock()
+    assert [e.key for e in store.candidates("act", now)] == ["a@1.0.0"]
+    await catalog.redis.set(key_names.catalog.entry(catalog.prefix, "b@1.0.0"), b"{}")  # not read yet
+    await store.refresh()  # the known entries with the heartbeats, then the new ones
+    raw = await catalog.redis.get(key_names.catalog.entry(catalog.prefix, "a@1.0.0"))
+    store.put([("b@1.0.0", raw.replace(b'"a"', b'"b"'), 1.0)])
+    store.beat("b@1.0.0", 2.0)
+    assert store.get("b@1.0.0", now) is not None
+    store.discard("b@1.0.0")
+    await store.drop_subscription()
+    await store.aclose()
+    assert not store.ready
+
+
 async def tour_stats(store: Any) -> None:
     await store.started("a@1")
     await store.finished("a@1", success=True)
@@ -124,6 +144,12 @@ async def tour_stats(store: Any) -> None:
     await store.released("a@1")
     assert (await store.snapshot("a@1")).samples == 3  # the window
     assert set(await store.snapshots(["a@1", "b@1"])) == {"a@1", "b@1"}
+    flushes = store.flushes
+    await store.started("b@1")
+    await store.flush()  # the unsent starts of several agents: one pipeline, one slot each
+    await store.wait_flushed(flushes)
+    await store.started("b@1")
+    await store.aclose()
 
 
 async def tour_mailbox(store: Any) -> None:
@@ -306,8 +332,15 @@ class Store:
 
 STORES: dict[str, Store] = {
     "catalog": Store(
-        lambda c, p: RedisCatalog(c, prefix=p + "catalog:", lease_seconds=30, clock=ManualClock()),
+        # the direct reads (the snapshot, toured below, would serve some of them)
+        lambda c, p: RedisCatalog(
+            c, prefix=p + "catalog:", lease_seconds=30, clock=ManualClock(), snapshot_seconds=None
+        ),
         tour_catalog,
+    ),
+    "catalog_snapshot": Store(
+        lambda c, p: RedisCatalog(c, prefix=p + "catalog:", lease_seconds=30, clock=ManualClock()).snapshot,
+        tour_snapshot,
     ),
     "routing_stats": Store(lambda c, p: RedisRoutingStats(c, prefix=p + "stats:", window=3), tour_stats),
     "mailbox": Store(lambda c, p: RedisMailbox(c, prefix=p), tour_mailbox),

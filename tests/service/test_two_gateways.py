@@ -160,8 +160,11 @@ async def test_routing_statistics_gathered_by_one_gateway_steer_the_other(replic
     assert [f.type for f in outcome.failures] == ["TOOL_ERROR"]
     assert json.loads(outcome.output_json) == {"done": True}
 
-    after = await b.agency.Route(ROUTE_WORK, timeout=10)  # b never dispatched anything
-    assert _stats(after) == {"flaky@1.0.0": (0.0, 1, 0.0), "steady@1.0.0": (1.0, 1, 0.0)}
+    # b never dispatched anything: it sees a's outcomes once its numbers are re-read (at most
+    # max_age_seconds, 1 s, after it last read them: middleware/redis/routing_stats.py)
+    expected = {"flaky@1.0.0": (0.0, 1, 0.0), "steady@1.0.0": (1.0, 1, 0.0)}
+    after = await _route_until(b, ROUTE_WORK, lambda s: s == expected)
+    assert _stats(after) == expected
     assert after.chosen == "steady@1.0.0" and list(after.fallbacks) == ["flaky@1.0.0"]
     assert "success 100%" in after.explanation
     assert _stats(await a.agency.Route(ROUTE_WORK, timeout=10)) == _stats(after)  # one set of numbers
@@ -191,7 +194,19 @@ async def test_calls_in_flight_on_one_gateway_are_load_on_the_other(
         await redis_client.rpush(release, "go")
     outcome = await call
     assert outcome.state == "completed" and json.loads(outcome.output_json) == {"released": True}
-    assert _stats(await b.agency.Route(route, timeout=10))["held@1.0.0"] == (1.0, 1, 0.0)
+    done = await _route_until(b, route, lambda s: s["held@1.0.0"] == (1.0, 1, 0.0))  # within max_age
+    assert _stats(done)["held@1.0.0"] == (1.0, 1, 0.0)
+
+
+async def _route_until(
+    replica: Replica, route: agency_pb2.RouteRequest, seen: Any
+) -> agency_pb2.RoutingDecision:
+    """The first decision whose stats pass ``seen``: a bounded poll of another process."""
+    deadline = time.monotonic() + 10
+    while not seen(_stats(decision := await replica.agency.Route(route, timeout=10))):
+        assert time.monotonic() < deadline, f"never seen: {_stats(decision)}"
+        await asyncio.sleep(0.02)
+    return decision
 
 
 async def test_each_gateway_writes_its_own_audit_log_and_export_merges_them(
