@@ -79,7 +79,9 @@ class RedisCatalog:
         on_redis_error: Called with the operation (``"catalog.register"`` ...) whenever a
             Redis error escapes one (see :mod:`middleware.redis.errors`).
         snapshot_seconds: Routing reads come from a snapshot in this process re-read at least
-            this often (default: 1 s, at most a tenth of the lease); None reads Redis every time.
+            this often (a background task, from the first read until :meth:`close`;
+            :meth:`gateway_snapshot_seconds` is what ``agency serve`` uses: 1 s, at most a tenth
+            of the lease); None (the default) reads Redis every time and starts nothing.
     """
 
     def __init__(
@@ -92,7 +94,7 @@ class RedisCatalog:
         clock: Clock = utcnow,
         sweep_interval: float | None = None,
         on_redis_error: RedisErrorHook | None = None,
-        snapshot_seconds: float | None = -1.0,
+        snapshot_seconds: float | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise InvalidInput.single("lease_seconds", "must be positive")
@@ -114,13 +116,17 @@ class RedisCatalog:
         self._hints: dict[str, list[str]] = {}
         # parsed entries by key, reused while the stored JSON is byte-identical
         self._parsed: dict[str, tuple[bytes, CatalogEntry]] = {}
-        if snapshot_seconds is not None and snapshot_seconds < 0:  # the default
-            snapshot_seconds = min(1.0, lease_seconds / 10)
         if snapshot_seconds is not None and snapshot_seconds <= 0:
             raise InvalidInput.single("snapshot_seconds", "must be positive (or None for no snapshot)")
         self.snapshot = (
             CatalogSnapshot(self, refresh_seconds=snapshot_seconds) if snapshot_seconds is not None else None
         )
+
+    @staticmethod
+    def gateway_snapshot_seconds(lease_seconds: float) -> float:
+        """A gateway's snapshot period: 1 s, at most a tenth of the lease (agents heartbeat
+        several times inside it, so a live one is never seen stale)."""
+        return min(1.0, lease_seconds / 10)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisCatalog:

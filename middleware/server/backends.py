@@ -216,11 +216,13 @@ def open_backends(
         from ..redis.routing_stats import RedisRoutingStats
 
         client = redis_client(url)
+        lease = lease_seconds or 30.0
         catalog = RedisCatalog(
             client,
             prefix=prefix + "catalog:",
-            lease_seconds=lease_seconds or 30.0,
+            lease_seconds=lease,
             on_redis_error=on_redis_error,
+            snapshot_seconds=RedisCatalog.gateway_snapshot_seconds(lease),
         )
         stats = RedisRoutingStats(
             client, prefix=prefix + "stats:", ttl_seconds=stats_ttl_s, on_redis_error=on_redis_error

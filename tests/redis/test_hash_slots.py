@@ -339,7 +339,11 @@ STORES: dict[str, Store] = {
         tour_catalog,
     ),
     "catalog_snapshot": Store(
-        lambda c, p: RedisCatalog(c, prefix=p + "catalog:", lease_seconds=30, clock=ManualClock()).snapshot,
+        lambda c, p: (
+            RedisCatalog(
+                c, prefix=p + "catalog:", lease_seconds=30, clock=ManualClock(), snapshot_seconds=1.0
+            ).snapshot
+        ),
         tour_snapshot,
     ),
     "routing_stats": Store(lambda c, p: RedisRoutingStats(c, prefix=p + "stats:", window=3), tour_stats),
