@@ -335,7 +335,8 @@ class RedisCatalog:
     async def get(self, key: str) -> CatalogEntry:
         if self.snapshot is not None:
             self.snapshot.start()
-            if self.snapshot.ready and (held := self.snapshot.get(key, self.clock())) is not None:
+            held = self.snapshot.get(key, self.clock()) if self.snapshot.ready else None
+            if held is not None and not held.stale:  # stale by the snapshot's: Redis has the last word
                 return held
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self._entry_key(key))
@@ -351,7 +352,11 @@ class RedisCatalog:
         if self.snapshot is not None:
             self.snapshot.start()
             if self.snapshot.ready:
-                return self.snapshot.candidates(action, self.clock())
+                held_entries = self.snapshot.candidates(action, self.clock())
+                # an entry stale by the snapshot's heartbeat (up to a re-read behind) is judged on
+                # Redis's own: a live agent is never refused for the snapshot's lag
+                if not any(e.stale for e in held_entries):
+                    return held_entries
         index_sets = [self._idx("can", action), self._idx("cannot", action)]
         # One round trip in the steady state: the index and, beside it, the entries and heartbeats
         # of the members this action had last time; a second one only for members new since.

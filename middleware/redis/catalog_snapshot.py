@@ -14,9 +14,10 @@ How it stays fresh:
 a millisecond) and at most ``refresh_seconds`` after it (default 1 s) while Redis answers.
 Liveness is unchanged: an entry is stale (excluded from routing) once its last heartbeat is older
 than the lease, computed at read time from the heartbeat the snapshot holds, so a dead agent
-leaves routing within its lease exactly as before. A live agent's heartbeat is seen up to
-``refresh_seconds`` late, so heartbeats must come at least ``refresh_seconds`` more often than
-the lease (the default is at most a tenth of the lease).
+leaves routing within its lease exactly as before. A live agent's heartbeat may be seen up to
+a re-read late, so an entry the snapshot holds as stale is never trusted: the catalog then reads
+Redis itself (one round trip, only while some candidate looks stale: a dead agent's entry costs
+that until it expires), and a live agent is never refused for the snapshot's lag.
 
 **When it is not used.** Until its first re-read after subscribing, and whenever its last
 successful re-read is older than ``3 × refresh_seconds`` (Redis unreachable, a stuck loop), the

@@ -144,7 +144,8 @@ async def test_a_lost_subscription_falls_back_to_the_periodic_re_read(
     # a write that published nothing (someone with redis-cli): only the re-read can see it
     raw = await a.redis.get(key_names.catalog.entry(redis_prefix, "x@1.0.0"))
     await a.redis.set(key_names.catalog.entry(redis_prefix, "y@1.0.0"), raw.replace(b'"x"', b'"y"'))
-    await a.redis.zadd(key_names.catalog.heartbeats(redis_prefix), {"y@1.0.0": 1})
+    beat_ms = a.clock().timestamp() * 1000  # a live heartbeat (a stale one is re-judged on Redis)
+    await a.redis.zadd(key_names.catalog.heartbeats(redis_prefix), {"y@1.0.0": beat_ms})
     await seen_within_two_re_reads(b, lambda c: keys(c) == ["x@1.0.0", "y@1.0.0"])
 
 
@@ -163,6 +164,23 @@ async def test_liveness_excludes_a_dead_agent_within_its_lease_and_a_heartbeat_b
     assert (await b.candidates("act"))[0].stale
     await a.heartbeat("x@1.0.0")  # publishes nothing unless a sweep marked it: the re-read brings it
     await seen_within_two_re_reads(b, lambda c: not c[0].stale)
+
+
+async def test_a_live_agent_is_never_refused_for_the_snapshots_lag(
+    made: list[RedisCatalog], redis_prefix: str
+) -> None:
+    """A heartbeat the snapshot has not re-read yet (it publishes nothing): an entry the snapshot
+    holds as stale is judged on Redis's own heartbeat, so a live agent stays routable."""
+    clock = ManualClock()
+    a, b = await pair(redis_prefix, clock, lease_seconds=30, snapshot_seconds=600)  # no re-read
+    made += [a, b]
+    await a.register(contract("x"))
+    await ready(b)
+    assert keys(await b.candidates("act")) == ["x@1.0.0"]
+    clock.advance(31)  # past the lease by the heartbeat the snapshot holds
+    await a.heartbeat("x@1.0.0")  # alive in Redis; the snapshot does not know yet
+    assert [e.stale for e in await b.candidates("act")] == [False]
+    assert not (await b.get("x@1.0.0")).stale
 
 
 async def test_an_expired_entry_leaves_the_others_snapshot(
