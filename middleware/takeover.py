@@ -40,7 +40,7 @@ lease on (:meth:`~middleware.task_leases.TaskLeases.hold`: no lease, live or exp
 taken over as the sweep does: ``interrupted``, its ``pending.node`` the gateway of its last
 transition. So such a task is ``interrupted`` within ``orphan_every`` rounds of its turn in the
 walk: within ``orphan_every`` rounds when it is among the newest 1,000 tasks created more than
-two leases ago.
+two leases ago and behind fewer than ``orphan_page`` running ones.
 """
 
 from __future__ import annotations
