@@ -87,7 +87,7 @@ async def _fault_under_load(fleet: Fleet, redis: Deployment) -> None:
         await background.pop()
 
     audit = await fleet.audit()  # waits (bounded) until no task runs
-    assert audit.lost == [], audit
+    assert audit.lost == [], _lost(fleet, redis, audit.lost)
     assert audit.stuck == []
     assert not set(audit.states) & RUNNING, audit.states
     assert audit.states.get("completed", 0) > 80, audit.states
@@ -95,6 +95,20 @@ async def _fault_under_load(fleet: Fleet, redis: Deployment) -> None:
     ends = await fleet.resume(audit.interrupted)
     assert set(ends) <= {"completed"}, ends
     assert not [e for e in fleet.summary()["other_errors"] if e.startswith("INTERNAL")], fleet.summary()
+
+
+def _lost(fleet: Fleet, redis: Deployment, lost: list[str]) -> str:
+    """What each lost task's client was told, and when (seconds after the fault's steps)."""
+    steps = dict(redis.timeline or {})
+    rows = []
+    for a in fleet.attempts:
+        if a.task_id in lost:
+            when = ", ".join(
+                f"sent {a.sent - t:+.2f} s / told {a.ended - t:+.2f} s after {name}"
+                for name, t in steps.items()
+            )
+            rows.append(f"{a.task_id}: told {a.state or a.error} ({a.reason[:120]}); {when}")
+    return "lost (told one thing, stored another or nothing):\n" + "\n".join(rows)
 
 
 async def test_sentinel_failover_with_min_replicas_under_load_nothing_lost_nothing_stuck(
