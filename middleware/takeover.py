@@ -25,6 +25,22 @@ agent's contract allows it, see :func:`redispatch_allowed`) or canceled (``Agenc
 A gateway cut off from Redis for longer than a lease loses its leases like a dead one: its
 tasks are taken over, and its own next save of each is refused (the version check of the
 task store), so it never writes over the replica that took them.
+
+**The backstop for tasks with no lease at all.** No gateway path leaves a task stored in a
+running state without a lease entry (the lease is taken before the task is stored, and dropped
+only once the store shows the task stopped), but Redis losing data can: a Sentinel failover
+without ``min-replicas-to-write`` may lose a task's final save on the old primary while its lease
+release reached the new one. The sweep, which only scans the lease set, never finds such a task.
+So every ``orphan_every`` rounds (default 10: every 3⅓ leases) a round also reads one page of the
+task list (:meth:`~middleware.task_store.TaskStore.list`, running states, created more than two
+leases ago, newest first; a page reads at most a bounded number of list rows, Redis: 1,000), and
+continues with the next page in the next such round, from the newest again once the list ends.
+A listed task still running, last updated more than two leases ago, that the gateway can take a
+lease on (:meth:`~middleware.task_leases.TaskLeases.hold`: no lease, live or expired, exists) is
+taken over as the sweep does: ``interrupted``, its ``pending.node`` the gateway of its last
+transition. So such a task is ``interrupted`` within ``orphan_every`` rounds of its turn in the
+walk: within ``orphan_every`` rounds when it is among the newest 1,000 tasks created more than
+two leases ago and behind fewer than ``orphan_page`` running ones.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from .audit import AuditRecord
@@ -46,6 +63,7 @@ from .people.approvals import TaskObserver
 from .routing_stats import RoutingStats
 from .smf import utcnow
 from .task_leases import Holder, TaskLeases
+from .task_listing import TaskQuery
 from .task_store import TaskStore
 from .tasks import TaskRecord, TaskState, Transition, check_transition
 
@@ -130,6 +148,10 @@ class Takeover:
         sleep: How to wait between rounds (injected in tests).
         on_error: Called with ``"takeover"`` for every failed round (a metric).
         batch: Expired leases taken per round at most.
+        orphan_every: Every how many rounds one page of the task list is read for running tasks
+            with no lease (the backstop above); 0: never.
+        orphan_page: Running tasks looked at per such round at most.
+        now: The current time (compared with the tasks' ``updated_at``; injected in tests).
     """
 
     def __init__(
@@ -146,6 +168,9 @@ class Takeover:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_error: BackgroundErrorHook | None = None,
         batch: int = 100,
+        orphan_every: int = 10,
+        orphan_page: int = 50,
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         self.leases = leases
         self.tasks = tasks
@@ -158,6 +183,11 @@ class Takeover:
         self._observer = observer
         self._sleep = sleep
         self._batch = batch
+        self._orphan_every = orphan_every
+        self._orphan_page = orphan_page
+        self._now = now
+        self._rounds = 0
+        self._orphan_token = ""  # where the walk of the task list goes on ("": from the newest)
         self._held: set[str] = set()
         self._released: set[str] = set()  # stopped since the last round: dropped by the next one
         self._task: asyncio.Task[None] | None = None
@@ -247,9 +277,38 @@ class Takeover:
             await self.leases.release(task_id, holder)
         return taken
 
-    async def take_over(self, task_id: str, holder: Holder) -> bool:
+    async def sweep_orphans(self) -> list[str]:
+        """The backstop (module docstring): read the next page of the walk over the task list
+        and take over each task found running with no lease; returns the ids taken over."""
+        older = self._now() - timedelta(seconds=2 * self.leases.lease_seconds)
+        query = TaskQuery(
+            states=sorted(_RUNNING, key=lambda s: s.value),
+            created_before=older,
+            page_size=self._orphan_page,
+            page_token=self._orphan_token,
+        )
+        page = await self.tasks.list(query)
+        self._orphan_token = page.next_page_token
+        taken = []
+        for summary in page.tasks:
+            task_id = summary.task_id
+            if summary.updated_at >= older or task_id in self._held or task_id in self._released:
+                continue  # recent (its gateway may still hold it), or this gateway's own
+            if not await self.leases.hold(task_id, self.holder):
+                continue  # a lease exists: its gateway renews it, or the sweep takes it when expired
+            try:
+                if await self.take_over(task_id, self.holder, orphan=True):
+                    taken.append(task_id)
+            finally:
+                await self.leases.release(task_id, self.holder)
+        return taken
+
+    async def take_over(self, task_id: str, holder: Holder, *, orphan: bool = False) -> bool:
         """Mark the task of the dead ``holder`` interrupted (this gateway won its lease; the
         caller releases it afterwards).
+
+        ``orphan``: the task had no lease at all (:meth:`sweep_orphans`; ``holder`` is this
+        gateway): the dead node named is the one of the task's last transition.
 
         Returns:
             False when there was nothing to take over: the task is gone, or it had stopped
@@ -267,13 +326,19 @@ class Takeover:
         agent = last.agent if in_flight and last is not None else ""
         redispatch = await self._redispatch(agent) if agent else ""
         old = run.state
-        reason = (
-            f"gateway {holder.node} stopped while the task was {old.value} (its lease expired); "
-            f"{self.node} took it over: resume or cancel it"
-        )
-        pending = mark_interrupted(
-            run, dead_node=holder.node, node=self.node, reason=reason, redispatch=redispatch
-        )
+        dead = holder.node
+        if orphan:
+            dead = run.transitions[-1].node if run.transitions else ""
+            reason = (
+                f"found {old.value} with no lease (Redis lost a write: its gateway {dead or '?'} no "
+                f"longer runs it); {self.node} took it over: resume or cancel it"
+            )
+        else:
+            reason = (
+                f"gateway {holder.node} stopped while the task was {old.value} (its lease expired); "
+                f"{self.node} took it over: resume or cancel it"
+            )
+        pending = mark_interrupted(run, dead_node=dead, node=self.node, reason=reason, redispatch=redispatch)
         try:
             await self.tasks.save(run)
         except ConcurrentUpdate:  # its gateway was alive and saved it since: nothing lost
@@ -282,7 +347,7 @@ class Takeover:
             await self.stats.released(agent)
         await self._append(_record(run, pending, node=self.node))
         self.taken = [*self.taken[-999:], task_id]
-        log.warning("task %s of gateway %s taken over: interrupted (%s)", task_id, holder.node, old.value)
+        log.warning("task %s of gateway %s taken over: interrupted (%s)", task_id, dead, old.value)
         observer = self._observer()
         if observer is not None:
             try:
@@ -299,9 +364,13 @@ class Takeover:
 
     # ---------------------------------------------------------------------- the loop
     async def round(self) -> None:
-        """One round: renew, then sweep (raises the first backend error)."""
+        """One round: renew, then sweep, and every ``orphan_every`` rounds the backstop
+        (:meth:`sweep_orphans`) (raises the first backend error)."""
         await self.renew()
         await self.sweep()
+        self._rounds += 1
+        if self._orphan_every and self._rounds % self._orphan_every == 0:
+            await self.sweep_orphans()
 
     async def _run(self) -> None:
         wait = self.interval

@@ -176,6 +176,7 @@ class Fleet:
         self.attempts: list[Attempt] = []
         self._stop = asyncio.Event()
         self._load: list[asyncio.Task[None]] = []
+        self.read_retries = 0  # GetTask calls of the audit answered a retryable error, then asked again
 
     # ------------------------------------------------------------------ processes
     async def start(self) -> None:
@@ -263,6 +264,14 @@ class Fleet:
                 except AgencyError as exc:
                     attempt.error, attempt.detail = exc.reason, str(exc)[:240]
                 attempt.ended = time.monotonic()
+
+    async def load_for(self, completions: int, *, within: float = 60) -> None:
+        """Let the load run until ``completions`` more tasks completed (polled, bounded)."""
+        target = sum(a.state == "completed" for a in self.attempts) + completions
+        deadline = time.monotonic() + within
+        while sum(a.state == "completed" for a in self.attempts) < target:
+            assert time.monotonic() < deadline, f"the load stalled: {self.summary()}"
+            await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ the faults
     async def kill(
@@ -365,7 +374,7 @@ class Fleet:
             result = Audit()
             for a in self.attempts:
                 try:
-                    outcome = await client.get_task(a.task_id)
+                    outcome = await self._get(client, a.task_id)
                 except NotFound:
                     if a.state:  # the client was told an outcome
                         result.acknowledged += 1
@@ -384,12 +393,25 @@ class Fleet:
                     result.interrupted.append(a.task_id)
         return result
 
+    async def _get(self, client: AgencyClient, task_id: str, *, within: float = 60) -> Any:
+        """GetTask, again while the answer is a retryable error (a Redis just failed over: a
+        gateway's connections to it are re-made on the next call); bounded."""
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                return await client.get_task(task_id)
+            except AgencyError as exc:
+                if not exc.retryable or time.monotonic() >= deadline:
+                    raise
+                self.read_retries += 1
+                await asyncio.sleep(0.1)
+
     async def _running(self, client: AgencyClient) -> bool:
         for a in self.attempts:
             if a.state and a.state not in RUNNING:
                 continue
             try:
-                if (await client.get_task(a.task_id)).state.value in RUNNING:
+                if (await self._get(client, a.task_id)).state.value in RUNNING:
                     return True
             except NotFound:
                 continue

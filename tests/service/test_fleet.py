@@ -9,8 +9,6 @@ loop completes tasks again. See tests/fleet_scenario.py.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -35,28 +33,19 @@ async def fleet(tmp_path: Path, redis_client, redis_prefix: str) -> AsyncIterato
             await redis_client.delete(key)
 
 
-async def _load_for(fleet: Fleet, completions: int) -> None:
-    """Let the load run until ``completions`` more tasks completed (bounded)."""
-    target = sum(a.state == "completed" for a in fleet.attempts) + completions
-    deadline = time.monotonic() + 60
-    while sum(a.state == "completed" for a in fleet.attempts) < target:
-        assert time.monotonic() < deadline, f"the load stalled: {fleet.summary()}"
-        await asyncio.sleep(0.05)
-
-
 async def test_kill_9_a_gateway_then_a_worker_under_load_nothing_lost_nothing_stuck(fleet: Fleet) -> None:
     fleet.start_load()
-    await _load_for(fleet, 40)
+    await fleet.load_for(40)
 
     dead_gateway = fleet.gateways[0]  # the one the first client loop and both workers started on
     gateway = await fleet.kill(dead_gateway, "kill -9 gw-1")
     assert set(gateway.serving) == set(gateway.routing) == {"gw-2", "gw-3"}
     assert set(gateway.loops) == set(range(fleet.loops))  # every client loop completes again
-    await _load_for(fleet, 40)
+    await fleet.load_for(40)
 
     worker = await fleet.kill(fleet.workers[0], "kill -9 fleet-w1")
     assert set(worker.routing) == {"gw-2", "gw-3"} and set(worker.loops) == set(range(fleet.loops))
-    await _load_for(fleet, 40)
+    await fleet.load_for(40)
     await fleet.stop_load()
 
     audit = await fleet.audit()  # waits (bounded) until no task runs
