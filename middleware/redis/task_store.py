@@ -121,6 +121,12 @@ class RedisTaskStore:
         max_listed: Task ids each list set keeps (the newest).
         prune_every: Every this many creates, the list sets that create wrote drop the ids
             of expired tasks among their oldest (:meth:`prune_listed`).
+        replica_acks: A task write is acknowledged only once this many replicas have it
+            (``WAIT``, in the write's own round trip; ``storage.replica_acks``): a failover then
+            never loses a task a client was told about. 0 (the default) does not wait.
+        replica_ack_timeout_ms: How long a write waits for them; fewer in time and the write
+            raises (UNAVAILABLE to the client: it may or may not be kept, as any write whose
+            answer was lost, and the takeover sweep ends the task if it is).
     """
 
     def __init__(
@@ -137,6 +143,8 @@ class RedisTaskStore:
         on_redis_error: RedisErrorHook | None = None,
         max_listed: int = 1_000_000,
         prune_every: int = 64,
+        replica_acks: int = 0,
+        replica_ack_timeout_ms: int = 1000,
     ) -> None:
         for name, value in (
             ("ttl_s", ttl_s),
@@ -161,6 +169,23 @@ class RedisTaskStore:
         self._cas = client.register_script(_CAS)
         self._cluster = _is_cluster(client)
         self._release = client.register_script(_RELEASE)
+        if replica_acks < 0 or replica_ack_timeout_ms <= 0:
+            raise ValueError("replica_acks must be >= 0 and replica_ack_timeout_ms > 0")
+        if replica_acks and self._cluster:  # WAIT names no key: a cluster client cannot route it
+            raise ValueError("replica_acks is not supported on a Redis Cluster")
+        self.replica_acks = replica_acks
+        self._ack_timeout_ms = replica_ack_timeout_ms
+
+    def _wait_into(self, batch: Batch) -> int:
+        """Queue the replicas' acknowledgement of what ``batch`` wrote (-1: none asked)."""
+        return batch.command("wait", self.replica_acks, self._ack_timeout_ms) if self.replica_acks else -1
+
+    def _acked(self, results: list[Any], at: int) -> None:
+        if at >= 0 and int(results[at]) < self.replica_acks:
+            raise RedisError(
+                f"the write reached {int(results[at])} of the {self.replica_acks} replicas asked "
+                f"(storage.replica_acks) within {self._ack_timeout_ms} ms: not acknowledged"
+            )
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisTaskStore:
@@ -234,7 +259,10 @@ class RedisTaskStore:
     async def create(self, record: TaskRecord) -> None:
         batch = Batch()
         at = self._create_into(batch, record)
-        self._created(record, (await batch.run(self._redis))[at])
+        acked = self._wait_into(batch)
+        results = await batch.run(self._redis)
+        self._created(record, results[at])
+        self._acked(results, acked)
         await self._maybe_prune(record)
 
     def batches_with(self, events: Any, leases: Any) -> bool:
@@ -273,6 +301,7 @@ class RedisTaskStore:
                 record.version = 0
                 return False
         at = self._create_into(batch, record)
+        acked = self._wait_into(batch)
         results = await batch.run(self._redis)
         if hold >= 0:
             lease = int(results[hold])  # 1 taken now, 2 this holder's already, 0 another's
@@ -285,6 +314,7 @@ class RedisTaskStore:
         if not created and lease == 1:  # a lease this call took, on a task that exists
             await leases.release(record.task_id, holder)
         self._created(record, results[at])
+        self._acked(results, acked)
         await self._maybe_prune(record)
         return True
 
@@ -358,7 +388,16 @@ class RedisTaskStore:
             names.append(self.events_key(record.task_id))
             events_ttl = self._events_ttl_ms if record.state.terminal else ttl
             args += [events_ttl, *(event.to_json() for event in events)]
-        result, last = await self._cas(keys=names, args=args)
+        if self.replica_acks:
+            batch = Batch()
+            at = batch.script(self._cas, names, args)
+            acked = self._wait_into(batch)
+            results = await batch.run(self._redis)
+            result, last = results[at]
+            if int(result) == 1:
+                self._acked(results, acked)
+        else:
+            result, last = await self._cas(keys=names, args=args)
         if int(result) == -1:
             raise NotFound(f"no task {record.task_id!r}")
         if int(result) == 0:

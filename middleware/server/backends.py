@@ -146,6 +146,8 @@ def choose_backends(
             finished_ttl_s=retention.finished_task_seconds,
             events_ttl_s=retention.task_event_seconds,
             on_redis_error=on_redis_error,
+            replica_acks=storage.replica_acks,
+            replica_ack_timeout_ms=storage.replica_ack_timeout_ms,
         ),
         sessions=RedisSessionStore.from_url(
             storage.redis_url,

@@ -257,6 +257,17 @@ class StorageSettings(Model):
         "a replica takes over the tasks of a gateway that stopped renewing within 4/3 of it "
         "(default: 30 s on Redis, none in memory).",
     )
+    replica_acks: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="A task write is acknowledged only once this many Redis replicas have it "
+        "(WAIT): a failover never loses a task a client was told about; writes are refused "
+        "(UNAVAILABLE) while fewer replicas answer. 0 (default): no wait. Not on a Redis Cluster.",
+    )
+    replica_ack_timeout_ms: int = Field(
+        default=1000, gt=0, le=60_000, description="How long a task write waits for replica_acks replicas."
+    )
     retention: StorageRetention = Field(
         default_factory=StorageRetention,
         description="How long each kind of record stays in Redis (finished and held tasks, task "
@@ -272,6 +283,11 @@ class StorageSettings(Model):
                 redis_client(self.redis_url, field="redis_url")
             except InvalidInput as exc:
                 raise ValueError(str(exc.problems[0])) from None
+            if self.replica_acks and "+cluster://" in self.redis_url:
+                raise ValueError(
+                    "replica_acks: not supported on a Redis Cluster (WAIT cannot be routed there); "
+                    "use a Sentinel set or a standalone primary with replicas"
+                )
         return self
 
 
