@@ -114,7 +114,13 @@ async def run(args: argparse.Namespace) -> int:
     ):
         prefix = f"bench-fleet:{uuid.uuid4().hex[:8]}:"
         fleet = Fleet(
-            Path(tmp), prefix, lease=args.lease, loops=args.loops, agent_ms=args.agent_ms, redis_url=redis.url
+            Path(tmp),
+            prefix,
+            lease=args.lease,
+            loops=args.loops,
+            agent_ms=args.agent_ms,
+            redis_url=redis.url,
+            storage={"replica_acks": args.replica_acks} if args.replica_acks else None,
         )
         watch: HealthWatch | None = None
         try:
@@ -123,6 +129,7 @@ async def run(args: argparse.Namespace) -> int:
             watch.start()
             extra = f", min-replicas-to-write {args.min_replicas}" if args.min_replicas else ""
             extra += f", {args.replicas} replicas" if args.redis == "sentinel" else ""
+            extra += f", storage.replica_acks {args.replica_acks}" if args.replica_acks else ""
             print(
                 f"fleet on {redis.name}{extra} ({redis.url}): 3 gateways, 2 workers, lease {args.lease:g} s, "
                 f"{args.loops} client loops, agent {args.agent_ms} ms, {args.phase:g} s per phase",
@@ -271,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sentinel: min-replicas-to-write on the data servers (max lag 1 s); default 0 (off)",
     )
     p.add_argument("--replicas", type=int, default=1, help="sentinel: replicas of the primary (default 1)")
+    p.add_argument(
+        "--replica-acks",
+        type=int,
+        default=0,
+        help="storage.replica_acks: task writes acknowledged once this many replicas have them (default 0)",
+    )
     p.add_argument("--lease", type=float, default=1.0, help="storage.lease_seconds (default 1)")
     p.add_argument("--loops", type=int, default=4, help="client loops submitting back to back (default 4)")
     p.add_argument("--agent-ms", type=int, default=20, help="what each worker call takes (default 20 ms)")

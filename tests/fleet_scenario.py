@@ -164,7 +164,9 @@ class Fleet:
         loops: int = 4,
         agent_ms: int = 20,
         redis_url: str = REDIS_URL,
+        storage: dict[str, Any] | None = None,
     ) -> None:
+        self.storage = dict(storage or {})  # more storage settings (replica_acks ...)
         self.tmp = tmp
         self.prefix = prefix
         self.redis_url = redis_url
@@ -187,6 +189,7 @@ class Fleet:
                 "redis_url": self.redis_url,
                 "key_prefix": self.prefix,
                 "lease_seconds": self.lease,
+                **self.storage,
             },
             # a call a dead worker took: the other worker at once
             agency={"failure_policies": {"TOOL_TIMEOUT": {"resolution": "use_backup"}}},
