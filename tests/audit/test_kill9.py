@@ -3,37 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
-import warnings
+import subprocess
+import sys
 from pathlib import Path
 
 from middleware.audit.verify import verify_path
 from middleware.audit.wal import WalAuditLog
 
-from .wal_writer import main as writer_main
+WRITER = Path(__file__).with_name("wal_writer.py")  # appends under load, prints each acknowledged index
 
 
 def _run_and_kill(root: Path, kill_after: int) -> set[int]:
-    """Fork a writer, read acknowledged indexes until ``kill_after`` of them, SIGKILL it.
+    """Start a writer process, read acknowledged indexes until ``kill_after`` of them, SIGKILL it.
 
-    Forked (not spawned) so a round costs no interpreter start-up; the child only ever
-    runs its own event loop and writer thread.
+    Spawned, not forked: a fork of a pytest worker that has run gRPC tests copies locks other
+    threads held (gRPC's, the allocator's) and the child can hang before it opens the log.
     """
-    rfd, wfd = os.pipe()
-    with warnings.catch_warnings():  # 3.12+ warns about fork() with threads; the child uses none of them
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # child
-        os.close(rfd)
-        try:
-            asyncio.run(writer_main(str(root), wfd))
-        finally:
-            os._exit(1)
-    os.close(wfd)
+    proc = subprocess.Popen([sys.executable, str(WRITER), str(root)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
     acked: set[int] = set()
-    with os.fdopen(rfd, "rb") as pipe:
+    with proc.stdout as pipe:
         try:
             assert pipe.readline() == b"open\n", "writer failed to open the log"
             while len(acked) < kill_after:
@@ -42,11 +33,11 @@ def _run_and_kill(root: Path, kill_after: int) -> set[int]:
                     break
                 acked.add(int(line))
         finally:
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
         # lines already in the pipe when the process died were acknowledged too
         acked.update(int(x) for x in pipe.read().split(b"\n")[:-1])
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert proc.returncode == -signal.SIGKILL
     return acked
 
 
