@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,3 +233,44 @@ async def start_worker(
         proc.kill()
         await proc.wait()
     raise AssertionError(f"worker {name} did not start (exit {proc.returncode}):\n{_read(log)}")
+
+
+class SubmitLoad:
+    """Submits ``work`` back to back from a few clients over ``stub`` and tallies what comes back:
+    tasks completed, and each refusal's status code and ``agency-reason`` trailer."""
+
+    def __init__(self, stub: Any, work: Any, clients: int = 3) -> None:
+        self.stub = stub
+        self.work = work
+        self.clients = clients
+        self.completed = 0
+        self.codes: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
+
+    async def _client(self) -> None:
+        import grpc
+
+        while not self._stop.is_set():
+            try:
+                outcome = await self.stub.Submit(self.work, timeout=10)
+                assert outcome.state == "completed", outcome
+                self.completed += 1
+            except grpc.aio.AioRpcError as exc:
+                self.codes[exc.code().name] += 1
+                trailers = dict(exc.trailing_metadata() or ())
+                self.reasons[str(trailers.get("agency-reason", ""))] += 1
+                await asyncio.sleep(0.02)  # pacing of a retrying client, not synchronisation
+
+    async def completes(self, more: int, within: float) -> None:
+        """Wait until ``more`` further tasks have completed (fails after ``within`` seconds)."""
+        target, deadline = self.completed + more, time.monotonic() + within
+        while self.completed < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"tasks stopped completing ({self.completed}/{target}; {self.codes})")
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)

@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
-from gateway_processes import GatewayProcess, start_gateway, write_definition
+from gateway_processes import GatewayProcess, SubmitLoad, start_gateway, write_definition
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from redis_servers import RedisServer, SentinelSet, failover, redis_server, wait_until
 
@@ -64,39 +63,6 @@ async def _health_becomes(health: health_pb2_grpc.HealthStub, status: int, withi
     raise AssertionError(f"health stayed {seen}, expected {status}")
 
 
-class Load:
-    """Submits tasks back to back from a few clients and tallies what comes back."""
-
-    def __init__(self, stub: agency_pb2_grpc.AgencyServiceStub, clients: int = 2) -> None:
-        self.stub = stub
-        self.clients = clients
-        self.completed = 0
-        self.codes: Counter[str] = Counter()
-        self._stop = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
-
-    async def _client(self) -> None:
-        while not self._stop.is_set():
-            try:
-                outcome = await self.stub.Submit(WORK, timeout=10)
-                assert outcome.state == "completed", outcome
-                self.completed += 1
-            except grpc.aio.AioRpcError as exc:
-                self.codes[exc.code().name] += 1
-                await asyncio.sleep(0.02)  # pacing of a retrying client, not synchronisation
-
-    async def completes(self, more: int, within: float) -> None:
-        target, deadline = self.completed + more, time.monotonic() + within
-        while self.completed < target:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"tasks stopped completing ({self.completed}/{target}; {self.codes})")
-            await asyncio.sleep(0.02)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-
-
 async def _serve(url: str, tmp_path: Path) -> GatewayProcess:
     config = write_definition(tmp_path / "agency.yaml", _definition(url))
     return await start_gateway(config, "g1", tmp_path, pythonpath=[AGENTS])
@@ -110,7 +76,7 @@ async def test_a_sentinel_failover_under_load_is_followed_without_a_restart(
     try:
         async with grpc.aio.insecure_channel(gateway.address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            load = Load(agency_pb2_grpc.AgencyServiceStub(channel))
+            load = SubmitLoad(agency_pb2_grpc.AgencyServiceStub(channel), WORK, clients=2)
             try:
                 await _health_becomes(health, SERVING)
                 await load.completes(10, within=20)
@@ -160,7 +126,7 @@ async def test_a_demoted_server_behind_a_plain_url_is_not_serving_while_it_canno
             async with grpc.aio.insecure_channel(gateway.address) as channel:
                 health = health_pb2_grpc.HealthStub(channel)
                 stub = agency_pb2_grpc.AgencyServiceStub(channel)
-                load = Load(stub)
+                load = SubmitLoad(stub, WORK, clients=2)
                 try:
                     await _health_becomes(health, SERVING)
                     await load.completes(10, within=20)

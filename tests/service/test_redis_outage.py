@@ -16,12 +16,18 @@ import asyncio
 import re
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
-from gateway_processes import GatewayProcess, free_port, start_gateway, start_redis, write_definition
+from gateway_processes import (
+    GatewayProcess,
+    SubmitLoad,
+    free_port,
+    start_gateway,
+    start_redis,
+    write_definition,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from middleware._proto.agency.v1 import agency_pb2, agency_pb2_grpc
@@ -57,42 +63,6 @@ async def _output_shows(gateway: GatewayProcess, text: str, within: float = 20) 
     assert text in gateway.output(), gateway.output()
 
 
-class Load:
-    """Submits tasks back to back from a few clients and tallies what comes back."""
-
-    def __init__(self, stub: agency_pb2_grpc.AgencyServiceStub, clients: int = 3) -> None:
-        self.stub = stub
-        self.completed = 0
-        self.codes: Counter[str] = Counter()
-        self.reasons: Counter[str] = Counter()
-        self._stop = asyncio.Event()
-        self._tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
-
-    async def _client(self) -> None:
-        while not self._stop.is_set():
-            try:
-                outcome = await self.stub.Submit(WORK, timeout=10)
-                assert outcome.state == "completed", outcome
-                self.completed += 1
-            except grpc.aio.AioRpcError as exc:
-                self.codes[exc.code().name] += 1
-                trailers = dict(exc.trailing_metadata() or ())
-                self.reasons[str(trailers.get("agency-reason", ""))] += 1
-                await asyncio.sleep(0.02)  # pacing of a retrying client, not synchronisation
-
-    async def completes(self, more: int, within: float) -> None:
-        """Wait until ``more`` further tasks have completed."""
-        target, deadline = self.completed + more, time.monotonic() + within
-        while self.completed < target:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"tasks stopped completing ({self.completed}/{target}; {self.codes})")
-            await asyncio.sleep(0.02)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.gather(*self._tasks)
-
-
 def _metric(output: str, name: str) -> float:
     port = re.search(r"metrics on http://[\d.]+:(\d+)/metrics", output)
     assert port, output
@@ -125,7 +95,7 @@ async def test_a_gateway_serves_again_by_itself_after_redis_restarts(
     try:
         async with grpc.aio.insecure_channel(gateway.address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            load = Load(agency_pb2_grpc.AgencyServiceStub(channel))
+            load = SubmitLoad(agency_pb2_grpc.AgencyServiceStub(channel), WORK, clients=3)
             try:
                 await _health_becomes(health, SERVING)
                 await load.completes(20, within=20)
