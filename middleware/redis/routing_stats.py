@@ -109,6 +109,8 @@ class RedisRoutingStats:
         self._released = redis.register_script(_RELEASED_LUA)
         # starts counted here but not yet in Redis, by agent (never negative)
         self._unsent: dict[str, int] = {}
+        # starts on their way to Redis (a flush or a re-read under way): still counted here
+        self._sending: dict[str, int] = {}
         # the numbers last read or written, by agent: (stats with Redis's in_flight, when)
         self._known: dict[str, tuple[AgentStats, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -177,7 +179,10 @@ class RedisRoutingStats:
             except BaseException:
                 self._restore(unsent)
                 raise
+            # read after the starts were added (one pipeline, in order): Redis's counts hold them
             self._remember({a: replies[i] for a, i in zip(old, rows, strict=True)}, now)
+            self._done_sending({a: n for a, n in unsent.items() if a in old})
+            self._sent({a: n for a, n in unsent.items() if a not in old}, now)
             self.reads += 1
         return {agent: self._view(agent) for agent in agents}
 
@@ -188,17 +193,15 @@ class RedisRoutingStats:
         unsent = self._queue_unsent(batch)
         if not unsent:
             return
+        began = self._monotonic()
         try:
             await batch.run(self.redis)
         except BaseException:
             self._restore(unsent)
             raise
+        self._sent(unsent, began)
         self.flushes += 1
         self._flushed_now.set()
-        for agent, n in unsent.items():  # they are in Redis's count now: keep them in ours
-            if (known := self._known.get(agent)) is not None:
-                stats, at = known
-                self._known[agent] = (_with(stats, in_flight=stats.in_flight + n), at)
 
     async def wait_flushed(self, after: int) -> None:
         """Wait until more than ``after`` flushes have sent starts (for tests)."""
@@ -229,16 +232,42 @@ class RedisRoutingStats:
             self._timer = asyncio.get_running_loop().call_later(self.flush_seconds, self._flush_due)
 
     def _queue_unsent(self, batch: Batch) -> dict[str, int]:
+        """Queue the unsent starts into ``batch``; they count as sending until :meth:`_sent`
+        or :meth:`_restore` (a route meanwhile still sees them)."""
         unsent, self._unsent = self._unsent, {}
         for agent, n in unsent.items():
+            self._sending[agent] = self._sending.get(agent, 0) + n
             stats = key_names.routing_stats(self.prefix, agent)[0]
             batch.command("hincrby", stats, "in_flight", n)
             batch.command("pexpire", stats, self._ttl_ms)
         return unsent
 
+    def _done_sending(self, unsent: dict[str, int]) -> None:
+        for agent, n in unsent.items():
+            left = self._sending.get(agent, 0) - n
+            if left > 0:
+                self._sending[agent] = left
+            else:
+                self._sending.pop(agent, None)
+
     def _restore(self, unsent: dict[str, int]) -> None:
+        self._done_sending(unsent)
         for agent, n in unsent.items():
             self._unsent[agent] = self._unsent.get(agent, 0) + n
+
+    def _sent(self, unsent: dict[str, int], began: float) -> None:
+        """``unsent`` reached Redis (sent from ``began``): the numbers read before that get
+        them added; numbers read while they were on their way may or may not hold them, so they
+        are read again next time (never counted twice, never lost)."""
+        self._done_sending(unsent)
+        for agent, n in unsent.items():
+            if (known := self._known.get(agent)) is None:
+                continue
+            stats, at = known
+            if at < began:
+                self._known[agent] = (_with(stats, in_flight=stats.in_flight + n), at)
+            else:  # read while they were on their way: read again next time
+                self._known[agent] = (stats, float("-inf"))
 
     def _remember(self, rows: dict[str, Sequence[object]], at: float | None = None) -> None:
         at = self._monotonic() if at is None else at
@@ -257,7 +286,8 @@ class RedisRoutingStats:
 
     def _view(self, agent: str) -> AgentStats:
         stats = self._known[agent][0]
-        return _with(stats, in_flight=max(0, stats.in_flight + self._unsent.get(agent, 0)))
+        mine = self._unsent.get(agent, 0) + self._sending.get(agent, 0)
+        return _with(stats, in_flight=max(0, stats.in_flight + mine))
 
 
 def _with(stats: AgentStats, *, in_flight: int) -> AgentStats:

@@ -226,3 +226,29 @@ async def test_without_a_snapshot_candidates_is_one_round_trip_once_the_action_w
     assert len(sent) == 1
     monkeypatch.undo()
     await catalog.clear()
+
+
+async def test_a_gateways_own_start_counts_while_it_is_on_its_way_to_redis(
+    redis_client, redis_prefix
+) -> None:
+    """A route made while a flush of this gateway's starts is under way still counts them (they
+    left the unsent count and are not in the numbers read yet), and once sent they are counted
+    once, here and on another gateway."""
+    ticks = [0.0]
+    one = RedisRoutingStats(
+        redis_client, prefix=redis_prefix, max_age_seconds=600, flush_seconds=600, monotonic=lambda: ticks[0]
+    )
+    assert (await one.snapshot("x")).in_flight == 0  # read: fresh for 600 s
+    await one.started("x")
+    assert (await one.snapshot("x")).in_flight == 1
+    flushing = asyncio.create_task(one.flush())
+    await asyncio.sleep(0)  # one loop step: the flush takes the starts and awaits Redis's reply
+    assert not flushing.done() and not one._unsent, "the flush is not under way"
+    assert (await one.snapshot("x")).in_flight == 1  # no re-read: from what is held here
+    await flushing
+    assert (await one.snapshot("x")).in_flight == 1
+    other = RedisRoutingStats(redis_client, prefix=redis_prefix)
+    assert (await other.snapshot("x")).in_flight == 1
+    await one.finished("x", success=True)
+    assert (await one.snapshot("x")).in_flight == 0
+    await one.aclose()
