@@ -16,6 +16,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from .native import NATIVE
+
 __all__ = [
     "EMPTY_ROOT",
     "FileLeafStore",
@@ -33,6 +35,8 @@ __all__ = [
 _sha256 = hashlib.sha256
 EMPTY_ROOT = _sha256(b"").digest()
 _LEAF = _sha256(b"\x00")
+_NATIVE = NATIVE
+"""The compiled reduction (``native.py``), or None: this module's Python does it."""
 
 
 class ProofError(ValueError):
@@ -134,7 +138,15 @@ def _mth_packed(leaves: bytes) -> bytes:
 
 
 def _reduce(leaves: bytes, levels: int) -> bytes:
-    """Hash packed leaves up ``levels`` levels of perfect subtrees (2**levels leaves each)."""
+    """Hash packed leaves up ``levels`` levels of perfect subtrees (2**levels leaves each).
+
+    Compiled (``native.py``): the same hashes in C, the GIL released."""
+    if _NATIVE is not None:
+        return _NATIVE.reduce(leaves, levels)
+    return _reduce_py(leaves, levels)
+
+
+def _reduce_py(leaves: bytes, levels: int) -> bytes:
     sha = _sha256
     for _ in range(levels):
         leaves = b"".join([sha(b"\x01" + leaves[i : i + 64]).digest() for i in range(0, len(leaves), 64)])
@@ -207,13 +219,11 @@ class MerkleTree:
             levels.append(bytearray())
         levels[0] += _reduce(self._store.read(plo << k, phi << k), k)
         lo, hi, level = plo, phi, 0
-        sha = _sha256
         while True:
             plo, phi = lo >> 1, hi >> 1
             if phi <= plo:
                 break
-            src = bytes(levels[level][plo * 64 : phi * 64])
-            parents = b"".join([sha(b"\x01" + src[i : i + 64]).digest() for i in range(0, len(src), 64)])
+            parents = _reduce(bytes(levels[level][plo * 64 : phi * 64]), 1)
             level += 1
             if level == len(levels):
                 levels.append(bytearray())

@@ -35,6 +35,7 @@ import crc32c as _crc32c
 from ..errors import AuditCorrupted
 from .checkpoint import Checkpoint, Verifier
 from .merkle import MerkleTree
+from .native import NATIVE
 
 __all__ = [
     "CHECKPOINT",
@@ -51,6 +52,7 @@ __all__ = [
     "check",
     "commit_message",
     "encode_batch",
+    "encode_batch_packed",
     "encode_events",
     "encode_frame",
     "event_offset",
@@ -78,6 +80,8 @@ _LEAF = hashlib.sha256(b"\x00")
 _sha256 = hashlib.sha256
 _crc = _crc32c.crc32c
 _SEGMENT_RE = re.compile(r"^([0-9a-f]{16})-([0-9a-f]{16})\.wal(?:\.zst)?$")
+_NATIVE = NATIVE
+"""The compiled per-record work (``native.py``), or None: this module's Python does it."""
 
 
 def crc32c(data: bytes | memoryview, value: int = 0) -> int:
@@ -198,6 +202,56 @@ def encode_batch(
     commit continues and the SHA-256 of the events' leaf hashes. Returns (all frames, the
     events' leaf hashes, last chain hash).
     """
+    if _NATIVE is not None:
+        frames, packed, chain = encode_batch_packed(
+            first_index, synced, time_ns, prev, payloads, state=state, sign=sign
+        )
+        return frames, [packed[i : i + 32] for i in range(0, len(packed), 32)], chain
+    return _encode_batch_py(first_index, synced, time_ns, prev, payloads, state=state, sign=sign)
+
+
+def encode_batch_packed(
+    first_index: int,
+    synced: int,
+    time_ns: int,
+    prev: bytes,
+    payloads: list[bytes],
+    *,
+    state: ChainState,
+    sign: Callable[[bytes], bytes],
+) -> tuple[bytes, bytes, bytes]:
+    """``encode_batch`` with the leaf hashes concatenated (32 bytes each), as the writer wants them.
+
+    Compiled (``native.py``): the leaf hashes, then the event frames (CRC-32C, chain) are
+    built in C for the whole batch with the GIL released; only the signature and the commit
+    frame are made in Python, once per batch.
+    """
+    nat = _NATIVE
+    if nat is None:
+        frames, leaves, chain = _encode_batch_py(
+            first_index, synced, time_ns, prev, payloads, state=state, sign=sign
+        )
+        return frames, b"".join(leaves), chain
+    packed, digest = nat.leaf_hashes(payloads)
+    n = len(payloads)
+    signature = sign(commit_message(state, first_index, n, prev, digest))
+    commit, _, chain = encode_frame(
+        COMMIT, first_index - 1, synced, time_ns, prev, _COMMIT.pack(n, signature)
+    )
+    events, packed, chain = nat.encode_events(first_index, synced, time_ns, chain, payloads, packed)
+    return commit + events, packed, chain
+
+
+def _encode_batch_py(
+    first_index: int,
+    synced: int,
+    time_ns: int,
+    prev: bytes,
+    payloads: list[bytes],
+    *,
+    state: ChainState,
+    sign: Callable[[bytes], bytes],
+) -> tuple[bytes, list[bytes], bytes]:
     sha = _sha256
     leaves = [sha(b"\x00" + p).digest() for p in payloads]
     n = len(payloads)
@@ -206,7 +260,7 @@ def encode_batch(
     commit, _, chain = encode_frame(
         COMMIT, first_index - 1, synced, time_ns, prev, _COMMIT.pack(n, signature)
     )
-    frames, _, chain = encode_events(first_index, synced, time_ns, chain, payloads, leaves=leaves)
+    frames, _, chain = _encode_events_py(first_index, synced, time_ns, chain, payloads, leaves=leaves)
     return commit + frames, leaves, chain
 
 
@@ -227,6 +281,30 @@ def encode_events(
     Returns (all frames, their leaf hashes, last chain hash). A log written now announces
     its events with a commit frame first: see ``encode_batch``.
     """
+    if _NATIVE is not None:
+        frames, packed, chain = _NATIVE.encode_events(
+            first_index,
+            synced,
+            time_ns,
+            prev,
+            payloads,
+            b"".join(leaves) if leaves is not None else None,
+            version,
+        )
+        return frames, [packed[i : i + 32] for i in range(0, len(packed), 32)], chain
+    return _encode_events_py(first_index, synced, time_ns, prev, payloads, leaves=leaves, version=version)
+
+
+def _encode_events_py(
+    first_index: int,
+    synced: int,
+    time_ns: int,
+    prev: bytes,
+    payloads: list[bytes],
+    *,
+    leaves: list[bytes] | None = None,
+    version: int = VERSION,
+) -> tuple[bytes, list[bytes], bytes]:
     parts: list[bytes] = []
     given = leaves
     leaves = []
@@ -367,9 +445,9 @@ def check(
     sha = _sha256
     chain = state.chain
     count = state.size
-    leaves: list[bytes] = []
-    add_leaf = leaves.append
+    leaves = bytearray()  # the leaf hashes of this call's events, concatenated
     record = frames.append if frames is not None else None
+    fast = _NATIVE.scan_events if _NATIVE is not None else None
     sealed = state.sealed = False
     validate, problem = _record_checker() if state.check_records else (None, None)
     # the last point where the segment is whole: (offset, chain, count, leaves, time, frames)
@@ -387,6 +465,40 @@ def check(
     batch: tuple[int, int, bytes, bytes, str, int] | None = None  # first, n, prev, sig, where, offset
     try:
         while off < size:
+            if fast is not None and batch_last > count:
+                # Compiled: every event frame of the open batch that passes every check below,
+                # in one call without the GIL. It stops before anything else: the loop below
+                # then reads that frame and says what is wrong with it.
+                got = fast(raw, off, chain, count, batch_last, frames is not None or validate is not None)
+                if got[2] > count:
+                    after, chain, count, packed, ts, seen = got
+                    v2 = True
+                    if validate is not None:
+                        assert seen is not None and problem is not None
+                        _validate_records(raw, seen, validate, problem, where)
+                    leaves += packed
+                    last_ts = ts
+                    if record is not None:
+                        assert frames is not None and seen is not None
+                        frames.extend(seen)
+                    off = after
+                    if count == batch_last:  # the batch is whole: its signature, later
+                        assert batch is not None
+                        first, n, before, sig, here, _ = batch
+                        digest = sha(leaves[len(leaves) - 32 * n :]).digest()
+                        state.commits.append(
+                            (batch_last, commit_message(state, first, n, before, digest), sig, here)
+                        )
+                        batch_last, batch = 0, None
+                        good = (
+                            off,
+                            chain,
+                            count,
+                            len(leaves) // 32,
+                            last_ts,
+                            len(frames) if frames is not None else 0,
+                        )
+                    continue
             if sealed:
                 raise AuditCorrupted("data after the seal", where=f"{where}@{off}")
             if size - off < HEADER_SIZE:
@@ -428,7 +540,7 @@ def check(
                         if (why := problem(payload)) is not None:
                             raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}") from None
                 count = index
-                add_leaf(leaf)
+                leaves += leaf
                 if ver != VERSION:
                     state.legacy_last = index
             else:
@@ -452,11 +564,18 @@ def check(
             if batch_last and count == batch_last:  # the batch is whole: its signature, later
                 assert batch is not None
                 first, n, before, sig, here, _ = batch
-                digest = sha(b"".join(leaves[len(leaves) - n :])).digest()
+                digest = sha(leaves[len(leaves) - 32 * n :]).digest()
                 state.commits.append((batch_last, commit_message(state, first, n, before, digest), sig, here))
                 batch_last, batch = 0, None
             if not batch_last:
-                good = (off, chain, count, len(leaves), last_ts, len(frames) if frames is not None else 0)
+                good = (
+                    off,
+                    chain,
+                    count,
+                    len(leaves) // 32,
+                    last_ts,
+                    len(frames) if frames is not None else 0,
+                )
         if batch is not None:
             first, n, _, _, here, at = batch
             raise TornFrame(
@@ -477,7 +596,7 @@ def check(
     finally:  # the state always ends exactly after the last good frame (and whole batch)
         end_off, chain, count, keep, good_ts, kept = good
         if keep:
-            state.tree.extend(leaves[:keep])
+            state.tree.extend_packed(bytes(leaves[: 32 * keep]))
         state.chain, state.size = chain, count
         if good_ts is not None:
             state.last_time_ns = good_ts
@@ -578,6 +697,23 @@ def _record_checker() -> tuple[Callable[[bytes], object], Callable[[bytes], str 
     return AuditRecord.__pydantic_validator__.validate_json, record_problem
 
 
+def _validate_records(
+    raw: bytes,
+    seen: list[tuple[int, int, int, int, int]],
+    validate: Callable[[bytes], object],
+    problem: Callable[[bytes], str | None],
+    where: str,
+) -> None:
+    """The record check of ``check`` for event frames the compiled scan took, in order."""
+    for _, index, _, off, end in seen:
+        payload = raw[off + HEADER_SIZE : end]
+        try:
+            validate(payload)
+        except ValueError:
+            if (why := problem(payload)) is not None:
+                raise AuditCorrupted(f"record {index}: {why}", where=f"{where}@{off}") from None
+
+
 def _whole_bytes(mv: memoryview) -> bytes:
     """The bytes behind ``mv``: its object itself when it is a whole ``bytes``, else a copy."""
     obj = mv.obj
@@ -606,7 +742,7 @@ def _check_other(
     off: int,
     seg: SegmentName,
     state: ChainState,
-    leaves: list[bytes],
+    leaves: bytearray,
     where: str,
 ) -> None:
     here = f"{where}@{off}"
@@ -618,7 +754,7 @@ def _check_other(
         _check_header(payload, seg, state, here, count)
     elif typ == CHECKPOINT:
         if leaves:
-            state.tree.extend(leaves)
+            state.tree.extend_packed(bytes(leaves))
             leaves.clear()
         state.size = count
         _check_checkpoint(payload, state, here)

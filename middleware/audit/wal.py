@@ -53,7 +53,7 @@ from .segment import (
     ChainState,
     Frame,
     SegmentName,
-    encode_batch,
+    encode_batch_packed,
     encode_frame,
     list_segments,
     load_pruned,
@@ -546,7 +546,7 @@ class WalAuditLog:
         cp_acks: list[tuple[_Item, int]] = []  # checkpoint requests: answered once the file is published
         synced = self._synced
         want_checkpoint = False
-        leaves: list[bytes] = []
+        leaves = b""
         now = time.time_ns()
         chain, index = st.chain, st.size
         payloads: list[bytes] = []
@@ -560,11 +560,12 @@ class WalAuditLog:
             index += len(given)
             payloads.extend(given)
         if payloads:
-            frames, leaves, chain = encode_batch(
+            # compiled (native.py): the batch's frames and hashes are built without the GIL
+            frames, leaves, chain = encode_batch_packed(
                 st.size + 1, synced, now, chain, payloads, state=st, sign=self._signer.sign_bytes
             )
             parts.append(frames)
-        st.tree.extend(leaves)
+        st.tree.extend_packed(leaves)
         st.chain, st.size = chain, index
         on_time = (
             self._unsigned_since is not None
@@ -782,13 +783,13 @@ class WalAuditLog:
             },
         )
         st = self._state
-        frames, leaves, chain = encode_batch(
+        frames, leaves, chain = encode_batch_packed(
             st.size + 1, self._synced, time.time_ns(), st.chain, [rec.canonical()],
             state=st, sign=self._signer.sign_bytes,
         )  # fmt: skip
         self._write(frames)
         self._sync()
-        st.tree.extend(leaves)
+        st.tree.extend_packed(leaves)
         st.chain, st.size = chain, st.size + 1
         self._unsigned_since = time.monotonic()  # checkpointed on time like any record
 
