@@ -36,13 +36,17 @@ demo: $(RUNTIME_STAMP)
 serve: $(RUNTIME_STAMP)
 	$(BIN)/agency serve
 
-## Stub drift, lint, the import contract, types, then the test suite (needs the local Redis on 127.0.0.1:6379).
+## Stub drift, lint, the import contract, types, then the test suite (needs the local Redis on 127.0.0.1:6379)
+## twice: as installed (the compiled audit code, if it was built) and as pure Python (AGENCY_PURE_PYTHON=1).
 test: $(STAMP) $(JS_STAMP)
 	$(BIN)/python scripts/gen_protos.py --check
 	$(BIN)/ruff check middleware handlers tests scripts bench
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy middleware handlers
+	$(BIN)/python -c "from middleware.audit.native import implementation as i; print('audit log code:', i())"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	@echo "--- again as pure Python (AGENCY_PURE_PYTHON=1)"
+	AGENCY_PURE_PYTHON=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check middleware handlers tests scripts bench
