@@ -134,6 +134,15 @@ static inline uint32_t crc32c(uint32_t value, const unsigned char *p, size_t n) 
 
 /* ------------------------------------------------------------------ SHA-256 */
 
+/* One SHA-256 through the low-level calls: OpenSSL 3's one-shot SHA256() goes through EVP
+ * and looks the algorithm up on every call (several times slower on short inputs). */
+static inline void sha256(const unsigned char *data, size_t n, unsigned char out[32]) {
+    SHA256_CTX ctx;
+    SHA256_Init(&ctx);
+    SHA256_Update(&ctx, data, n);
+    SHA256_Final(out, &ctx);
+}
+
 static inline void leaf_hash(const unsigned char *payload, size_t n, unsigned char out[32]) {
     static const unsigned char zero = 0;
     SHA256_CTX ctx;
@@ -150,7 +159,7 @@ static inline void chain_hash(int typ, uint64_t index, const unsigned char prev[
     put64(buf + 1, index);
     memcpy(buf + 9, prev, 32);
     memcpy(buf + 41, leaf, 32);
-    SHA256(buf, sizeof buf, out);
+    sha256(buf, sizeof buf, out);
 }
 
 /* ------------------------------------------------------------------ gathering inputs */
@@ -263,7 +272,7 @@ static PyObject *py_leaf_hashes(PyObject *self, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < p.n; i++)
         leaf_hash(p.views[i].buf, (size_t)p.views[i].len, out + 32 * i);
-    SHA256(out, (size_t)(32 * p.n), dig);
+    sha256(out, (size_t)(32 * p.n), dig);
     Py_END_ALLOW_THREADS
     payloads_release(&p);
     return Py_BuildValue("(NN)", leaves, digest);
@@ -370,7 +379,7 @@ static size_t reduce_in_place(unsigned char *buf, size_t len, int levels) {
         for (size_t i = 0; i < len; i += 64, o += 32) {
             size_t chunk = len - i < 64 ? len - i : 64;
             memcpy(node + 1, buf + i, chunk);
-            SHA256(node, 1 + chunk, buf + o);
+            sha256(node, 1 + chunk, buf + o);
         }
         len = o;
     }
