@@ -4,7 +4,8 @@ Measured in the same run, on the same disk (``--dir``, default ./.bench-audit):
 
 1. durable appends/s of ``WalAuditLog.append_batch`` (fsync policy: batch): ``PRODUCERS``
    coroutines each hand over batches of ``BATCH`` plain records (as the pipeline's task
-   journals do) and await one future per batch;
+   journals do) and await one future per batch; with the compiled part
+   (``middleware.audit._native``) and as pure Python, alternately in each round;
 2. SQLite in WAL mode, synchronous=FULL, one row per transaction;
 3. raw ``write`` + ``fdatasync`` of 64-record batches, one after the other (the disk's
    batched floor; the targets' baseline), and of batches as large as the log's (its records
@@ -18,7 +19,9 @@ Measured in the same run, on the same disk (``--dir``, default ./.bench-audit):
    record: the contract before ``append_batch``);
 6. recovery (open + full verification) of an N-record log (default 1,000,000), checked
    in one process and with the default worker processes;
-6. export of that log as a JSON Lines bundle.
+7. ``agency audit verify``'s check of that log in one process (records/s per core: records
+   per CPU second of the process), compiled and pure, with and without the record check;
+8. export of that log as a JSON Lines bundle.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import threading
 import time
 from pathlib import Path
 
+from middleware.audit import merkle, native, segment
 from middleware.audit.checkpoint import Signer
 from middleware.audit.export import export
 from middleware.audit.merkle import MerkleTree
@@ -47,15 +51,22 @@ from middleware.audit.segment import (
     encode_batch,
     encode_events,
     encode_frame,
+    list_segments,
 )
-from middleware.audit.segment_pool import default_workers
-from middleware.audit.verify import verify_path
+from middleware.audit.segment_pool import check_segments, default_workers
+from middleware.audit.verify import scan_node, verify_path
 from middleware.audit.wal import VKEY_FILE, WalAuditLog, WalOptions, origin_for
 
 APPENDERS = 64
 BATCH = 64
 PRODUCERS = 2
 SIGNER = Signer("audit-bench")
+
+
+def _use(compiled: bool) -> str:
+    """Run the audit code compiled (if built) or as pure Python from now on; returns which."""
+    segment._NATIVE = merkle._NATIVE = native.NATIVE if compiled else None
+    return "native" if segment._NATIVE is not None else "pure"
 
 
 def _record() -> AuditRecord:
@@ -416,7 +427,11 @@ def main() -> None:
     ap.add_argument(
         "--demo-rounds", type=int, default=20, help="rounds of the demo's six tasks for bytes per task"
     )
-    ap.add_argument("--only", choices=["signing", "size", "ship"], help="run only this measurement")
+    ap.add_argument(
+        "--only",
+        choices=["signing", "size", "ship", "appends", "verify"],
+        help="run only this measurement (appends: the append rounds; verify: the N-record log's checks)",
+    )
     ap.add_argument("--ship-records", type=int, default=100_000, help="records shipped for the throughput")
     args = ap.parse_args()
     work = args.dir
@@ -429,111 +444,188 @@ def main() -> None:
         f"{BATCH} records  single appends: {APPENDERS} appenders"
     )
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    print(f"audit code: {native.implementation()} (compiled part {'built' if native.NATIVE else 'absent'})")
     print("\nsigned commit frames (CPU per record to frame a batch, with its signature / without):")
-    for n in (1, 12, 64, 128):
-        with_sig, without = signing_cost(n)
-        added = with_sig - without
-        print(f"  batch of {n:>3}: {with_sig:7.2f} µs / {without:5.2f} µs  -> signing adds {added:.2f} µs")
+    for compiled in (True, False) if native.NATIVE is not None else (False,):
+        which = _use(compiled)
+        for n in (1, 12, 64, 128):
+            with_sig, without = signing_cost(n)
+            added = with_sig - without
+            print(
+                f"  {which:>6} batch of {n:>3}: {with_sig:7.2f} µs / {without:5.2f} µs  "
+                f"-> signing adds {added:.2f} µs"
+            )
+    _use(True)
     if args.only == "signing":
         return
     if args.only == "ship":
         ship_figures(work, args.ship_records, 1000)
         return
-    tasks, plain, on_disk = asyncio.run(bytes_per_task(work / "demo", args.demo_rounds))
-    print(
-        f"\nthe demo's tasks x {args.demo_rounds}: {tasks} tasks, {plain / tasks:,.0f} bytes per task "
-        f"in frames, {on_disk / tasks:,.0f} bytes per task on disk (sealed segments compressed; "
-        "target <= 2,048)"
-    )
+    if args.only in (None, "size"):
+        tasks, plain, on_disk = asyncio.run(bytes_per_task(work / "demo", args.demo_rounds))
+        print(
+            f"\nthe demo's tasks x {args.demo_rounds}: {tasks} tasks, {plain / tasks:,.0f} bytes per task "
+            f"in frames, {on_disk / tasks:,.0f} bytes per task on disk (sealed segments compressed; "
+            "target <= 2,048)"
+        )
     if args.only == "size":
         return
-    ship_figures(work, args.ship_records, 1000)
-    wal, single, sqlite, raw, raw_same, floor, per_sync = [], [], [], [], [], [], []
+    if args.only is None:
+        ship_figures(work, args.ship_records, 1000)
     try:
-        for r in range(args.rounds):
-            rate, per = asyncio.run(_wal_batch_rate(work / f"walb{r}", args.seconds))
-            wal.append(rate)
-            per_sync.append(per)
-            sqlite.append(_sqlite_rate(work / f"sqlite{r}.db", args.seconds, size))
-            raw.append(_raw_rate(work / f"raw{r}.bin", args.seconds, size))
-            # the same records per fdatasync as the log reached: the comparison is the CPU around it
-            raw_same.append(_raw_rate(work / f"raws{r}.bin", args.seconds, size, max(BATCH, round(per))))
-            floor.append(asyncio.run(_floor_rate(work / f"floor{r}.bin", args.seconds, size)))
-            single.append(asyncio.run(_wal_rate(work / f"wal{r}", args.seconds))[0])
-            print(
-                f"round {r + 1}: wal batch {rate:,.0f}/s ({per:.0f} records/fdatasync)  "
-                f"sqlite {sqlite[-1]:,.0f}/s  raw {raw[-1]:,.0f}/s (same batches {raw_same[-1]:,.0f}/s)  "
-                f"floor {floor[-1]:,.0f}/s  "
-                f"wal single {single[-1]:,.0f}/s  -> {rate / sqlite[-1]:.1f}x sqlite, "
-                f"{100 * rate / raw[-1]:.0f}% of raw (floor: {100 * floor[-1] / raw[-1]:.0f}% of raw)"
-            )
-        w, s, b = statistics.median(wal), statistics.median(sqlite), statistics.median(raw)
-        print(f"\ndurable appends/s (median of {args.rounds}):")
-        print(f"  WalAuditLog.append_batch          {w:>10,.0f}/s")
-        print(f"  SQLite WAL synchronous=FULL       {s:>10,.0f}/s   -> WAL is {w / s:.1f}x  (target >= 30x)")
-        print(
-            f"  raw write+fdatasync, 64/batch     {b:>10,.0f}/s   -> WAL is {100 * w / b:.0f}%"
-            "  (target >= 60%)"
-        )
-        # The disk's speed swings within seconds: the ratio of each round's neighbours is steadier.
-        xs = statistics.median(a / c for a, c in zip(wal, sqlite, strict=True))
-        xr = statistics.median(a / c for a, c in zip(wal, raw, strict=True))
-        print(f"  median of per-round ratios: {xs:.1f}x SQLite, {100 * xr:.0f}% of raw")
-        xsame = statistics.median(a / c for a, c in zip(wal, raw_same, strict=True))
-        print(
-            f"  raw write+fdatasync with the log's own batch size ({statistics.median(per_sync):.0f} "
-            f"records): {statistics.median(raw_same):,.0f}/s -> WAL is {100 * xsame:.0f}% (per-round median)"
-        )
-        xf = statistics.median(a / c for a, c in zip(floor, raw, strict=True))
-        xfs = statistics.median(a / c for a, c in zip(floor, sqlite, strict=True))
-        print(
-            f"  hand-over floor (batches, no record work): {statistics.median(floor):,.0f}/s = "
-            f"{xfs:.1f}x SQLite, {100 * xf:.0f}% of raw; the WAL reaches {100 * xr / xf:.0f}% of it"
-        )
-        xsingle = statistics.median(a / c for a, c in zip(single, raw, strict=True))
-        print(
-            f"  single appends, {APPENDERS} appenders (one future per record): "
-            f"{statistics.median(single):,.0f}/s = {100 * xsingle:.0f}% of raw"
-        )
-        if args.records <= 0:
-            return
-
-        root = work / "big"
-        t0 = time.perf_counter()
-        write_synthetic_log(root, "bench", args.records)
-        print(f"\nwrote a {args.records:,}-record log in {time.perf_counter() - t0:.1f}s "
-              f"({sum(p.stat().st_size for p in (root / 'bench').iterdir()) / 1e6:.0f} MB)")  # fmt: skip
-        for workers, records in ((1, False), (1, True), (None, True)):  # the baseline first
-            t0 = time.perf_counter()
-            opts = WalOptions(recovery_workers=workers, check_records=records, compress_sealed=False)
-            log = WalAuditLog(root, "bench", signer=SIGNER, options=opts)
-            recovery = time.perf_counter() - t0
-            assert log.size == args.records, log.size
-            asyncio.run(log.close())
-            how = "in one process" if workers == 1 else f"with {default_workers()} workers (default)"
-            how += ", records checked" if records else ", records not checked (baseline)"
-            print(
-                f"recovery (open + verify) of {args.records:,} records {how}: {recovery:.2f}s  (target < 5 s)"
-            )
-        t0 = time.perf_counter()
-        verdict = verify_path(root, key=SIGNER.vkey)
-        assert verdict.ok, verdict.nodes
-        print(
-            f"offline verify (agency audit verify) of {args.records:,} records: "
-            f"{time.perf_counter() - t0:.2f}s"
-        )
-        out = work / "export.jsonl"
-        t0 = time.perf_counter()
-        with open(out, "wb") as fh:
-            summary = export(root, fh, "jsonl")
-        took = time.perf_counter() - t0
-        print(
-            f"export of {summary.records:,} records as JSON Lines: {took:.2f}s "
-            f"({out.stat().st_size / 1e6:.0f} MB, target < 20 s)"
-        )
+        if args.only != "verify":
+            _append_rounds(work, args, size)
+        if args.records > 0 and args.only != "appends":
+            _big_log(work, args)
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _append_rounds(work: Path, args: argparse.Namespace, size: int) -> None:
+    """The append measurements, alternating for ``args.rounds`` rounds; the log compiled and pure."""
+    compiled = native.NATIVE is not None
+    wal, walp, single, sqlite, raw, raw_same, floor, per_sync = [], [], [], [], [], [], [], []
+    pure_per: list[float] = []
+    for r in range(args.rounds):
+        _use(True)
+        rate, per = asyncio.run(_wal_batch_rate(work / f"walb{r}", args.seconds))
+        wal.append(rate)
+        per_sync.append(per)
+        if compiled:
+            _use(False)
+            ratep, perp = asyncio.run(_wal_batch_rate(work / f"walp{r}", args.seconds))
+            walp.append(ratep)
+            pure_per.append(perp)
+            _use(True)
+        sqlite.append(_sqlite_rate(work / f"sqlite{r}.db", args.seconds, size))
+        raw.append(_raw_rate(work / f"raw{r}.bin", args.seconds, size))
+        # the same records per fdatasync as the log reached: the comparison is the CPU around it
+        raw_same.append(_raw_rate(work / f"raws{r}.bin", args.seconds, size, max(BATCH, round(per))))
+        floor.append(asyncio.run(_floor_rate(work / f"floor{r}.bin", args.seconds, size)))
+        single.append(asyncio.run(_wal_rate(work / f"wal{r}", args.seconds))[0])
+        pure_text = (
+            f"  pure {walp[-1]:,.0f}/s ({pure_per[-1]:.0f}/fdatasync: {walp[-1] / sqlite[-1]:.1f}x sqlite, "
+            f"{100 * walp[-1] / raw[-1]:.0f}% of raw)"
+            if compiled
+            else ""
+        )
+        print(
+            f"round {r + 1}: wal batch {rate:,.0f}/s ({per:.0f} records/fdatasync)  "
+            f"sqlite {sqlite[-1]:,.0f}/s  raw {raw[-1]:,.0f}/s (same batches {raw_same[-1]:,.0f}/s)  "
+            f"floor {floor[-1]:,.0f}/s  "
+            f"wal single {single[-1]:,.0f}/s  -> {rate / sqlite[-1]:.1f}x sqlite, "
+            f"{100 * rate / raw[-1]:.0f}% of raw (floor: {100 * floor[-1] / raw[-1]:.0f}% of raw)" + pure_text
+        )
+    w, s, b = statistics.median(wal), statistics.median(sqlite), statistics.median(raw)
+    print(f"\ndurable appends/s (median of {args.rounds}; the log {native.implementation()}):")
+    print(f"  WalAuditLog.append_batch          {w:>10,.0f}/s")
+    print(f"  SQLite WAL synchronous=FULL       {s:>10,.0f}/s   -> WAL is {w / s:.1f}x  (target >= 30x)")
+    print(
+        f"  raw write+fdatasync, 64/batch     {b:>10,.0f}/s   -> WAL is {100 * w / b:.0f}%  (target >= 60%)"
+    )
+    # The disk's speed swings within seconds: the ratio of each round's neighbours is steadier.
+    xs = statistics.median(a / c for a, c in zip(wal, sqlite, strict=True))
+    xr = statistics.median(a / c for a, c in zip(wal, raw, strict=True))
+    print(f"  median of per-round ratios: {xs:.1f}x SQLite, {100 * xr:.0f}% of raw")
+    xsame = statistics.median(a / c for a, c in zip(wal, raw_same, strict=True))
+    print(
+        f"  raw write+fdatasync with the log's own batch size ({statistics.median(per_sync):.0f} "
+        f"records): {statistics.median(raw_same):,.0f}/s -> WAL is {100 * xsame:.0f}% (per-round median)"
+    )
+    xf = statistics.median(a / c for a, c in zip(floor, raw, strict=True))
+    xfs = statistics.median(a / c for a, c in zip(floor, sqlite, strict=True))
+    print(
+        f"  hand-over floor (batches, no record work): {statistics.median(floor):,.0f}/s = "
+        f"{xfs:.1f}x SQLite, {100 * xf:.0f}% of raw; the WAL reaches {100 * xr / xf:.0f}% of it"
+    )
+    xsingle = statistics.median(a / c for a, c in zip(single, raw, strict=True))
+    print(
+        f"  single appends, {APPENDERS} appenders (one future per record): "
+        f"{statistics.median(single):,.0f}/s = {100 * xsingle:.0f}% of raw"
+    )
+    if compiled:
+        ps = statistics.median(a / c for a, c in zip(walp, sqlite, strict=True))
+        pr = statistics.median(a / c for a, c in zip(walp, raw, strict=True))
+        gain = statistics.median(a / c for a, c in zip(wal, walp, strict=True))
+        print(
+            f"  the same log as pure Python (AGENCY_PURE_PYTHON=1), same rounds: "
+            f"{statistics.median(walp):,.0f}/s = {ps:.1f}x SQLite, {100 * pr:.0f}% of raw "
+            f"(per-round medians); compiled/pure = {gain:.2f}x"
+        )
+
+
+def _big_log(work: Path, args: argparse.Namespace) -> None:
+    """Recovery, ``verify`` (records/s per core, compiled and pure) and export of an N-record log."""
+    root = work / "big"
+    t0 = time.perf_counter()
+    write_synthetic_log(root, "bench", args.records)
+    print(f"\nwrote a {args.records:,}-record log in {time.perf_counter() - t0:.1f}s "
+          f"({sum(p.stat().st_size for p in (root / 'bench').iterdir()) / 1e6:.0f} MB)")  # fmt: skip
+    for workers, records in ((1, False), (1, True), (None, True)):  # the baseline first
+        t0 = time.perf_counter()
+        opts = WalOptions(recovery_workers=workers, check_records=records, compress_sealed=False)
+        log = WalAuditLog(root, "bench", signer=SIGNER, options=opts)
+        recovery = time.perf_counter() - t0
+        assert log.size == args.records, log.size
+        asyncio.run(log.close())
+        how = "in one process" if workers == 1 else f"with {default_workers()} workers (default)"
+        how += ", records checked" if records else ", records not checked (baseline)"
+        print(f"recovery (open + verify) of {args.records:,} records {how}: {recovery:.2f}s  (target < 5 s)")
+    t0 = time.perf_counter()
+    verdict = verify_path(root, key=SIGNER.vkey)
+    assert verdict.ok, verdict.nodes
+    print(
+        f"offline verify (agency audit verify) of {args.records:,} records: {time.perf_counter() - t0:.2f}s"
+    )
+    out = work / "export.jsonl"
+    t0 = time.perf_counter()
+    with open(out, "wb") as fh:
+        summary = export(root, fh, "jsonl")
+    took = time.perf_counter() - t0
+    print(
+        f"export of {summary.records:,} records as JSON Lines: {took:.2f}s "
+        f"({out.stat().st_size / 1e6:.0f} MB, target < 20 s)"
+    )
+    verify_rates(root / "bench", args.records)
+
+
+def verify_rates(directory: Path, records: int) -> None:
+    """``agency audit verify``'s check of one node's log in this process: records per CPU second.
+
+    ``scan_node`` with one worker (what ``verify`` runs per log, in one process) and, to show
+    where the time goes, the frame checks alone (CRC-32C, chain, leaf hashes, Merkle tree,
+    signatures; no record check), compiled and pure, best of ``VERIFY_REPEATS``.
+    """
+    print(
+        f"\nverify of {records:,} records in one process "
+        "(records per CPU second = per core; target >= 1 M/s):"
+    )
+    results: dict[tuple[str, str], float] = {}
+    for compiled in (True, False) if native.NATIVE is not None else (False,):
+        which = _use(compiled)
+        for what in ("scan_node (verify)", "frames only"):
+            best = float("inf")
+            for _ in range(VERIFY_REPEATS):
+                t0 = time.process_time()
+                if what == "frames only":
+                    state = ChainState(verifier=SIGNER.verifier())
+                    for _ in check_segments(list_segments(directory), state, workers=1):
+                        pass
+                    assert state.size == records, state.size
+                else:
+                    verdict = scan_node(directory, SIGNER.verifier(), workers=1)
+                    assert verdict.ok and verdict.events == records, verdict
+                best = min(best, time.process_time() - t0)
+            results[which, what] = records / best
+            print(f"  {which:>6} {what:<20} {records / best / 1e6:6.3f} M records/s ({best:.2f} s CPU)")
+    _use(True)
+    if ("native", "scan_node (verify)") in results:
+        for what in ("scan_node (verify)", "frames only"):
+            print(f"  compiled/pure, {what}: {results['native', what] / results['pure', what]:.2f}x")
+
+
+VERIFY_REPEATS = 2
 
 
 if __name__ == "__main__":
