@@ -35,6 +35,9 @@
 #define MAGIC 0x31445541u
 #define HEADER_SIZE 72
 #define EVENT 2
+#define COMMIT 5
+#define COMMIT_SIZE 68 /* u32 count, 64-byte Ed25519 signature */
+#define MAX_BATCH (1u << 24)
 #define VERSION 2
 #define MAX_PAYLOAD (4u << 20)
 
@@ -412,28 +415,354 @@ static PyObject *py_reduce(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ------------------------------------------------------------------ the record check's fast path */
+
+/* Whether ``p[0:n]`` is certainly an AuditRecord that pydantic validates (record.py): the
+ * canonical form the log writes -- every field, keys sorted, no spaces -- with each value of
+ * the right type and within its limits. 0 means "not vouched for", never "invalid": the
+ * caller then validates the record with pydantic exactly as before (and names what is wrong).
+ * So this only has to be sound (what it accepts, pydantic accepts), and it is strict: valid
+ * UTF-8, no escaped surrogates, numbers of modest size, nesting at most 64 deep, the time as
+ * YYYY-MM-DDTHH:MM:SS[.ffffff]Z with a real date. */
+
+typedef struct {
+    const unsigned char *p, *end;
+} Cur;
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c |= 0x20;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* A JSON string at c->p; its length in code points in *len. */
+static int rec_string(Cur *c, size_t *len) {
+    const unsigned char *p = c->p, *end = c->end;
+    size_t count = 0;
+    if (p >= end || *p != '"')
+        return 0;
+    p++;
+    while (p < end) {
+        unsigned char b = *p;
+        if (b == '"') {
+            c->p = p + 1;
+            *len = count;
+            return 1;
+        }
+        if (b < 0x20)
+            return 0;
+        if (b == '\\') {
+            if (end - p < 2)
+                return 0;
+            unsigned char e = p[1];
+            if (e == 'u') {
+                if (end - p < 6)
+                    return 0;
+                int v = 0;
+                for (int k = 2; k < 6; k++) {
+                    int h = hexval(p[k]);
+                    if (h < 0)
+                        return 0;
+                    v = v * 16 + h;
+                }
+                if (v >= 0xD800 && v <= 0xDFFF)
+                    return 0; /* surrogates: left to pydantic */
+                p += 6;
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' ||
+                       e == 't') {
+                p += 2;
+            } else
+                return 0;
+        } else if (b < 0x80) {
+            p++;
+        } else {
+            size_t k;
+            unsigned char lo = 0x80, hi = 0xBF;
+            if (b >= 0xC2 && b <= 0xDF)
+                k = 1;
+            else if (b >= 0xE0 && b <= 0xEF) {
+                k = 2;
+                if (b == 0xE0)
+                    lo = 0xA0;
+                else if (b == 0xED)
+                    hi = 0x9F;
+            } else if (b >= 0xF0 && b <= 0xF4) {
+                k = 3;
+                if (b == 0xF0)
+                    lo = 0x90;
+                else if (b == 0xF4)
+                    hi = 0x8F;
+            } else
+                return 0;
+            if ((size_t)(end - p) <= k || p[1] < lo || p[1] > hi)
+                return 0;
+            for (size_t j = 2; j <= k; j++)
+                if (p[j] < 0x80 || p[j] > 0xBF)
+                    return 0;
+            p += k + 1;
+        }
+        count++;
+    }
+    return 0;
+}
+
+static inline int rec_digits(Cur *c, size_t max) {
+    size_t n = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        c->p++;
+        if (++n > max)
+            return 0;
+    }
+    return n > 0;
+}
+
+/* A JSON number: at most 18 integer digits, 30 fraction digits, a two-digit exponent. */
+static int rec_number(Cur *c, int integer_only) {
+    if (c->p < c->end && *c->p == '-')
+        c->p++;
+    if (c->p >= c->end)
+        return 0;
+    if (*c->p == '0') {
+        c->p++;
+        if (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+            return 0;
+    } else if (!rec_digits(c, 18))
+        return 0;
+    if (integer_only)
+        return 1;
+    if (c->p < c->end && *c->p == '.') {
+        c->p++;
+        if (!rec_digits(c, 30))
+            return 0;
+    }
+    if (c->p < c->end && (*c->p == 'e' || *c->p == 'E')) {
+        c->p++;
+        if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
+            c->p++;
+        if (!rec_digits(c, 2))
+            return 0;
+    }
+    return 1;
+}
+
+static int rec_value(Cur *c, int depth);
+
+static int rec_object(Cur *c, int depth) {
+    size_t len;
+    if (depth > 64 || c->p >= c->end || *c->p != '{')
+        return 0;
+    c->p++;
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (!rec_string(c, &len) || c->p >= c->end || *c->p != ':')
+            return 0;
+        c->p++;
+        if (!rec_value(c, depth + 1) || c->p >= c->end)
+            return 0;
+        if (*c->p == '}') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p != ',')
+            return 0;
+        c->p++;
+    }
+}
+
+static int rec_array(Cur *c, int depth) {
+    if (depth > 64 || c->p >= c->end || *c->p != '[')
+        return 0;
+    c->p++;
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        if (!rec_value(c, depth + 1) || c->p >= c->end)
+            return 0;
+        if (*c->p == ']') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p != ',')
+            return 0;
+        c->p++;
+    }
+}
+
+static int rec_literal(Cur *c, const char *word, size_t n) {
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0)
+        return 0;
+    c->p += n;
+    return 1;
+}
+
+static int rec_value(Cur *c, int depth) {
+    size_t len;
+    if (c->p >= c->end)
+        return 0;
+    switch (*c->p) {
+    case '{':
+        return rec_object(c, depth);
+    case '[':
+        return rec_array(c, depth);
+    case '"':
+        return rec_string(c, &len);
+    case 't':
+        return rec_literal(c, "true", 4);
+    case 'f':
+        return rec_literal(c, "false", 5);
+    case 'n':
+        return rec_literal(c, "null", 4);
+    default:
+        return rec_number(c, 0);
+    }
+}
+
+/* "name": exactly these bytes, then a colon. */
+static int rec_key(Cur *c, const char *quoted_colon) {
+    return rec_literal(c, quoted_colon, strlen(quoted_colon));
+}
+
+static int rec_str_field(Cur *c, const char *key, size_t min, size_t max) {
+    size_t len;
+    return rec_key(c, key) && rec_string(c, &len) && len >= min && len <= max;
+}
+
+static inline int two(const unsigned char *p) {
+    return (p[0] >= '0' && p[0] <= '9' && p[1] >= '0' && p[1] <= '9') ? (p[0] - '0') * 10 + (p[1] - '0') : -1;
+}
+
+/* "YYYY-MM-DDTHH:MM:SS[.f{1,6}]Z", a real date of the years 1000..9999. */
+static int rec_time(Cur *c) {
+    const unsigned char *p = c->p;
+    size_t n = (size_t)(c->end - p);
+    if (n < 22 || p[0] != '"' || p[5] != '-' || p[8] != '-' || p[11] != 'T' || p[14] != ':' || p[17] != ':')
+        return 0;
+    int y1 = two(p + 1), y2 = two(p + 3), mo = two(p + 6), d = two(p + 9), h = two(p + 12), mi = two(p + 15),
+        s = two(p + 18);
+    if (y1 < 10 || y2 < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || s < 0 || s > 59)
+        return 0;
+    int year = y1 * 100 + y2;
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (d > days[mo - 1] + (mo == 2 && leap))
+        return 0;
+    size_t i = 20;
+    if (i < n && p[i] == '.') {
+        size_t k = 0;
+        i++;
+        while (i < n && p[i] >= '0' && p[i] <= '9' && k < 7) {
+            i++;
+            k++;
+        }
+        if (k < 1 || k > 6)
+            return 0;
+    }
+    if (n < i + 2 || p[i] != 'Z' || p[i + 1] != '"')
+        return 0;
+    c->p = p + i + 2;
+    return 1;
+}
+
+static int record_ok(const unsigned char *p, size_t n) {
+    Cur c = {p, p + n};
+    size_t len;
+    if (!rec_key(&c, "{\"actors\":{\"agent\":") || !rec_string(&c, &len) || !rec_key(&c, ",\"session\":") ||
+        !rec_string(&c, &len))
+        return 0;
+    if (rec_key(&c, ",\"tenant\":") && !rec_string(&c, &len))
+        return 0;
+    if (!rec_key(&c, ",\"user\":") || !rec_string(&c, &len) || !rec_literal(&c, "}", 1))
+        return 0;
+    if (!rec_str_field(&c, ",\"component\":", 0, 64) || !rec_key(&c, ",\"detail\":") || !rec_object(&c, 1))
+        return 0;
+    if (!rec_str_field(&c, ",\"event_id\":", 0, SIZE_MAX) || !rec_str_field(&c, ",\"event_type\":", 1, 64) ||
+        !rec_str_field(&c, ",\"goal_id\":", 0, SIZE_MAX) || !rec_str_field(&c, ",\"node\":", 0, 128) ||
+        !rec_str_field(&c, ",\"outcome\":", 0, SIZE_MAX) || !rec_str_field(&c, ",\"rule\":", 0, SIZE_MAX))
+        return 0;
+    if (!rec_key(&c, ",\"schema_version\":") || !rec_number(&c, 1))
+        return 0;
+    if (!rec_str_field(&c, ",\"task_id\":", 0, SIZE_MAX) || !rec_key(&c, ",\"time\":") || !rec_time(&c) ||
+        !rec_str_field(&c, ",\"trace_id\":", 0, SIZE_MAX))
+        return 0;
+    return rec_literal(&c, "}", 1) && c.p == c.end;
+}
+
+static PyObject *py_record_ok(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int ok = record_ok(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 /* ------------------------------------------------------------------ scan_events(...) */
 
 typedef struct {
+    int typ;
     uint64_t index, ts;
     size_t off, end;
+    int unsure; /* its record not vouched for by record_ok */
 } Seen;
+
+/* The frame at off is readable and continues ``chain``: the checks segment.check makes first
+ * (magic, length, CRC-32C, padding inside the buffer, chain). */
+static inline int frame_ok(const unsigned char *buf, size_t size, size_t off, const unsigned char chain[32],
+                           uint32_t *length, size_t *end, size_t *nxt) {
+    if (off >= size || size - off < HEADER_SIZE)
+        return 0;
+    const unsigned char *h = buf + off;
+    uint32_t len = get32(h + 4);
+    if (get32(h) != MAGIC || len > MAX_PAYLOAD)
+        return 0;
+    size_t e = off + HEADER_SIZE + len, x = e + (-e & 7);
+    if (x > size || crc32c(0, h + 12, e - off - 12) != get32(h + 8) || memcmp(h + 40, chain, 32) != 0)
+        return 0;
+    *length = len;
+    *end = e;
+    *nxt = x;
+    return 1;
+}
+
+static PyObject *seen_list(const Seen *seen, size_t n, int only_unsure) {
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        if (only_unsure && !seen[i].unsure)
+            continue;
+        PyObject *t = Py_BuildValue("(iKKnn)", seen[i].typ, (unsigned long long)seen[i].index,
+                                    (unsigned long long)seen[i].ts, (Py_ssize_t)seen[i].off, (Py_ssize_t)seen[i].end);
+        if (t == NULL || PyList_Append(list, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(list);
+        } else
+            Py_DECREF(t);
+    }
+    return list;
+}
 
 /* Check consecutive event frames of an open batch from ``off``: the frames every check of
  * segment.check passes (framing, CRC, chain, version 2, type event, index count+1 up to
  * batch_last). Stops before the first frame that is anything else (segment.check then reads
  * that frame itself and says what is wrong with it, in its words) or once count reaches
  * batch_last. Returns (offset after the last frame taken, chain, count, their leaf hashes
- * packed, time of the last one or None, [(type, index, time, offset, payload end)] or None).
+ * packed, time of the last one or None, [(type, index, time, offset, payload end)] or None,
+ * and with ``records`` the same tuples of the frames whose record ``record_ok`` does not
+ * vouch for -- for the caller to check with pydantic -- or None).
  */
 static PyObject *py_scan_events(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start;
     PyObject *chain_obj;
     unsigned long long count, batch_last;
-    int want_frames;
-    if (!PyArg_ParseTuple(args, "y*nOKKp:scan_events", &view, &start, &chain_obj, &count, &batch_last,
-                          &want_frames))
+    int want_frames, records;
+    if (!PyArg_ParseTuple(args, "y*nOKKpp:scan_events", &view, &start, &chain_obj, &count, &batch_last,
+                          &want_frames, &records))
         return NULL;
     unsigned char chain[32];
     if (get_hash32(chain_obj, chain, "chain") < 0) {
@@ -457,17 +786,11 @@ static PyObject *py_scan_events(PyObject *self, PyObject *args) {
     const unsigned char *buf = view.buf;
     size_t taken = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (taken < cap && off < size && size - off >= HEADER_SIZE) {
+    uint32_t length;
+    size_t end, nxt;
+    while (taken < cap && frame_ok(buf, size, off, chain, &length, &end, &nxt)) {
         const unsigned char *h = buf + off;
-        uint32_t length = get32(h + 4);
-        if (get32(h) != MAGIC || length > MAX_PAYLOAD)
-            break;
-        size_t end = off + HEADER_SIZE + length, nxt = end + (-end & 7);
-        if (nxt > size)
-            break;
-        if (crc32c(0, h + 12, end - off - 12) != get32(h + 8))
-            break;
-        if (memcmp(h + 40, chain, 32) != 0 || h[13] != VERSION || h[12] != EVENT)
+        if (h[13] != VERSION || h[12] != EVENT)
             break;
         uint64_t index = get64(h + 16);
         if (index != count + 1)
@@ -475,47 +798,181 @@ static PyObject *py_scan_events(PyObject *self, PyObject *args) {
         unsigned char *leaf = leaves + 32 * taken;
         leaf_hash(h + HEADER_SIZE, length, leaf);
         chain_hash(EVENT, index, chain, leaf, chain);
+        seen[taken].typ = EVENT;
         seen[taken].index = index;
         seen[taken].ts = get64(h + 32);
         seen[taken].off = off;
         seen[taken].end = end;
+        seen[taken].unsure = records && !record_ok(h + HEADER_SIZE, length);
         taken++;
         count = index;
         off = nxt;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    PyObject *frames = Py_None, *last_ts = Py_None;
+    PyObject *frames = Py_None, *last_ts = Py_None, *unsure = Py_None;
     Py_INCREF(frames);
     Py_INCREF(last_ts);
+    Py_INCREF(unsure);
+    if (records) {
+        Py_DECREF(unsure);
+        unsure = seen_list(seen, taken, 1);
+    }
     if (taken) {
         Py_DECREF(last_ts);
         last_ts = PyLong_FromUnsignedLongLong(seen[taken - 1].ts);
     }
     if (want_frames) {
         Py_DECREF(frames);
-        frames = PyList_New((Py_ssize_t)taken);
-        for (size_t i = 0; frames != NULL && i < taken; i++) {
-            PyObject *t = Py_BuildValue("(iKKnn)", EVENT, (unsigned long long)seen[i].index,
-                                        (unsigned long long)seen[i].ts, (Py_ssize_t)seen[i].off,
-                                        (Py_ssize_t)seen[i].end);
-            if (t == NULL) {
-                Py_CLEAR(frames);
-                break;
-            }
-            PyList_SET_ITEM(frames, (Py_ssize_t)i, t);
-        }
+        frames = seen_list(seen, taken, 0);
     }
     PyObject *result = NULL;
-    if (frames != NULL && last_ts != NULL)
-        result = Py_BuildValue("(ny#Ky#NN)", (Py_ssize_t)off, chain, (Py_ssize_t)32, (unsigned long long)count,
-                               leaves, (Py_ssize_t)(32 * taken), last_ts, frames);
+    if (frames != NULL && last_ts != NULL && unsure != NULL)
+        result = Py_BuildValue("(ny#Ky#NNN)", (Py_ssize_t)off, chain, (Py_ssize_t)32, (unsigned long long)count,
+                               leaves, (Py_ssize_t)(32 * taken), last_ts, frames, unsure);
     else {
         Py_XDECREF(frames);
         Py_XDECREF(last_ts);
+        Py_XDECREF(unsure);
     }
     PyMem_Free(leaves);
     PyMem_Free(seen);
+    return result;
+}
+
+/* ------------------------------------------------------------------ scan_batches(...) */
+
+typedef struct {
+    uint64_t last, first, n;
+    size_t off;
+    unsigned char prev[32], digest[32], sig[64];
+} Batch;
+
+/* Check whole batches from ``off`` (no batch open): a commit frame passing every check of
+ * segment.check (framing, CRC, chain, version 2, its payload, index == count, 0 < n <= MAX_BATCH),
+ * then the n event frames it announces, as scan_events checks them. Only whole batches whose
+ * records (with ``records``) record_ok vouches for are taken: at the first frame that is
+ * anything else -- another frame type, a broken frame, a batch cut short, a record for pydantic
+ * -- it stops at the start of that batch, and segment.check reads on from there itself.
+ * Returns (offset, chain, count, packed leaf hashes, time of the last frame or None, frames or
+ * None, [(last index, first index, count, prev chain, digest of the leaf hashes, signature,
+ * commit frame offset)]).
+ */
+static PyObject *py_scan_batches(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start;
+    PyObject *chain_obj;
+    unsigned long long count;
+    int want_frames, records;
+    if (!PyArg_ParseTuple(args, "y*nOKpp:scan_batches", &view, &start, &chain_obj, &count, &want_frames, &records))
+        return NULL;
+    unsigned char chain[32];
+    if (get_hash32(chain_obj, chain, "chain") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    size_t size = (size_t)view.len, off = start < 0 ? size : (size_t)start;
+    size_t cap = size > off ? (size - off) / HEADER_SIZE : 0; /* frames that can fit */
+    unsigned char *leaves = PyMem_Malloc(cap ? 32 * cap : 1);
+    Seen *seen = PyMem_Malloc(cap ? sizeof(Seen) * cap : 1);
+    Batch *batches = PyMem_Malloc(cap ? sizeof(Batch) * (cap / 2 + 1) : 1);
+    if (leaves == NULL || seen == NULL || batches == NULL) {
+        PyMem_Free(leaves);
+        PyMem_Free(seen);
+        PyMem_Free(batches);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    const unsigned char *buf = view.buf;
+    /* what is taken: whole batches only */
+    size_t g_off = off, g_frames = 0, g_leaves = 0, g_batches = 0;
+    uint64_t g_count = count, g_ts = 0;
+    unsigned char g_chain[32];
+    memcpy(g_chain, chain, 32);
+    Py_BEGIN_ALLOW_THREADS
+    size_t nframes = 0, nleaves = 0;
+    uint32_t length;
+    size_t end, nxt;
+    for (;;) {
+        if (!frame_ok(buf, size, off, chain, &length, &end, &nxt))
+            break;
+        const unsigned char *h = buf + off;
+        if (h[13] != VERSION || h[12] != COMMIT || length != COMMIT_SIZE || get64(h + 16) != count)
+            break;
+        uint32_t n = get32(h + HEADER_SIZE);
+        if (n == 0 || n > MAX_BATCH || nframes + 1 + n > cap)
+            break;
+        Batch *b = &batches[g_batches];
+        b->first = count + 1;
+        b->n = n;
+        b->last = count + n;
+        b->off = off;
+        memcpy(b->prev, chain, 32);
+        memcpy(b->sig, h + HEADER_SIZE + 4, 64);
+        unsigned char leaf[32];
+        leaf_hash(h + HEADER_SIZE, length, leaf);
+        chain_hash(COMMIT, count, chain, leaf, chain);
+        seen[nframes++] = (Seen){COMMIT, count, get64(h + 32), off, end, 0};
+        off = nxt;
+        size_t first_leaf = nleaves;
+        int whole = 1;
+        while (count < b->last) {
+            if (!frame_ok(buf, size, off, chain, &length, &end, &nxt)) {
+                whole = 0;
+                break;
+            }
+            h = buf + off;
+            uint64_t index = get64(h + 16);
+            if (h[13] != VERSION || h[12] != EVENT || index != count + 1 ||
+                (records && !record_ok(h + HEADER_SIZE, length))) {
+                whole = 0;
+                break;
+            }
+            unsigned char *lf = leaves + 32 * nleaves++;
+            leaf_hash(h + HEADER_SIZE, length, lf);
+            chain_hash(EVENT, index, chain, lf, chain);
+            seen[nframes++] = (Seen){EVENT, index, get64(h + 32), off, end, 0};
+            count = index;
+            off = nxt;
+        }
+        if (!whole)
+            break;
+        sha256(leaves + 32 * first_leaf, 32 * (size_t)n, b->digest);
+        g_batches++;
+        g_off = off;
+        g_frames = nframes;
+        g_leaves = nleaves;
+        g_count = count;
+        g_ts = seen[nframes - 1].ts;
+        memcpy(g_chain, chain, 32);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *frames = NULL, *last_ts = NULL, *done = NULL, *result = NULL;
+    frames = want_frames ? seen_list(seen, g_frames, 0) : Py_NewRef(Py_None);
+    last_ts = g_batches ? PyLong_FromUnsignedLongLong(g_ts) : Py_NewRef(Py_None);
+    done = PyList_New((Py_ssize_t)g_batches);
+    for (size_t i = 0; done != NULL && i < g_batches; i++) {
+        const Batch *b = &batches[i];
+        PyObject *t = Py_BuildValue("(KKKy#y#y#n)", (unsigned long long)b->last, (unsigned long long)b->first,
+                                    (unsigned long long)b->n, b->prev, (Py_ssize_t)32, b->digest, (Py_ssize_t)32,
+                                    b->sig, (Py_ssize_t)64, (Py_ssize_t)b->off);
+        if (t == NULL)
+            Py_CLEAR(done);
+        else
+            PyList_SET_ITEM(done, (Py_ssize_t)i, t);
+    }
+    if (frames != NULL && last_ts != NULL && done != NULL) {
+        result = Py_BuildValue("(ny#Ky#NNN)", (Py_ssize_t)g_off, g_chain, (Py_ssize_t)32, (unsigned long long)g_count,
+                               leaves, (Py_ssize_t)(32 * g_leaves), last_ts, frames, done);
+    } else {
+        Py_XDECREF(frames);
+        Py_XDECREF(last_ts);
+        Py_XDECREF(done);
+    }
+    PyMem_Free(leaves);
+    PyMem_Free(seen);
+    PyMem_Free(batches);
     return result;
 }
 
@@ -530,8 +987,13 @@ static PyMethodDef methods[] = {
      " -> (frames, packed leaf hashes, chain)."},
     {"reduce", py_reduce, METH_VARARGS, "reduce(hashes, levels) -> the hashes levels levels up (RFC 6962 nodes)."},
     {"scan_events", py_scan_events, METH_VARARGS,
-     "scan_events(buf, off, chain, count, batch_last, want_frames)"
-     " -> (off, chain, count, packed leaves, last time or None, frames or None)."},
+     "scan_events(buf, off, chain, count, batch_last, want_frames, records)"
+     " -> (off, chain, count, packed leaves, last time or None, frames or None, unsure records or None)."},
+    {"scan_batches", py_scan_batches, METH_VARARGS,
+     "scan_batches(buf, off, chain, count, want_frames, records)"
+     " -> (off, chain, count, packed leaves, last time or None, frames or None, batches)."},
+    {"record_ok", py_record_ok, METH_O,
+     "record_ok(payload) -> bool: certainly a valid AuditRecord (False: not vouched for; ask pydantic)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,9 @@ def encode_events(
     /,
 ) -> tuple[bytes, bytes, bytes]: ...
 def reduce(hashes: bytes | bytearray | memoryview, levels: int, /) -> bytes: ...
+
+_Frames = list[tuple[int, int, int, int, int]]
+
 def scan_events(
     buf: bytes | bytearray | memoryview,
     off: int,
@@ -22,5 +25,18 @@ def scan_events(
     count: int,
     batch_last: int,
     want_frames: bool,
+    records: bool,
     /,
-) -> tuple[int, bytes, int, bytes, int | None, list[tuple[int, int, int, int, int]] | None]: ...
+) -> tuple[int, bytes, int, bytes, int | None, _Frames | None, _Frames | None]: ...
+def scan_batches(
+    buf: bytes | bytearray | memoryview,
+    off: int,
+    chain: bytes,
+    count: int,
+    want_frames: bool,
+    records: bool,
+    /,
+) -> tuple[
+    int, bytes, int, bytes, int | None, _Frames | None, list[tuple[int, int, int, bytes, bytes, bytes, int]]
+]: ...
+def record_ok(payload: bytes | bytearray | memoryview, /) -> bool: ...

@@ -19,6 +19,8 @@ __all__ = ["NATIVE", "PURE_PYTHON_ENV", "Native", "implementation", "pure_python
 PURE_PYTHON_ENV = "AGENCY_PURE_PYTHON"
 
 _Bytes = bytes | bytearray | memoryview
+_Frames = list[tuple[int, int, int, int, int]]
+_Batch = tuple[int, int, int, bytes, bytes, bytes, int]  # last, first, n, prev, digest, signature, offset
 
 
 class Native(Protocol):
@@ -47,8 +49,22 @@ class Native(Protocol):
     def reduce(self, hashes: _Bytes, levels: int, /) -> bytes: ...
 
     def scan_events(
-        self, buf: _Bytes, off: int, chain: bytes, count: int, batch_last: int, want_frames: bool, /
-    ) -> tuple[int, bytes, int, bytes, int | None, list[tuple[int, int, int, int, int]] | None]: ...
+        self,
+        buf: _Bytes,
+        off: int,
+        chain: bytes,
+        count: int,
+        batch_last: int,
+        want_frames: bool,
+        records: bool,
+        /,
+    ) -> tuple[int, bytes, int, bytes, int | None, _Frames | None, _Frames | None]: ...
+
+    def scan_batches(
+        self, buf: _Bytes, off: int, chain: bytes, count: int, want_frames: bool, records: bool, /
+    ) -> tuple[int, bytes, int, bytes, int | None, _Frames | None, list[_Batch]]: ...
+
+    def record_ok(self, payload: _Bytes, /) -> bool: ...
 
 
 def pure_python_forced() -> bool:

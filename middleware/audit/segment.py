@@ -448,6 +448,7 @@ def check(
     leaves = bytearray()  # the leaf hashes of this call's events, concatenated
     record = frames.append if frames is not None else None
     fast = _NATIVE.scan_events if _NATIVE is not None else None
+    whole = _NATIVE.scan_batches if _NATIVE is not None else None
     sealed = state.sealed = False
     validate, problem = _record_checker() if state.check_records else (None, None)
     # the last point where the segment is whole: (offset, chain, count, leaves, time, frames)
@@ -465,17 +466,42 @@ def check(
     batch: tuple[int, int, bytes, bytes, str, int] | None = None  # first, n, prev, sig, where, offset
     try:
         while off < size:
+            if whole is not None and not batch_last and not sealed:
+                # Compiled: whole batches (commit frame and events) that pass every check below,
+                # in one call without the GIL; it stops at the start of anything else.
+                done = whole(raw, off, chain, count, frames is not None, validate is not None)
+                if done[6]:
+                    off, chain, count, packed, last_ts, seen, batches = done
+                    v2 = True
+                    leaves += packed
+                    if record is not None:
+                        assert frames is not None and seen is not None
+                        frames.extend(seen)
+                    for last, first, n, before, digest, sig, at in batches:
+                        message = commit_message(state, first, n, before, digest)
+                        state.commits.append((last, message, sig, f"{where}@{at}"))
+                    good = (
+                        off,
+                        chain,
+                        count,
+                        len(leaves) // 32,
+                        last_ts,
+                        len(frames) if frames is not None else 0,
+                    )
+                    continue
             if fast is not None and batch_last > count:
                 # Compiled: every event frame of the open batch that passes every check below,
                 # in one call without the GIL. It stops before anything else: the loop below
                 # then reads that frame and says what is wrong with it.
-                got = fast(raw, off, chain, count, batch_last, frames is not None or validate is not None)
+                # With the record check, the records it cannot vouch for come back (``unsure``)
+                # to be checked with pydantic, in order; the canonical ones are checked in C.
+                got = fast(raw, off, chain, count, batch_last, frames is not None, validate is not None)
                 if got[2] > count:
-                    after, chain, count, packed, ts, seen = got
+                    after, chain, count, packed, ts, seen, unsure = got
                     v2 = True
-                    if validate is not None:
-                        assert seen is not None and problem is not None
-                        _validate_records(raw, seen, validate, problem, where)
+                    if unsure:
+                        assert validate is not None and problem is not None
+                        _validate_records(raw, unsure, validate, problem, where)
                     leaves += packed
                     last_ts = ts
                     if record is not None:

@@ -22,7 +22,7 @@ from middleware.audit import merkle, segment
 from middleware.audit.checkpoint import origin_for
 from middleware.audit.merkle import MerkleTree, leaf_hash
 from middleware.audit.native import NATIVE, pure_python_forced
-from middleware.audit.record import canonical_json
+from middleware.audit.record import AuditRecord, canonical_json, fast_canonical_json, plain_record
 from middleware.audit.segment import (
     CHECKPOINT,
     HEADER,
@@ -164,7 +164,7 @@ def test_merkle_roots_and_proofs_match_pure_python(cached_from: int, monkeypatch
 # ---------------------------------------------------------------------- segment.check
 
 
-def _segment(rng: random.Random) -> bytes:
+def _segment(rng: random.Random, *, malformed: bool = True) -> bytes:
     """A random segment: header, batches (some records malformed), checkpoints, maybe a seal."""
     state = ChainState(origin=ORIGIN)
     tree = MerkleTree()
@@ -176,9 +176,9 @@ def _segment(rng: random.Random) -> bytes:
         payloads = []
         for _ in range(rng.randint(1, 12)):
             roll = rng.random()
-            if roll < 0.005:
+            if malformed and roll < 0.005:
                 payloads.append(b"not json")
-            elif roll < 0.01:
+            elif malformed and roll < 0.01:
                 payloads.append(b'{"event_type":""}')
             else:
                 payloads.append(record(size + len(payloads), detail={"k": rng.random()}).canonical())
@@ -280,7 +280,7 @@ def _check(data: bytes, *, records: bool) -> Outcome:
     )
 
 
-@pytest.mark.parametrize("seed", range(100))
+@pytest.mark.parametrize("seed", range(200))
 def test_check_gives_the_same_verdict_and_state_on_damaged_segments(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,23 +298,131 @@ def test_check_gives_the_same_verdict_and_state_on_damaged_segments(
 
 
 def test_check_of_an_intact_segment_takes_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = _segment(random.Random(7))
+    data = _segment(random.Random(7), malformed=False)
     assert NATIVE is not None
-    calls: list[int] = []
-    real = NATIVE.scan_events
+    taken: list[int] = []
 
-    def counting(*args: Any) -> Any:
-        got = real(*args)
-        calls.append(got[2] - args[3])
-        return got
+    def counting(fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            got = fn(*args)
+            taken.append(got[2] - args[3])  # events taken: the count after minus before
+            return got
 
-    fake = type("N", (), {"scan_events": staticmethod(counting)})()
+        return staticmethod(call)
+
+    fake = type(
+        "N", (), {"scan_events": counting(NATIVE.scan_events), "scan_batches": counting(NATIVE.scan_batches)}
+    )()
     monkeypatch.setattr(segment, "_NATIVE", fake)
-    outcome = _check(data, records=False)
-    assert outcome.error is None
-    assert outcome.state[1] > 0
-    assert sum(calls) == outcome.state[1]  # every event went through the compiled scan
+    for records in (False, True):
+        taken.clear()
+        outcome = _check(data, records=records)
+        assert outcome.error is None
+        assert outcome.state[1] > 0
+        assert sum(taken) == outcome.state[1]  # every event went through compiled code
 
 
 def test_pure_fixture_really_is_pure(pure: None) -> None:
     assert segment._NATIVE is None and merkle._NATIVE is None
+
+
+# ---------------------------------------------------------------------- the record check in C
+
+_validate_json = AuditRecord.__pydantic_validator__.validate_json
+
+
+def _pydantic_accepts(payload: bytes) -> bool:
+    try:
+        _validate_json(payload)
+    except ValueError:
+        return False
+    return True
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_name = st.text(max_size=70)
+
+
+@given(
+    st.dictionaries(st.text(max_size=10), _json, max_size=6),
+    _name,
+    _name,
+    _name,
+    st.text(max_size=130),
+    st.booleans(),
+)
+@SLOW
+def test_the_c_record_check_vouches_only_for_what_pydantic_accepts(
+    detail: dict[str, Any], event_type: str, component: str, agent: str, node: str, tenant: bool
+) -> None:
+    raw = plain_record("x", node="n1", agent=agent, detail=detail)
+    raw["event_type"], raw["component"], raw["node"] = event_type, component, node
+    if tenant:
+        raw["actors"]["tenant"] = "t1"
+    payload = fast_canonical_json(raw)
+    assert NATIVE is not None
+    ok = NATIVE.record_ok(payload)
+    assert not ok or _pydantic_accepts(payload)
+    if 1 <= len(event_type) <= 64 and len(component) <= 64 and len(node) <= 128 and not detail:
+        assert ok == _pydantic_accepts(payload)  # plain strings: vouched for whenever valid
+
+
+_TOKENS = [
+    b'"', b"\\", b"\\u0000", b"\\ud800", b"\\uDFFF", b"\\x", b"1e999", b"-", b"01", b"1.", b".5", b",", b"}",
+    b"{", b"]", b"[", b" ", b"\n", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\x80",
+    b'"x":1,', b"true", b"nul", b"9" * 25, b"0000-", b"-02-30", b"T24:", b":60", b".1234567", b"+01:00",
+]  # fmt: skip
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3), st.sampled_from(_TOKENS)), max_size=4))
+@settings(max_examples=1500, deadline=None)
+def test_the_c_record_check_is_sound_on_damaged_records(edits: list[tuple[int, int, bytes]]) -> None:
+    payload = bytearray(record(1, detail={"a": [1, 2.5, "é"], "b": {"c": None}}).canonical())
+    for at, how, token in edits:
+        at %= len(payload) + 1
+        if how == 0:
+            payload[at:at] = token
+        elif how == 1:
+            payload[at : at + len(token)] = token
+        elif how == 2:
+            del payload[at : at + len(token)]
+        else:
+            payload[at : at + 1] = bytes([token[0] ^ 0x20])
+    data = bytes(payload)
+    assert NATIVE is not None
+    assert not NATIVE.record_ok(data) or _pydantic_accepts(data), data
+
+
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{0,8})?Z?\Z"))
+@settings(max_examples=500, deadline=None)
+def test_the_c_record_check_reads_times_as_pydantic_does(when: str) -> None:
+    raw = plain_record("x", node="n1")
+    raw["time"] = when
+    payload = fast_canonical_json(raw)
+    assert NATIVE is not None
+    ok = NATIVE.record_ok(payload)
+    assert not ok or _pydantic_accepts(payload), when
+    if int(when[:4]) >= 1000 and _pydantic_accepts(payload) and when.endswith("Z") and len(when) <= 27:
+        assert ok or (when[19:20] == "." and len(when) == 21), (
+            when
+        )  # "…:SS.Z" (no digits) is left to pydantic
+
+
+def test_the_c_record_check_vouches_for_what_the_log_writes() -> None:
+    assert NATIVE is not None
+    for i in range(50):
+        assert NATIVE.record_ok(record(i, detail={"i": i, "x": [1.5, None, True, "é\u2028"]}).canonical())
+        assert NATIVE.record_ok(fast_canonical_json(plain_record("task.step", node="n1", detail={"k": i})))
+    assert not NATIVE.record_ok(b'{"event_type":"x"}')  # valid, but not the full form: left to pydantic
+    assert NATIVE.record_ok(record(1, event_type="é" * 64).canonical())
+    assert not NATIVE.record_ok(
+        record(1).canonical().replace(b'"agent.step"', b'"' + "é".encode() * 65 + b'"')
+    )
