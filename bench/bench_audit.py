@@ -77,9 +77,32 @@ def _plain() -> PlainRecord:
     return plain_record("agent.step", node="bench", outcome="success", detail={})
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of each thread of this process, by thread name (Linux; elsewhere empty)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            name = names.get(int(tid), tid).split("-")[0:2]
+            out["-".join(name)] = out.get("-".join(name), 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    except OSError:
+        return {}
+    return out
+
+
+WRITER_CPU: list[dict[str, float]] = []
+"""µs of CPU per record of each thread, one entry per ``_wal_batch_rate`` run (last one last)."""
+
+
 async def _wal_batch_rate(root: Path, seconds: float) -> tuple[float, float]:
-    """Durable records/s through ``append_batch``, and records per fdatasync."""
+    """Durable records/s through ``append_batch``, and records per fdatasync; the CPU per record
+    of each thread (the event loop building and staging records, the writer framing and hashing,
+    the syncer, the compressor) goes to ``WRITER_CPU``."""
     log = WalAuditLog(root, "bench", signer=SIGNER)
+    before = _thread_cpu()
     stop = time.perf_counter() + seconds
     done = 0
     syncs = 0
@@ -102,7 +125,9 @@ async def _wal_batch_rate(root: Path, seconds: float) -> tuple[float, float]:
     t0 = time.perf_counter()
     await asyncio.gather(*(producer() for _ in range(PRODUCERS)))
     elapsed = time.perf_counter() - t0
+    after = _thread_cpu()
     await log.close()
+    WRITER_CPU.append({k: (v - before.get(k, 0.0)) / max(done, 1) * 1e6 for k, v in after.items()})
     return done / elapsed, done / max(syncs, 1)
 
 
@@ -487,16 +512,20 @@ def _append_rounds(work: Path, args: argparse.Namespace, size: int) -> None:
     compiled = native.NATIVE is not None
     wal, walp, single, sqlite, raw, raw_same, floor, per_sync = [], [], [], [], [], [], [], []
     pure_per: list[float] = []
+    cpu: list[dict[str, float]] = []
+    cpu_pure: list[dict[str, float]] = []
     for r in range(args.rounds):
         _use(True)
         rate, per = asyncio.run(_wal_batch_rate(work / f"walb{r}", args.seconds))
         wal.append(rate)
         per_sync.append(per)
+        cpu.append(WRITER_CPU[-1])
         if compiled:
             _use(False)
             ratep, perp = asyncio.run(_wal_batch_rate(work / f"walp{r}", args.seconds))
             walp.append(ratep)
             pure_per.append(perp)
+            cpu_pure.append(WRITER_CPU[-1])
             _use(True)
         sqlite.append(_sqlite_rate(work / f"sqlite{r}.db", args.seconds, size))
         raw.append(_raw_rate(work / f"raw{r}.bin", args.seconds, size))
@@ -553,6 +582,11 @@ def _append_rounds(work: Path, args: argparse.Namespace, size: int) -> None:
             f"{statistics.median(walp):,.0f}/s = {ps:.1f}x SQLite, {100 * pr:.0f}% of raw "
             f"(per-round medians); compiled/pure = {gain:.2f}x"
         )
+    for which, runs in (("compiled", cpu), ("pure", cpu_pure)):
+        if runs and runs[0]:
+            threads = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in sorted(threads.items()) if v >= 0.01)
+            print(f"  CPU µs per record by thread, {which} (median of rounds): {shown}")
 
 
 def _big_log(work: Path, args: argparse.Namespace) -> None:
