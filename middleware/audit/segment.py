@@ -17,6 +17,11 @@ which is also the RFC 6962 leaf input), checkpoint (a signed note), seal (clean 
 ``chain = SHA-256(type || index || prev_chain || SHA-256(0x00 || payload))``; for events
 the inner hash is the Merkle leaf hash. The scanner checks framing, CRC, chain,
 index contiguity and every checkpoint (signature and root) and grows the Merkle tree.
+
+When the compiled part is built (``native.py``), the per-record work of ``encode_events``,
+``encode_batch`` and ``check`` runs in C with the GIL released, one call per batch; the Python
+here is the reference it matches byte for byte, and still reads (and names) every frame the
+compiled scan does not vouch for.
 """
 
 from __future__ import annotations
