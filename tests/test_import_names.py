@@ -137,6 +137,9 @@ def test_in_the_core_and_the_server_only_the_settings_read_the_environment() -> 
     package = Path(__file__).resolve().parents[1] / "middleware"
     edges = {"cli", "client", "_proto"}  # the command and the client read their own defaults
     passes_it_on = {"audit/segment_pool.py"}  # hands the environment to its worker processes
+    # AGENCY_PURE_PYTHON picks which code runs (compiled or pure Python), not how it is
+    # configured: read at import, in every process, before any settings exist.
+    passes_it_on.add("audit/native.py")
     readers = sorted(
         str(path.relative_to(package))
         for path in package.rglob("*.py")
