@@ -13,7 +13,8 @@ difference in instructions by the difference in calls: start-up and warm-up canc
 Valgrind runs the server ~50x slower while the driver runs at full speed, so what the server
 does per second of wall time (a signed checkpoint each second) and per hand-over to the audit
 writer (a signed commit frame per batch: batches are smaller when the event loop is slow) weigh
-more per call than at full speed: the gateway's count here is an upper bound. Instruction counts do not follow the machine's load the way CPU time does.
+more per call than at full speed: the gateway's count here is an upper bound. Instruction
+counts do not follow the machine's load the way CPU time does.
 
     python -m bench.bench_instructions                       # bare, gateway (WAL), gateway (memory audit)
     python -m bench.bench_instructions --modes gateway-wal --small 100 --large 500
@@ -58,7 +59,7 @@ async def serve(mode: str, port_file: Path, data_dir: Path) -> None:
         _, port, stop = await start_gateway(data_dir, audit)
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
-    port_file.write_text(str(port))
+    port_file.write_text(str(port))  # noqa: ASYNC240 (once, before serving)
     await stopping.wait()
     # Out without the shutdown: closing seals and compresses the open segment, work that grows
     # with the calls served and would be counted as theirs by the difference of two runs.
@@ -95,7 +96,9 @@ def count(mode: str, calls: int, args: argparse.Namespace) -> int:
             "--port-file", str(port_file), "--data-dir", tmp,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         try:
             deadline = time.monotonic() + 900
             while not port_file.exists() or not port_file.read_text():
@@ -125,12 +128,16 @@ def per_call(mode: str, args: argparse.Namespace) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.bench_instructions",
-        description="Instructions per Submit of the server process over gRPC (valgrind), gateway vs bare echo.",
+        description="Instructions per Submit of the server process over gRPC (valgrind), vs a bare echo.",
     )
-    parser.add_argument("--modes", default="bare,gateway-wal,gateway-memory", help=f"comma-separated: {', '.join(MODES)}")
+    parser.add_argument(
+        "--modes", default="bare,gateway-wal,gateway-memory", help=f"comma-separated: {', '.join(MODES)}"
+    )
     parser.add_argument("--small", type=int, default=100, help="calls in the shorter run (default 100)")
     parser.add_argument("--large", type=int, default=500, help="calls in the longer run (default 500)")
-    parser.add_argument("--warmup", type=int, default=50, help="calls before either run's counted ones (default 50)")
+    parser.add_argument(
+        "--warmup", type=int, default=50, help="calls before either run's counted ones (default 50)"
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="calls in flight (default 16)")
     parser.add_argument("--size", type=int, default=64, help="payload bytes (default 64)")
     parser.add_argument(
@@ -148,10 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
-        parser.error(f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}")
+        parser.error(
+            f"--modes: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}"
+        )
     if not 0 < args.small < args.large:
         parser.error("--small and --large: need 0 < small < large")
-    compiled = "pure Python (AGENCY_PURE_PYTHON=1)" if os.environ.get("AGENCY_PURE_PYTHON") else "as installed"
+    compiled = (
+        "pure Python (AGENCY_PURE_PYTHON=1)" if os.environ.get("AGENCY_PURE_PYTHON") else "as installed"
+    )
     print(
         f"instructions per Submit, server process over gRPC (valgrind cachegrind, every thread), "
         f"{args.concurrency} in flight, {args.size}-byte payload, ({args.large} - {args.small}) calls, "
