@@ -270,6 +270,33 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def _redis_commands(url: str) -> int:
+    """Commands the Redis server at ``url`` has executed so far (INFO commandstats)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return sum(int(v["calls"]) for v in stats.values() if isinstance(v, dict))
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children so far."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _disk_bytes(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
 
@@ -420,8 +447,14 @@ async def workers_compare(args: argparse.Namespace) -> None:
                         raise RuntimeError(
                             f"agency serve --workers {n} did not start:\n{log_path.read_text()}"
                         )
+                    before = _tree_cpu_seconds(proc.pid)
+                    commands = await _redis_commands(redis_url)
                     results[n] = await drive(port, args, seconds=args.seconds, channels=args.channels)
-                    results[n]["cpu_us"] = math.nan  # the server is another process
+                    commands = await _redis_commands(redis_url) - commands
+                    # the server's CPU: the serve process and its workers, warm-up calls included
+                    calls = results[n]["calls"] + results[n]["warmup"]
+                    results[n]["cpu_us"] = (_tree_cpu_seconds(proc.pid) - before) / max(1, calls) * 1e6
+                    results[n]["redis_per_call"] = commands / max(1, calls)
                 finally:
                     if proc.returncode is None:
                         proc.send_signal(signal.SIGTERM)
@@ -436,6 +469,11 @@ async def workers_compare(args: argparse.Namespace) -> None:
             await client.aclose()
     show("serve -w1", results[1])
     show("serve -w2", results[2])
+    print(
+        f"Redis commands executed per call (INFO commandstats, scripts' inner calls included; the whole "
+        f"server's): {results[1]['redis_per_call']:.1f} with 1 worker, "
+        f"{results[2]['redis_per_call']:.1f} with 2"
+    )
     ratio = results[2]["throughput"] / results[1]["throughput"]
     print(
         f"agency serve --workers 2 vs 1 ({args.channels} connections, {args.concurrency} in flight): "

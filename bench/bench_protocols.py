@@ -9,7 +9,9 @@ client, ``mcp``'s ``Client`` on one session — first one at a time (latency), t
 a shared machine weighs on all of them alike. The in-process ``Agency.submit`` is the floor.
 Clients run in a separate process from the servers (no shared GIL); every figure is
 relative to gRPC in the same run, so the ratios carry across machines, the absolute
-numbers do not.
+numbers do not. ``a2a_sdk_bare`` is not the gateway: it is the A2A SDK's own server answering
+the same message with an echo and no governance at all (issue 32 compares the governed gRPC
+Submit with it: target >= 3x its throughput).
 
     python -m bench.bench_protocols                      # 300 calls per binding, 8 callers
     python -m bench.bench_protocols --calls 1000 --concurrency 16 --json
@@ -55,6 +57,9 @@ ECHO_GOAL = {
 }
 TEXT = "echo this payload"
 BINDINGS = ("grpc", "a2a_jsonrpc", "a2a_rest", "mcp_http")
+# Not a binding of the gateway: the A2A SDK's own server, no governance (issue 32's comparison).
+SDK_BARE = "a2a_sdk_bare"
+SDK_TARGET = 3.0  # issue 32: the governed gRPC Submit >= 3x the bare A2A SDK server's throughput
 
 
 # ------------------------------------------------------------------ servers (this process)
@@ -79,12 +84,82 @@ async def serve(data_dir: Path, ready: Any, stop: Any) -> None:
     await a2a.start()
     mcp = HttpServer(build_mcp_http_app(agency), "127.0.0.1:0", name="mcp")
     await mcp.start()
-    ready.send({"grpc": f"127.0.0.1:{grpc_server.port}", "a2a": a2a.url, "mcp": f"{mcp.url}/mcp"})
+    bare = HttpServer(None, "127.0.0.1:0", name="a2a-sdk")
+    bare.set_app(bare_a2a_app(bare.url))
+    await bare.start()
+    ready.send(
+        {
+            "grpc": f"127.0.0.1:{grpc_server.port}",
+            "a2a": a2a.url,
+            "mcp": f"{mcp.url}/mcp",
+            "a2a_sdk": bare.url,
+        }
+    )
     await asyncio.get_running_loop().run_in_executor(None, stop.recv)
+    await bare.stop()
     await mcp.stop()
     await a2a.stop()
     await grpc_server.stop(0)
     await agency.close()
+
+
+def bare_a2a_app(url: str) -> Any:
+    """The A2A SDK's own server with no governance at all (issue 32's comparison): the SDK's
+    request handler, task store and JSON-RPC routes around an executor that answers the message's
+    data part as the task's artifact and completes it."""
+    from a2a.helpers import get_data_parts, new_data_part
+    from a2a.server.agent_execution import AgentExecutor, RequestContext
+    from a2a.server.events import EventQueue
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+    from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+    from a2a.types.a2a_pb2 import (
+        AgentCapabilities,
+        AgentCard,
+        AgentInterface,
+        AgentSkill,
+        Task,
+        TaskState,
+        TaskStatus,
+    )
+    from starlette.applications import Starlette
+
+    class EchoExecutor(AgentExecutor):
+        async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+            message, task_id, context_id = context.message, context.task_id or "", context.context_id or ""
+            assert message is not None
+            await event_queue.enqueue_event(
+                Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    history=[message],
+                )
+            )
+            updater = TaskUpdater(event_queue, task_id, context_id)
+            data = get_data_parts(message.parts)
+            await updater.add_artifact([new_data_part(data[0] if data else {})], name="output")
+            await updater.complete()
+
+        async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+            raise NotImplementedError("the echo is not cancellable")
+
+    card = AgentCard(
+        name="echo",
+        description="Echoes the message's data part (no governance).",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=f"{url}/", protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["application/json"],
+        skills=[AgentSkill(id="echo", name="echo", description="Echoes its input.", tags=["echo"])],
+    )
+    handler = DefaultRequestHandler(
+        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
+    )
+    return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
 
 
 def _serve(data_dir: str, ready: Any, stop: Any) -> None:
@@ -219,6 +294,7 @@ async def run_clients(addresses: dict[str, str], calls: int, concurrency: int, s
         ("a2a_jsonrpc", await a2a_caller(addresses["a2a"], payload, "JSONRPC")),
         ("a2a_rest", await a2a_caller(addresses["a2a"], payload, "HTTP+JSON")),
         ("mcp_http", await mcp_caller(addresses["mcp"], payload)),
+        ("a2a_sdk_bare", await a2a_caller(addresses["a2a_sdk"], payload, "JSONRPC")),
     ]
     try:
         return await measure_all({name: call for name, (call, _) in made}, calls, concurrency)
@@ -305,12 +381,19 @@ def main() -> int:
         f"{args.concurrency} callers for throughput\n"
     )
     print(f"{'binding':<13}{'p50 ms':>9}{'p99 ms':>9}{'calls/s':>10}{'p50 x gRPC':>12}{'calls/s x gRPC':>16}")
-    for name in ("in_process", *BINDINGS):
+    for name in ("in_process", *BINDINGS, SDK_BARE):
         f = results[name]
         print(
             f"{name:<13}{f['p50_ms']:>9.2f}{f['p99_ms']:>9.2f}{f['throughput_per_s']:>10.0f}"
             f"{f['p50_vs_grpc']:>12.2f}{f['throughput_vs_grpc']:>16.2f}"
         )
+    vs_sdk = base["throughput_per_s"] / results[SDK_BARE]["throughput_per_s"]
+    verdict = "met" if vs_sdk >= SDK_TARGET else "MISSED"
+    print(
+        f"\ngoverned gRPC Submit vs the A2A SDK's own server with no governance ({SDK_BARE}, same echo, "
+        f"its official client): {vs_sdk:.2f}x the throughput "
+        f"(issue 32 target >= {SDK_TARGET:.0f}x: {verdict})"
+    )
     return 0
 
 

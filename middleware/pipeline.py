@@ -81,7 +81,7 @@ from .router import Router, RoutingDecision
 from .session_memory import remember
 from .sessions import SessionStore, authorize_session
 from .smf import new_trace_id, utcnow
-from .takeover import Takeover, redispatch_allowed
+from .takeover import Takeover, mark_interrupted, redispatch_allowed
 from .task_events import TaskEvent, TaskEventLog, events_of, outcome_event
 from .task_journal import TaskJournal, observer_of
 from .task_leases import TaskLeases
@@ -107,6 +107,8 @@ from .tenancy import tenant_of
 __all__ = ["Agency"]
 
 log = logging.getLogger("agency.pipeline")
+# Why a task stored and never begun is interrupted (its caller went away while it was stored).
+_CUT_BEFORE_BEGUN = "the call was cancelled before the task began"
 
 Sleeper = Callable[[float], Awaitable[None]]
 
@@ -466,7 +468,11 @@ class Agency:
                 )
                 raise
         await self._create(run)  # AlreadyExists for a duplicate task id
-        await self._tell_humans("task_started", run)
+        try:
+            await self._tell_humans("task_started", run)
+        except BaseException as exc:  # stored, not begun in the log: stopped in the store now
+            await asyncio.shield(self._stop_unbegun(run, _why(exc)))
+            raise
         self._running[req.task_id] = run
         try:
             submitted: dict[str, Any] = {"text": req.text}
@@ -493,7 +499,12 @@ class Agency:
         between leaves a lease on no task, never a task without a lease)."""
         takeover = self.takeover
         if self._batching is not None and takeover is not None:  # lease and task: one round trip
-            if not await self._batching.create_leased(run, takeover.leases, takeover.holder):
+            try:
+                created = await self._batching.create_leased(run, takeover.leases, takeover.holder)
+            except asyncio.CancelledError:  # the caller went away while the write was on its way
+                await asyncio.shield(takeover.settle_cut_create(run.task_id, _CUT_BEFORE_BEGUN))
+                raise
+            if not created:
                 raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
             takeover.held_now(run.task_id)
             return
@@ -501,10 +512,26 @@ class Agency:
             raise AlreadyExists(f"task {run.task_id!r} already exists (another gateway runs it)")
         try:
             await self.tasks.create(run)
+        except asyncio.CancelledError:
+            if takeover is not None:
+                await asyncio.shield(takeover.settle_cut_create(run.task_id, _CUT_BEFORE_BEGUN))
+            raise
         except BaseException:
             if takeover is not None:  # stored or not (a reply lost): the lease expires, the sweep decides
                 takeover.forget(run.task_id)
             raise
+
+    async def _stop_unbegun(self, run: TaskRecord, why: str) -> None:
+        """A task stored but not begun in the log (cut short in between): ``interrupted`` in the
+        store now (not left ``submitted`` for a sweep to find), its lease released."""
+        if self.takeover is not None:
+            await self.takeover.interrupt(run, why)
+            return
+        try:
+            mark_interrupted(run, dead_node=self.config.node_id, node=self.config.node_id, reason=why)
+            await self.tasks.save(run)
+        except Exception as exc:  # best effort: the store is what failed
+            log.warning("task %s: not marked interrupted (%s)", run.task_id, exc)
 
     async def _run_on(self, run: TaskRecord) -> Outcome:
         """The rest of a task submitted without waiting (in the runner, cancelled only when the

@@ -256,6 +256,30 @@ class Takeover:
         else:
             await self.release(run.task_id)
 
+    async def settle_cut_create(self, task_id: str, why: str) -> None:
+        """Stop at once what a creation cut short before its reply left (the call cancelled while
+        the store wrote the task with its lease: all of it, part of it or nothing may have been
+        applied). The lease is this gateway's when it can hold it again (holding is idempotent for
+        its holder; another gateway's lease means another gateway's task of that id: left alone).
+        A stored task under it is marked ``interrupted`` now and its lease released; a lease on no
+        task is released. Without this the task stayed ``submitted`` under a lease nobody renewed,
+        and 4/3 of a lease later this gateway's own sweep took it over as a dead gateway's."""
+        try:
+            if not await self.leases.hold(task_id, self.holder):
+                return
+            try:
+                stored = await self.tasks.get(task_id)
+            except NotFound:
+                await self.leases.release(task_id, self.holder)
+                return
+            self.held_now(task_id)
+            await self.interrupt(stored, why)
+        except Exception as exc:  # the store is what fails: the lease decides, as in interrupt()
+            log.warning(
+                "task %s: creation cut short and not settled here (%s); its lease will expire", task_id, exc
+            )
+            self.forget(task_id)
+
     @property
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
