@@ -12,7 +12,8 @@ JS_STAMP := tests/js/node_modules/.installed
 
 .PHONY: install demo serve test lint typecheck gen gen-check bench clean
 
-$(RUNTIME_STAMP): pyproject.toml
+# setup.py builds the audit log's optional C extension in place: a change to it rebuilds.
+$(RUNTIME_STAMP): pyproject.toml setup.py middleware/audit/_native.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
