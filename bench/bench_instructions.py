@@ -18,6 +18,7 @@ counts do not follow the machine's load the way CPU time does.
 
     python -m bench.bench_instructions                       # bare, gateway (WAL), gateway (memory audit)
     python -m bench.bench_instructions --modes gateway-wal --small 100 --large 500
+    python -m bench.bench_instructions --modes gateway-wal,gateway-redis  # Redis: AGENCY_REDIS_URL
     AGENCY_PURE_PYTHON=1 python -m bench.bench_instructions  # without our compiled parts
 
 Under valgrind the server runs ~50x slower: a mode takes a few minutes.
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -46,14 +48,18 @@ MODES = {
     "bare": "bare grpc.aio echo (the baseline)",
     "gateway-wal": "governed gateway, write-ahead audit log (agency serve's)",
     "gateway-memory": "governed gateway, in-memory audit log",
+    "gateway-redis": "governed gateway as agency serve builds it on Redis storage (WAL audit log)",
 }
 TARGET = 1.1e6  # issue 32: instructions per governed Submit over gRPC with the WAL
+REDIS_URL = os.environ.get("AGENCY_REDIS_URL", "redis://127.0.0.1:6379/15")  # gateway-redis (keys expire)
 
 
 # ------------------------------------------------------------------ the server (child, under valgrind)
 async def serve(mode: str, port_file: Path, data_dir: Path) -> None:
     if mode == "bare":
         _, port, stop = await start_bare()
+    elif mode == "gateway-redis":
+        port, stop = await start_on_redis(data_dir)
     else:
         audit = "file" if mode == "gateway-wal" else "memory"
         _, port, stop = await start_gateway(data_dir, audit)
@@ -65,6 +71,29 @@ async def serve(mode: str, port_file: Path, data_dir: Path) -> None:
     # with the calls served and would be counted as theirs by the difference of two runs.
     del stop
     os._exit(0)
+
+
+async def start_on_redis(data_dir: Path) -> tuple[int, Callable[[], Awaitable[None]]]:
+    """The gateway ``agency serve`` builds from a definition with Redis storage (``REDIS_URL``,
+    a fresh key prefix): catalog, routing statistics, tasks, events, leases on Redis."""
+    from contextlib import AsyncExitStack
+
+    from bench.bench_redis_tasks import definition_for, served
+    from middleware.server.grpc_api import build_server
+
+    prefix = f"bench-instr:{os.urandom(4).hex()}:"
+    stack = AsyncExitStack()
+    agency = await stack.enter_async_context(
+        served(definition_for(REDIS_URL, prefix, data_dir, retention_s=60))
+    )
+    server = build_server(agency, "127.0.0.1:0")
+    await server.start()
+
+    async def stop() -> None:
+        await server.stop(0)
+        await stack.aclose()
+
+    return server.port, stop
 
 
 # ------------------------------------------------------------------ the driver (this process)
@@ -173,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         results[mode] = per_call(mode, args)
         print(f"  {mode:<15} {results[mode] / 1e6:6.3f} M   {MODES[mode]}", flush=True)
     bare = results.get("bare")
-    for mode in ("gateway-wal", "gateway-memory"):
+    for mode in ("gateway-wal", "gateway-memory", "gateway-redis"):
         if mode in results and bare:
             print(f"  {mode}: {results[mode] / bare:.1f}x bare")
     if "gateway-wal" in results:
