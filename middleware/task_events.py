@@ -100,9 +100,15 @@ class TaskEvent(Model):
         """The event as JSON bytes, what a log keeps (bytes: nothing for the garbage collector
         to scan, however many tasks' events a log holds; ``final`` as the outcome's own JSON)."""
         values = self.__dict__
-        if values["final"] is not None:
-            values = {**values, "final": orjson.Fragment(outcome_json(values["final"]))}
-        return orjson.dumps(values, default=_jsonable)
+        final = values["final"]
+        if final is not None:
+            values = {**values, "final": orjson.Fragment(outcome_json(final))}
+        try:
+            return orjson.dumps(values, default=_jsonable)
+        except TypeError:  # an integer beyond 64 bits (a client's JSON may hold one): the json module
+            if final is not None:  # writes it; the outcome as its parsed JSON (a Fragment is orjson's)
+                values = {**values, "final": json.loads(outcome_json(final))}
+            return json.dumps(values, separators=(",", ":"), ensure_ascii=False, default=_jsonable).encode()
 
     @classmethod
     def from_json(cls, data: bytes | str) -> TaskEvent:
